@@ -1,0 +1,100 @@
+package v1alpha1
+
+// GroupName is the prefix of every annotation, label and object name we own.
+const GroupName = "inplace.capi-inplace.dev"
+
+// Version is the version of the node protocol (plan and status envelopes).
+const Version = "v1alpha1"
+
+// Node annotations: the node-side protocol between the coordinator (management
+// cluster) and the agent (on the node). They follow the machine-config daemon's
+// desired/current/state pattern so that `kubectl get node -o yaml` explains a node.
+const (
+	// DesiredPlanAnnotation holds the hash of the plan the coordinator wants applied.
+	// Written only by the coordinator.
+	DesiredPlanAnnotation = GroupName + "/desired-plan"
+
+	// CurrentPlanAnnotation holds the hash of the last plan the agent committed.
+	// Written only by the agent.
+	CurrentPlanAnnotation = GroupName + "/current-plan"
+
+	// StateAnnotation holds the agent's phase for the desired plan (see protocol.Phase).
+	// Written only by the agent.
+	StateAnnotation = GroupName + "/state"
+
+	// StatusAnnotation holds the agent's full status envelope as JSON
+	// (see protocol.NodeStatus). Written only by the agent.
+	StatusAnnotation = GroupName + "/status"
+
+	// CordonedByAnnotation is set by the coordinator when it cordoned the node, so that
+	// it uncordons only nodes it cordoned itself and never undoes an operator's cordon.
+	CordonedByAnnotation = GroupName + "/cordoned-by"
+)
+
+// Labels.
+const (
+	// PlanNodeLabel is set on plan Secrets to the name of the node the plan is for.
+	PlanNodeLabel = GroupName + "/node"
+
+	// ManagedByLabel marks every object the extension writes into a workload cluster.
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+
+	// ManagedByValue is the value of ManagedByLabel on our objects.
+	ManagedByValue = "capi-inplace"
+)
+
+// AgentNamespace is the namespace in each workload cluster that holds the agent
+// DaemonSet, its RBAC and the per-node plan Secrets.
+const AgentNamespace = "capi-inplace-system"
+
+// PlanSecretDataKey is the key of the plan inside a plan Secret.
+const PlanSecretDataKey = "plan.json"
+
+// PlanSecretName returns the name of the Secret holding the plan for a node.
+func PlanSecretName(nodeName string) string { return "plan-" + nodeName }
+
+// Cluster-level opt-ins and policy, set by the operator on the CAPI Cluster object.
+const (
+	// SingleNodeControlPlaneAnnotation opts a Cluster into capi-inplace's own in-place
+	// path for control planes of fewer than three replicas, which upstream
+	// KubeadmControlPlane cannot update in place. Value "true".
+	SingleNodeControlPlaneAnnotation = GroupName + "/single-node-control-plane"
+
+	// BackendAnnotation names the OS backend for a Cluster's nodes; on a
+	// MachineDeployment or KubeadmControlPlane it overrides the Cluster's value.
+	BackendAnnotation = GroupName + "/backend"
+
+	// PausedAnnotation on a Cluster stops the coordinator from starting new node
+	// updates; updates in flight continue to a safe point.
+	PausedAnnotation = GroupName + "/paused"
+)
+
+// ExtensionConfig settings keys (spec.settings, passed in every hook request).
+const (
+	// SettingDisableInPlaceUpdates, when "true", makes both CanUpdate hooks cover
+	// nothing, so that CAPI falls back to its immutable rollout. Upstream's own test
+	// suites set this key on extensions of our kind.
+	SettingDisableInPlaceUpdates = "disableInPlaceUpdates"
+)
+
+// Condition types and reasons we set on CAPI objects.
+const (
+	// InPlaceUpdateCondition on a Machine or Cluster reports capi-inplace's view.
+	InPlaceUpdateCondition = "InPlaceUpdate"
+
+	ReasonInProgress  = "InPlaceUpdateInProgress"
+	ReasonSucceeded   = "InPlaceUpdateSucceeded"
+	ReasonRolledBack  = "InPlaceUpdateRolledBack"
+	ReasonFailed      = "InPlaceUpdateFailed"
+	ReasonDrainFailed = "DrainBlocked"
+)
+
+// Event reasons recorded on Machines.
+const (
+	EventDrainStarted     = "InPlaceDrainStarted"
+	EventDrainBlocked     = "InPlaceDrainBlocked"
+	EventPlanPublished    = "InPlacePlanPublished"
+	EventUpdateSucceeded  = "InPlaceUpdateSucceeded"
+	EventUpdateRolledBack = "InPlaceUpdateRolledBack"
+	EventUpdateFailed     = "InPlaceUpdateFailed"
+)

@@ -1,0 +1,39 @@
+// Command capi-inplace is the single binary of capi-inplace: the Cluster API
+// update extension, the node agent, and the operator CLI (status, plan, demo).
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+	ctrl "sigs.k8s.io/controller-runtime"
+)
+
+func main() {
+	if err := newRootCommand().ExecuteContext(ctrl.SetupSignalHandler()); err != nil {
+		fmt.Fprintln(os.Stderr, "Error:", err)
+		os.Exit(1)
+	}
+}
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "capi-inplace",
+		Short: "In-place upgrades for Cluster API clusters: no new machines",
+		Long: `capi-inplace upgrades the nodes of Cluster API clusters where they stand:
+Kubernetes version, kubeadm configuration and OS image, for control-plane and
+worker nodes, with drain, health gates and automatic rollback.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(
+		newExtensionCommand(),
+		newAgentCommand(),
+		newStatusCommand(),
+		newPlanCommand(),
+		newDemoCommand(),
+		newVersionCommand(),
+	)
+	return root
+}

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# install-deps.sh installs the Debian packages that tests run for real: the OS
+# image tools the backends drive. Skips apt entirely when everything is present.
+set -euo pipefail
+
+packages=()
+need() { # need <command> <package>
+	command -v "$1" >/dev/null 2>&1 || packages+=("$2")
+}
+need ostree ostree
+
+if [[ ${#packages[@]} -eq 0 ]]; then
+	exit 0
+fi
+if [[ $(id -u) -ne 0 ]]; then
+	echo "install-deps: need root to install: ${packages[*]}" >&2
+	exit 1
+fi
+echo "install-deps: installing ${packages[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null

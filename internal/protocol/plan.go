@@ -1,0 +1,262 @@
+package protocol
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"regexp"
+	"strings"
+
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+)
+
+// PlanKind is the kind of a NodePlan envelope.
+const PlanKind = "NodePlan"
+
+// Role is the role of a node in its cluster.
+type Role string
+
+const (
+	RoleControlPlane Role = "control-plane"
+	RoleWorker       Role = "worker"
+)
+
+// KubeadmAction is the kubeadm command the agent runs for the Kubernetes part of a plan.
+type KubeadmAction string
+
+const (
+	// KubeadmNone means the Kubernetes version does not change.
+	KubeadmNone KubeadmAction = "none"
+	// KubeadmUpgradeApply runs `kubeadm upgrade apply <version>`: the first
+	// control-plane node of a cluster-wide upgrade.
+	KubeadmUpgradeApply KubeadmAction = "upgrade-apply"
+	// KubeadmUpgradeNode runs `kubeadm upgrade node`: every other node.
+	KubeadmUpgradeNode KubeadmAction = "upgrade-node"
+)
+
+// NodePlan is everything a node must become, decided by the coordinator. It holds
+// desired state, not steps: the agent derives the steps (see internal/agent/state).
+type NodePlan struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+
+	// NodeName is the node this plan is for; an agent refuses a plan for another node.
+	NodeName string `json:"nodeName"`
+
+	// Machine identifies the CAPI Machine, for humans and events.
+	Machine MachineRef `json:"machine"`
+
+	// Kubernetes is the Kubernetes part of the update.
+	Kubernetes KubernetesPlan `json:"kubernetes"`
+
+	// Files are written atomically, with backups for rollback.
+	Files []File `json:"files,omitempty"`
+
+	// KubeletExtraArgs are the desired kubelet extra args (nodeRegistration.kubeletExtraArgs).
+	KubeletExtraArgs []Arg `json:"kubeletExtraArgs,omitempty"`
+
+	// Users and NTP carry KubeadmConfig's users and ntp sections as raw JSON: the agent
+	// applies them through the host's own tooling.
+	Users json.RawMessage `json:"users,omitempty"`
+	NTP   json.RawMessage `json:"ntp,omitempty"`
+
+	// ClusterConfiguration is the desired kubeadm ClusterConfiguration (control plane
+	// only) as raw JSON; the agent hands it to kubeadm.
+	ClusterConfiguration json.RawMessage `json:"clusterConfiguration,omitempty"`
+
+	// OS is the OS image to switch to; nil when the OS image does not change.
+	OS *OSImage `json:"os,omitempty"`
+
+	// Gates are user-defined health checks that must pass before commit, in addition
+	// to the built-in ones.
+	Gates []Gate `json:"gates,omitempty"`
+}
+
+// MachineRef names a CAPI Machine.
+type MachineRef struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	UID       string `json:"uid,omitempty"`
+	Cluster   string `json:"cluster"`
+}
+
+// KubernetesPlan is the Kubernetes part of a node plan.
+type KubernetesPlan struct {
+	Role Role `json:"role"`
+	// Version is the target kubelet version, e.g. "v1.36.0".
+	Version string `json:"version"`
+	// Action is the kubeadm command to run.
+	Action KubeadmAction `json:"action"`
+	// EtcdSnapshot asks for an etcd snapshot before the node is touched.
+	EtcdSnapshot bool `json:"etcdSnapshot,omitempty"`
+}
+
+// File is a file to write on the node.
+type File struct {
+	Path string `json:"path"`
+	// Content is the file's content, already resolved from Secrets by the coordinator.
+	Content     []byte `json:"content"`
+	Permissions string `json:"permissions,omitempty"`
+	Owner       string `json:"owner,omitempty"`
+}
+
+// Arg is one command-line argument of a component.
+type Arg struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// OSImage is the OS artifact to switch the node to.
+type OSImage struct {
+	// Backend names the OS backend (ostree, bootc, rauc, swupdate, mender, packages,
+	// script, none, simulated).
+	Backend string `json:"backend"`
+	// Ref is the artifact reference: an OCI reference, an ostree ref or a bundle URL.
+	Ref string `json:"ref"`
+	// Digest is "sha256:<64 hex>": the artifact is refused when it does not match.
+	Digest string `json:"digest"`
+}
+
+// Gate is a user-defined health check: a command run on the host that must exit 0.
+type Gate struct {
+	Name    string   `json:"name"`
+	Command []string `json:"command"`
+	// TimeoutSeconds bounds one run of the command; 0 means the agent's default.
+	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
+}
+
+var (
+	versionRE = regexp.MustCompile(`^v\d+\.\d+\.\d+([-+][0-9A-Za-z.+-]+)?$`)
+	digestRE  = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	// nodeNameRE is a DNS-1123 subdomain.
+	nodeNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	modeRE     = regexp.MustCompile(`^0?[0-7]{3,4}$`)
+)
+
+// ErrInvalidPlan is wrapped by every validation error of a plan.
+var ErrInvalidPlan = errors.New("invalid node plan")
+
+// Validate checks that the plan is complete and internally consistent. It does not
+// know which backends a node has: the agent checks that separately.
+func (p *NodePlan) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	if p.APIVersion != inplacev1.GroupName+"/"+inplacev1.Version {
+		add("apiVersion %q is not %s/%s", p.APIVersion, inplacev1.GroupName, inplacev1.Version)
+	}
+	if p.Kind != PlanKind {
+		add("kind %q is not %s", p.Kind, PlanKind)
+	}
+	if len(p.NodeName) == 0 || len(p.NodeName) > 253 || !nodeNameRE.MatchString(p.NodeName) {
+		add("nodeName %q is not a valid node name", p.NodeName)
+	}
+	switch p.Kubernetes.Role {
+	case RoleControlPlane, RoleWorker:
+	default:
+		add("kubernetes.role %q is not %q or %q", p.Kubernetes.Role, RoleControlPlane, RoleWorker)
+	}
+	if !versionRE.MatchString(p.Kubernetes.Version) {
+		add("kubernetes.version %q is not a version like v1.36.0", p.Kubernetes.Version)
+	}
+	switch p.Kubernetes.Action {
+	case KubeadmNone, KubeadmUpgradeNode:
+	case KubeadmUpgradeApply:
+		if p.Kubernetes.Role != RoleControlPlane {
+			add("kubernetes.action %q is only valid on a control-plane node", p.Kubernetes.Action)
+		}
+	default:
+		add("kubernetes.action %q is not one of none, upgrade-apply, upgrade-node", p.Kubernetes.Action)
+	}
+	seen := map[string]bool{}
+	for i, f := range p.Files {
+		if !path.IsAbs(f.Path) || path.Clean(f.Path) != f.Path || f.Path == "/" {
+			add("files[%d].path %q is not a clean absolute file path", i, f.Path)
+		}
+		if seen[f.Path] {
+			add("files[%d].path %q is listed twice", i, f.Path)
+		}
+		seen[f.Path] = true
+		if f.Permissions != "" && !modeRE.MatchString(f.Permissions) {
+			add("files[%d].permissions %q is not an octal mode", i, f.Permissions)
+		}
+	}
+	if p.OS != nil {
+		if p.OS.Backend == "" {
+			add("os.backend is empty")
+		}
+		if p.OS.Ref == "" {
+			add("os.ref is empty")
+		}
+		if !digestRE.MatchString(p.OS.Digest) {
+			add("os.digest %q is not sha256:<64 lowercase hex>", p.OS.Digest)
+		}
+	}
+	for name, raw := range map[string]json.RawMessage{"users": p.Users, "ntp": p.NTP, "clusterConfiguration": p.ClusterConfiguration} {
+		if len(raw) > 0 && !json.Valid(raw) {
+			add("%s is not valid JSON", name)
+		}
+	}
+	for i, g := range p.Gates {
+		if g.Name == "" || len(g.Command) == 0 {
+			add("gates[%d] needs a name and a command", i)
+		}
+		if g.TimeoutSeconds < 0 {
+			add("gates[%d].timeoutSeconds is negative", i)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrInvalidPlan, errors.Join(errs...))
+	}
+	return nil
+}
+
+// NewPlan returns an empty plan with its envelope fields set.
+func NewPlan(nodeName string) *NodePlan {
+	return &NodePlan{
+		APIVersion: inplacev1.GroupName + "/" + inplacev1.Version,
+		Kind:       PlanKind,
+		NodeName:   nodeName,
+	}
+}
+
+// Hash returns the plan's content hash: the first 16 bytes of the SHA-256 of its
+// JSON, in hex. encoding/json writes struct fields in declaration order and map keys
+// sorted, so equal plans always hash equally. It fails only on invalid raw JSON.
+func (p *NodePlan) Hash() (string, error) {
+	b, err := json.Marshal(p)
+	if err != nil {
+		return "", fmt.Errorf("hash node plan: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16]), nil
+}
+
+// EncodePlan validates and serialises a plan.
+func EncodePlan(p *NodePlan) ([]byte, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return json.Marshal(p)
+}
+
+// DecodePlan parses and validates a plan. Unknown fields are refused: a plan from a
+// newer coordinator that this agent does not understand must not be half-applied.
+func DecodePlan(data []byte) (*NodePlan, error) {
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	p := &NodePlan{}
+	if err := dec.Decode(p); err != nil {
+		return nil, fmt.Errorf("%w: decode: %w", ErrInvalidPlan, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%w: trailing data after the plan", ErrInvalidPlan)
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}

@@ -1,0 +1,99 @@
+package protocol
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Phase is the agent's phase for one plan. The happy path is
+// Pending -> Staging -> Applying -> Rebooting -> Verifying -> Committed;
+// a failure after the node was changed goes RollingBack -> RolledBack, and a plan
+// that cannot even start (or a rollback that cannot finish) ends in Failed.
+type Phase string
+
+const (
+	PhasePending     Phase = "Pending"
+	PhaseStaging     Phase = "Staging"
+	PhaseApplying    Phase = "Applying"
+	PhaseRebooting   Phase = "Rebooting"
+	PhaseVerifying   Phase = "Verifying"
+	PhaseCommitted   Phase = "Committed"
+	PhaseRollingBack Phase = "RollingBack"
+	PhaseRolledBack  Phase = "RolledBack"
+	PhaseFailed      Phase = "Failed"
+)
+
+// Terminal reports whether no further progress happens for this plan without a new plan.
+func (p Phase) Terminal() bool {
+	return p == PhaseCommitted || p == PhaseRolledBack || p == PhaseFailed
+}
+
+// Known reports whether p is one of the defined phases.
+func (p Phase) Known() bool {
+	switch p {
+	case PhasePending, PhaseStaging, PhaseApplying, PhaseRebooting, PhaseVerifying,
+		PhaseCommitted, PhaseRollingBack, PhaseRolledBack, PhaseFailed:
+		return true
+	}
+	return false
+}
+
+// StatusVersion is the version of the NodeStatus envelope.
+const StatusVersion = 1
+
+// NodeStatus is what the agent reports about the plan it works on.
+type NodeStatus struct {
+	// V is the envelope version.
+	V int `json:"v"`
+	// PlanHash is the hash of the plan this status is about.
+	PlanHash string `json:"planHash"`
+	Phase    Phase  `json:"phase"`
+	// Step and Steps give progress: step k of n of the plan's actions.
+	Step  int `json:"step"`
+	Steps int `json:"steps"`
+	// Action is the action in progress or last done, e.g. "kubeadm-upgrade".
+	Action string `json:"action,omitempty"`
+	// Message is a deterministic, human-readable sentence.
+	Message string `json:"message,omitempty"`
+	// Reason is the machine-readable cause of a RolledBack or Failed phase.
+	Reason string `json:"reason,omitempty"`
+	// StartedAt and UpdatedAt are RFC 3339 times.
+	StartedAt time.Time `json:"startedAt,omitzero"`
+	UpdatedAt time.Time `json:"updatedAt,omitzero"`
+}
+
+// ErrInvalidStatus is wrapped by every decoding error of a status.
+var ErrInvalidStatus = errors.New("invalid node status")
+
+// EncodeStatus serialises a status.
+func EncodeStatus(s NodeStatus) (string, error) {
+	s.V = StatusVersion
+	b, err := json.Marshal(s)
+	if err != nil {
+		return "", fmt.Errorf("encode node status: %w", err)
+	}
+	return string(b), nil
+}
+
+// DecodeStatus parses and validates a status annotation value.
+func DecodeStatus(value string) (NodeStatus, error) {
+	var s NodeStatus
+	if err := json.Unmarshal([]byte(value), &s); err != nil {
+		return NodeStatus{}, fmt.Errorf("%w: %w", ErrInvalidStatus, err)
+	}
+	if s.V != StatusVersion {
+		return NodeStatus{}, fmt.Errorf("%w: envelope version %d, want %d", ErrInvalidStatus, s.V, StatusVersion)
+	}
+	if !s.Phase.Known() {
+		return NodeStatus{}, fmt.Errorf("%w: unknown phase %q", ErrInvalidStatus, s.Phase)
+	}
+	if s.PlanHash == "" {
+		return NodeStatus{}, fmt.Errorf("%w: empty planHash", ErrInvalidStatus)
+	}
+	if s.Steps < 0 || s.Step < 0 || s.Step > s.Steps {
+		return NodeStatus{}, fmt.Errorf("%w: step %d of %d", ErrInvalidStatus, s.Step, s.Steps)
+	}
+	return s, nil
+}
