@@ -136,7 +136,7 @@ func TestBuild(t *testing.T) {
 				NodeName: "cp-1",
 				KubeadmConfig: &bootstrapv1.KubeadmConfig{Spec: bootstrapv1.KubeadmConfigSpec{
 					ClusterConfiguration: bootstrapv1.ClusterConfiguration{ControlPlaneEndpoint: "10.0.0.1:6443"},
-					Users: []bootstrapv1.User{{Name: "ops", PasswdFrom: bootstrapv1.PasswdSource{Secret: bootstrapv1.SecretPasswdSource{Name: "s1", Key: "pw"}}}},
+					Users:                []bootstrapv1.User{{Name: "ops", PasswdFrom: bootstrapv1.PasswdSource{Secret: bootstrapv1.SecretPasswdSource{Name: "s1", Key: "pw"}}}},
 				}},
 				Secrets: secrets,
 				Node:    NodeFacts{KubeletVersion: "v1.35.2"},
