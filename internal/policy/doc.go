@@ -1,0 +1,18 @@
+// Package policy holds the operator's policy for in-place updates: which
+// infrastructure fields carry a node's OS image and which are harmless, which OS
+// artifact each image value stands for, whether bootstrap-only KubeadmConfig fields
+// may change as no-ops, how nodes are drained, and which OS backend a cluster's
+// nodes use.
+//
+// A Policy is built only by New (or Parse, or Builtin), which validates it; it is
+// immutable afterwards and safe for concurrent use. Built-in entries cover the
+// common infrastructure providers; a config file adds kinds (or replaces a
+// built-in kind's entry) and names artifacts.
+//
+// Invariants: an image value is resolvable only to an artifact with a non-empty
+// ref, a known backend and a sha256 digest; anything less is reported, never
+// guessed.
+//
+// Imports: standard library, apimachinery (unstructured), sigs.k8s.io/yaml,
+// internal/protocol. No I/O: the caller reads the file and hands Parse its bytes.
+package policy
