@@ -1,0 +1,196 @@
+package state
+
+import (
+	"github.com/capi-inplace/capi-inplace/internal/backend"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
+)
+
+// ActionName names one step the executor performs. Forward and rollback actions
+// share the name space; Action.Rollback tells them apart.
+type ActionName string
+
+// Forward actions, in the order Derive emits them.
+const (
+	// ActEtcdSnapshot saves an etcd snapshot before a control-plane node is touched.
+	ActEtcdSnapshot ActionName = "etcd-snapshot"
+	// ActBackendStage fetches and verifies the OS artifact beside the running image.
+	ActBackendStage ActionName = "backend-stage"
+	// ActBackendActivate makes the staged image the next boot (or applies it live).
+	ActBackendActivate ActionName = "backend-activate"
+	// ActReboot reboots the node; it is done once a new boot ID is observed.
+	ActReboot ActionName = "reboot"
+	// ActBackendVerify confirms that the node runs the new image.
+	ActBackendVerify ActionName = "backend-verify"
+	// ActBackupFiles backs up every file the Kubernetes part may change (plan files,
+	// kubelet flags and config, static pod manifests, kubeadm and kubelet binaries).
+	ActBackupFiles ActionName = "backup-files"
+	// ActWriteFiles writes the plan's files atomically.
+	ActWriteFiles ActionName = "write-files"
+	// ActKubeletConfig writes the kubelet extra args (kubeadm-flags.env).
+	ActKubeletConfig ActionName = "kubelet-config"
+	// ActInstallBinaries makes sure kubeadm and kubelet of the target version are on
+	// the node (from the OS image or a package source).
+	ActInstallBinaries ActionName = "install-binaries"
+	// ActKubeadmUpgrade runs kubeadm upgrade apply or kubeadm upgrade node.
+	ActKubeadmUpgrade ActionName = "kubeadm-upgrade"
+	// ActRestartKubelet restarts the kubelet so it runs the new binary and config.
+	ActRestartKubelet ActionName = "restart-kubelet"
+	// ActGates runs the health gates; a failure rolls everything back.
+	ActGates ActionName = "gates"
+	// ActBackendCommit marks the running image good.
+	ActBackendCommit ActionName = "backend-commit"
+)
+
+// Rollback-only actions (reboot and restart-kubelet are reused in rollbacks).
+const (
+	// ActRestoreFiles restores everything backup-files saved, binaries included.
+	ActRestoreFiles ActionName = "restore-files"
+	// ActRestoreEtcd restores the etcd snapshot taken before the node was touched.
+	ActRestoreEtcd ActionName = "restore-etcd"
+	// ActBackendRollback returns the OS backend to the image that ran before.
+	ActBackendRollback ActionName = "backend-rollback"
+)
+
+// Action is one entry of a state's ordered action list.
+type Action struct {
+	Name     ActionName `json:"name"`
+	Rollback bool       `json:"rollback,omitempty"`
+	Done     bool       `json:"done,omitempty"`
+}
+
+// Key identifies the action in the journal's run counters: forward and rollback
+// runs of the same name are counted apart.
+func (a Action) Key() string {
+	if a.Rollback {
+		return "rollback/" + string(a.Name)
+	}
+	return string(a.Name)
+}
+
+// Spec is what the action list depends on: the plan's shape and the backend's
+// capabilities. It is kept in the State so that a rollback can be derived after a
+// restart without the plan or the backend.
+type Spec struct {
+	ControlPlane bool                   `json:"controlPlane,omitempty"`
+	EtcdSnapshot bool                   `json:"etcdSnapshot,omitempty"`
+	Kubeadm      protocol.KubeadmAction `json:"kubeadm,omitempty"`
+	Version      string                 `json:"version,omitempty"`
+	Files        bool                   `json:"files,omitempty"`
+	KubeletArgs  bool                   `json:"kubeletArgs,omitempty"`
+	OS           bool                   `json:"os,omitempty"`
+	Caps         backend.Capabilities   `json:"caps"`
+}
+
+// SpecFor extracts the Spec of a plan for a backend with the given capabilities.
+func SpecFor(p *protocol.NodePlan, caps backend.Capabilities) Spec {
+	return Spec{
+		ControlPlane: p.Kubernetes.Role == protocol.RoleControlPlane,
+		EtcdSnapshot: p.Kubernetes.EtcdSnapshot,
+		Kubeadm:      p.Kubernetes.Action,
+		Version:      p.Kubernetes.Version,
+		Files:        len(p.Files) > 0,
+		KubeletArgs:  len(p.KubeletExtraArgs) > 0,
+		OS:           p.OS != nil,
+		Caps:         caps,
+	}
+}
+
+func (s Spec) kubeadm() bool { return s.Kubeadm != "" && s.Kubeadm != protocol.KubeadmNone }
+
+// Derive returns the forward actions for a spec. The OS image is switched first
+// (binaries of the new Kubernetes version may come with the image, and with
+// NeedsReboot they exist only after the reboot), then the Kubernetes part runs on
+// top of it, then the gates decide whether to commit.
+func Derive(s Spec) []Action {
+	var names []ActionName
+	if s.ControlPlane && (s.EtcdSnapshot || s.kubeadm() || s.OS) {
+		names = append(names, ActEtcdSnapshot)
+	}
+	if s.OS {
+		names = append(names, ActBackendStage, ActBackendActivate)
+		if s.Caps.NeedsReboot {
+			names = append(names, ActReboot)
+		}
+		names = append(names, ActBackendVerify)
+	}
+	if s.Files || s.KubeletArgs || s.kubeadm() {
+		names = append(names, ActBackupFiles)
+	}
+	if s.Files {
+		names = append(names, ActWriteFiles)
+	}
+	if s.KubeletArgs {
+		names = append(names, ActKubeletConfig)
+	}
+	if s.kubeadm() {
+		names = append(names, ActInstallBinaries, ActKubeadmUpgrade)
+	}
+	if s.KubeletArgs || s.kubeadm() {
+		names = append(names, ActRestartKubelet)
+	}
+	names = append(names, ActGates)
+	if s.OS {
+		names = append(names, ActBackendCommit)
+	}
+	out := make([]Action, len(names))
+	for i, n := range names {
+		out[i] = Action{Name: n}
+	}
+	return out
+}
+
+// DeriveRollback returns the rollback actions for the forward actions that were
+// started (done, or failed while running: a failed action may have changed part of
+// the node). Order: Kubernetes files and binaries first, then the etcd data that
+// belongs to them, then the OS image, then the reboot into it, so the node comes
+// up once on a fully restored state; the kubelet is restarted last when no reboot
+// does it.
+func DeriveRollback(s Spec, forward []Action, failed ActionName) []Action {
+	started := map[ActionName]bool{failed: true}
+	done := map[ActionName]bool{}
+	for _, a := range forward {
+		if a.Done {
+			started[a.Name] = true
+			done[a.Name] = true
+		}
+	}
+	var names []ActionName
+	restoreFiles := started[ActWriteFiles] || started[ActKubeletConfig] || started[ActInstallBinaries] ||
+		started[ActKubeadmUpgrade] || started[ActRestartKubelet]
+	if restoreFiles {
+		names = append(names, ActRestoreFiles)
+	}
+	if done[ActEtcdSnapshot] && started[ActKubeadmUpgrade] {
+		names = append(names, ActRestoreEtcd)
+	}
+	if started[ActBackendStage] {
+		names = append(names, ActBackendRollback)
+	}
+	// A reboot that failed did not happen: only a completed one must be undone.
+	reboot := done[ActReboot]
+	if reboot {
+		names = append(names, ActReboot)
+	}
+	if restoreFiles && !reboot {
+		names = append(names, ActRestartKubelet)
+	}
+	out := make([]Action, len(names))
+	for i, n := range names {
+		out[i] = Action{Name: n, Rollback: true}
+	}
+	return out
+}
+
+// phaseOf is the phase reported while a forward action is the next one.
+func phaseOf(n ActionName) protocol.Phase {
+	switch n {
+	case ActEtcdSnapshot, ActBackendStage:
+		return protocol.PhaseStaging
+	case ActReboot:
+		return protocol.PhaseRebooting
+	case ActGates, ActBackendCommit:
+		return protocol.PhaseVerifying
+	default:
+		return protocol.PhaseApplying
+	}
+}

@@ -1,0 +1,298 @@
+package state
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
+)
+
+// Reasons reported in NodeStatus.Reason for RolledBack and Failed phases.
+const (
+	// ReasonActionFailed: an action failed; see the message for which and why.
+	ReasonActionFailed = "ActionFailed"
+	// ReasonGateFailed: a health gate did not pass before its timeout.
+	ReasonGateFailed = "GateFailed"
+	// ReasonArtifactRefused: the OS artifact did not match its digest.
+	ReasonArtifactRefused = "ArtifactRefused"
+	// ReasonRollbackFailed: a rollback action failed; the node needs a human.
+	ReasonRollbackFailed = "RollbackFailed"
+	// ReasonInvalidPlan: the plan object could not be decoded or validated.
+	ReasonInvalidPlan = "InvalidPlan"
+	// ReasonPlanForAnotherNode: the plan names another node.
+	ReasonPlanForAnotherNode = "PlanForAnotherNode"
+	// ReasonUnknownBackend: the plan names an OS backend this agent does not have.
+	ReasonUnknownBackend = "UnknownBackend"
+	// ReasonVersionUnreachable: the target version cannot be reached from the
+	// node's current kubelet version (downgrade or a skew of more than one minor).
+	ReasonVersionUnreachable = "VersionUnreachable"
+)
+
+// State is the agent's whole memory of one plan. It is persisted by the journal
+// after every Step and is all that is needed to resume.
+type State struct {
+	PlanHash string         `json:"planHash,omitempty"`
+	Phase    protocol.Phase `json:"phase,omitempty"`
+	Spec     Spec           `json:"spec"`
+	// Actions are the forward actions, in order.
+	Actions []Action `json:"actions,omitempty"`
+	// Rollback is set once, at the first failure, and never re-derived.
+	Rollback []Action `json:"rollback,omitempty"`
+	// RebootFrom is the boot ID the node had when the pending reboot was issued.
+	RebootFrom string `json:"rebootFrom,omitempty"`
+	// Reason, FailedAction and Message are the cause of a rollback or failure.
+	Reason       string     `json:"reason,omitempty"`
+	FailedAction ActionName `json:"failedAction,omitempty"`
+	Message      string     `json:"message,omitempty"`
+	// RollbackError is the failure of a rollback action, when there was one.
+	RollbackError string    `json:"rollbackError,omitempty"`
+	StartedAt     time.Time `json:"startedAt,omitzero"`
+}
+
+// Event is an input of Step.
+type Event interface{ isEvent() }
+
+// PlanObserved: a valid, admitted plan is desired for this node.
+type PlanObserved struct {
+	Hash string
+	Spec Spec
+	At   time.Time
+}
+
+// PlanRejected: the desired plan cannot be applied at all (see Admit); nothing
+// on the node was changed.
+type PlanRejected struct {
+	Hash    string
+	Reason  string
+	Message string
+	At      time.Time
+}
+
+// ActionSucceeded: the current action finished.
+type ActionSucceeded struct{ Name ActionName }
+
+// ActionFailed: the current action failed. Reason is one of the Reason constants.
+type ActionFailed struct {
+	Name    ActionName
+	Reason  string
+	Message string
+}
+
+// RebootIssued: the executor is about to reboot the node, which had BootID.
+type RebootIssued struct{ BootID string }
+
+// Resumed: the agent (re)started with a journal, on a boot with BootID.
+type Resumed struct{ BootID string }
+
+func (PlanObserved) isEvent()    {}
+func (PlanRejected) isEvent()    {}
+func (ActionSucceeded) isEvent() {}
+func (ActionFailed) isEvent()    {}
+func (RebootIssued) isEvent()    {}
+func (Resumed) isEvent()         {}
+
+// Output tells the executor what to do after a Step.
+type Output struct {
+	// Next is the action to perform now; nil when there is none (terminal phase, or
+	// waiting for a reboot to happen).
+	Next *Action
+	// AwaitBoot: a reboot was issued; the executor reboots and waits for Resumed.
+	AwaitBoot bool
+}
+
+var (
+	// ErrBusy: another plan is in progress; it finishes (or rolls back) first.
+	ErrBusy = errors.New("another plan is in progress")
+	// ErrUnexpected: the event does not fit the state (e.g. a result for an action
+	// that is not the current one). The state is unchanged.
+	ErrUnexpected = errors.New("unexpected event")
+)
+
+// Step is the transition function. It never mutates its input.
+func Step(s State, e Event) (State, Output, error) {
+	s = s.clone()
+	switch e := e.(type) {
+	case PlanObserved:
+		if s.PlanHash == e.Hash {
+			return s, s.output(), nil
+		}
+		if s.PlanHash != "" && !s.Phase.Terminal() {
+			return s, s.output(), fmt.Errorf("%w: plan %s is %s", ErrBusy, s.PlanHash, s.Phase)
+		}
+		n := State{PlanHash: e.Hash, Spec: e.Spec, Actions: Derive(e.Spec), StartedAt: e.At}
+		n.Phase = n.phase()
+		return n, n.output(), nil
+	case PlanRejected:
+		if s.PlanHash != "" && !s.Phase.Terminal() && s.PlanHash != e.Hash {
+			return s, s.output(), fmt.Errorf("%w: plan %s is %s", ErrBusy, s.PlanHash, s.Phase)
+		}
+		if s.PlanHash == e.Hash && !s.Phase.Terminal() {
+			return s, s.output(), fmt.Errorf("%w: plan %s already started", ErrUnexpected, e.Hash)
+		}
+		n := State{PlanHash: e.Hash, Phase: protocol.PhaseFailed, Reason: e.Reason, Message: e.Message, StartedAt: e.At}
+		return n, Output{}, nil
+	case ActionSucceeded:
+		cur := s.current()
+		if cur == nil || cur.Name != e.Name || cur.Name == ActReboot {
+			return s, s.output(), fmt.Errorf("%w: %s succeeded while the current action is %s", ErrUnexpected, e.Name, s.currentName())
+		}
+		cur.Done = true
+		s.Phase = s.phase()
+		return s, s.output(), nil
+	case ActionFailed:
+		cur := s.current()
+		if cur == nil || cur.Name != e.Name {
+			return s, s.output(), fmt.Errorf("%w: %s failed while the current action is %s", ErrUnexpected, e.Name, s.currentName())
+		}
+		s.RebootFrom = ""
+		if s.Phase == protocol.PhaseRollingBack {
+			s.RollbackError = fmt.Sprintf("rollback action %s failed: %s", e.Name, e.Message)
+			s.Phase = protocol.PhaseFailed
+			return s, Output{}, nil
+		}
+		s.Reason, s.FailedAction, s.Message = e.Reason, e.Name, e.Message
+		s.Rollback = DeriveRollback(s.Spec, s.Actions, e.Name)
+		s.Phase = s.phase()
+		return s, s.output(), nil
+	case RebootIssued:
+		cur := s.current()
+		if cur == nil || cur.Name != ActReboot {
+			return s, s.output(), fmt.Errorf("%w: reboot issued while the current action is %s", ErrUnexpected, s.currentName())
+		}
+		s.RebootFrom = e.BootID
+		return s, Output{AwaitBoot: true}, nil
+	case Resumed:
+		if cur := s.current(); cur != nil && cur.Name == ActReboot && s.RebootFrom != "" && e.BootID != s.RebootFrom {
+			cur.Done = true
+			s.RebootFrom = ""
+			s.Phase = s.phase()
+		}
+		// Without a new boot ID the reboot did not happen (the agent crashed before
+		// it took effect): output() asks for it again.
+		s.RebootFrom = ""
+		return s, s.output(), nil
+	}
+	return s, s.output(), fmt.Errorf("%w: %T", ErrUnexpected, e)
+}
+
+// current returns the first action not done of the active list, or nil.
+func (s *State) current() *Action {
+	if s.Phase.Terminal() {
+		return nil
+	}
+	list := s.Actions
+	if s.Rollback != nil || s.Phase == protocol.PhaseRollingBack {
+		list = s.Rollback
+	}
+	for i := range list {
+		if !list[i].Done {
+			return &list[i]
+		}
+	}
+	return nil
+}
+
+func (s *State) currentName() string {
+	if c := s.current(); c != nil {
+		return string(c.Name)
+	}
+	return "none"
+}
+
+// phase derives the phase from the lists; it is only called on non-rejected states.
+func (s *State) phase() protocol.Phase {
+	if s.Reason != "" {
+		if s.RollbackError != "" {
+			return protocol.PhaseFailed
+		}
+		if len(s.Rollback) == 0 {
+			// Nothing had changed on the node: there is nothing to roll back.
+			return protocol.PhaseFailed
+		}
+		for _, a := range s.Rollback {
+			if !a.Done {
+				return protocol.PhaseRollingBack
+			}
+		}
+		return protocol.PhaseRolledBack
+	}
+	for _, a := range s.Actions {
+		if !a.Done {
+			return phaseOf(a.Name)
+		}
+	}
+	return protocol.PhaseCommitted
+}
+
+func (s State) output() Output {
+	c := s.current()
+	if c == nil {
+		return Output{}
+	}
+	if c.Name == ActReboot && s.RebootFrom != "" {
+		return Output{AwaitBoot: true}
+	}
+	a := *c
+	return Output{Next: &a}
+}
+
+func (s State) clone() State {
+	s.Actions = append([]Action(nil), s.Actions...)
+	if s.Rollback != nil {
+		s.Rollback = append([]Action{}, s.Rollback...)
+	}
+	return s
+}
+
+// Status renders the state as the status envelope the agent reports. Times other
+// than StartedAt are the caller's.
+func (s State) Status() protocol.NodeStatus {
+	st := protocol.NodeStatus{V: protocol.StatusVersion, PlanHash: s.PlanHash, Phase: s.Phase, StartedAt: s.StartedAt}
+	list := s.Actions
+	if s.Phase == protocol.PhaseRollingBack || s.Phase == protocol.PhaseRolledBack || len(s.Rollback) > 0 {
+		list = s.Rollback
+	}
+	st.Steps = len(list)
+	for _, a := range list {
+		if a.Done {
+			st.Step++
+		}
+	}
+	if c := s.current(); c != nil {
+		st.Action = string(c.Name)
+	}
+	cause := ""
+	if s.Reason != "" {
+		cause = s.Message
+		if s.FailedAction != "" {
+			cause = fmt.Sprintf("%s failed: %s", s.FailedAction, s.Message)
+		}
+	}
+	switch s.Phase {
+	case protocol.PhaseCommitted:
+		st.Message = fmt.Sprintf("committed: Kubernetes %s, %d actions done", s.Spec.Version, st.Steps)
+	case protocol.PhaseRollingBack:
+		st.Reason = s.Reason
+		st.Message = fmt.Sprintf("rolling back (%d of %d, %s) because %s", st.Step+1, st.Steps, st.Action, cause)
+	case protocol.PhaseRolledBack:
+		st.Reason = s.Reason
+		st.Action = string(s.FailedAction)
+		st.Message = fmt.Sprintf("rolled back because %s", cause)
+	case protocol.PhaseFailed:
+		st.Reason = s.Reason
+		st.Action = string(s.FailedAction)
+		switch {
+		case s.RollbackError != "":
+			st.Reason = ReasonRollbackFailed
+			st.Message = fmt.Sprintf("%s; the update had failed because %s; the node needs manual repair", s.RollbackError, cause)
+		case len(s.Actions) == 0:
+			st.Message = cause
+		default:
+			st.Message = fmt.Sprintf("failed before changing the node: %s", cause)
+		}
+	default:
+		st.Message = fmt.Sprintf("%s: action %d of %d, %s", s.Phase, st.Step+1, st.Steps, st.Action)
+	}
+	return st
+}

@@ -1,0 +1,496 @@
+package state
+
+import (
+	"encoding/json"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/capi-inplace/capi-inplace/internal/backend"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
+)
+
+var (
+	abCaps = backend.Capabilities{CanStage: true, NeedsReboot: true, SupportsRollback: true, HasMarkGood: true, VerifiesDigest: true}
+	// cpFull is a control-plane plan that touches everything.
+	cpFull = Spec{ControlPlane: true, Kubeadm: protocol.KubeadmUpgradeApply, Version: "v1.36.0", Files: true, KubeletArgs: true, OS: true, Caps: abCaps}
+	// workerK8s is a Kubernetes-only worker upgrade (backend none).
+	workerK8s = Spec{Kubeadm: protocol.KubeadmUpgradeNode, Version: "v1.36.0"}
+)
+
+func names(as []Action) []ActionName {
+	out := make([]ActionName, len(as))
+	for i, a := range as {
+		out[i] = a.Name
+	}
+	return out
+}
+
+func TestDerive(t *testing.T) {
+	tests := []struct {
+		name string
+		spec Spec
+		want []ActionName
+	}{
+		{"control plane, everything, A/B image with reboot", cpFull, []ActionName{
+			ActEtcdSnapshot, ActBackendStage, ActBackendActivate, ActReboot, ActBackendVerify,
+			ActBackupFiles, ActWriteFiles, ActKubeletConfig, ActInstallBinaries, ActKubeadmUpgrade, ActRestartKubelet,
+			ActGates, ActBackendCommit}},
+		{"worker, Kubernetes only", workerK8s, []ActionName{ActBackupFiles, ActInstallBinaries, ActKubeadmUpgrade, ActRestartKubelet, ActGates}},
+		{"worker, files only", Spec{Kubeadm: protocol.KubeadmNone, Files: true}, []ActionName{ActBackupFiles, ActWriteFiles, ActGates}},
+		{"control plane, files only, no snapshot asked", Spec{ControlPlane: true, Kubeadm: protocol.KubeadmNone, Files: true}, []ActionName{ActBackupFiles, ActWriteFiles, ActGates}},
+		{"control plane, files only, snapshot asked", Spec{ControlPlane: true, EtcdSnapshot: true, Kubeadm: protocol.KubeadmNone, Files: true}, []ActionName{ActEtcdSnapshot, ActBackupFiles, ActWriteFiles, ActGates}},
+		{"worker, snapshot flag ignored (no etcd on workers)", Spec{EtcdSnapshot: true, Kubeadm: protocol.KubeadmNone, Files: true}, []ActionName{ActBackupFiles, ActWriteFiles, ActGates}},
+		{"OS live-applied, no reboot", Spec{Kubeadm: protocol.KubeadmNone, OS: true, Caps: backend.Capabilities{SupportsRollback: true}}, []ActionName{ActBackendStage, ActBackendActivate, ActBackendVerify, ActGates, ActBackendCommit}},
+		{"kubelet args only", Spec{Kubeadm: protocol.KubeadmNone, KubeletArgs: true}, []ActionName{ActBackupFiles, ActKubeletConfig, ActRestartKubelet, ActGates}},
+		{"nothing to change still gates", Spec{Kubeadm: protocol.KubeadmNone}, []ActionName{ActGates}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			g.Expect(names(Derive(tt.spec))).To(Equal(tt.want))
+		})
+	}
+}
+
+// done marks the first n actions of Derive(s) done.
+func done(s Spec, n int) []Action {
+	as := Derive(s)
+	for i := 0; i < n; i++ {
+		as[i].Done = true
+	}
+	return as
+}
+
+func indexOf(as []Action, n ActionName) int {
+	for i, a := range as {
+		if a.Name == n {
+			return i
+		}
+	}
+	return -1
+}
+
+func TestDeriveRollback(t *testing.T) {
+	full := Derive(cpFull)
+	tests := []struct {
+		name   string
+		spec   Spec
+		failed ActionName
+		want   []ActionName
+	}{
+		{"snapshot fails: nothing changed", cpFull, ActEtcdSnapshot, []ActionName{}},
+		{"stage fails: backend rollback only", cpFull, ActBackendStage, []ActionName{ActBackendRollback}},
+		{"reboot command fails: no reboot to undo", cpFull, ActReboot, []ActionName{ActBackendRollback}},
+		{"verify fails after reboot: rollback and reboot back", cpFull, ActBackendVerify, []ActionName{ActBackendRollback, ActReboot}},
+		{"backup fails after reboot", cpFull, ActBackupFiles, []ActionName{ActBackendRollback, ActReboot}},
+		{"kubeadm upgrade fails on control plane: everything", cpFull, ActKubeadmUpgrade, []ActionName{ActRestoreFiles, ActRestoreEtcd, ActBackendRollback, ActReboot}},
+		{"gates fail on control plane: everything, in order", cpFull, ActGates, []ActionName{ActRestoreFiles, ActRestoreEtcd, ActBackendRollback, ActReboot}},
+		{"commit fails", cpFull, ActBackendCommit, []ActionName{ActRestoreFiles, ActRestoreEtcd, ActBackendRollback, ActReboot}},
+		{"worker gates fail: files, kubelet restart", workerK8s, ActGates, []ActionName{ActRestoreFiles, ActRestartKubelet}},
+		{"worker write-files fails: restore, restart", Spec{Kubeadm: protocol.KubeadmNone, Files: true}, ActWriteFiles, []ActionName{ActRestoreFiles, ActRestartKubelet}},
+		{"worker backup fails: nothing changed", workerK8s, ActBackupFiles, []ActionName{}},
+	}
+	_ = full
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			fwd := Derive(tt.spec)
+			fwd = done(tt.spec, indexOf(fwd, tt.failed))
+			rb := DeriveRollback(tt.spec, fwd, tt.failed)
+			g.Expect(names(rb)).To(Equal(tt.want))
+			for _, a := range rb {
+				g.Expect(a.Rollback).To(BeTrue())
+			}
+		})
+	}
+}
+
+// host is a scripted world for the state machine: it performs actions (counting
+// runs), fails the ones listed, and reboots by changing the boot ID.
+type host struct {
+	boot   int
+	runs   map[string]int
+	order  []string
+	failOn map[string]string
+}
+
+func newHost() *host { return &host{boot: 1, runs: map[string]int{}, failOn: map[string]string{}} }
+
+func (h *host) bootID() string { return string(rune('a' + h.boot)) }
+
+// perform returns the event for running a.
+func (h *host) perform(a Action) Event {
+	h.runs[a.Key()]++
+	h.order = append(h.order, a.Key())
+	if msg, ok := h.failOn[a.Key()]; ok {
+		reason := ReasonActionFailed
+		if a.Name == ActGates {
+			reason = ReasonGateFailed
+		}
+		return ActionFailed{Name: a.Name, Reason: reason, Message: msg}
+	}
+	return ActionSucceeded{Name: a.Name}
+}
+
+// persist is what the journal does: a JSON round trip.
+func persist(t *testing.T, s State) State {
+	t.Helper()
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out State
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// drive runs the executor loop until terminal. crashAfter >= 0 simulates a crash
+// (state reloaded from its persisted form, then Resumed) after that many actions.
+// crashBeforeResult makes that crash happen after the action ran but before its
+// result was recorded.
+func drive(t *testing.T, h *host, s State, out Output, crashAfter int, crashBeforeResult bool) State {
+	t.Helper()
+	g := NewWithT(t)
+	steps := 0
+	for i := 0; i < 100; i++ {
+		if out.AwaitBoot {
+			h.boot++
+			s = persist(t, s)
+			var err error
+			s, out, err = Step(s, Resumed{BootID: h.bootID()})
+			g.Expect(err).NotTo(HaveOccurred())
+			continue
+		}
+		if out.Next == nil {
+			return s
+		}
+		a := *out.Next
+		if a.Name == ActReboot {
+			h.runs[a.Key()]++
+			h.order = append(h.order, a.Key())
+			var err error
+			s, out, err = Step(s, RebootIssued{BootID: h.bootID()})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(out.AwaitBoot).To(BeTrue())
+			steps++
+			continue
+		}
+		ev := h.perform(a)
+		steps++
+		if steps == crashAfter && crashBeforeResult {
+			// Crash: the result is lost; resume must repeat the same action.
+			s = persist(t, s)
+			var err error
+			s, out, err = Step(s, Resumed{BootID: h.bootID()})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(out.Next).NotTo(BeNil())
+			g.Expect(*out.Next).To(Equal(a))
+			continue
+		}
+		var err error
+		s, out, err = Step(s, ev)
+		g.Expect(err).NotTo(HaveOccurred())
+		if steps == crashAfter {
+			s = persist(t, s)
+			s, out, err = Step(s, Resumed{BootID: h.bootID()})
+			g.Expect(err).NotTo(HaveOccurred())
+		}
+	}
+	t.Fatal("no terminal state after 100 steps")
+	return s
+}
+
+func start(t *testing.T, spec Spec) (State, Output) {
+	t.Helper()
+	s, out, err := Step(State{}, PlanObserved{Hash: "h1", Spec: spec, At: time.Unix(100, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, out
+}
+
+func TestHappyPath(t *testing.T) {
+	for _, spec := range []Spec{cpFull, workerK8s} {
+		t.Run(string(spec.Kubeadm), func(t *testing.T) {
+			g := NewWithT(t)
+			h := newHost()
+			s, out := start(t, spec)
+			g.Expect(s.Phase).To(Equal(phaseOf(Derive(spec)[0].Name)))
+			s = drive(t, h, s, out, -1, false)
+			g.Expect(s.Phase).To(Equal(protocol.PhaseCommitted))
+			for _, a := range Derive(spec) {
+				g.Expect(h.runs[a.Key()]).To(Equal(1), "action %s", a.Name)
+			}
+			g.Expect(h.order).To(HaveLen(len(Derive(spec))))
+			st := s.Status()
+			g.Expect(st.Step).To(Equal(st.Steps))
+			g.Expect(st.Message).To(ContainSubstring("committed: Kubernetes v1.36.0"))
+			_, err := protocol.EncodeStatus(st)
+			g.Expect(err).NotTo(HaveOccurred())
+		})
+	}
+}
+
+func TestPhasesAlongTheWay(t *testing.T) {
+	g := NewWithT(t)
+	h := newHost()
+	s, out := start(t, cpFull)
+	var phases []protocol.Phase
+	for out.Next != nil || out.AwaitBoot {
+		phases = append(phases, s.Phase)
+		if out.AwaitBoot {
+			h.boot++
+			s, out, _ = Step(s, Resumed{BootID: h.bootID()})
+			continue
+		}
+		if out.Next.Name == ActReboot {
+			s, out, _ = Step(s, RebootIssued{BootID: h.bootID()})
+			continue
+		}
+		s, out, _ = Step(s, h.perform(*out.Next))
+	}
+	phases = append(phases, s.Phase)
+	g.Expect(phases).To(Equal([]protocol.Phase{
+		protocol.PhaseStaging, protocol.PhaseStaging, protocol.PhaseApplying, protocol.PhaseRebooting, protocol.PhaseRebooting,
+		protocol.PhaseApplying, protocol.PhaseApplying, protocol.PhaseApplying, protocol.PhaseApplying, protocol.PhaseApplying,
+		protocol.PhaseApplying, protocol.PhaseApplying, protocol.PhaseVerifying, protocol.PhaseVerifying, protocol.PhaseCommitted,
+	}))
+}
+
+// TestCrashBetweenAnyTwoActions: a crash after every possible number of finished
+// actions resumes exactly: every action runs once.
+func TestCrashBetweenAnyTwoActions(t *testing.T) {
+	for _, spec := range []Spec{cpFull, workerK8s} {
+		n := len(Derive(spec))
+		for k := 0; k <= n; k++ {
+			t.Run(string(spec.Kubeadm)+"/after-"+strconv.Itoa(k), func(t *testing.T) {
+				g := NewWithT(t)
+				h := newHost()
+				s, out := start(t, spec)
+				s = drive(t, h, s, out, k, false)
+				g.Expect(s.Phase).To(Equal(protocol.PhaseCommitted))
+				for _, a := range Derive(spec) {
+					g.Expect(h.runs[a.Key()]).To(Equal(1), "action %s", a.Name)
+				}
+			})
+		}
+	}
+}
+
+// TestCrashDuringAction: a crash after an action ran but before its result was
+// journaled repeats that action (actions are idempotent) and skips none.
+func TestCrashDuringAction(t *testing.T) {
+	spec := cpFull
+	n := len(Derive(spec))
+	for k := 1; k <= n; k++ {
+		t.Run("during-"+string(Derive(spec)[k-1].Name), func(t *testing.T) {
+			g := NewWithT(t)
+			h := newHost()
+			s, out := start(t, spec)
+			s = drive(t, h, s, out, k, true)
+			g.Expect(s.Phase).To(Equal(protocol.PhaseCommitted))
+			for i, a := range Derive(spec) {
+				want := 1
+				if i == k-1 && a.Name != ActReboot {
+					want = 2
+				}
+				g.Expect(h.runs[a.Key()]).To(Equal(want), "action %s", a.Name)
+			}
+		})
+	}
+}
+
+func TestRebootWithoutNewBootIsReissued(t *testing.T) {
+	g := NewWithT(t)
+	s, out := start(t, cpFull)
+	h := newHost()
+	for out.Next != nil && out.Next.Name != ActReboot {
+		s, out, _ = Step(s, h.perform(*out.Next))
+	}
+	s, out, err := Step(s, RebootIssued{BootID: "b1"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out.AwaitBoot).To(BeTrue())
+	g.Expect(s.Phase).To(Equal(protocol.PhaseRebooting))
+	// Crash before the reboot took effect: same boot ID, the reboot is asked again.
+	s, out, err = Step(persist(t, s), Resumed{BootID: "b1"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out.Next).NotTo(BeNil())
+	g.Expect(out.Next.Name).To(Equal(ActReboot))
+	s, _, _ = Step(s, RebootIssued{BootID: "b1"})
+	s, out, err = Step(persist(t, s), Resumed{BootID: "b2"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out.Next.Name).To(Equal(ActBackendVerify))
+	g.Expect(s.RebootFrom).To(BeEmpty())
+}
+
+func TestFailedGateRollsBackOnceInOrder(t *testing.T) {
+	for _, crash := range []int{-1, 13, 14, 15, 16} {
+		t.Run("crash-"+strconv.Itoa(crash), func(t *testing.T) {
+			g := NewWithT(t)
+			h := newHost()
+			h.failOn["gates"] = "kubelet-version: kubelet reports v1.35.0, want v1.36.0"
+			s, out := start(t, cpFull)
+			s = drive(t, h, s, out, crash, false)
+			g.Expect(s.Phase).To(Equal(protocol.PhaseRolledBack))
+			g.Expect(h.order[indexOf(Derive(cpFull), ActGates):]).To(Equal([]string{
+				"gates", "rollback/restore-files", "rollback/restore-etcd", "rollback/backend-rollback", "rollback/reboot",
+			}))
+			for k, v := range h.runs {
+				g.Expect(v).To(Equal(1), "action %s", k)
+			}
+			g.Expect(h.runs).NotTo(HaveKey("backend-commit"))
+			st := s.Status()
+			g.Expect(st.Reason).To(Equal(ReasonGateFailed))
+			g.Expect(st.Action).To(Equal("gates"))
+			g.Expect(st.Message).To(Equal("rolled back because gates failed: kubelet-version: kubelet reports v1.35.0, want v1.36.0"))
+			g.Expect(st.Step).To(Equal(4))
+			g.Expect(st.Steps).To(Equal(4))
+		})
+	}
+}
+
+func TestFailureDuringRollback(t *testing.T) {
+	g := NewWithT(t)
+	h := newHost()
+	h.failOn["gates"] = "node not Ready"
+	h.failOn["rollback/restore-etcd"] = "etcdutl: snapshot file missing"
+	s, out := start(t, cpFull)
+	s = drive(t, h, s, out, -1, false)
+	g.Expect(s.Phase).To(Equal(protocol.PhaseFailed))
+	g.Expect(h.runs).NotTo(HaveKey("rollback/backend-rollback"), "rollback stops at its first failure")
+	st := s.Status()
+	g.Expect(st.Reason).To(Equal(ReasonRollbackFailed))
+	g.Expect(st.Message).To(ContainSubstring("rollback action restore-etcd failed: etcdutl: snapshot file missing"))
+	g.Expect(st.Message).To(ContainSubstring("gates failed: node not Ready"))
+	// Terminal: no more actions, and further results are refused.
+	_, out, err := Step(s, ActionSucceeded{Name: ActRestoreEtcd})
+	g.Expect(errors.Is(err, ErrUnexpected)).To(BeTrue())
+	g.Expect(out.Next).To(BeNil())
+}
+
+func TestFailureBeforeAnythingChanged(t *testing.T) {
+	g := NewWithT(t)
+	h := newHost()
+	h.failOn["etcd-snapshot"] = "etcdctl: context deadline exceeded"
+	s, out := start(t, cpFull)
+	s = drive(t, h, s, out, -1, false)
+	g.Expect(s.Phase).To(Equal(protocol.PhaseFailed))
+	g.Expect(h.order).To(Equal([]string{"etcd-snapshot"}))
+	st := s.Status()
+	g.Expect(st.Reason).To(Equal(ReasonActionFailed))
+	g.Expect(st.Message).To(Equal("failed before changing the node: etcd-snapshot failed: etcdctl: context deadline exceeded"))
+}
+
+func TestTransitions(t *testing.T) {
+	running, _ := start(t, workerK8s)
+	committed := running.clone()
+	committed.Phase = protocol.PhaseCommitted
+	for i := range committed.Actions {
+		committed.Actions[i].Done = true
+	}
+	rejected, _, _ := Step(State{}, PlanRejected{Hash: "bad", Reason: ReasonInvalidPlan, Message: "decode: unexpected EOF"})
+	tests := []struct {
+		name      string
+		from      State
+		event     Event
+		wantErr   error
+		wantPhase protocol.Phase
+		wantNext  ActionName
+	}{
+		{"observe a plan from empty", State{}, PlanObserved{Hash: "h1", Spec: workerK8s}, nil, protocol.PhaseApplying, ActBackupFiles},
+		{"observe the same plan again is a no-op", running, PlanObserved{Hash: "h1", Spec: workerK8s}, nil, protocol.PhaseApplying, ActBackupFiles},
+		{"observe another plan while busy", running, PlanObserved{Hash: "h2", Spec: workerK8s}, ErrBusy, protocol.PhaseApplying, ActBackupFiles},
+		{"observe another plan after commit", committed, PlanObserved{Hash: "h2", Spec: workerK8s}, nil, protocol.PhaseApplying, ActBackupFiles},
+		{"observe after a rejection", rejected, PlanObserved{Hash: "h2", Spec: workerK8s}, nil, protocol.PhaseApplying, ActBackupFiles},
+		{"reject from empty", State{}, PlanRejected{Hash: "h9", Reason: ReasonUnknownBackend}, nil, protocol.PhaseFailed, ""},
+		{"reject another plan while busy", running, PlanRejected{Hash: "h9", Reason: ReasonUnknownBackend}, ErrBusy, protocol.PhaseApplying, ActBackupFiles},
+		{"reject the running plan", running, PlanRejected{Hash: "h1", Reason: ReasonUnknownBackend}, ErrUnexpected, protocol.PhaseApplying, ActBackupFiles},
+		{"success of the current action", running, ActionSucceeded{Name: ActBackupFiles}, nil, protocol.PhaseApplying, ActInstallBinaries},
+		{"success of another action", running, ActionSucceeded{Name: ActGates}, ErrUnexpected, protocol.PhaseApplying, ActBackupFiles},
+		{"failure of another action", running, ActionFailed{Name: ActGates}, ErrUnexpected, protocol.PhaseApplying, ActBackupFiles},
+		{"failure of the first action", running, ActionFailed{Name: ActBackupFiles, Reason: ReasonActionFailed}, nil, protocol.PhaseFailed, ""},
+		{"reboot issued when no reboot is due", running, RebootIssued{BootID: "x"}, ErrUnexpected, protocol.PhaseApplying, ActBackupFiles},
+		{"resume without a reboot", running, Resumed{BootID: "x"}, nil, protocol.PhaseApplying, ActBackupFiles},
+		{"resume committed", committed, Resumed{BootID: "x"}, nil, protocol.PhaseCommitted, ""},
+		{"success after commit", committed, ActionSucceeded{Name: ActGates}, ErrUnexpected, protocol.PhaseCommitted, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			before := persist(t, tt.from)
+			got, out, err := Step(tt.from, tt.event)
+			if tt.wantErr != nil {
+				g.Expect(errors.Is(err, tt.wantErr)).To(BeTrue(), "error %v", err)
+			} else {
+				g.Expect(err).NotTo(HaveOccurred())
+			}
+			g.Expect(got.Phase).To(Equal(tt.wantPhase))
+			if tt.wantNext == "" {
+				g.Expect(out.Next).To(BeNil())
+			} else {
+				g.Expect(out.Next).NotTo(BeNil())
+				g.Expect(out.Next.Name).To(Equal(tt.wantNext))
+			}
+			g.Expect(persist(t, tt.from)).To(Equal(before), "Step must not mutate its input")
+		})
+	}
+}
+
+func TestAdmit(t *testing.T) {
+	plan := func(mut func(p *protocol.NodePlan)) *protocol.NodePlan {
+		p := protocol.NewPlan("node-1")
+		p.Kubernetes = protocol.KubernetesPlan{Role: protocol.RoleWorker, Version: "v1.36.0", Action: protocol.KubeadmUpgradeNode}
+		if mut != nil {
+			mut(p)
+		}
+		return p
+	}
+	facts := Facts{NodeName: "node-1", KubeletVersion: "v1.35.2", Backends: []string{"none", "simulated"}}
+	tests := []struct {
+		name       string
+		plan       *protocol.NodePlan
+		facts      Facts
+		wantReason string
+		wantMsg    string
+	}{
+		{"minor upgrade", plan(nil), facts, "", ""},
+		{"patch upgrade", plan(func(p *protocol.NodePlan) { p.Kubernetes.Version = "v1.35.3" }), facts, "", ""},
+		{"same version, files only", plan(func(p *protocol.NodePlan) {
+			p.Kubernetes.Version, p.Kubernetes.Action = "v1.35.2", protocol.KubeadmNone
+		}), facts, "", ""},
+		{"simulated OS backend", plan(func(p *protocol.NodePlan) {
+			p.OS = &protocol.OSImage{Backend: "simulated", Ref: "sim:v2", Digest: "sha256:00"}
+		}), facts, "", ""},
+		{"another node", plan(func(p *protocol.NodePlan) { p.NodeName = "node-2" }), facts, ReasonPlanForAnotherNode, `the plan is for node "node-2", this is node "node-1"`},
+		{"unknown backend", plan(func(p *protocol.NodePlan) {
+			p.OS = &protocol.OSImage{Backend: "floppy", Ref: "x", Digest: "sha256:00"}
+		}), facts, ReasonUnknownBackend, `backend "floppy", but this agent has only none, simulated`},
+		{"backend none cannot switch images", plan(func(p *protocol.NodePlan) {
+			p.OS = &protocol.OSImage{Backend: "none", Ref: "x", Digest: "sha256:00"}
+		}), facts, ReasonUnknownBackend, `backend "none"`},
+		{"two minors", plan(func(p *protocol.NodePlan) { p.Kubernetes.Version = "v1.37.0" }), facts, ReasonVersionUnreachable, "more than one minor version"},
+		{"downgrade", plan(func(p *protocol.NodePlan) { p.Kubernetes.Version = "v1.35.1" }), facts, ReasonVersionUnreachable, "downgrades are not supported"},
+		{"major", plan(func(p *protocol.NodePlan) { p.Kubernetes.Version = "v2.0.0" }), facts, ReasonVersionUnreachable, "more than one minor"},
+		{"version change without kubeadm", plan(func(p *protocol.NodePlan) { p.Kubernetes.Action = protocol.KubeadmNone }), facts, ReasonVersionUnreachable, "runs no kubeadm upgrade"},
+		{"no kubelet version", plan(nil), Facts{NodeName: "node-1"}, ReasonVersionUnreachable, "reports no kubelet version"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			r := Admit(tt.plan, tt.facts)
+			if tt.wantReason == "" {
+				g.Expect(r).To(BeNil())
+				return
+			}
+			g.Expect(r).NotTo(BeNil())
+			g.Expect(r.Reason).To(Equal(tt.wantReason))
+			g.Expect(r.Message).To(ContainSubstring(tt.wantMsg))
+		})
+	}
+}
