@@ -1,0 +1,199 @@
+package journal
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+)
+
+// Entry is one journal record.
+type Entry struct {
+	// Key is the plan hash the entry is about.
+	Key string `json:"key,omitempty"`
+	// Plan is the plan itself, so the agent can resume without the API server.
+	Plan json.RawMessage `json:"plan,omitempty"`
+	// State is the state machine's state.
+	State json.RawMessage `json:"state,omitempty"`
+	// InFlight is the key of the action started and not yet finished.
+	InFlight string `json:"inFlight,omitempty"`
+	// Runs counts how many times each action (by key) was started for this plan.
+	Runs map[string]int `json:"runs,omitempty"`
+	// Seq increases with every save; it orders entries for humans and tests.
+	Seq uint64 `json:"seq"`
+}
+
+// Reset starts an entry for another plan: run counters start over.
+func (e *Entry) Reset(key string, plan json.RawMessage) {
+	*e = Entry{Key: key, Plan: plan, Seq: e.Seq}
+}
+
+// Begin records the intent to run an action.
+func (e *Entry) Begin(action string) {
+	if e.Runs == nil {
+		e.Runs = map[string]int{}
+	}
+	e.Runs[action]++
+	e.InFlight = action
+}
+
+// Finish records that the action in flight ended (successfully or not).
+func (e *Entry) Finish() { e.InFlight = "" }
+
+// Journal stores the latest Entry.
+type Journal interface {
+	// Load returns the latest entry; a zero Entry when nothing was saved yet.
+	Load() (Entry, error)
+	// Save durably replaces the latest entry.
+	Save(e Entry) error
+}
+
+// ErrCorrupt means the journal file exists but cannot be read as an entry.
+var ErrCorrupt = errors.New("journal is corrupt")
+
+// File is a Journal in one file on the host disk.
+type File struct {
+	path string
+	mu   sync.Mutex
+}
+
+var _ Journal = &File{}
+
+// NewFile returns a journal in dir/journal.json; dir is created when missing.
+func NewFile(dir string) (*File, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create journal directory: %w", err)
+	}
+	return &File{path: filepath.Join(dir, "journal.json")}, nil
+}
+
+// Path is the journal file's path.
+func (f *File) Path() string { return f.path }
+
+// Load implements Journal.
+func (f *File) Load() (Entry, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, err := os.ReadFile(f.path)
+	if errors.Is(err, os.ErrNotExist) {
+		return Entry{}, nil
+	}
+	if err != nil {
+		return Entry{}, fmt.Errorf("read journal: %w", err)
+	}
+	var e Entry
+	if err := json.Unmarshal(b, &e); err != nil {
+		return Entry{}, fmt.Errorf("%w: %s: %w", ErrCorrupt, f.path, err)
+	}
+	return e, nil
+}
+
+// Save implements Journal.
+func (f *File) Save(e Entry) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e.Seq++
+	b, err := json.MarshalIndent(e, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode journal: %w", err)
+	}
+	if err := WriteFileAtomic(f.path, b, 0o600); err != nil {
+		return fmt.Errorf("save journal: %w", err)
+	}
+	return nil
+}
+
+// WriteFileAtomic writes data to path so that a crash leaves either the old or
+// the new content: temporary file in the same directory, fsync, rename, fsync of
+// the directory.
+func WriteFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("create temporary file: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = os.Remove(tmp.Name())
+		}
+	}()
+	if _, err = tmp.Write(data); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("write %s: %w", tmp.Name(), err)
+	}
+	if err = tmp.Chmod(perm); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("chmod %s: %w", tmp.Name(), err)
+	}
+	if err = tmp.Sync(); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("fsync %s: %w", tmp.Name(), err)
+	}
+	if err = tmp.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", tmp.Name(), err)
+	}
+	if err = os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("rename into %s: %w", path, err)
+	}
+	return SyncDir(dir)
+}
+
+// SyncDir fsyncs a directory so that a rename in it is durable.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open directory %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Memory is an in-memory Journal for tests. It stores the encoded entry, so what
+// is loaded went through the same JSON round trip as a file journal.
+type Memory struct {
+	mu    sync.Mutex
+	data  []byte
+	saves int
+}
+
+var _ Journal = &Memory{}
+
+// Load implements Journal.
+func (m *Memory) Load() (Entry, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.data == nil {
+		return Entry{}, nil
+	}
+	var e Entry
+	if err := json.Unmarshal(m.data, &e); err != nil {
+		return Entry{}, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	return e, nil
+}
+
+// Save implements Journal.
+func (m *Memory) Save(e Entry) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e.Seq++
+	b, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("encode journal: %w", err)
+	}
+	m.data = b
+	m.saves++
+	return nil
+}
+
+// Saves returns how many times Save was called.
+func (m *Memory) Saves() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.saves
+}
