@@ -41,6 +41,11 @@ const (
 
 	// ManagedByValue is the value of ManagedByLabel on our objects.
 	ManagedByValue = "capi-inplace"
+
+	// NamespaceEnabledLabel, set to "true" on a namespace of the management cluster,
+	// selects it in the ExtensionConfig's namespaceSelector (config/extensionconfig):
+	// capi-inplace answers the in-place hooks for Clusters in that namespace.
+	NamespaceEnabledLabel = GroupName + "/enabled"
 )
 
 // AgentNamespace is the namespace in each workload cluster that holds the agent

@@ -1,0 +1,473 @@
+package config_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+)
+
+// Names that tie the manifests together. They are repeated here on purpose: a rename
+// in one manifest that forgets another must fail this test, not silently follow along.
+const (
+	namespace      = inplacev1.AgentNamespace // the extension lives in the same-named namespace
+	serviceName    = "capi-inplace-webhook-service"
+	certSecretName = "capi-inplace-webhook-service-cert"
+	saName         = "capi-inplace-extension"
+	deploymentName = "capi-inplace-extension"
+	extConfigName  = "capi-inplace"
+	certName       = "capi-inplace-serving-cert"
+	issuerName     = "capi-inplace-selfsigned-issuer"
+	imageUser      = int64(65532) // distroless/static:nonroot
+)
+
+// certManagerVersion is the cert-manager release whose CRDs (deploy/crds in its Go
+// module) the manifests are validated against. It is not a dependency of our module:
+// the test fetches the module into the module cache with `go mod download`.
+const certManagerVersion = "v1.21.2"
+
+// render builds config/default with kustomize's Go API, exactly as `kubectl apply -k`.
+func render(t *testing.T) []*unstructured.Unstructured {
+	t.Helper()
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	resMap, err := k.Run(filesys.MakeFsOnDisk(), "default")
+	if err != nil {
+		t.Fatalf("kustomize build config/default: %v", err)
+	}
+	var objs []*unstructured.Unstructured
+	for _, r := range resMap.Resources() {
+		// Through JSON, so that numbers are int64 as in objects read from an API server.
+		b, err := r.MarshalJSON()
+		if err != nil {
+			t.Fatalf("resource %s: %v", r.CurId(), err)
+		}
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(b); err != nil {
+			t.Fatalf("resource %s: %v", r.CurId(), err)
+		}
+		objs = append(objs, u)
+	}
+	return objs
+}
+
+func find(t *testing.T, objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	t.Fatalf("rendered config/default has no %s %s", kind, name)
+	return nil
+}
+
+// typed converts a rendered object into its Go type, strictly: an unknown field
+// (a typo in the YAML) fails the conversion.
+func typed[T any](t *testing.T, u *unstructured.Unstructured) *T {
+	t.Helper()
+	out := new(T)
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, out, true); err != nil {
+		t.Fatalf("%s %s: %v", u.GetKind(), u.GetName(), err)
+	}
+	return out
+}
+
+func TestRenderedObjects(t *testing.T) {
+	g := NewWithT(t)
+	objs := render(t)
+
+	var got []string
+	for _, o := range objs {
+		got = append(got, o.GetKind()+"/"+o.GetNamespace()+"/"+o.GetName())
+		g.Expect(o.GetLabels()).To(HaveKeyWithValue("app.kubernetes.io/part-of", "capi-inplace"), o.GetName())
+	}
+	g.Expect(got).To(ConsistOf(
+		"Namespace//"+namespace,
+		"ConfigMap/"+namespace+"/capi-inplace-policy",
+		"Deployment/"+namespace+"/"+deploymentName,
+		"Service/"+namespace+"/"+serviceName,
+		"ServiceAccount/"+namespace+"/"+saName,
+		"ClusterRole//capi-inplace-extension",
+		"ClusterRoleBinding//capi-inplace-extension",
+		"Role/"+namespace+"/capi-inplace-leader-election",
+		"RoleBinding/"+namespace+"/capi-inplace-leader-election",
+		"Issuer/"+namespace+"/"+issuerName,
+		"Certificate/"+namespace+"/"+certName,
+		"ExtensionConfig//"+extConfigName,
+	))
+
+	t.Run("ExtensionConfig points at the Service, takes its CA from the Certificate's Secret and selects namespaces", func(t *testing.T) {
+		g := NewWithT(t)
+		ec := find(t, objs, "ExtensionConfig", extConfigName)
+		g.Expect(ec.GetAPIVersion()).To(Equal("runtime.cluster.x-k8s.io/v1beta2"))
+		g.Expect(ec.GetAnnotations()).To(HaveKeyWithValue("runtime.cluster.x-k8s.io/inject-ca-from-secret", namespace+"/"+certSecretName))
+		svc, _, _ := unstructured.NestedMap(ec.Object, "spec", "clientConfig", "service")
+		g.Expect(svc).To(Equal(map[string]any{"namespace": namespace, "name": serviceName, "port": int64(443)}))
+		g.Expect(unstructured.NestedFieldNoCopy(ec.Object, "spec", "clientConfig", "caBundle")).To(BeNil(), "the CA is injected, never hard-coded")
+		exprs, found, _ := unstructured.NestedSlice(ec.Object, "spec", "namespaceSelector", "matchExpressions")
+		g.Expect(found).To(BeTrue(), "a namespaceSelector is required: one in-place extension per namespace")
+		g.Expect(exprs).To(Equal([]any{map[string]any{
+			"key": inplacev1.NamespaceEnabledLabel, "operator": "In", "values": []any{"true"},
+		}}))
+		settings, found, _ := unstructured.NestedMap(ec.Object, "spec", "settings")
+		g.Expect(found).To(BeTrue())
+		g.Expect(settings).NotTo(HaveKey(inplacev1.SettingDisableInPlaceUpdates), "the default install must update in place")
+	})
+
+	t.Run("the Certificate's DNS names are the Service's and its Secret is the one mounted and injected", func(t *testing.T) {
+		g := NewWithT(t)
+		svc := typed[corev1.Service](t, find(t, objs, "Service", serviceName))
+		cert := find(t, objs, "Certificate", certName)
+		dnsNames, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
+		g.Expect(dnsNames).To(ConsistOf(
+			svc.Name+"."+svc.Namespace+".svc",
+			svc.Name+"."+svc.Namespace+".svc.cluster.local",
+		))
+		secretName, _, _ := unstructured.NestedString(cert.Object, "spec", "secretName")
+		g.Expect(secretName).To(Equal(certSecretName))
+		issuer, _, _ := unstructured.NestedStringMap(cert.Object, "spec", "issuerRef")
+		g.Expect(issuer).To(Equal(map[string]string{"kind": "Issuer", "name": issuerName}))
+		_, selfSigned, _ := unstructured.NestedMap(find(t, objs, "Issuer", issuerName).Object, "spec", "selfSigned")
+		g.Expect(selfSigned).To(BeTrue(), "a self-signed Issuer: the Secret's ca.crt is what CAPI injects")
+
+		dep := typed[appsv1.Deployment](t, find(t, objs, "Deployment", deploymentName))
+		g.Expect(dep.Spec.Template.Spec.Volumes).To(ContainElement(HaveField("Secret.SecretName", certSecretName)))
+		g.Expect(svc.Spec.Ports).To(HaveLen(1))
+		g.Expect(svc.Spec.Ports[0].Port).To(Equal(int32(443)))
+		g.Expect(svc.Spec.Ports[0].TargetPort.String()).To(Equal("webhook-server"))
+		g.Expect(dep.Spec.Template.Labels).To(And(
+			HaveKeyWithValue("app.kubernetes.io/name", svc.Spec.Selector["app.kubernetes.io/name"]),
+			HaveKeyWithValue("app.kubernetes.io/component", svc.Spec.Selector["app.kubernetes.io/component"]),
+		), "the Service must select the extension's pods")
+	})
+
+	t.Run("the Deployment runs the extension hardened, with probes and the documented flags", func(t *testing.T) {
+		g := NewWithT(t)
+		dep := typed[appsv1.Deployment](t, find(t, objs, "Deployment", deploymentName))
+		pod := dep.Spec.Template.Spec
+		g.Expect(pod.ServiceAccountName).To(Equal(saName))
+		g.Expect(pod.SecurityContext.RunAsNonRoot).To(HaveValue(BeTrue()))
+		g.Expect(pod.SecurityContext.RunAsUser).To(HaveValue(Equal(imageUser)))
+		g.Expect(pod.SecurityContext.SeccompProfile.Type).To(Equal(corev1.SeccompProfileTypeRuntimeDefault))
+		g.Expect(pod.Containers).To(HaveLen(1))
+		c := pod.Containers[0]
+		g.Expect(c.Image).To(Equal("ghcr.io/capi-inplace/capi-inplace:dev"))
+		g.Expect(c.Command).To(Equal([]string{"/capi-inplace"}))
+		g.Expect(c.Args).To(Equal([]string{
+			"extension",
+			"--webhook-port=9443",
+			"--webhook-cert-dir=/tmp/k8s-webhook-server/serving-certs",
+			"--leader-elect",
+			"--diagnostics-address=:8443",
+			"--health-addr=:9440",
+			"--policy-file=/etc/capi-inplace/policy.yaml",
+		}))
+		g.Expect(c.SecurityContext.ReadOnlyRootFilesystem).To(HaveValue(BeTrue()))
+		g.Expect(c.SecurityContext.AllowPrivilegeEscalation).To(HaveValue(BeFalse()))
+		g.Expect(c.SecurityContext.Capabilities.Drop).To(Equal([]corev1.Capability{"ALL"}))
+		g.Expect(c.SecurityContext.Capabilities.Add).To(BeEmpty())
+		g.Expect(c.LivenessProbe.HTTPGet.Path).To(Equal("/healthz"))
+		g.Expect(c.ReadinessProbe.HTTPGet.Path).To(Equal("/readyz"))
+		g.Expect(c.Resources.Requests).NotTo(BeEmpty())
+		g.Expect(c.Resources.Limits).To(HaveKey(corev1.ResourceMemory))
+		ports := map[string]int32{}
+		for _, p := range c.Ports {
+			ports[p.Name] = p.ContainerPort
+		}
+		g.Expect(ports).To(Equal(map[string]int32{"webhook-server": 9443, "metrics": 8443, "healthz": 9440}))
+		g.Expect(c.VolumeMounts).To(ContainElements(
+			And(HaveField("MountPath", "/tmp/k8s-webhook-server/serving-certs"), HaveField("ReadOnly", true)),
+			HaveField("MountPath", "/etc/capi-inplace"),
+		))
+
+		cm := typed[corev1.ConfigMap](t, find(t, objs, "ConfigMap", "capi-inplace-policy"))
+		g.Expect(cm.Data).To(HaveKey("policy.yaml"), "--policy-file names this key")
+		g.Expect(pod.Volumes).To(ContainElement(HaveField("ConfigMap.Name", cm.Name)))
+	})
+
+	t.Run("RBAC grants exactly the documented allow-list", func(t *testing.T) {
+		g := NewWithT(t)
+		cr := typed[rbacv1.ClusterRole](t, find(t, objs, "ClusterRole", "capi-inplace-extension"))
+		g.Expect(grants(cr.Rules)).To(Equal(map[string][]string{
+			"cluster.x-k8s.io/clusters":                          {"get", "list", "watch"},
+			"cluster.x-k8s.io/machinesets":                       {"get", "list", "watch"},
+			"cluster.x-k8s.io/machinedeployments":                {"get", "list", "watch"},
+			"cluster.x-k8s.io/machines":                          {"get", "list", "patch", "update", "watch"},
+			"cluster.x-k8s.io/machines/status":                   {"patch", "update"},
+			"cluster.x-k8s.io/clusters/status":                   {"patch", "update"},
+			"controlplane.cluster.x-k8s.io/kubeadmcontrolplanes": {"get", "list", "patch", "update", "watch"},
+			"bootstrap.cluster.x-k8s.io/kubeadmconfigs":          {"get", "list", "patch", "update", "watch"},
+			"bootstrap.cluster.x-k8s.io/kubeadmconfigtemplates":  {"get", "list", "watch"},
+			"infrastructure.cluster.x-k8s.io/*":                  {"get", "list", "patch", "update", "watch"},
+			"/secrets":                                           {"get", "list", "watch"},
+			"/events":                                            {"create", "patch"},
+			"events.k8s.io/events":                               {"create", "patch"},
+		}))
+		role := typed[rbacv1.Role](t, find(t, objs, "Role", "capi-inplace-leader-election"))
+		g.Expect(role.Namespace).To(Equal(namespace))
+		g.Expect(grants(role.Rules)).To(Equal(map[string][]string{
+			"coordination.k8s.io/leases": {"create", "delete", "get", "list", "patch", "update", "watch"},
+		}))
+		for _, r := range slices.Concat(cr.Rules, role.Rules) {
+			g.Expect(r.Verbs).NotTo(ContainElement("*"), "no wildcard verbs")
+			g.Expect(r.APIGroups).NotTo(ContainElement("*"), "no wildcard API groups")
+			g.Expect(r.NonResourceURLs).To(BeEmpty())
+			if slices.Contains(r.Resources, "*") {
+				g.Expect(r.APIGroups).To(Equal([]string{"infrastructure.cluster.x-k8s.io"}), "a wildcard resource only for infrastructure providers' kinds")
+			}
+		}
+
+		crb := typed[rbacv1.ClusterRoleBinding](t, find(t, objs, "ClusterRoleBinding", "capi-inplace-extension"))
+		rb := typed[rbacv1.RoleBinding](t, find(t, objs, "RoleBinding", "capi-inplace-leader-election"))
+		sa := rbacv1.Subject{Kind: "ServiceAccount", Name: saName, Namespace: namespace}
+		g.Expect(crb.Subjects).To(Equal([]rbacv1.Subject{sa}))
+		g.Expect(crb.RoleRef).To(Equal(rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: cr.Name}))
+		g.Expect(rb.Subjects).To(Equal([]rbacv1.Subject{sa}))
+		g.Expect(rb.RoleRef).To(Equal(rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name}))
+	})
+}
+
+// grants flattens rules into "group/resource" -> sorted verbs.
+func grants(rules []rbacv1.PolicyRule) map[string][]string {
+	m := map[string]sets.Set[string]{}
+	for _, r := range rules {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				k := g + "/" + res
+				if m[k] == nil {
+					m[k] = sets.New[string]()
+				}
+				m[k].Insert(r.Verbs...)
+			}
+		}
+	}
+	out := map[string][]string{}
+	for k, v := range m {
+		out[k] = sets.List(v)
+	}
+	return out
+}
+
+// TestImageMatchesBuildAndManifests checks the Dockerfile against the Makefile's build
+// and the Deployment (no Docker engine here to build it).
+func TestImageMatchesBuildAndManifests(t *testing.T) {
+	g := NewWithT(t)
+	dockerfile, err := os.ReadFile("../Dockerfile")
+	g.Expect(err).NotTo(HaveOccurred())
+	makefile, err := os.ReadFile("../Makefile")
+	g.Expect(err).NotTo(HaveOccurred())
+
+	makeBuild := regexp.MustCompile(`(?m)^\t\$\(GO\) build (.*)-o \$\(BIN\)/capi-inplace (\./cmd/capi-inplace)$`).FindSubmatch(makefile)
+	g.Expect(makeBuild).NotTo(BeNil(), "the Makefile's build target")
+	dockerBuild := regexp.MustCompile(`go build -trimpath (.*)-o /out/capi-inplace (\./cmd/capi-inplace)`).FindSubmatch(dockerfile)
+	g.Expect(dockerBuild).NotTo(BeNil(), "the Dockerfile's go build")
+	g.Expect(string(dockerBuild[2])).To(Equal(string(makeBuild[2])), "the image builds the same package as make build")
+
+	df := string(dockerfile)
+	g.Expect(df).To(ContainSubstring("FROM golang:1.26 AS builder"))
+	g.Expect(df).To(ContainSubstring("CGO_ENABLED=0"))
+	g.Expect(df).To(ContainSubstring("FROM gcr.io/distroless/static:nonroot"))
+	g.Expect(df).To(ContainSubstring(`ENTRYPOINT ["/capi-inplace"]`))
+	g.Expect(df).To(ContainSubstring("USER 65532:65532"))
+}
+
+// TestManifestsApplyToAPIServer applies every rendered object with server-side apply in
+// dry-run mode to a real kube-apiserver with Cluster API's and cert-manager's CRDs, so
+// that schema validation (CRD OpenAPI, built-in types, RBAC) runs for real. It then
+// creates the RBAC objects and asks the API server's authorizer what the extension's
+// ServiceAccount can do.
+func TestManifestsApplyToAPIServer(t *testing.T) {
+	requireAssets(t)
+	g := NewWithT(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	capiDir := moduleDir(t, "sigs.k8s.io/cluster-api", "")
+	certManagerDir := moduleDir(t, "github.com/cert-manager/cert-manager", certManagerVersion)
+	env := &envtest.Environment{
+		CRDInstallOptions: envtest.CRDInstallOptions{
+			Paths: []string{
+				filepath.Join(capiDir, "core", "config", "crd", "bases"), // also holds runtime.cluster.x-k8s.io ExtensionConfig
+				filepath.Join(capiDir, "controlplane", "kubeadm", "config", "crd", "bases"),
+				filepath.Join(capiDir, "bootstrap", "kubeadm", "config", "crd", "bases"),
+				filepath.Join(certManagerDir, "deploy", "crds"),
+			},
+			ErrorIfPathMissing: true,
+		},
+	}
+	cfg, err := env.Start()
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Logf("stop envtest: %v", err)
+		}
+	})
+	c, err := client.New(cfg, client.Options{Scheme: clientgoscheme.Scheme})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	objs := render(t)
+	// Cluster-scoped objects first, so that the namespace exists for the others.
+	slices.SortStableFunc(objs, func(a, b *unstructured.Unstructured) int {
+		return strings.Compare(a.GetNamespace(), b.GetNamespace())
+	})
+	for _, o := range objs {
+		err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o.DeepCopy()),
+			client.DryRunAll, client.FieldOwner("capi-inplace-config-test"), client.ForceOwnership)
+		g.Expect(err).NotTo(HaveOccurred(), "server-side dry-run apply of %s %s", o.GetKind(), o.GetName())
+		if o.GetKind() == "Namespace" {
+			g.Expect(c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o.DeepCopy()), client.FieldOwner("capi-inplace-config-test"))).To(Succeed())
+		}
+	}
+	// Dry run really is dry: nothing but the namespace was stored.
+	err = c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: deploymentName}, &appsv1.Deployment{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "dry run stored the Deployment: %v", err)
+
+	// A broken object must be refused, or the loop above proves nothing.
+	bad := find(t, objs, "ExtensionConfig", extConfigName).DeepCopy()
+	g.Expect(unstructured.SetNestedField(bad.Object, int64(443), "spec", "clientConfig", "service", "name")).To(Succeed())
+	err = c.Apply(ctx, client.ApplyConfigurationFromUnstructured(bad), client.DryRunAll, client.FieldOwner("capi-inplace-config-test"))
+	g.Expect(err).To(HaveOccurred(), "the API server validates ExtensionConfig against its CRD schema")
+	badCert := find(t, objs, "Certificate", certName).DeepCopy()
+	g.Expect(unstructured.SetNestedField(badCert.Object, "not-a-list", "spec", "dnsNames")).To(Succeed())
+	err = c.Apply(ctx, client.ApplyConfigurationFromUnstructured(badCert), client.DryRunAll, client.FieldOwner("capi-inplace-config-test"))
+	g.Expect(err).To(HaveOccurred(), "the API server validates Certificate against cert-manager's CRD schema")
+
+	// Create the RBAC objects for real and ask the authorizer.
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
+			g.Expect(c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o.DeepCopy()), client.FieldOwner("capi-inplace-config-test"))).To(Succeed())
+		}
+	}
+	type access struct {
+		ns, verb, group, resource, sub string
+	}
+	allowed := []access{
+		{"default", "list", "cluster.x-k8s.io", "clusters", ""},
+		{"default", "watch", "cluster.x-k8s.io", "machinedeployments", ""},
+		{"default", "patch", "cluster.x-k8s.io", "machines", ""},
+		{"default", "patch", "cluster.x-k8s.io", "machines", "status"},
+		{"default", "patch", "controlplane.cluster.x-k8s.io", "kubeadmcontrolplanes", ""},
+		{"default", "patch", "bootstrap.cluster.x-k8s.io", "kubeadmconfigs", ""},
+		{"default", "get", "bootstrap.cluster.x-k8s.io", "kubeadmconfigtemplates", ""},
+		{"default", "patch", "infrastructure.cluster.x-k8s.io", "devmachines", ""},
+		{"default", "get", "", "secrets", ""},
+		{"default", "create", "", "events", ""},
+		{"default", "create", "events.k8s.io", "events", ""},
+		{namespace, "update", "coordination.k8s.io", "leases", ""},
+	}
+	denied := []access{
+		{"default", "create", "cluster.x-k8s.io", "machines", ""},
+		{"default", "delete", "cluster.x-k8s.io", "machines", ""},
+		{"default", "delete", "cluster.x-k8s.io", "clusters", ""},
+		{"default", "patch", "cluster.x-k8s.io", "machinedeployments", ""},
+		{"default", "patch", "bootstrap.cluster.x-k8s.io", "kubeadmconfigtemplates", ""},
+		{"default", "delete", "infrastructure.cluster.x-k8s.io", "devmachines", ""},
+		{"default", "create", "", "secrets", ""},
+		{"default", "patch", "", "secrets", ""},
+		{"default", "delete", "", "secrets", ""},
+		{"default", "create", "", "pods", ""},
+		{"", "list", "", "nodes", ""},
+		{"default", "update", "coordination.k8s.io", "leases", ""},
+		{"", "bind", "rbac.authorization.k8s.io", "clusterroles", ""},
+		{"", "escalate", "rbac.authorization.k8s.io", "clusterroles", ""},
+		{"", "create", "rbac.authorization.k8s.io", "clusterrolebindings", ""},
+		{"", "create", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", ""},
+	}
+	can := func(a access) (bool, error) {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:   "system:serviceaccount:" + namespace + ":" + saName,
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: a.ns, Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.sub,
+			},
+		}}
+		if err := c.Create(ctx, sar); err != nil {
+			return false, err
+		}
+		return sar.Status.Allowed, nil
+	}
+	// The authorizer reads RBAC from an informer: wait until the grants are visible.
+	for _, a := range allowed {
+		g.Eventually(func() (bool, error) { return can(a) }).WithTimeout(30*time.Second).
+			Should(BeTrue(), "the extension must be able to %+v", a)
+	}
+	for _, a := range denied {
+		g.Expect(can(a)).To(BeFalse(), "the extension must not be able to %+v", a)
+	}
+}
+
+// requireAssets fails (or, outside CI with no assets configured, skips) when envtest's
+// kube-apiserver and etcd are not available.
+func requireAssets(t *testing.T) {
+	t.Helper()
+	dir := os.Getenv("KUBEBUILDER_ASSETS")
+	if dir == "" {
+		if os.Getenv("CI") == "" {
+			t.Skip("KUBEBUILDER_ASSETS is unset: run `make test` (it builds bin/ and sets it)")
+		}
+		t.Fatal("KUBEBUILDER_ASSETS is unset in CI: run `make test`")
+	}
+	for _, b := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			t.Fatalf("envtest asset %s missing in KUBEBUILDER_ASSETS=%s (make tools builds it): %v", b, dir, err)
+		}
+	}
+}
+
+// moduleDir returns a module's directory in the module cache. With no version it is
+// the version our go.mod selects; with a version the module is downloaded (once) with
+// `go mod download`, outside our module so that go.mod and go.sum stay untouched.
+func moduleDir(t *testing.T, path, version string) string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is needed to locate %s in the module cache: %v", path, err)
+	}
+	var cmd *exec.Cmd
+	if version == "" {
+		cmd = exec.Command(goBin, "list", "-m", "-json", path)
+	} else {
+		cmd = exec.Command(goBin, "mod", "download", "-json", path+"@"+version)
+		cmd.Dir = t.TempDir()
+		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GO111MODULE=on")
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s%s", strings.Join(cmd.Args, " "), err, out, stderr.String())
+	}
+	var m struct{ Dir, Error string }
+	if err := json.Unmarshal(out, &m); err != nil {
+		t.Fatalf("%s: decode: %v", strings.Join(cmd.Args, " "), err)
+	}
+	if m.Dir == "" {
+		t.Fatalf("%s: no directory (%s)", strings.Join(cmd.Args, " "), m.Error)
+	}
+	return m.Dir
+}
