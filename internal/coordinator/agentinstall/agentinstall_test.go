@@ -1,0 +1,176 @@
+package agentinstall
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/coordinator/coordinatortest"
+)
+
+var testEnv *coordinatortest.Env
+
+func TestMain(m *testing.M) { os.Exit(coordinatortest.Main(m, false, &testEnv)) }
+
+func TestObjectsHashFollowsImage(t *testing.T) {
+	tests := []struct {
+		name     string
+		a, b     Config
+		sameHash bool
+	}{
+		{"same config", Config{Image: "agent:v1"}, Config{Image: "agent:v1"}, true},
+		{"new image", Config{Image: "agent:v1"}, Config{Image: "agent:v2"}, false},
+		{"new args", Config{Image: "agent:v1"}, Config{Image: "agent:v1", Args: []string{"agent", "-v=1"}}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			a, err := Objects(tt.a)
+			g.Expect(err).NotTo(HaveOccurred())
+			b, err := Objects(tt.b)
+			g.Expect(err).NotTo(HaveOccurred())
+			ha := a[len(a)-1].GetAnnotations()[ManifestHashAnnotation]
+			hb := b[len(b)-1].GetAnnotations()[ManifestHashAnnotation]
+			g.Expect(ha).NotTo(BeEmpty())
+			g.Expect(ha == hb).To(Equal(tt.sameHash))
+		})
+	}
+	_, err := Objects(Config{})
+	NewWithT(t).Expect(err).To(HaveOccurred())
+}
+
+func TestEnsureInstallsOnceAndUpgrades(t *testing.T) {
+	g := NewWithT(t)
+	cfg := testEnv.Require(t)
+	ctx := context.Background()
+	c, err := client.New(cfg, client.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	applied, err := Ensure(ctx, c, Config{Image: "registry.example/capi-inplace:v1"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(applied).To(BeTrue())
+
+	ds := &appsv1.DaemonSet{}
+	g.Expect(c.Get(ctx, client.ObjectKey{Namespace: inplacev1.AgentNamespace, Name: AgentName}, ds)).To(Succeed())
+	g.Expect(ds.Spec.Template.Spec.Containers[0].Image).To(Equal("registry.example/capi-inplace:v1"))
+	g.Expect(ds.Spec.Template.Spec.HostPID).To(BeFalse())
+	g.Expect(ds.Spec.Template.Spec.Containers[0].Env[0].ValueFrom.FieldRef.FieldPath).To(Equal("spec.nodeName"))
+	var managers []string
+	for _, mf := range ds.ManagedFields {
+		managers = append(managers, mf.Manager)
+	}
+	g.Expect(managers).To(ContainElement(FieldManager))
+	rv := ds.ResourceVersion
+
+	applied, err = Ensure(ctx, c, Config{Image: "registry.example/capi-inplace:v1"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(applied).To(BeFalse(), "up to date: nothing applied")
+	g.Expect(c.Get(ctx, client.ObjectKeyFromObject(ds), ds)).To(Succeed())
+	g.Expect(ds.ResourceVersion).To(Equal(rv))
+
+	applied, err = Ensure(ctx, c, Config{Image: "registry.example/capi-inplace:v2"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(applied).To(BeTrue(), "new image: upgraded")
+	g.Expect(c.Get(ctx, client.ObjectKeyFromObject(ds), ds)).To(Succeed())
+	g.Expect(ds.Spec.Template.Spec.Containers[0].Image).To(Equal("registry.example/capi-inplace:v2"))
+}
+
+// agentClient impersonates the agent's service account as the API server sees a
+// pod-bound token of a pod on nodeName (nodeName "" leaves out the claim).
+func agentClient(t *testing.T, cfg *rest.Config, nodeName string) kubernetes.Interface {
+	t.Helper()
+	cfg = rest.CopyConfig(cfg)
+	cfg.Impersonate = rest.ImpersonationConfig{
+		UserName: ServiceAccountUsername(),
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + inplacev1.AgentNamespace, "system:authenticated"},
+	}
+	if nodeName != "" {
+		cfg.Impersonate.Extra = map[string][]string{NodeNameExtra: {nodeName}}
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+func TestAgentConfinedToOwnNode(t *testing.T) {
+	g := NewWithT(t)
+	cfg := testEnv.Require(t)
+	ctx := context.Background()
+	c, err := client.New(cfg, client.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = Ensure(ctx, c, Config{Image: "registry.example/capi-inplace:v1"})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	for _, n := range []string{"node-a", "node-b"} {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"zone": "1"}}}
+		g.Expect(client.IgnoreAlreadyExists(c.Create(ctx, node))).To(Succeed())
+	}
+	otherNS := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere"}}
+	g.Expect(client.IgnoreAlreadyExists(c.Create(ctx, otherNS))).To(Succeed())
+	g.Expect(client.IgnoreAlreadyExists(c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "elsewhere", Name: "s"}}))).To(Succeed())
+	g.Expect(client.IgnoreAlreadyExists(c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: inplacev1.AgentNamespace, Name: inplacev1.PlanSecretName("node-a")}}))).To(Succeed())
+
+	agentA := agentClient(t, cfg, "node-a")
+	patch := func(cs kubernetes.Interface, node, body string) error {
+		_, err := cs.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(body), metav1.PatchOptions{})
+		return err
+	}
+	stateOnly := `{"metadata":{"annotations":{"` + inplacev1.StateAnnotation + `":"Applying"}}}`
+
+	// The policy is loaded asynchronously after it is created: wait until it bites.
+	g.Eventually(func() error { return patch(agentA, "node-b", stateOnly) }, 20*time.Second, 200*time.Millisecond).
+		Should(MatchError(ContainSubstring("may only modify the node it runs on")))
+
+	tests := []struct {
+		name    string
+		cs      kubernetes.Interface
+		node    string
+		body    string
+		wantErr string
+	}{
+		{"own node, own annotations", agentA, "node-a", stateOnly, ""},
+		{"own node, status annotation", agentA, "node-a", `{"metadata":{"annotations":{"` + inplacev1.StatusAnnotation + `":"{}","` + inplacev1.CurrentPlanAnnotation + `":"abc"}}}`, ""},
+		{"another node", agentA, "node-b", stateOnly, "may only modify the node it runs on"},
+		{"no node claim", agentClient(t, cfg, ""), "node-a", stateOnly, "may only modify the node it runs on"},
+		{"coordinator's annotation", agentA, "node-a", `{"metadata":{"annotations":{"` + inplacev1.DesiredPlanAnnotation + `":"x"}}}`, "may only change its own annotations"},
+		{"foreign annotation", agentA, "node-a", `{"metadata":{"annotations":{"example.com/x":"y"}}}`, "may only change its own annotations"},
+		{"labels", agentA, "node-a", `{"metadata":{"labels":{"zone":"2"}}}`, "may not change node labels or spec"},
+		{"uncordon itself", agentA, "node-a", `{"spec":{"unschedulable":true}}`, "may not change node labels or spec"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			err := patch(tt.cs, tt.node, tt.body)
+			if tt.wantErr == "" {
+				g.Expect(err).NotTo(HaveOccurred())
+				return
+			}
+			g.Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "got %v", err)
+			g.Expect(err).To(MatchError(ContainSubstring(tt.wantErr)))
+		})
+	}
+
+	t.Run("secrets: own namespace readable, others not (RBAC)", func(t *testing.T) {
+		g := NewWithT(t)
+		_, err := agentA.CoreV1().Secrets(inplacev1.AgentNamespace).Get(ctx, inplacev1.PlanSecretName("node-a"), metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		_, err = agentA.CoreV1().Secrets("elsewhere").Get(ctx, "s", metav1.GetOptions{})
+		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
+		_, err = agentA.CoreV1().Secrets(inplacev1.AgentNamespace).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
+		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
+	})
+}

@@ -1,0 +1,256 @@
+package agentinstall
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+)
+
+const (
+	// AgentName names the agent's ServiceAccount, DaemonSet and RBAC objects.
+	AgentName = "capi-inplace-agent"
+	// PolicyName names the ValidatingAdmissionPolicy and its binding.
+	PolicyName = "capi-inplace-agent-own-node"
+	// ManifestHashAnnotation on the DaemonSet holds the hash of everything installed.
+	ManifestHashAnnotation = inplacev1.GroupName + "/agent-manifests"
+	// NodeNameExtra is the user-info extra key the API server sets from a pod-bound
+	// service account token's node claim.
+	NodeNameExtra = "authentication.kubernetes.io/node-name"
+	// HostRoot is where the agent container sees the host's root file system.
+	HostRoot = "/host"
+)
+
+// Config parameterises the agent's manifests.
+type Config struct {
+	// Image is the agent's container image.
+	Image string
+	// Args are the container's arguments; nil means ["agent"].
+	Args []string
+}
+
+// ServiceAccountUsername is the user name the agent authenticates as.
+func ServiceAccountUsername() string {
+	return "system:serviceaccount:" + inplacev1.AgentNamespace + ":" + AgentName
+}
+
+func labels() map[string]string {
+	return map[string]string{
+		inplacev1.ManagedByLabel:    inplacev1.ManagedByValue,
+		"app.kubernetes.io/name":    AgentName,
+		"app.kubernetes.io/part-of": "capi-inplace",
+	}
+}
+
+func meta(name, namespace string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels()}
+}
+
+// Objects returns the agent's manifests in apply order, the DaemonSet last so that
+// it only starts once its RBAC and policy exist. The DaemonSet carries the hash of
+// all objects in ManifestHashAnnotation.
+func Objects(cfg Config) ([]client.Object, error) {
+	if cfg.Image == "" {
+		return nil, fmt.Errorf("agent image is empty")
+	}
+	args := cfg.Args
+	if args == nil {
+		args = []string{"agent"}
+	}
+	ns := inplacev1.AgentNamespace
+	objs := []client.Object{
+		&corev1.Namespace{
+			TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
+			ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: mergeLabels(labels(), map[string]string{
+				// The agent is privileged by design (it replaces the OS and kubelet).
+				"pod-security.kubernetes.io/enforce": "privileged",
+			})},
+		},
+		&corev1.ServiceAccount{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
+			ObjectMeta: meta(AgentName, ns),
+		},
+		&rbacv1.ClusterRole{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
+			ObjectMeta: meta(AgentName, ""),
+			Rules: []rbacv1.PolicyRule{{
+				// patch is confined to the agent's own Node and annotations by PolicyName.
+				APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch"},
+			}},
+		},
+		&rbacv1.ClusterRoleBinding{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
+			ObjectMeta: meta(AgentName, ""),
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: AgentName},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: AgentName, Namespace: ns}},
+		},
+		&rbacv1.Role{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
+			ObjectMeta: meta(AgentName, ns),
+			Rules: []rbacv1.PolicyRule{{
+				APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch"},
+			}},
+		},
+		&rbacv1.RoleBinding{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
+			ObjectMeta: meta(AgentName, ns),
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: AgentName},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: AgentName, Namespace: ns}},
+		},
+		ownNodePolicy(),
+		&admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicyBinding"},
+			ObjectMeta: meta(PolicyName, ""),
+			Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+				PolicyName:        PolicyName,
+				ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+			},
+		},
+	}
+	ds := daemonSet(cfg.Image, args)
+	hash, err := hashObjects(append(objs, ds))
+	if err != nil {
+		return nil, err
+	}
+	ds.Annotations = map[string]string{ManifestHashAnnotation: hash}
+	return append(objs, ds), nil
+}
+
+func mergeLabels(a, b map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] = v
+	}
+	return out
+}
+
+func ownNodePolicy() *admissionregistrationv1.ValidatingAdmissionPolicy {
+	allowed := []string{inplacev1.CurrentPlanAnnotation, inplacev1.StateAnnotation, inplacev1.StatusAnnotation}
+	quoted := make([]string, len(allowed))
+	for i, a := range allowed {
+		quoted[i] = "'" + a + "'"
+	}
+	return &admissionregistrationv1.ValidatingAdmissionPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicy"},
+		ObjectMeta: meta(PolicyName, ""),
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{
+				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+						Rule: admissionregistrationv1.Rule{
+							APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"nodes"},
+						},
+					},
+				}},
+			},
+			MatchConditions: []admissionregistrationv1.MatchCondition{{
+				Name:       "is-agent",
+				Expression: fmt.Sprintf("request.userInfo.username == '%s'", ServiceAccountUsername()),
+			}},
+			Variables: []admissionregistrationv1.Variable{
+				{Name: "claims", Expression: "request.userInfo.?extra.orValue({})"},
+				{Name: "allowed", Expression: "[" + strings.Join(quoted, ", ") + "]"},
+				{Name: "newAnn", Expression: "object.metadata.?annotations.orValue({})"},
+				{Name: "oldAnn", Expression: "oldObject.metadata.?annotations.orValue({})"},
+			},
+			Validations: []admissionregistrationv1.Validation{
+				{
+					Expression: fmt.Sprintf("'%[1]s' in variables.claims && variables.claims['%[1]s'].size() > 0 && object.metadata.name == variables.claims['%[1]s'][0]", NodeNameExtra),
+					Message:    "the capi-inplace agent may only modify the node it runs on",
+					Reason:     ptr.To(metav1.StatusReasonForbidden),
+				},
+				{
+					Expression: "variables.newAnn.all(k, k in variables.allowed || (k in variables.oldAnn && variables.oldAnn[k] == variables.newAnn[k])) && " +
+						"variables.oldAnn.all(k, k in variables.allowed || k in variables.newAnn)",
+					Message: "the capi-inplace agent may only change its own annotations (" + strings.Join(allowed, ", ") + ")",
+					Reason:  ptr.To(metav1.StatusReasonForbidden),
+				},
+				{
+					Expression: "object.metadata.?labels.orValue({}) == oldObject.metadata.?labels.orValue({}) && " +
+						"object.?spec.orValue({}) == oldObject.?spec.orValue({})",
+					Message: "the capi-inplace agent may not change node labels or spec",
+					Reason:  ptr.To(metav1.StatusReasonForbidden),
+				},
+			},
+		},
+	}
+}
+
+func daemonSet(image string, args []string) *appsv1.DaemonSet {
+	sel := map[string]string{"app.kubernetes.io/name": AgentName}
+	hostPathDir := corev1.HostPathDirectory
+	return &appsv1.DaemonSet{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "DaemonSet"},
+		ObjectMeta: meta(AgentName, inplacev1.AgentNamespace),
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: sel},
+			UpdateStrategy: appsv1.DaemonSetUpdateStrategy{
+				Type: appsv1.RollingUpdateDaemonSetStrategyType,
+			},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: mergeLabels(labels(), sel)},
+				Spec: corev1.PodSpec{
+					ServiceAccountName: AgentName,
+					// The agent must keep working while the CNI or the node's own API
+					// server restarts during an upgrade, so it uses the host network.
+					HostNetwork:       true,
+					DNSPolicy:         corev1.DNSClusterFirstWithHostNet,
+					PriorityClassName: "system-node-critical",
+					Tolerations: []corev1.Toleration{
+						{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+						// The coordinator cordons the node before it publishes a plan.
+						{Key: corev1.TaintNodeUnschedulable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+						{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+						{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+					},
+					Containers: []corev1.Container{{
+						Name:            "agent",
+						Image:           image,
+						ImagePullPolicy: corev1.PullIfNotPresent,
+						Args:            args,
+						Env: []corev1.EnvVar{
+							{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "spec.nodeName"}}},
+							{Name: "HOST_ROOT", Value: HostRoot},
+						},
+						// Replacing the OS image, kubelet and kubeadm needs the host's root
+						// file system and privileges; host PID and IPC are not needed.
+						SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
+						VolumeMounts:    []corev1.VolumeMount{{Name: "host", MountPath: HostRoot}},
+					}},
+					Volumes: []corev1.Volume{{
+						Name:         "host",
+						VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/", Type: &hostPathDir}},
+					}},
+				},
+			},
+		},
+	}
+}
+
+func hashObjects(objs []client.Object) (string, error) {
+	h := sha256.New()
+	for _, o := range objs {
+		b, err := json.Marshal(o)
+		if err != nil {
+			return "", fmt.Errorf("hash agent manifests: %w", err)
+		}
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8]), nil
+}
