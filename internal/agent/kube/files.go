@@ -1,0 +1,268 @@
+package kube
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/capi-inplace/capi-inplace/internal/agent/journal"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
+)
+
+func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", filepath.Dir(path), err)
+	}
+	return journal.WriteFileAtomic(path, data, perm)
+}
+
+// BackupSet returns the host paths the Kubernetes part of a plan may change.
+func BackupSet(p *protocol.NodePlan) []string {
+	var out []string
+	for _, f := range p.Files {
+		out = append(out, f.Path)
+	}
+	out = append(out, KubeadmFlagsPath, KubeletConfig)
+	if p.Kubernetes.Action != protocol.KubeadmNone {
+		out = append(out, KubeadmBinary, KubeletBinary)
+		if p.Kubernetes.Role == protocol.RoleControlPlane {
+			for _, c := range StaticPods {
+				out = append(out, ManifestsDir+"/"+c+".yaml")
+			}
+			for _, c := range []string{"admin", "super-admin", "controller-manager", "scheduler", "kubelet"} {
+				out = append(out, "/etc/kubernetes/"+c+".conf")
+			}
+		}
+	}
+	seen := map[string]bool{}
+	uniq := out[:0]
+	for _, p := range out {
+		if !seen[p] {
+			seen[p] = true
+			uniq = append(uniq, p)
+		}
+	}
+	return uniq
+}
+
+type backupEntry struct {
+	Path    string      `json:"path"`
+	Existed bool        `json:"existed"`
+	Mode    os.FileMode `json:"mode,omitempty"`
+	UID     int         `json:"uid"`
+	GID     int         `json:"gid"`
+}
+
+func (h *Host) backupDir(hash string) string { return h.planDir(hash) + "/backup" }
+
+// Backup copies every path to the plan's backup directory and records which
+// paths did not exist (a restore removes those). The manifest is written last:
+// when it exists the backup is complete and is never taken again, so a repeated
+// run cannot overwrite the pre-change copies with changed files.
+func (h *Host) Backup(_ context.Context, hash string, paths []string) error {
+	manifest := h.path(h.backupDir(hash) + "/manifest.json")
+	if _, err := os.Stat(manifest); err == nil {
+		return nil
+	}
+	entries := make([]backupEntry, 0, len(paths))
+	for _, p := range paths {
+		e := backupEntry{Path: p}
+		info, err := os.Lstat(h.path(p))
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+		case err != nil:
+			return fmt.Errorf("back up %s: %w", p, err)
+		case !info.Mode().IsRegular():
+			return fmt.Errorf("back up %s: not a regular file", p)
+		default:
+			data, err := os.ReadFile(h.path(p))
+			if err != nil {
+				return fmt.Errorf("back up %s: %w", p, err)
+			}
+			e.Existed, e.Mode = true, info.Mode().Perm()
+			e.UID, e.GID = owner(info)
+			if err := writeFileAtomic(h.path(h.backupDir(hash)+"/files"+p), data, 0o600); err != nil {
+				return fmt.Errorf("back up %s: %w", p, err)
+			}
+		}
+		entries = append(entries, e)
+	}
+	raw, err := json.MarshalIndent(entries, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode backup manifest: %w", err)
+	}
+	return writeFileAtomic(manifest, raw, 0o600)
+}
+
+// Restore puts every backed-up path back as it was: content, mode and owner, or
+// absence.
+func (h *Host) Restore(_ context.Context, hash string) error {
+	raw, err := os.ReadFile(h.path(h.backupDir(hash) + "/manifest.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // the backup never completed, so nothing was changed after it
+	}
+	if err != nil {
+		return fmt.Errorf("read backup manifest: %w", err)
+	}
+	var entries []backupEntry
+	if err := json.Unmarshal(raw, &entries); err != nil {
+		return fmt.Errorf("decode backup manifest: %w", err)
+	}
+	for _, e := range entries {
+		if !e.Existed {
+			if err := os.Remove(h.path(e.Path)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("restore %s: %w", e.Path, err)
+			}
+			continue
+		}
+		data, err := os.ReadFile(h.path(h.backupDir(hash) + "/files" + e.Path))
+		if err != nil {
+			return fmt.Errorf("restore %s: %w", e.Path, err)
+		}
+		if err := writeFileAtomic(h.path(e.Path), data, e.Mode); err != nil {
+			return fmt.Errorf("restore %s: %w", e.Path, err)
+		}
+		if err := chown(h.path(e.Path), e.UID, e.GID); err != nil {
+			return fmt.Errorf("restore %s: %w", e.Path, err)
+		}
+	}
+	return nil
+}
+
+// WriteFiles writes the plan's files atomically with their modes and owners.
+func (h *Host) WriteFiles(_ context.Context, files []protocol.File) error {
+	for _, f := range files {
+		mode := os.FileMode(0o644)
+		if f.Permissions != "" {
+			m, err := strconv.ParseUint(f.Permissions, 8, 32)
+			if err != nil {
+				return fmt.Errorf("file %s: permissions %q: %w", f.Path, f.Permissions, err)
+			}
+			mode = os.FileMode(m)
+		}
+		uid, gid, err := h.lookupOwner(f.Owner)
+		if err != nil {
+			return fmt.Errorf("file %s: %w", f.Path, err)
+		}
+		if err := writeFileAtomic(h.path(f.Path), f.Content, mode.Perm()); err != nil {
+			return fmt.Errorf("file %s: %w", f.Path, err)
+		}
+		if uid >= 0 {
+			if err := chown(h.path(f.Path), uid, gid); err != nil {
+				return fmt.Errorf("file %s: %w", f.Path, err)
+			}
+		}
+	}
+	return nil
+}
+
+// lookupOwner resolves "user", "user:group" or numeric ids in the host's
+// /etc/passwd and /etc/group; -1 when no owner is asked for.
+func (h *Host) lookupOwner(owner string) (int, int, error) {
+	if owner == "" {
+		return -1, -1, nil
+	}
+	user, group, _ := strings.Cut(owner, ":")
+	uid, gidOfUser, err := h.lookupID("/etc/passwd", user, 2, 3)
+	if err != nil {
+		return 0, 0, fmt.Errorf("owner %q: %w", owner, err)
+	}
+	gid := gidOfUser
+	if group != "" {
+		if gid, _, err = h.lookupID("/etc/group", group, 2, 2); err != nil {
+			return 0, 0, fmt.Errorf("owner %q: %w", owner, err)
+		}
+	}
+	return uid, gid, nil
+}
+
+func (h *Host) lookupID(db, name string, idField, gidField int) (int, int, error) {
+	if n, err := strconv.Atoi(name); err == nil {
+		return n, n, nil
+	}
+	f, err := os.Open(h.path(db))
+	if err != nil {
+		if name == "root" {
+			return 0, 0, nil
+		}
+		return 0, 0, fmt.Errorf("look up %s: %w", name, err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Split(sc.Text(), ":")
+		if len(fields) > gidField && fields[0] == name {
+			id, err1 := strconv.Atoi(fields[idField])
+			gid, err2 := strconv.Atoi(fields[gidField])
+			if err1 == nil && err2 == nil {
+				return id, gid, nil
+			}
+		}
+	}
+	if name == "root" {
+		return 0, 0, nil
+	}
+	return 0, 0, fmt.Errorf("%s not found in the host's %s", name, db)
+}
+
+// KubeletFlags merges the plan's kubelet extra args into kubeadm-flags.env
+// (KUBELET_KUBEADM_ARGS="--a=b ..."): args of the plan replace args of the same
+// name, others are kept in order.
+func (h *Host) KubeletFlags(_ context.Context, args []protocol.Arg) error {
+	path := h.path(KubeadmFlagsPath)
+	raw, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("read %s: %w", KubeadmFlagsPath, err)
+	}
+	merged := MergeKubeletFlags(string(raw), args)
+	mode := os.FileMode(0o644)
+	if info, err := os.Stat(path); err == nil {
+		mode = info.Mode().Perm()
+	}
+	if err := writeFileAtomic(path, []byte(merged), mode); err != nil {
+		return fmt.Errorf("write %s: %w", KubeadmFlagsPath, err)
+	}
+	return nil
+}
+
+// MergeKubeletFlags is the pure part of KubeletFlags.
+func MergeKubeletFlags(env string, args []protocol.Arg) string {
+	const key = "KUBELET_KUBEADM_ARGS="
+	var current string
+	var other []string
+	for _, line := range strings.Split(strings.TrimSpace(env), "\n") {
+		if strings.HasPrefix(line, key) {
+			current = strings.Trim(strings.TrimPrefix(line, key), `"`)
+		} else if strings.TrimSpace(line) != "" {
+			other = append(other, line)
+		}
+	}
+	type kv struct{ name, value string }
+	var flags []kv
+	for _, f := range strings.Fields(current) {
+		n, v, _ := strings.Cut(strings.TrimLeft(f, "-"), "=")
+		flags = append(flags, kv{n, v})
+	}
+	for _, a := range args {
+		found := false
+		for i := range flags {
+			if flags[i].name == a.Name {
+				flags[i].value, found = a.Value, true
+			}
+		}
+		if !found {
+			flags = append(flags, kv{a.Name, a.Value})
+		}
+	}
+	parts := make([]string, len(flags))
+	for i, f := range flags {
+		parts[i] = "--" + f.name + "=" + f.value
+	}
+	return strings.Join(append(other, key+`"`+strings.Join(parts, " ")+`"`), "\n") + "\n"
+}

@@ -1,0 +1,177 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/capi-inplace/capi-inplace/internal/backend/backendtest"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
+)
+
+func write(t *testing.T, root, p, content string, mode os.FileMode) {
+	t.Helper()
+	full := filepath.Join(root, p)
+	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(full, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func read(t *testing.T, root, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, p))
+	if err != nil {
+		return "<missing>"
+	}
+	return string(b)
+}
+
+func TestBackupWriteRestore(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	root := t.TempDir()
+	h := &Host{Root: root, Runner: &backendtest.Runner{}}
+	write(t, root, "/etc/existing.conf", "old\n", 0o640)
+	write(t, root, KubeadmFlagsPath, `KUBELET_KUBEADM_ARGS="--node-ip=10.0.0.1 --v=2"`+"\n", 0o644)
+
+	p := protocol.NewPlan("n1")
+	p.Kubernetes = protocol.KubernetesPlan{Role: protocol.RoleWorker, Version: "v1.36.0", Action: protocol.KubeadmNone}
+	p.Files = []protocol.File{
+		{Path: "/etc/existing.conf", Content: []byte("new\n"), Permissions: "0600"},
+		{Path: "/etc/new/created.conf", Content: []byte("created\n"), Owner: "root:root"},
+	}
+	g.Expect(BackupSet(p)).To(Equal([]string{"/etc/existing.conf", "/etc/new/created.conf", KubeadmFlagsPath, KubeletConfig}))
+
+	g.Expect(h.Backup(ctx, "h1", BackupSet(p))).To(Succeed())
+	g.Expect(h.WriteFiles(ctx, p.Files)).To(Succeed())
+	g.Expect(h.KubeletFlags(ctx, []protocol.Arg{{Name: "v", Value: "4"}, {Name: "max-pods", Value: "50"}})).To(Succeed())
+	// A repeated backup (crash, resume) must keep the pre-change copies.
+	g.Expect(h.Backup(ctx, "h1", BackupSet(p))).To(Succeed())
+
+	g.Expect(read(t, root, "/etc/existing.conf")).To(Equal("new\n"))
+	info, err := os.Stat(filepath.Join(root, "/etc/existing.conf"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(info.Mode().Perm()).To(Equal(os.FileMode(0o600)))
+	g.Expect(read(t, root, "/etc/new/created.conf")).To(Equal("created\n"))
+	g.Expect(read(t, root, KubeadmFlagsPath)).To(Equal(`KUBELET_KUBEADM_ARGS="--node-ip=10.0.0.1 --v=4 --max-pods=50"` + "\n"))
+
+	for i := 0; i < 2; i++ { // idempotent
+		g.Expect(h.Restore(ctx, "h1")).To(Succeed())
+	}
+	g.Expect(read(t, root, "/etc/existing.conf")).To(Equal("old\n"))
+	info, _ = os.Stat(filepath.Join(root, "/etc/existing.conf"))
+	g.Expect(info.Mode().Perm()).To(Equal(os.FileMode(0o640)))
+	g.Expect(read(t, root, "/etc/new/created.conf")).To(Equal("<missing>"))
+	g.Expect(read(t, root, KubeadmFlagsPath)).To(Equal(`KUBELET_KUBEADM_ARGS="--node-ip=10.0.0.1 --v=2"` + "\n"))
+	g.Expect(read(t, root, KubeletConfig)).To(Equal("<missing>"))
+}
+
+func TestRestoreWithoutBackupIsANoop(t *testing.T) {
+	g := NewWithT(t)
+	h := &Host{Root: t.TempDir(), Runner: &backendtest.Runner{}}
+	g.Expect(h.Restore(context.Background(), "never")).To(Succeed())
+}
+
+func TestUnknownOwnerIsRefusedBeforeWriting(t *testing.T) {
+	g := NewWithT(t)
+	root := t.TempDir()
+	write(t, root, "/etc/passwd", "root:x:0:0::/root:/bin/sh\nkube:x:1000:1001::/:/bin/false\n", 0o644)
+	h := &Host{Root: root, Runner: &backendtest.Runner{}}
+	uid, gid, err := h.lookupOwner("kube")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect([]int{uid, gid}).To(Equal([]int{1000, 1001}))
+	err = h.WriteFiles(context.Background(), []protocol.File{{Path: "/etc/x", Content: []byte("x"), Owner: "nobody-here"}})
+	g.Expect(err).To(MatchError(ContainSubstring("nobody-here not found in the host's /etc/passwd")))
+	g.Expect(read(t, root, "/etc/x")).To(Equal("<missing>"))
+}
+
+func TestCommands(t *testing.T) {
+	tests := []struct {
+		name    string
+		do      func(h *Host) error
+		runner  func(r *backendtest.Runner)
+		want    []string
+		wantErr string
+	}{
+		{"upgrade apply", func(h *Host) error {
+			return h.KubeadmUpgrade(context.Background(), protocol.KubernetesPlan{Role: protocol.RoleControlPlane, Version: "v1.36.0", Action: protocol.KubeadmUpgradeApply})
+		}, func(r *backendtest.Runner) { r.On("kubeadm", "", nil) }, []string{"kubeadm upgrade apply v1.36.0 --yes"}, ""},
+		{"upgrade node", func(h *Host) error {
+			return h.KubeadmUpgrade(context.Background(), protocol.KubernetesPlan{Version: "v1.36.0", Action: protocol.KubeadmUpgradeNode})
+		}, func(r *backendtest.Runner) { r.On("kubeadm", "", nil) }, []string{"kubeadm upgrade node"}, ""},
+		{"upgrade fails with kubeadm's message", func(h *Host) error {
+			return h.KubeadmUpgrade(context.Background(), protocol.KubernetesPlan{Version: "v1.36.0", Action: protocol.KubeadmUpgradeNode})
+		}, func(r *backendtest.Runner) { r.On("kubeadm", "", errors.New("couldn't create a Kubernetes client")) },
+			[]string{"kubeadm upgrade node"}, "kubeadm upgrade: kubeadm upgrade node: couldn't create a Kubernetes client"},
+		{"binaries present", func(h *Host) error { return h.InstallBinaries(context.Background(), "v1.36.0") },
+			func(r *backendtest.Runner) { r.On("kubeadm version", "v1.36.0\n", nil) }, []string{"kubeadm version -o short"}, ""},
+		{"binaries missing", func(h *Host) error { return h.InstallBinaries(context.Background(), "v1.36.0") },
+			func(r *backendtest.Runner) { r.On("kubeadm version", "v1.35.2\n", nil) }, []string{"kubeadm version -o short"},
+			"kubeadm on the node is v1.35.2, the plan needs v1.36.0"},
+		{"restart kubelet", func(h *Host) error { return h.RestartKubelet(context.Background()) },
+			func(r *backendtest.Runner) { r.On("systemctl", "", nil) }, []string{"systemctl daemon-reload", "systemctl restart kubelet"}, ""},
+		{"etcd snapshot", func(h *Host) error { return h.EtcdSnapshot(context.Background(), "h1") },
+			func(r *backendtest.Runner) { r.On("etcdctl", "", nil) }, []string{"etcdctl --endpoints=https://127.0.0.1:2379 --cacert=/etc/kubernetes/pki/etcd/ca.crt --cert=/etc/kubernetes/pki/etcd/healthcheck-client.crt --key=/etc/kubernetes/pki/etcd/healthcheck-client.key snapshot save /var/lib/capi-inplace/h1/etcd-snapshot.db"}, ""},
+		{"etcd health fails", func(h *Host) error { return h.EtcdHealthy(context.Background()) },
+			func(r *backendtest.Runner) { r.On("etcdctl", "", errors.New("unhealthy")) }, nil, "etcd member health"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			r := &backendtest.Runner{}
+			tt.runner(r)
+			h := &Host{Root: t.TempDir(), Runner: r}
+			err := tt.do(h)
+			if tt.wantErr != "" {
+				g.Expect(err).To(MatchError(ContainSubstring(tt.wantErr)))
+			} else {
+				g.Expect(err).NotTo(HaveOccurred())
+			}
+			if tt.want != nil {
+				g.Expect(r.Calls()).To(Equal(tt.want))
+			}
+		})
+	}
+}
+
+// TestRestoreEtcdWithoutRestoredData: when etcdutl reports success but left no
+// data directory, the restore fails loudly and the replaced data is kept. The
+// successful path runs against the simulated host (internal/agent/simhost).
+func TestRestoreEtcdWithoutRestoredData(t *testing.T) {
+	g := NewWithT(t)
+	root := t.TempDir()
+	r := &backendtest.Runner{}
+	r.On("etcdutl snapshot restore", "", nil)
+	h := &Host{Root: root, Runner: r}
+	write(t, root, EtcdDataDir+"/member/snap/db", "new data", 0o600)
+	err := h.RestoreEtcd(context.Background(), "h1")
+	g.Expect(err).To(MatchError(ContainSubstring("move the restored etcd data in place")))
+	g.Expect(r.Calls()).To(Equal([]string{"etcdutl snapshot restore /var/lib/capi-inplace/h1/etcd-snapshot.db --data-dir /var/lib/capi-inplace/h1/etcd-restore"}))
+	g.Expect(read(t, root, WorkDir+"/h1/etcd-replaced/member/snap/db")).To(Equal("new data"), "the replaced data is kept")
+}
+
+func TestMergeKubeletFlags(t *testing.T) {
+	tests := []struct {
+		name string
+		env  string
+		args []protocol.Arg
+		want string
+	}{
+		{"empty file", "", []protocol.Arg{{Name: "v", Value: "2"}}, `KUBELET_KUBEADM_ARGS="--v=2"` + "\n"},
+		{"replace and append, keep other lines", "# kubeadm\nKUBELET_KUBEADM_ARGS=\"--a=1 --b=2\"\n", []protocol.Arg{{Name: "b", Value: "3"}, {Name: "c", Value: "4"}},
+			"# kubeadm\nKUBELET_KUBEADM_ARGS=\"--a=1 --b=3 --c=4\"\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			g.Expect(MergeKubeletFlags(tt.env, tt.args)).To(Equal(tt.want))
+		})
+	}
+}
