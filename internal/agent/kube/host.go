@@ -91,6 +91,9 @@ func (h *Host) RestoreEtcd(ctx context.Context, hash string) error {
 		return nil
 	}
 	restore := h.planDir(hash) + "/etcd-restore"
+	if err := os.MkdirAll(h.path(h.planDir(hash)), 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", h.planDir(hash), err)
+	}
 	if err := os.RemoveAll(h.path(restore)); err != nil {
 		return fmt.Errorf("clean %s: %w", restore, err)
 	}
@@ -98,8 +101,10 @@ func (h *Host) RestoreEtcd(ctx context.Context, hash string) error {
 		return fmt.Errorf("etcd restore: %w", err)
 	}
 	replaced := h.path(h.planDir(hash) + "/etcd-replaced")
-	if _, err := os.Stat(replaced); os.IsNotExist(err) {
-		if err := os.Rename(h.path(EtcdDataDir), replaced); err != nil && !os.IsNotExist(err) {
+	_, errReplaced := os.Stat(replaced)
+	_, errCurrent := os.Stat(h.path(EtcdDataDir))
+	if os.IsNotExist(errReplaced) && errCurrent == nil {
+		if err := os.Rename(h.path(EtcdDataDir), replaced); err != nil {
 			return fmt.Errorf("move the current etcd data aside: %w", err)
 		}
 	}
