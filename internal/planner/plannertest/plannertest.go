@@ -107,8 +107,8 @@ func KubeadmConfigSpec() bootstrapv1.KubeadmConfigSpec {
 				Secret: bootstrapv1.SecretFileSource{Name: "audit-policy", Key: "policy.yaml"},
 			}},
 		},
-		Users: []bootstrapv1.User{{Name: "ops", Sudo: "ALL=(ALL) NOPASSWD:ALL", SSHAuthorizedKeys: []string{"ssh-ed25519 AAAA ops@example.com"}}},
-		NTP:   bootstrapv1.NTP{Servers: []string{"0.pool.ntp.org"}, Enabled: ptr.To(true)},
+		Users:               []bootstrapv1.User{{Name: "ops", Sudo: "ALL=(ALL) NOPASSWD:ALL", SSHAuthorizedKeys: []string{"ssh-ed25519 AAAA ops@example.com"}}},
+		NTP:                 bootstrapv1.NTP{Servers: []string{"0.pool.ntp.org"}, Enabled: ptr.To(true)},
 		PreKubeadmCommands:  []string{"systemctl restart containerd"},
 		PostKubeadmCommands: []string{"echo done"},
 	}
