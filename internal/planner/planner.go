@@ -249,13 +249,17 @@ func newPart(cur, des *unstructured.Unstructured, base []string, curName, desNam
 }
 
 func specAt(obj map[string]any, base []string, name string) (map[string]any, error) {
-	v, ok := lookup(obj, base)
-	if !ok || v == nil {
-		return map[string]any{}, nil
-	}
-	m, ok := v.(map[string]any)
-	if !ok {
-		return nil, fmt.Errorf("%s.%s is a %T, not an object", name, strings.Join(base, "."), v)
+	m := obj
+	for i, k := range base {
+		v, ok := m[k]
+		if !ok || v == nil {
+			return map[string]any{}, nil
+		}
+		next, ok := v.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("%s.%s is a %T, not an object", name, strings.Join(base[:i+1], "."), v)
+		}
+		m = next
 	}
 	return m, nil
 }
