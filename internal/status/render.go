@@ -1,0 +1,184 @@
+package status
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// barWidth is the number of cells of a progress bar.
+const barWidth = 10
+
+// RenderJSON writes the Report as one JSON document: indented, or on one line (the
+// form `status -o json --watch` prints, one document per line).
+func RenderJSON(w io.Writer, r Report, indent bool) error {
+	var (
+		b   []byte
+		err error
+	)
+	if indent {
+		b, err = json.MarshalIndent(r, "", "  ")
+	} else {
+		b, err = json.Marshal(r)
+	}
+	if err != nil {
+		return fmt.Errorf("encode status report: %w", err)
+	}
+	b = append(b, '\n')
+	if _, err := w.Write(b); err != nil {
+		return fmt.Errorf("write status report: %w", err)
+	}
+	return nil
+}
+
+// RenderTable writes the Report as text: one block per Cluster, one row per Machine.
+func RenderTable(w io.Writer, r Report) error {
+	var buf bytes.Buffer
+	if len(r.Clusters) == 0 {
+		where := "namespace " + r.Namespace
+		if r.Namespace == "" {
+			where = "any namespace"
+		}
+		fmt.Fprintf(&buf, "No clusters found in %s.\n", where)
+	}
+	for i, c := range r.Clusters {
+		if i > 0 {
+			buf.WriteByte('\n')
+		}
+		renderCluster(&buf, c)
+	}
+	if len(r.Clusters) > 0 {
+		fmt.Fprintf(&buf, "\n%d machines: %d in progress, %d failed", r.Summary.Machines, r.Summary.InProgress, r.Summary.Failed)
+		switch n := r.Summary.UnreachableClusters; {
+		case n == 1:
+			buf.WriteString(", 1 workload cluster unreachable")
+		case n > 1:
+			fmt.Fprintf(&buf, ", %d workload clusters unreachable", n)
+		}
+		buf.WriteString(".\n")
+	}
+	if _, err := w.Write(buf.Bytes()); err != nil {
+		return fmt.Errorf("write status table: %w", err)
+	}
+	return nil
+}
+
+func renderCluster(buf *bytes.Buffer, c ClusterView) {
+	fmt.Fprintf(buf, "CLUSTER %s/%s", c.Namespace, c.Name)
+	if !c.WorkloadReachable {
+		fmt.Fprintf(buf, "  (workload cluster unreachable, showing management-side data only: %s)", c.WorkloadError)
+	}
+	buf.WriteByte('\n')
+	if len(c.Machines) == 0 {
+		buf.WriteString("  no machines\n")
+		return
+	}
+	var tbl bytes.Buffer
+	tw := tabwriter.NewWriter(&tbl, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "MACHINE\tROLE\tVERSION\tKUBELET\tPHASE\tPROGRESS\tDRAIN\tELAPSED\tUPDATING\tUP-TO-DATE\tDETAILS")
+	for _, m := range c.Machines {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			m.Name, m.Role, dash(m.Version), dash(m.KubeletVersion),
+			phaseCell(m, c.WorkloadReachable), progressCell(m), drainCell(m.Drain), elapsedCell(m),
+			condCell(m.Conditions.Updating), condCell(m.Conditions.UpToDate), details(m))
+	}
+	_ = tw.Flush() // writes to a bytes.Buffer, which cannot fail
+	// tabwriter pads every cell but the last; drop the padding an empty last cell leaves.
+	for line := range strings.Lines(tbl.String()) {
+		buf.WriteString(strings.TrimRight(line, " \n"))
+		buf.WriteByte('\n')
+	}
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func phaseCell(m MachineView, reachable bool) string {
+	switch {
+	case m.Phase != "":
+		return string(m.Phase)
+	case !reachable && m.Node != "":
+		return "?"
+	}
+	return "-"
+}
+
+func progressCell(m MachineView) string {
+	if m.Steps <= 0 {
+		return "-"
+	}
+	return Bar(m.Step, m.Steps, barWidth) + fmt.Sprintf(" %d/%d", m.Step, m.Steps)
+}
+
+// Bar draws step of steps as a text bar of width cells, e.g. "[####------]".
+func Bar(step, steps, width int) string {
+	filled := 0
+	if steps > 0 {
+		filled = min(max(step, 0), steps) * width / steps
+	}
+	return "[" + strings.Repeat("#", filled) + strings.Repeat("-", width-filled) + "]"
+}
+
+func drainCell(d Drain) string {
+	switch d.State {
+	case DrainSchedulable:
+		return "-"
+	case DrainCordoned:
+		return "cordoned"
+	case DrainCordonedExternally:
+		return "cordoned (not by capi-inplace)"
+	case DrainBlocked:
+		return "blocked"
+	}
+	return "?"
+}
+
+func elapsedCell(m MachineView) string {
+	if m.StartedAt == nil {
+		return "-"
+	}
+	return FormatSeconds(m.ElapsedSeconds)
+}
+
+// FormatSeconds prints a duration compactly: 45s, 2m05s, 1h02m.
+func FormatSeconds(s int64) string {
+	switch {
+	case s < 60:
+		return fmt.Sprintf("%ds", s)
+	case s < 3600:
+		return fmt.Sprintf("%dm%02ds", s/60, s%60)
+	}
+	return fmt.Sprintf("%dh%02dm", s/3600, (s%3600)/60)
+}
+
+func condCell(c *Condition) string {
+	if c == nil {
+		return "-"
+	}
+	return c.Status
+}
+
+// details is the most useful sentence about a machine: why it failed, why its drain
+// is blocked, or what the agent is doing; then any problem with the data.
+func details(m MachineView) string {
+	var parts []string
+	switch {
+	case m.Failure != "":
+		parts = append(parts, m.Failure)
+	case m.Drain.State == DrainBlocked && m.Drain.Message != "":
+		parts = append(parts, "drain blocked: "+m.Drain.Message)
+	case m.InProgress() || m.Phase == "":
+		if s := joinNonEmpty(m.Action, m.Message); s != "" {
+			parts = append(parts, s)
+		}
+	}
+	parts = append(parts, m.Problems...)
+	return strings.Join(parts, "; ")
+}
