@@ -1,0 +1,46 @@
+package v1alpha1
+
+// KubeadmControlPlane annotations of the single-node control-plane path (see
+// SingleNodeControlPlaneAnnotation). While HoldAnnotation is present, CAPI's
+// cluster.x-k8s.io/paused annotation is present too and KubeadmControlPlane does not
+// reconcile: capi-inplace updates the control-plane nodes in place, aligns their
+// Machines, KubeadmConfigs and infrastructure machines with the KCP's spec, and only
+// then removes both annotations.
+const (
+	// HoldAnnotation marks a KubeadmControlPlane held by capi-inplace. Its value is the
+	// hash of the spec fields that make control-plane Machines outdated (the pending
+	// target). Added by the admission webhook; removed only by capi-inplace's controller.
+	HoldAnnotation = GroupName + "/hold"
+
+	// HoldOperatorPausedAnnotation records that the KubeadmControlPlane already carried
+	// cluster.x-k8s.io/paused when the hold began, so that releasing the hold leaves
+	// the operator's pause in place.
+	HoldOperatorPausedAnnotation = GroupName + "/hold-operator-paused"
+
+	// HoldUpdatingAnnotation names the control-plane Machine whose node is being
+	// updated. Written by the controller before the first node update call, removed
+	// after the Machine is aligned or its update failed.
+	HoldUpdatingAnnotation = GroupName + "/hold-updating"
+
+	// HoldFailedAnnotation holds the target hash whose node update failed (rolled back).
+	// While it equals the current target, the controller does not retry and the hold
+	// stays. Operators retry the same target by removing it; changing or reverting the
+	// KCP spec (or spec.topology.version) moves the target and lifts it too.
+	HoldFailedAnnotation = GroupName + "/hold-failed"
+)
+
+// Condition reasons of the single-node control-plane path (InPlaceUpdateCondition on
+// the KubeadmControlPlane and the Cluster), in addition to the Reason* above.
+const (
+	// ReasonHeld: the hold is active, the controller is about to start or is between
+	// node updates.
+	ReasonHeld = "InPlaceUpdateHeld"
+	// ReasonWaiting: a Machine is not ready for an in-place update yet (no node,
+	// deleting, or marked for replacement), so the hold stays and nothing is created.
+	ReasonWaiting = "InPlaceUpdateWaiting"
+)
+
+// ReasonReleased: the hold was released without an in-place update because the
+// Cluster no longer opts in or the control plane has three or more replicas;
+// KubeadmControlPlane's own behaviour applies from here.
+const ReasonReleased = "InPlaceUpdateHandedBack"

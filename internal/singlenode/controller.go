@@ -1,0 +1,288 @@
+package singlenode
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
+
+	"github.com/capi-inplace/capi-inplace/api/v1alpha1"
+)
+
+// Updater drives one node update: the coordinator's UpdateMachine, the same entry point
+// upstream's Machine controller reaches through the UpdateMachine hook. It must be
+// idempotent: the controller calls it again with the same desired objects until it
+// answers done or failed, also after either side restarted.
+type Updater interface {
+	UpdateMachine(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest, resp *runtimehooksv1.UpdateMachineResponse)
+}
+
+// EventRecorder is the part of k8s.io/client-go/tools/events.EventRecorder we use.
+type EventRecorder interface {
+	Eventf(regarding runtime.Object, related runtime.Object, eventtype, reason, action, note string, args ...any)
+}
+
+// Event reasons on the KubeadmControlPlane, besides the v1alpha1.Event* ones.
+const (
+	eventHoldReleased = "InPlaceHoldReleased"
+	eventAlignFailed  = "InPlaceAlignFailed"
+)
+
+// Timing of the controller's own polling; the coordinator's retryAfterSeconds wins while
+// a node update is in flight.
+const (
+	waitRequeue    = 15 * time.Second
+	updaterTimeout = 30 * time.Second
+)
+
+// Reconciler drives held KubeadmControlPlanes: node updates through the Updater,
+// alignment of the Machine, KubeadmConfig and InfraMachine, release. All its state is
+// in the KCP's annotations and conditions; every step is idempotent.
+type Reconciler struct {
+	// Client reads without a cache (decisions must not act on stale Machines) and
+	// writes; its user is the one the hold webhook lets release.
+	Client   client.Client
+	Updater  Updater
+	Recorder EventRecorder
+	// Settings are passed as the request settings (like ExtensionConfig spec.settings).
+	Settings map[string]string
+	// Now is the clock (rollout.before/after evaluation); time.Now when nil.
+	Now func() time.Time
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	kcp := &controlplanev1.KubeadmControlPlane{}
+	if err := r.Client.Get(ctx, req.NamespacedName, kcp); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !IsHeld(kcp) {
+		return ctrl.Result{}, nil
+	}
+	log := ctrl.LoggerFrom(ctx).WithValues("KubeadmControlPlane", klog.KObj(kcp))
+	ctx = ctrl.LoggerInto(ctx, log)
+
+	cluster := &clusterv1.Cluster{}
+	name := ClusterNameOf(kcp)
+	if name == "" {
+		return ctrl.Result{RequeueAfter: waitRequeue}, nil
+	}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: kcp.Namespace, Name: name}, cluster); err != nil {
+		if apierrors.IsNotFound(err) {
+			// A Cluster that is gone opted out of everything.
+			cluster = nil
+		} else {
+			return ctrl.Result{}, fmt.Errorf("read Cluster %s: %w", name, err)
+		}
+	}
+	if cluster == nil {
+		cluster = &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: kcp.Namespace, Name: name}}
+	}
+
+	now := time.Now
+	if r.Now != nil {
+		now = r.Now
+	}
+	obs, err := observe(ctx, r.Client, kcp, cluster, now())
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	d := Decide(obs.state())
+	log.V(1).Info("Single-node control-plane decision", "action", d.Action, "Machine", d.Machine, "message", d.Message)
+
+	switch d.Action {
+	case ActionRelease:
+		return ctrl.Result{}, r.release(ctx, obs, d)
+	case ActionKeepFailed:
+		// The failure condition was written when the update failed; nothing to redo.
+		return ctrl.Result{}, nil
+	case ActionWait:
+		return ctrl.Result{RequeueAfter: waitRequeue}, r.setCondition(ctx, obs, metav1.ConditionFalse, v1alpha1.ReasonWaiting, d.Message)
+	case ActionUpdate:
+		return r.update(ctx, obs, d.Machine)
+	}
+	return ctrl.Result{}, nil
+}
+
+// update drives the node update of one Machine one step and aligns it once done.
+func (r *Reconciler) update(ctx context.Context, obs *observed, machineName string) (ctrl.Result, error) {
+	log := ctrl.LoggerFrom(ctx).WithValues("Machine", klog.KRef(obs.kcp.Namespace, machineName))
+	machine := obs.machine(machineName)
+	objs, err := desiredFrom(obs.results[machineName])
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("desired objects of Machine %s: %w", machineName, err)
+	}
+	a := applier{c: r.Client}
+
+	// A server dry run of the alignment first: the provider's and CAPI's webhooks judge
+	// the new objects before the node is touched, so an alignment the API would refuse
+	// stops here instead of after a node update that could then never be recorded.
+	aligned, err := a.apply(ctx, objs, true)
+	if err != nil {
+		if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
+			return r.fail(ctx, obs, machine, v1alpha1.ReasonFailed,
+				fmt.Sprintf("the API refuses the aligned objects, so the node was not touched: %v", err))
+		}
+		return ctrl.Result{}, fmt.Errorf("dry-run alignment of Machine %s: %w", machineName, err)
+	}
+
+	if obs.kcp.Annotations[v1alpha1.HoldUpdatingAnnotation] != machineName {
+		if err := r.patchKCPAnnotations(ctx, obs.kcp, map[string]*string{v1alpha1.HoldUpdatingAnnotation: &machineName}); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+
+	req, err := updateMachineRequest(aligned, r.Settings)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	resp := &runtimehooksv1.UpdateMachineResponse{}
+	callCtx, cancel := context.WithTimeout(ctx, updaterTimeout)
+	r.Updater.UpdateMachine(callCtx, req, resp)
+	cancel()
+	out := Classify(resp)
+	log.V(1).Info("Node update answered", "outcome", out.Kind, "retryAfter", out.RetryAfter, "message", out.Message)
+
+	switch out.Kind {
+	case OutcomeInProgress:
+		msg := fmt.Sprintf("Machine %s: %s", machineName, out.Message)
+		return ctrl.Result{RequeueAfter: out.RetryAfter}, r.setCondition(ctx, obs, metav1.ConditionFalse, v1alpha1.ReasonInProgress, msg)
+	case OutcomeFailed:
+		return r.fail(ctx, obs, machine, out.Reason, out.Message)
+	}
+
+	// Done: align the three objects (repeatable from the start), then clear the marker.
+	if _, err := a.apply(ctx, objs, false); err != nil {
+		r.Recorder.Eventf(obs.kcp, machine, corev1.EventTypeWarning, eventAlignFailed, "Align",
+			"Machine %s was updated in place but its objects could not be aligned yet (will retry; KCP stays held): %v", machineName, err)
+		return ctrl.Result{}, fmt.Errorf("align Machine %s: %w", machineName, err)
+	}
+	if err := r.patchKCPAnnotations(ctx, obs.kcp, map[string]*string{v1alpha1.HoldUpdatingAnnotation: nil}); err != nil {
+		return ctrl.Result{}, err
+	}
+	log.Info("Control-plane Machine updated in place and aligned")
+	r.Recorder.Eventf(machine, obs.kcp, corev1.EventTypeNormal, v1alpha1.EventUpdateSucceeded, "Update",
+		"Updated in place to %s and aligned with KubeadmControlPlane %s", obs.kcp.Spec.Version, obs.kcp.Name)
+	return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+}
+
+// fail records a failed node update: the target is marked failed so it is not
+// retried, the in-flight marker goes, conditions and Events carry the cause. Nothing is
+// aligned: the Machine, KubeadmConfig and InfraMachine keep the spec the node still
+// runs. The hold stays, because releasing KCP with an outdated Machine would make it
+// create a surge Machine.
+func (r *Reconciler) fail(ctx context.Context, obs *observed, machine *clusterv1.Machine, reason, cause string) (ctrl.Result, error) {
+	target := TargetHash(obs.kcp)
+	if err := r.patchKCPAnnotations(ctx, obs.kcp, map[string]*string{
+		v1alpha1.HoldFailedAnnotation:   &target,
+		v1alpha1.HoldUpdatingAnnotation: nil,
+	}); err != nil {
+		return ctrl.Result{}, err
+	}
+	msg := fmt.Sprintf("Machine %s was not updated: %s. KubeadmControlPlane %s stays paused at its new spec (no Machine is created); revert or change the spec, or remove annotation %s to retry",
+		machine.Name, cause, obs.kcp.Name, v1alpha1.HoldFailedAnnotation)
+	ctrl.LoggerFrom(ctx).Info("In-place update of a control-plane Machine failed", "Machine", klog.KObj(machine), "reason", reason, "cause", cause)
+	r.Recorder.Eventf(obs.kcp, machine, corev1.EventTypeWarning, eventFor(reason), "Update", "%s", msg)
+	r.Recorder.Eventf(machine, obs.kcp, corev1.EventTypeWarning, eventFor(reason), "Update", "%s", cause)
+	return ctrl.Result{}, r.setCondition(ctx, obs, metav1.ConditionFalse, reason, msg)
+}
+
+func eventFor(reason string) string {
+	if reason == v1alpha1.ReasonRolledBack {
+		return v1alpha1.EventUpdateRolledBack
+	}
+	return v1alpha1.EventUpdateFailed
+}
+
+// release removes the hold (and CAPI's pause unless the operator had paused the KCP
+// before the hold began) with an optimistic lock: a spec change that arrived since the
+// observation makes the patch conflict, and the next reconcile judges the new spec.
+func (r *Reconciler) release(ctx context.Context, obs *observed, d Decision) error {
+	remove := map[string]*string{
+		v1alpha1.HoldAnnotation:               nil,
+		v1alpha1.HoldOperatorPausedAnnotation: nil,
+		v1alpha1.HoldUpdatingAnnotation:       nil,
+		v1alpha1.HoldFailedAnnotation:         nil,
+	}
+	if _, operatorPaused := obs.kcp.Annotations[v1alpha1.HoldOperatorPausedAnnotation]; !operatorPaused {
+		remove[clusterv1.PausedAnnotation] = nil
+	}
+	status, reason := metav1.ConditionTrue, v1alpha1.ReasonSucceeded
+	if !obs.state().OptedIn || !obs.state().BelowThreshold {
+		status, reason = metav1.ConditionFalse, v1alpha1.ReasonReleased
+	}
+	// The condition first: once released, KCP owns the object again.
+	if err := r.setCondition(ctx, obs, status, reason, d.Message); err != nil {
+		return err
+	}
+	if err := r.patchKCPAnnotations(ctx, obs.kcp, remove); err != nil {
+		return err
+	}
+	ctrl.LoggerFrom(ctx).Info("Released KubeadmControlPlane", "reason", d.Message)
+	r.Recorder.Eventf(obs.kcp, nil, corev1.EventTypeNormal, eventHoldReleased, "Release", "%s", d.Message)
+	return nil
+}
+
+// patchKCPAnnotations sets (non-nil) or removes (nil) annotations with a merge patch
+// under an optimistic lock, and updates kcp in place.
+func (r *Reconciler) patchKCPAnnotations(ctx context.Context, kcp *controlplanev1.KubeadmControlPlane, set map[string]*string) error {
+	orig := kcp.DeepCopy()
+	if kcp.Annotations == nil {
+		kcp.Annotations = map[string]string{}
+	}
+	for k, v := range set {
+		if v == nil {
+			delete(kcp.Annotations, k)
+		} else {
+			kcp.Annotations[k] = *v
+		}
+	}
+	if err := r.Client.Patch(ctx, kcp, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("patch annotations of KubeadmControlPlane %s: %w", kcp.Name, err)
+	}
+	return nil
+}
+
+// setCondition mirrors the InPlaceUpdate condition on the KubeadmControlPlane and the
+// Cluster, patching status only when the condition changes.
+func (r *Reconciler) setCondition(ctx context.Context, obs *observed, status metav1.ConditionStatus, reason, message string) error {
+	cond := metav1.Condition{Type: v1alpha1.InPlaceUpdateCondition, Status: status, Reason: reason, Message: message}
+	if err := r.setStatusCondition(ctx, obs.kcp, &obs.kcp.Status.Conditions, cond); err != nil {
+		return fmt.Errorf("set condition on KubeadmControlPlane %s: %w", obs.kcp.Name, err)
+	}
+	if obs.cluster.UID == "" {
+		return nil
+	}
+	if err := r.setStatusCondition(ctx, obs.cluster, &obs.cluster.Status.Conditions, cond); err != nil {
+		return fmt.Errorf("set condition on Cluster %s: %w", obs.cluster.Name, err)
+	}
+	return nil
+}
+
+func (r *Reconciler) setStatusCondition(ctx context.Context, obj client.Object, conditions *[]metav1.Condition, cond metav1.Condition) error {
+	if cur := meta.FindStatusCondition(*conditions, cond.Type); cur != nil &&
+		cur.Status == cond.Status && cur.Reason == cond.Reason && cur.Message == cond.Message {
+		return nil
+	}
+	orig, ok := obj.DeepCopyObject().(client.Object)
+	if !ok {
+		return fmt.Errorf("copy %T", obj)
+	}
+	cond.ObservedGeneration = obj.GetGeneration()
+	meta.SetStatusCondition(conditions, cond)
+	// The optimistic lock keeps conditions written concurrently by KCP or the Cluster
+	// controller: a merge patch replaces the whole list.
+	return r.Client.Status().Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+}

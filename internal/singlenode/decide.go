@@ -1,0 +1,125 @@
+package singlenode
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// MachineState is what the controller observed about one control-plane Machine,
+// reduced to what the decision needs.
+type MachineState struct {
+	Name string
+	// UpToDate is KCP's own verdict (controlplane/kubeadm/pkg UpToDate).
+	UpToDate bool
+	// Eligible is UpToDateResult.EligibleForInPlaceUpdate: false for Machines marked for
+	// deletion or remediation, or due for rollout.before/rollout.after, which are
+	// replacement requests, not spec changes.
+	Eligible bool
+	// Complete is true when KCP could compute all three desired objects (the Machine has
+	// its KubeadmConfig and an InfraMachine cloned from the KCP's template).
+	Complete bool
+	// HasNode is true once the Machine has a nodeRef: there is a node to update.
+	HasNode bool
+	// Deleting is true when the Machine has a deletion timestamp.
+	Deleting bool
+	// Why lists KCP's condition messages for an outdated Machine.
+	Why []string
+}
+
+// State is what the controller observed about one held KubeadmControlPlane.
+type State struct {
+	// Held: the KCP carries HoldAnnotation.
+	Held bool
+	// OptedIn: the owning Cluster still carries the opt-in annotation.
+	OptedIn bool
+	// BelowThreshold: spec.replicas < 3.
+	BelowThreshold bool
+	// Target is TargetHash of the KCP's current spec.
+	Target string
+	// FailedTarget is the value of HoldFailedAnnotation ("" when absent).
+	FailedTarget string
+	// Updating is the value of HoldUpdatingAnnotation ("" when absent).
+	Updating string
+	// Machines are the KCP's control-plane Machines.
+	Machines []MachineState
+}
+
+// Action is what the controller does next for a held KubeadmControlPlane.
+type Action string
+
+const (
+	// ActionNone: not held, nothing to do.
+	ActionNone Action = "None"
+	// ActionRelease: remove the hold; KCP finds nothing to roll out (or the operator
+	// opted out and takes upstream's behaviour).
+	ActionRelease Action = "Release"
+	// ActionUpdate: drive the node update of Decision.Machine, then align it.
+	ActionUpdate Action = "Update"
+	// ActionWait: keep the hold, report why, look again later.
+	ActionWait Action = "Wait"
+	// ActionKeepFailed: the current target already failed; keep the hold and the
+	// failure condition until the operator changes, reverts or retries the spec.
+	ActionKeepFailed Action = "KeepFailed"
+)
+
+// Decision is Decide's answer.
+type Decision struct {
+	Action  Action
+	Machine string
+	Message string
+}
+
+// Decide picks the next step for one KubeadmControlPlane. It never chooses an action
+// that lets KCP see an outdated Machine while unpaused, except when the operator took
+// the opt-in away (or scaled to three replicas), which hands the control plane back
+// to upstream's behaviour by design. Machines are handled one at a time in name order,
+// and an update in flight is always driven to its end first, so a spec change or an
+// opt-out in the middle never leaves a node half-updated.
+func Decide(s State) Decision {
+	if !s.Held {
+		return Decision{Action: ActionNone, Message: "not held"}
+	}
+	machines := append([]MachineState(nil), s.Machines...)
+	sort.Slice(machines, func(i, j int) bool { return machines[i].Name < machines[j].Name })
+	byName := map[string]MachineState{}
+	for _, m := range machines {
+		byName[m.Name] = m
+	}
+
+	if m, ok := byName[s.Updating]; ok && s.Updating != "" && !m.UpToDate && !m.Deleting && m.Complete && m.HasNode {
+		return Decision{Action: ActionUpdate, Machine: m.Name, Message: fmt.Sprintf("continuing the in-place update of Machine %s", m.Name)}
+	}
+	if !s.OptedIn {
+		return Decision{Action: ActionRelease, Message: "the Cluster no longer opts into the single-node control-plane path: KubeadmControlPlane takes over"}
+	}
+	if !s.BelowThreshold {
+		return Decision{Action: ActionRelease, Message: "three or more replicas: KubeadmControlPlane takes over"}
+	}
+	if s.FailedTarget != "" && s.FailedTarget == s.Target {
+		return Decision{Action: ActionKeepFailed, Message: "the in-place update to this spec failed and was rolled back; revert or change the spec, or remove the " + "hold-failed annotation to retry"}
+	}
+
+	var waiting []string
+	for _, m := range machines {
+		if m.UpToDate {
+			continue
+		}
+		switch {
+		case m.Deleting:
+			waiting = append(waiting, fmt.Sprintf("Machine %s is being deleted", m.Name))
+		case !m.Eligible:
+			waiting = append(waiting, fmt.Sprintf("Machine %s needs a replacement (%s), which the single-node path never does; remove the opt-in to let KubeadmControlPlane replace it", m.Name, strings.Join(m.Why, "; ")))
+		case !m.Complete:
+			waiting = append(waiting, fmt.Sprintf("Machine %s has no KubeadmConfig or no infrastructure machine cloned from the KubeadmControlPlane's template", m.Name))
+		case !m.HasNode:
+			waiting = append(waiting, fmt.Sprintf("Machine %s has no node yet", m.Name))
+		default:
+			return Decision{Action: ActionUpdate, Machine: m.Name, Message: fmt.Sprintf("updating Machine %s in place: %s", m.Name, strings.Join(m.Why, "; "))}
+		}
+	}
+	if len(waiting) > 0 {
+		return Decision{Action: ActionWait, Message: strings.Join(waiting, "; ")}
+	}
+	return Decision{Action: ActionRelease, Message: "every control-plane Machine is up to date"}
+}

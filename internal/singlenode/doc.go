@@ -1,0 +1,43 @@
+// Package singlenode is capi-inplace's own in-place path for KubeadmControlPlanes of one
+// or two replicas, which upstream KubeadmControlPlane (KCP) cannot update in place: its
+// webhook refuses rollingUpdate.maxSurge 0 below three replicas, and with maxSurge 1 it
+// creates a new Machine first.
+//
+// Opt-in per Cluster (annotation v1alpha1.SingleNodeControlPlaneAnnotation "true").
+// Without it nothing here acts, and KCP behaves exactly as upstream.
+//
+// Flow:
+//  1. Hold. A mutating admission webhook on KCP UPDATE (DecideHold) adds CAPI's
+//     cluster.x-k8s.io/paused and v1alpha1.HoldAnnotation (the target hash) in the same
+//     write that changes spec.version, spec.kubeadmConfigSpec or the machine template's
+//     infrastructureRef, so KCP never observes an outdated spec unpaused and never
+//     surges. While held, every later write (the topology controller's server-side
+//     apply that omits the annotations, a kubectl edit that deletes them) gets them back,
+//     re-derived from the old object; only the controller's own user may release.
+//  2. Update. The controller (Reconciler) runs KCP's own up-to-date comparison
+//     (sigs.k8s.io/cluster-api/controlplane/kubeadm/pkg.UpToDate, which also computes the
+//     desired Machine, KubeadmConfig and InfraMachine with desiredstate.ComputeDesired*),
+//     dry-runs the alignment, and drives one node update at a time through the Updater
+//     (the coordinator's UpdateMachine), honouring retryAfterSeconds.
+//  3. Align. On success it server-side applies the InfraMachine, KubeadmConfig and Machine
+//     under KCP's field manager, as KCP's triggerInPlaceUpdate would.
+//  4. Release. With every Machine up to date it removes the hold and the pause; KCP
+//     then finds nothing to roll out and creates nothing.
+//  5. Failure. A Failure answer (the agent rolled the node back) aligns nothing, records
+//     the target in v1alpha1.HoldFailedAnnotation, sets InPlaceUpdate=False with the
+//     cause on the KCP and the Cluster, records Events, and keeps KCP paused: releasing it
+//     with an outdated Machine would make KCP create a surge Machine. Reverting or
+//     changing the spec, or removing the hold-failed annotation, moves on.
+//
+// Invariants: all state lives in annotations and conditions of the KCP (and the
+// objects themselves); every reconcile is idempotent and may be repeated after a
+// restart at any point; alignment happens only after the node update succeeded and
+// only while KCP is paused, so KCP never sees a half-aligned Machine.
+//
+// Pure parts: TargetHash, DecideHold, Decide, Classify. Imperative shell: the webhook
+// handler, observe, applier, Reconciler.
+//
+// Imports: api/v1alpha1, Cluster API API types and its public KCP packages
+// (controlplane/kubeadm/pkg, controllers/external, util), controller-runtime, k8s.io/*.
+// Never the coordinator: it is reached through the Updater interface.
+package singlenode

@@ -1,0 +1,151 @@
+package singlenode
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	"github.com/capi-inplace/capi-inplace/api/v1alpha1"
+)
+
+// maxReplicas is the first replica count that upstream KubeadmControlPlane can update in
+// place on its own (its webhook allows rollout.strategy.rollingUpdate.maxSurge 0 from 3
+// replicas); below it the single-node path takes over when the Cluster opted in.
+const maxReplicas = 3
+
+// TargetHash returns the hash of the KubeadmControlPlane spec fields whose change makes
+// control-plane Machines outdated in KCP's up-to-date comparison (controlplane/kubeadm/pkg
+// UpToDate -> matchesMachineSpec): spec.version (Machine version), spec.kubeadmConfigSpec
+// (matchesKubeadmConfig) and spec.machineTemplate.spec.infrastructureRef
+// (matchesInfraMachine compares the template the InfraMachine was cloned from).
+// Everything else in the spec is either propagated in place by KCP (labels, annotations,
+// deletion timeouts, taints) or is an explicit replacement request (rollout.before/after)
+// that the hold does not intercept.
+func TargetHash(kcp *controlplanev1.KubeadmControlPlane) string {
+	target := struct {
+		Version           string                                     `json:"version"`
+		KubeadmConfigSpec bootstrapv1.KubeadmConfigSpec              `json:"kubeadmConfigSpec"`
+		InfraRef          clusterv1.ContractVersionedObjectReference `json:"infrastructureRef"`
+	}{
+		Version:           kcp.Spec.Version,
+		KubeadmConfigSpec: kcp.Spec.KubeadmConfigSpec,
+		InfraRef:          kcp.Spec.MachineTemplate.Spec.InfrastructureRef,
+	}
+	// Marshalling Go structs is deterministic (fields in declaration order, map keys
+	// sorted), so equal specs give equal hashes.
+	b, err := json.Marshal(target)
+	if err != nil {
+		// The types are plain data; Marshal cannot fail on them. An empty hash would
+		// compare unequal to any real one and so only ever cause an extra hold.
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:10])
+}
+
+// HoldInput is what the admission webhook knows about one KubeadmControlPlane update.
+type HoldInput struct {
+	Old, New *controlplanev1.KubeadmControlPlane
+	// OptedIn is true when the owning Cluster carries SingleNodeControlPlaneAnnotation
+	// "true". Only consulted when it matters (see NeedsCluster).
+	OptedIn bool
+	// FromController is true when capi-inplace's own controller sent the update: only
+	// it may change or release a hold, so its writes pass untouched.
+	FromController bool
+}
+
+// HoldDecision says how to mutate the new object: when Hold is false the update passes
+// unchanged.
+type HoldDecision struct {
+	Hold bool
+	// Target is the value of HoldAnnotation.
+	Target string
+	// OperatorPaused is the value of HoldOperatorPausedAnnotation (present when true).
+	OperatorPaused bool
+	// Reason explains the decision for logs.
+	Reason string
+}
+
+// IsHeld reports whether a KubeadmControlPlane carries capi-inplace's hold.
+func IsHeld(kcp *controlplanev1.KubeadmControlPlane) bool {
+	_, ok := kcp.GetAnnotations()[v1alpha1.HoldAnnotation]
+	return ok
+}
+
+func hasPaused(kcp *controlplanev1.KubeadmControlPlane) bool {
+	_, ok := kcp.GetAnnotations()[clusterv1.PausedAnnotation]
+	return ok
+}
+
+func replicasBelowThreshold(kcp *controlplanev1.KubeadmControlPlane) bool {
+	// KCP defaults replicas to 1 when unset.
+	return kcp.Spec.Replicas == nil || *kcp.Spec.Replicas < maxReplicas
+}
+
+// NeedsCluster reports whether DecideHold's answer depends on the Cluster's opt-in, so
+// that the webhook reads the Cluster only for updates that may start a hold.
+func NeedsCluster(old, updated *controlplanev1.KubeadmControlPlane) bool {
+	return !IsHeld(old) && replicasBelowThreshold(updated) && TargetHash(old) != TargetHash(updated)
+}
+
+// DecideHold is the admission webhook's decision for a KubeadmControlPlane UPDATE.
+//
+//   - Writes of our own controller pass: it alone releases or edits a hold.
+//   - An active hold (on the old object) is kept on the new one whatever the writer sent:
+//     a server-side apply that does not list the annotations (the topology controller's),
+//     a kubectl edit that deletes them. The target moves with the spec.
+//   - A new hold starts when the Cluster opted in, the control plane has fewer than three
+//     replicas and the update changes the target: KCP then never observes an outdated
+//     spec without the pause, so it never starts a surge.
+func DecideHold(in HoldInput) HoldDecision {
+	if in.FromController {
+		return HoldDecision{Reason: "written by capi-inplace's controller"}
+	}
+	oldTarget, newTarget := TargetHash(in.Old), TargetHash(in.New)
+	if IsHeld(in.Old) {
+		target := in.Old.Annotations[v1alpha1.HoldAnnotation]
+		if oldTarget != newTarget {
+			target = newTarget
+		}
+		_, operatorPaused := in.Old.Annotations[v1alpha1.HoldOperatorPausedAnnotation]
+		return HoldDecision{Hold: true, Target: target, OperatorPaused: operatorPaused, Reason: "hold active"}
+	}
+	switch {
+	case oldTarget == newTarget:
+		return HoldDecision{Reason: "machine-relevant spec unchanged"}
+	case !replicasBelowThreshold(in.New):
+		return HoldDecision{Reason: "three or more replicas: upstream in-place path applies"}
+	case !in.OptedIn:
+		return HoldDecision{Reason: "cluster did not opt in"}
+	}
+	return HoldDecision{
+		Hold:           true,
+		Target:         newTarget,
+		OperatorPaused: hasPaused(in.Old) || hasPaused(in.New),
+		Reason:         "machine-relevant spec changed",
+	}
+}
+
+// HoldAnnotations returns the annotations a hold decision puts on the new object.
+func (d HoldDecision) HoldAnnotations() map[string]string {
+	if !d.Hold {
+		return nil
+	}
+	out := map[string]string{
+		clusterv1.PausedAnnotation: "",
+		v1alpha1.HoldAnnotation:    d.Target,
+	}
+	if d.OperatorPaused {
+		out[v1alpha1.HoldOperatorPausedAnnotation] = "true"
+	}
+	return out
+}
+
+// OptedIn reports whether a Cluster opted into the single-node control-plane path.
+func OptedIn(cluster *clusterv1.Cluster) bool {
+	return cluster != nil && cluster.Annotations[v1alpha1.SingleNodeControlPlaneAnnotation] == "true"
+}

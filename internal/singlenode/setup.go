@@ -1,0 +1,116 @@
+package singlenode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+)
+
+// ControllerName names the controller and its Event source.
+const ControllerName = "capi-inplace-single-node-control-plane"
+
+// Options configure SetupWithManager.
+type Options struct {
+	// Updater drives node updates: the coordinator. Required.
+	Updater Updater
+	// Settings are passed in every UpdateMachine request, as ExtensionConfig
+	// spec.settings are for hook calls.
+	Settings map[string]string
+	// ControllerUsername is the user our manager authenticates as (for a Pod:
+	// system:serviceaccount:<namespace>:<name>). Only that user may release a hold.
+	// Empty: asked from the API server once with a SelfSubjectReview.
+	ControllerUsername string
+	// WebhookPath is where the hold webhook is served; DefaultWebhookPath when empty.
+	WebhookPath string
+}
+
+// SetupWithManager registers the hold webhook on mgr's webhook server (at
+// Options.WebhookPath; register it with MutatingWebhook) and the controller that drives
+// held KubeadmControlPlanes. It adds the Cluster API types it needs to mgr's scheme.
+func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error {
+	if opts.Updater == nil {
+		return errors.New("single-node control plane: Options.Updater is required")
+	}
+	if opts.WebhookPath == "" {
+		opts.WebhookPath = DefaultWebhookPath
+	}
+	scheme := mgr.GetScheme()
+	for _, add := range []func(*runtime.Scheme) error{clusterv1.AddToScheme, controlplanev1.AddToScheme, bootstrapv1.AddToScheme, authenticationv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			return fmt.Errorf("single-node control plane: register types: %w", err)
+		}
+	}
+	// Decisions read through a client without cache: a stale Machine must never make
+	// the controller release a hold or call an update twice for different specs.
+	direct, err := client.New(mgr.GetConfig(), client.Options{Scheme: scheme, Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return fmt.Errorf("single-node control plane: client: %w", err)
+	}
+	user := opts.ControllerUsername
+	if user == "" {
+		review := &authenticationv1.SelfSubjectReview{}
+		if err := direct.Create(ctx, review); err != nil {
+			return fmt.Errorf("single-node control plane: learn own username (SelfSubjectReview): %w", err)
+		}
+		user = review.Status.UserInfo.Username
+	}
+
+	mgr.GetWebhookServer().Register(opts.WebhookPath, &webhook.Admission{Handler: &holdWebhook{
+		reader:         direct,
+		decoder:        admission.NewDecoder(scheme),
+		controllerUser: func() string { return user },
+	}})
+
+	r := &Reconciler{
+		Client:   direct,
+		Updater:  opts.Updater,
+		Recorder: mgr.GetEventRecorder(ControllerName),
+		Settings: opts.Settings,
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&controlplanev1.KubeadmControlPlane{}, builder.WithPredicates(heldPredicate())).
+		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(controlPlaneOf)).
+		Complete(r)
+}
+
+// heldPredicate passes KCP events where either side carries the hold, so the
+// controller wakes for holds and their release and ignores every other KCP.
+func heldPredicate() predicate.Predicate {
+	held := func(o client.Object) bool {
+		kcp, ok := o.(*controlplanev1.KubeadmControlPlane)
+		return ok && IsHeld(kcp)
+	}
+	return predicate.Funcs{
+		CreateFunc:  func(e event.CreateEvent) bool { return held(e.Object) },
+		UpdateFunc:  func(e event.UpdateEvent) bool { return held(e.ObjectOld) || held(e.ObjectNew) },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(e event.GenericEvent) bool { return held(e.Object) },
+	}
+}
+
+// controlPlaneOf maps a Cluster to its KubeadmControlPlane (opt-in changes).
+func controlPlaneOf(_ context.Context, o client.Object) []reconcile.Request {
+	cluster, ok := o.(*clusterv1.Cluster)
+	if !ok || cluster.Spec.ControlPlaneRef.Kind != "KubeadmControlPlane" || cluster.Spec.ControlPlaneRef.Name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: cluster.Namespace, Name: cluster.Spec.ControlPlaneRef.Name}}}
+}

@@ -1,0 +1,177 @@
+package singlenode
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+)
+
+// DefaultWebhookPath is where SetupWithManager registers the hold webhook on the
+// manager's webhook server.
+const DefaultWebhookPath = "/mutate-controlplane-cluster-x-k8s-io-v1beta2-kubeadmcontrolplane-inplace-hold"
+
+// WebhookName is the name of the webhook inside its MutatingWebhookConfiguration.
+const WebhookName = "hold.kubeadmcontrolplane.inplace.capi-inplace.dev"
+
+// MutatingWebhook returns the registration of the hold webhook for a
+// MutatingWebhookConfiguration, pointing at clientConfig (a Service or URL whose path
+// is DefaultWebhookPath, with the CA bundle of the serving certificate).
+//
+// failurePolicy is Fail on purpose: with Ignore, a version change made while the
+// extension is unreachable would reach KCP unheld, and KCP would create a surge
+// Machine, the one thing this path exists to prevent. The rule covers UPDATE only,
+// and an update that changes none of the machine-relevant fields is answered without
+// any read, so the blast radius of an unreachable extension is limited to delaying
+// KCP spec changes. matchPolicy Equivalent also routes v1beta1 writes through it
+// (converted to v1beta2); reinvocationPolicy IfNeeded lets it see the object after
+// other mutating webhooks (KCP's defaulting).
+func MutatingWebhook(clientConfig admissionregistrationv1.WebhookClientConfig) admissionregistrationv1.MutatingWebhook {
+	fail := admissionregistrationv1.Fail
+	equivalent := admissionregistrationv1.Equivalent
+	none := admissionregistrationv1.SideEffectClassNone
+	reinvoke := admissionregistrationv1.IfNeededReinvocationPolicy
+	return admissionregistrationv1.MutatingWebhook{
+		Name:         WebhookName,
+		ClientConfig: clientConfig,
+		Rules: []admissionregistrationv1.RuleWithOperations{{
+			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+			Rule: admissionregistrationv1.Rule{
+				APIGroups:   []string{controlplanev1.GroupVersion.Group},
+				APIVersions: []string{controlplanev1.GroupVersion.Version},
+				Resources:   []string{"kubeadmcontrolplanes"},
+				Scope:       ptr.To(admissionregistrationv1.NamespacedScope),
+			},
+		}},
+		FailurePolicy:           &fail,
+		MatchPolicy:             &equivalent,
+		SideEffects:             &none,
+		TimeoutSeconds:          ptr.To[int32](10),
+		AdmissionReviewVersions: []string{"v1"},
+		ReinvocationPolicy:      &reinvoke,
+	}
+}
+
+// holdWebhook is the admission handler: it decodes, asks DecideHold and patches only
+// metadata.annotations of the incoming object (built from the raw JSON, so fields the
+// Go types do not know are never touched).
+type holdWebhook struct {
+	reader         client.Reader
+	decoder        admission.Decoder
+	controllerUser func() string
+}
+
+var _ admission.Handler = &holdWebhook{}
+
+// Handle implements admission.Handler.
+func (w *holdWebhook) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Update {
+		return admission.Allowed("")
+	}
+	log := ctrl.LoggerFrom(ctx).WithValues("KubeadmControlPlane", req.Namespace+"/"+req.Name)
+
+	oldKCP, newKCP := &controlplanev1.KubeadmControlPlane{}, &controlplanev1.KubeadmControlPlane{}
+	if err := w.decoder.DecodeRaw(req.OldObject, oldKCP); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode old KubeadmControlPlane: %w", err))
+	}
+	if err := w.decoder.DecodeRaw(req.Object, newKCP); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode KubeadmControlPlane: %w", err))
+	}
+
+	in := HoldInput{Old: oldKCP, New: newKCP, FromController: req.UserInfo.Username != "" && req.UserInfo.Username == w.controllerUser()}
+	if !in.FromController && NeedsCluster(oldKCP, newKCP) {
+		optedIn, err := w.optedIn(ctx, newKCP)
+		if err != nil {
+			// Not knowing the opt-in must not let an outdated spec through unheld; the
+			// writer retries (the topology controller does so on its own).
+			return admission.Errored(http.StatusServiceUnavailable, err)
+		}
+		in.OptedIn = optedIn
+	}
+
+	d := DecideHold(in)
+	if !d.Hold {
+		return admission.Allowed(d.Reason)
+	}
+	patched, changed, err := withAnnotations(req.Object.Raw, d.HoldAnnotations())
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	if !changed {
+		return admission.Allowed(d.Reason)
+	}
+	log.V(1).Info("Holding KubeadmControlPlane for an in-place update", "target", d.Target, "reason", d.Reason, "dryRun", ptr.Deref(req.DryRun, false))
+	return admission.PatchResponseFromRaw(req.Object.Raw, patched)
+}
+
+// optedIn reads the owning Cluster. A missing Cluster means no opt-in.
+func (w *holdWebhook) optedIn(ctx context.Context, kcp *controlplanev1.KubeadmControlPlane) (bool, error) {
+	name := ClusterNameOf(kcp)
+	if name == "" {
+		return false, nil
+	}
+	cluster := &clusterv1.Cluster{}
+	if err := w.reader.Get(ctx, client.ObjectKey{Namespace: kcp.Namespace, Name: name}, cluster); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("read Cluster %s/%s for the single-node opt-in: %w", kcp.Namespace, name, err)
+	}
+	return OptedIn(cluster), nil
+}
+
+// ClusterNameOf returns the name of the Cluster owning a KubeadmControlPlane: its
+// cluster-name label (set by the topology controller and by templates), else its
+// Cluster owner reference (set by the Cluster controller).
+func ClusterNameOf(kcp *controlplanev1.KubeadmControlPlane) string {
+	if name := kcp.Labels[clusterv1.ClusterNameLabel]; name != "" {
+		return name
+	}
+	for _, ref := range kcp.OwnerReferences {
+		if ref.Kind == "Cluster" {
+			return ref.Name
+		}
+	}
+	return ""
+}
+
+// withAnnotations sets annotations on a raw JSON object and reports whether anything
+// changed.
+func withAnnotations(raw []byte, add map[string]string) ([]byte, bool, error) {
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(raw); err != nil {
+		return nil, false, fmt.Errorf("decode KubeadmControlPlane: %w", err)
+	}
+	annotations := u.GetAnnotations()
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	changed := false
+	for k, v := range add {
+		if cur, ok := annotations[k]; !ok || cur != v {
+			annotations[k] = v
+			changed = true
+		}
+	}
+	if !changed {
+		return raw, false, nil
+	}
+	u.SetAnnotations(annotations)
+	b, err := json.Marshal(u.Object)
+	if err != nil {
+		return nil, false, fmt.Errorf("encode KubeadmControlPlane: %w", err)
+	}
+	return b, true, nil
+}
