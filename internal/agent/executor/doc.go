@@ -1,0 +1,19 @@
+// Package executor is the node agent's imperative shell around the pure state
+// machine (internal/agent/state): for each action it records the intent in the
+// journal, performs the action through the OS backend, the Kubernetes layer
+// (internal/agent/kube) or the health gates (internal/agent/gate), records the
+// result, and feeds it back to the state machine.
+//
+// Invariants:
+//   - the journal is saved before an action starts and after it ends, so a crash
+//     at any point resumes exactly (finished actions are not re-done; the action
+//     in flight is repeated, which is why every action is idempotent);
+//   - nothing here needs the API server except the gates: status reports go to a
+//     Reporter that must not block (the agent's reporter retries in the
+//     background), so an update continues while the API server is unreachable;
+//   - a cancelled context stops the executor without recording a failure: the
+//     next Resume repeats the interrupted action.
+//
+// Imports: internal/agent/{state,journal,kube,gate}, internal/backend,
+// internal/protocol, logr and the standard library.
+package executor

@@ -1,0 +1,378 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/capi-inplace/capi-inplace/internal/agent/gate"
+	"github.com/capi-inplace/capi-inplace/internal/agent/journal"
+	"github.com/capi-inplace/capi-inplace/internal/agent/kube"
+	"github.com/capi-inplace/capi-inplace/internal/agent/state"
+	"github.com/capi-inplace/capi-inplace/internal/backend"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
+)
+
+// ErrRebooted is returned by a Rebooter that rebooted the node without ending the
+// process (the simulated host): the executor continues as after a restart.
+var ErrRebooted = errors.New("node rebooted")
+
+// Rebooter reboots the node and identifies boots.
+type Rebooter interface {
+	// Reboot reboots the node. A real reboot does not return before the process is
+	// killed; the simulated host returns ErrRebooted once the new boot happened.
+	Reboot(ctx context.Context) error
+	// BootID identifies the current boot.
+	BootID(ctx context.Context) (string, error)
+}
+
+// Reporter publishes status; Report must not block.
+type Reporter interface {
+	Report(s protocol.NodeStatus)
+}
+
+// GateRunner runs the plan's health gates (gate.Checker).
+type GateRunner interface {
+	Run(ctx context.Context, p *protocol.NodePlan) error
+}
+
+// Faults lets the simulated host pause before an action or make it fail; nil in
+// production.
+type Faults interface {
+	BeforeAction(ctx context.Context, action string) error
+}
+
+// Backends resolves an OS backend by name.
+type Backends func(name string) (backend.Backend, error)
+
+// Executor performs a plan's actions. Its fields are its dependencies; all are
+// required except Faults and Log.
+type Executor struct {
+	Journal  journal.Journal
+	Kube     *kube.Host
+	Gates    GateRunner
+	Backends Backends
+	Rebooter Rebooter
+	Reporter Reporter
+	Faults   Faults
+	Now      func() time.Time
+	Log      logr.Logger
+}
+
+// Load returns the journal's state and plan; a zero state when the journal is empty.
+func (x *Executor) Load() (state.State, *protocol.NodePlan, error) {
+	e, err := x.Journal.Load()
+	if err != nil {
+		return state.State{}, nil, err
+	}
+	return decodeEntry(e)
+}
+
+func decodeEntry(e journal.Entry) (state.State, *protocol.NodePlan, error) {
+	var st state.State
+	if len(e.State) > 0 {
+		if err := json.Unmarshal(e.State, &st); err != nil {
+			return state.State{}, nil, fmt.Errorf("%w: state: %w", journal.ErrCorrupt, err)
+		}
+	}
+	var plan *protocol.NodePlan
+	if len(e.Plan) > 0 {
+		p, err := protocol.DecodePlan(e.Plan)
+		if err != nil {
+			return state.State{}, nil, fmt.Errorf("%w: plan: %w", journal.ErrCorrupt, err)
+		}
+		plan = p
+	}
+	return st, plan, nil
+}
+
+// Runs returns the journal's per-action run counters for the current plan.
+func (x *Executor) Runs() (map[string]int, error) {
+	e, err := x.Journal.Load()
+	if err != nil {
+		return nil, err
+	}
+	return e.Runs, nil
+}
+
+// Reject records a plan that cannot be applied, without touching the node.
+func (x *Executor) Reject(hash, reason, message string) (state.State, error) {
+	e, err := x.Journal.Load()
+	if err != nil {
+		return state.State{}, err
+	}
+	cur, _, err := decodeEntry(e)
+	if err != nil {
+		return state.State{}, err
+	}
+	st, _, err := state.Step(cur, state.PlanRejected{Hash: hash, Reason: reason, Message: message, At: x.Now()})
+	if err != nil {
+		return cur, err
+	}
+	e.Reset(hash, nil)
+	if err := x.save(&e, st); err != nil {
+		return st, err
+	}
+	x.report(st)
+	return st, nil
+}
+
+// Start begins an admitted plan and runs it to a terminal phase.
+func (x *Executor) Start(ctx context.Context, p *protocol.NodePlan) (state.State, error) {
+	hash, err := p.Hash()
+	if err != nil {
+		return state.State{}, err
+	}
+	raw, err := protocol.EncodePlan(p)
+	if err != nil {
+		return state.State{}, err
+	}
+	b, err := x.backendFor(p)
+	if err != nil {
+		return state.State{}, err
+	}
+	e, err := x.Journal.Load()
+	if err != nil {
+		return state.State{}, err
+	}
+	cur, _, err := decodeEntry(e)
+	if err != nil {
+		return state.State{}, err
+	}
+	st, _, err := state.Step(cur, state.PlanObserved{Hash: hash, Spec: state.SpecFor(p, b.Capabilities()), At: x.Now()})
+	if err != nil {
+		return cur, err
+	}
+	if e.Key != hash {
+		e.Reset(hash, raw)
+	}
+	if err := x.save(&e, st); err != nil {
+		return st, err
+	}
+	x.Log.Info("Starting plan", "plan", hash, "actions", len(st.Actions))
+	return x.Resume(ctx)
+}
+
+// Resume continues the plan in the journal until it reaches a terminal phase, the
+// context ends, or the journal cannot be written.
+func (x *Executor) Resume(ctx context.Context) (state.State, error) {
+	e, err := x.Journal.Load()
+	if err != nil {
+		return state.State{}, err
+	}
+	st, plan, err := decodeEntry(e)
+	if err != nil || st.PlanHash == "" || st.Phase.Terminal() {
+		return st, err
+	}
+	if plan == nil {
+		return st, fmt.Errorf("%w: plan %s is in progress but its plan is missing", journal.ErrCorrupt, st.PlanHash)
+	}
+	log := x.Log.WithValues("plan", st.PlanHash)
+	boot, err := x.Rebooter.BootID(ctx)
+	if err != nil {
+		return st, fmt.Errorf("read boot ID: %w", err)
+	}
+	if e.InFlight != "" {
+		log.Info("Repeating the action that was in flight", "action", e.InFlight)
+	}
+	st, out, err := state.Step(st, state.Resumed{BootID: boot})
+	if err != nil {
+		return st, err
+	}
+	e.Finish()
+	if err := x.save(&e, st); err != nil {
+		return st, err
+	}
+	x.report(st)
+	for {
+		if out.AwaitBoot {
+			log.Info("Rebooting the node")
+			err := x.Rebooter.Reboot(ctx)
+			switch {
+			case errors.Is(err, ErrRebooted):
+				if boot, err = x.Rebooter.BootID(ctx); err != nil {
+					return st, fmt.Errorf("read boot ID: %w", err)
+				}
+				st, out, err = state.Step(st, state.Resumed{BootID: boot})
+				if err != nil {
+					return st, err
+				}
+				e.Finish()
+			case err != nil && ctx.Err() == nil:
+				st, out, err = state.Step(st, state.ActionFailed{Name: state.ActReboot, Reason: state.ReasonActionFailed, Message: err.Error()})
+				if err != nil {
+					return st, err
+				}
+				e.Finish()
+			default:
+				// A real reboot is under way: wait to be killed.
+				<-ctx.Done()
+				return st, ctx.Err()
+			}
+			if err := x.save(&e, st); err != nil {
+				return st, err
+			}
+			x.report(st)
+			continue
+		}
+		if out.Next == nil {
+			log.Info("Plan finished", "phase", st.Phase, "reason", st.Reason)
+			return st, nil
+		}
+		a := *out.Next
+		var injected error
+		if x.Faults != nil {
+			injected = x.Faults.BeforeAction(ctx, a.Key())
+		}
+		if ctx.Err() != nil {
+			return st, ctx.Err()
+		}
+		e.Begin(a.Key())
+		if err := x.save(&e, st); err != nil {
+			return st, err
+		}
+		if a.Name == state.ActReboot && injected == nil {
+			st, out, err = state.Step(st, state.RebootIssued{BootID: boot})
+			if err != nil {
+				return st, err
+			}
+			if err := x.save(&e, st); err != nil {
+				return st, err
+			}
+			x.report(st)
+			continue
+		}
+		log.V(1).Info("Running action", "action", a.Key())
+		actErr := injected
+		if actErr == nil {
+			actErr = x.perform(ctx, st.PlanHash, plan, a)
+		}
+		if ctx.Err() != nil {
+			// Interrupted, not failed: Resume repeats the action.
+			return st, ctx.Err()
+		}
+		var ev state.Event = state.ActionSucceeded{Name: a.Name}
+		if actErr != nil {
+			log.Info("Action failed", "action", a.Key(), "error", actErr.Error())
+			ev = state.ActionFailed{Name: a.Name, Reason: reasonOf(actErr), Message: actErr.Error()}
+		}
+		if st, out, err = state.Step(st, ev); err != nil {
+			return st, err
+		}
+		e.Finish()
+		if err := x.save(&e, st); err != nil {
+			return st, err
+		}
+		x.report(st)
+	}
+}
+
+func reasonOf(err error) string {
+	var ge *gate.Error
+	switch {
+	case errors.As(err, &ge):
+		return state.ReasonGateFailed
+	case errors.Is(err, backend.ErrArtifactRefused):
+		return state.ReasonArtifactRefused
+	}
+	return state.ReasonActionFailed
+}
+
+func (x *Executor) backendFor(p *protocol.NodePlan) (backend.Backend, error) {
+	name := "none"
+	if p.OS != nil {
+		name = p.OS.Backend
+	}
+	b, err := x.Backends(name)
+	if err != nil {
+		return nil, fmt.Errorf("backend %s: %w", name, err)
+	}
+	return b, nil
+}
+
+func (x *Executor) perform(ctx context.Context, hash string, p *protocol.NodePlan, a state.Action) error {
+	var artifact backend.Artifact
+	if p.OS != nil {
+		artifact = backend.Artifact{Ref: p.OS.Ref, Digest: p.OS.Digest}
+	}
+	b, err := x.backendFor(p)
+	if err != nil {
+		return err
+	}
+	switch a.Name {
+	case state.ActEtcdSnapshot:
+		return x.Kube.EtcdSnapshot(ctx, hash)
+	case state.ActBackendStage:
+		return b.Stage(ctx, artifact)
+	case state.ActBackendActivate:
+		return b.Activate(ctx, artifact)
+	case state.ActBackendVerify:
+		return b.Verify(ctx, artifact)
+	case state.ActBackupFiles:
+		return x.Kube.Backup(ctx, hash, kube.BackupSet(p))
+	case state.ActWriteFiles:
+		return x.Kube.WriteFiles(ctx, p.Files)
+	case state.ActKubeletConfig:
+		return x.Kube.KubeletFlags(ctx, p.KubeletExtraArgs)
+	case state.ActInstallBinaries:
+		return x.Kube.InstallBinaries(ctx, p.Kubernetes.Version)
+	case state.ActKubeadmUpgrade:
+		return x.Kube.KubeadmUpgrade(ctx, p.Kubernetes)
+	case state.ActRestartKubelet:
+		return x.Kube.RestartKubelet(ctx)
+	case state.ActGates:
+		return x.Gates.Run(ctx, p)
+	case state.ActBackendCommit:
+		return b.Commit(ctx, artifact)
+	case state.ActRestoreFiles:
+		return x.Kube.Restore(ctx, hash)
+	case state.ActRestoreEtcd:
+		return x.Kube.RestoreEtcd(ctx, hash)
+	case state.ActBackendRollback:
+		return b.Rollback(ctx, artifact)
+	}
+	return fmt.Errorf("unknown action %s", a.Name)
+}
+
+func (x *Executor) save(e *journal.Entry, st state.State) error {
+	raw, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("encode state: %w", err)
+	}
+	e.State = raw
+	if err := x.Journal.Save(*e); err != nil {
+		return err
+	}
+	e.Seq++
+	return nil
+}
+
+func (x *Executor) report(st state.State) {
+	s := st.Status()
+	s.UpdatedAt = x.Now().UTC().Truncate(time.Second)
+	s.StartedAt = s.StartedAt.UTC().Truncate(time.Second)
+	x.Reporter.Report(s)
+}
+
+// Forget clears a terminal, not committed plan from the journal, so that the
+// same plan can be tried again when the coordinator asks for it anew.
+func (x *Executor) Forget() error {
+	e, err := x.Journal.Load()
+	if err != nil {
+		return err
+	}
+	st, _, err := decodeEntry(e)
+	if err != nil {
+		return err
+	}
+	if st.PlanHash == "" || !st.Phase.Terminal() || st.Phase == protocol.PhaseCommitted {
+		return nil
+	}
+	e.Reset("", nil)
+	e.State = nil
+	return x.Journal.Save(e)
+}
