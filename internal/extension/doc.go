@@ -1,0 +1,21 @@
+// Package extension serves capi-inplace's Cluster API runtime hooks over HTTPS:
+// CanUpdateMachine, CanUpdateMachineSet (answered by the pure planner) and
+// UpdateMachine (delegated to a MachineUpdater, the coordinator).
+//
+// Handlers are thin: decode the request's objects, call a pure compute function,
+// fill the response, log and count. They never panic (a recovered panic becomes a
+// Failure response), and a malformed request or an object of the wrong kind for
+// its slot gets status Failure with a message that names what was wrong. An
+// object of a kind we do not know how to update (an unknown infrastructure or
+// bootstrap kind) is not malformed: the planner refuses its changes with a reason,
+// CAPI then replaces the machine as it would without us.
+//
+// UpdateMachine never reports Success for work not done: without a coordinator it
+// answers Failure, which CAPI retries. Every handler is registered with
+// failurePolicy Fail: with Ignore, CAPI would treat an unreachable extension as a
+// completed UpdateMachine.
+//
+// Imports: cluster-api hook and catalog types, the runtime server
+// (sigs.k8s.io/cluster-api/exp/runtime/server), controller-runtime logging,
+// prometheus, internal/planner, internal/policy.
+package extension

@@ -1,0 +1,258 @@
+package extension
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/capi-inplace/capi-inplace/internal/planner"
+	"github.com/capi-inplace/capi-inplace/internal/policy"
+)
+
+// MachineUpdater performs an in-place update: the coordinator. It must be
+// idempotent (CAPI calls it again until it answers Success with retryAfterSeconds
+// 0, and may call it after that) and must never answer Success for work not done.
+type MachineUpdater interface {
+	UpdateMachine(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest, resp *runtimehooksv1.UpdateMachineResponse)
+}
+
+// Hook names, as CAPI's catalog names them; used in logs, metrics and messages.
+const (
+	hookCanUpdateMachine    = "CanUpdateMachine"
+	hookCanUpdateMachineSet = "CanUpdateMachineSet"
+	hookUpdateMachine       = "UpdateMachine"
+)
+
+// MessageNoCoordinator is UpdateMachine's Failure message when no coordinator is
+// configured.
+const MessageNoCoordinator = "in-place updates need the coordinator; none is configured"
+
+// Options configure Handlers.
+type Options struct {
+	// Policy is the operator's policy; required.
+	Policy *policy.Policy
+	// Updater performs UpdateMachine; nil makes UpdateMachine answer Failure.
+	Updater MachineUpdater
+	// Metrics records calls and decisions; required.
+	Metrics *Metrics
+}
+
+// Handlers answer the runtime hooks.
+type Handlers struct {
+	planner *planner.Planner
+	updater MachineUpdater
+	metrics *Metrics
+}
+
+// NewHandlers validates opts and returns the handlers.
+func NewHandlers(opts Options) (*Handlers, error) {
+	if opts.Metrics == nil {
+		return nil, errors.New("extension handlers need metrics")
+	}
+	p, err := planner.New(opts.Policy)
+	if err != nil {
+		return nil, fmt.Errorf("extension handlers: %w", err)
+	}
+	return &Handlers{planner: p, updater: opts.Updater, metrics: opts.Metrics}, nil
+}
+
+// DoCanUpdateMachine answers CanUpdateMachine (KubeadmControlPlane machines).
+func (h *Handlers) DoCanUpdateMachine(ctx context.Context, req *runtimehooksv1.CanUpdateMachineRequest, resp *runtimehooksv1.CanUpdateMachineResponse) {
+	start := time.Now()
+	log := ctrl.LoggerFrom(ctx).WithValues("hook", hookCanUpdateMachine, "Machine", klog.KRef(req.Desired.Machine.Namespace, req.Desired.Machine.Name))
+	defer h.finish(ctx, hookCanUpdateMachine, start, resp, func() { *resp = runtimehooksv1.CanUpdateMachineResponse{} })
+
+	res, err := computeCanUpdateMachine(h.planner, req)
+	if err != nil {
+		fail(resp, err)
+		return
+	}
+	resp.SetStatus(runtimehooksv1.ResponseStatusSuccess)
+	resp.MachinePatch = jsonPatch(res.MachinePatch)
+	resp.InfrastructureMachinePatch = jsonPatch(res.InfrastructurePatch)
+	resp.BootstrapConfigPatch = jsonPatch(res.BootstrapPatch)
+	h.report(log, hookCanUpdateMachine, res)
+}
+
+// DoCanUpdateMachineSet answers CanUpdateMachineSet (MachineDeployments).
+func (h *Handlers) DoCanUpdateMachineSet(ctx context.Context, req *runtimehooksv1.CanUpdateMachineSetRequest, resp *runtimehooksv1.CanUpdateMachineSetResponse) {
+	start := time.Now()
+	log := ctrl.LoggerFrom(ctx).WithValues("hook", hookCanUpdateMachineSet, "MachineSet", klog.KRef(req.Desired.MachineSet.Namespace, req.Desired.MachineSet.Name))
+	defer h.finish(ctx, hookCanUpdateMachineSet, start, resp, func() { *resp = runtimehooksv1.CanUpdateMachineSetResponse{} })
+
+	res, err := computeCanUpdateMachineSet(h.planner, req)
+	if err != nil {
+		fail(resp, err)
+		return
+	}
+	resp.SetStatus(runtimehooksv1.ResponseStatusSuccess)
+	resp.MachineSetPatch = jsonPatch(res.MachinePatch)
+	resp.InfrastructureMachineTemplatePatch = jsonPatch(res.InfrastructurePatch)
+	resp.BootstrapConfigTemplatePatch = jsonPatch(res.BootstrapPatch)
+	h.report(log, hookCanUpdateMachineSet, res)
+}
+
+// DoUpdateMachine answers UpdateMachine by delegating to the coordinator.
+func (h *Handlers) DoUpdateMachine(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest, resp *runtimehooksv1.UpdateMachineResponse) {
+	start := time.Now()
+	defer h.finish(ctx, hookUpdateMachine, start, resp, func() { *resp = runtimehooksv1.UpdateMachineResponse{} })
+
+	if err := checkRequestKind(req.Kind, req.APIVersion, "UpdateMachineRequest"); err != nil {
+		fail(resp, fmt.Errorf("%s: %w", hookUpdateMachine, err))
+		return
+	}
+	if h.updater == nil {
+		resp.SetStatus(runtimehooksv1.ResponseStatusFailure)
+		resp.SetMessage(MessageNoCoordinator)
+		return
+	}
+	h.updater.UpdateMachine(ctx, req, resp)
+	if resp.GetStatus() == "" {
+		// An empty status would read as neither done nor failed; never let it
+		// pass as Success.
+		fail(resp, errors.New("the coordinator returned no status"))
+	}
+}
+
+// finish recovers a panic into a Failure response (reset clears anything half
+// written, such as patches), then records metrics.
+func (h *Handlers) finish(ctx context.Context, hook string, start time.Time, resp runtimehooksv1.ResponseObject, reset func()) {
+	if r := recover(); r != nil {
+		reset()
+		resp.SetStatus(runtimehooksv1.ResponseStatusFailure)
+		resp.SetMessage(fmt.Sprintf("%s: internal error: %v", hook, r))
+		ctrl.LoggerFrom(ctx).Error(fmt.Errorf("panic: %v", r), "Hook handler panicked", "hook", hook, "stack", string(debug.Stack()))
+	}
+	if resp.GetStatus() == runtimehooksv1.ResponseStatusFailure {
+		ctrl.LoggerFrom(ctx).Info("Hook call failed", "hook", hook, "message", resp.GetMessage())
+	}
+	h.metrics.calls.WithLabelValues(hook, string(resp.GetStatus())).Inc()
+	h.metrics.duration.WithLabelValues(hook).Observe(time.Since(start).Seconds())
+}
+
+// report logs and counts a planner result.
+func (h *Handlers) report(log logr.Logger, hook string, res *planner.Result) {
+	refused := res.Refused()
+	for _, d := range res.Decisions {
+		h.metrics.decisions.WithLabelValues(hook, d.Object, strconv.FormatBool(d.Covered)).Inc()
+	}
+	for _, d := range refused {
+		log.Info("Change cannot be applied in place", "object", d.Object, "field", d.Field, "reason", d.Reason)
+	}
+	log.Info("Answered in-place update check", "inPlace", len(refused) == 0,
+		"covered", len(res.Decisions)-len(refused), "refused", len(refused))
+}
+
+func fail(resp runtimehooksv1.ResponseObject, err error) {
+	resp.SetStatus(runtimehooksv1.ResponseStatusFailure)
+	resp.SetMessage(err.Error())
+}
+
+func jsonPatch(p []byte) runtimehooksv1.Patch {
+	if p == nil {
+		return runtimehooksv1.Patch{}
+	}
+	return runtimehooksv1.Patch{PatchType: runtimehooksv1.JSONPatchType, Patch: p}
+}
+
+// computeCanUpdateMachine decodes a CanUpdateMachine request and plans it.
+func computeCanUpdateMachine(p *planner.Planner, req *runtimehooksv1.CanUpdateMachineRequest) (*planner.Result, error) {
+	if err := checkRequestKind(req.Kind, req.APIVersion, "CanUpdateMachineRequest"); err != nil {
+		return nil, fmt.Errorf("%s: %w", hookCanUpdateMachine, err)
+	}
+	cur, err := decodeSide("current", "machine", req.Current.Machine, "infrastructureMachine", req.Current.InfrastructureMachine, "bootstrapConfig", req.Current.BootstrapConfig)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", hookCanUpdateMachine, err)
+	}
+	des, err := decodeSide("desired", "machine", req.Desired.Machine, "infrastructureMachine", req.Desired.InfrastructureMachine, "bootstrapConfig", req.Desired.BootstrapConfig)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", hookCanUpdateMachine, err)
+	}
+	return p.CanUpdateMachine(req.GetSettings(), cur, des)
+}
+
+// computeCanUpdateMachineSet decodes a CanUpdateMachineSet request and plans it.
+func computeCanUpdateMachineSet(p *planner.Planner, req *runtimehooksv1.CanUpdateMachineSetRequest) (*planner.Result, error) {
+	if err := checkRequestKind(req.Kind, req.APIVersion, "CanUpdateMachineSetRequest"); err != nil {
+		return nil, fmt.Errorf("%s: %w", hookCanUpdateMachineSet, err)
+	}
+	cur, err := decodeSide("current", "machineSet", req.Current.MachineSet, "infrastructureMachineTemplate", req.Current.InfrastructureMachineTemplate, "bootstrapConfigTemplate", req.Current.BootstrapConfigTemplate)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", hookCanUpdateMachineSet, err)
+	}
+	des, err := decodeSide("desired", "machineSet", req.Desired.MachineSet, "infrastructureMachineTemplate", req.Desired.InfrastructureMachineTemplate, "bootstrapConfigTemplate", req.Desired.BootstrapConfigTemplate)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", hookCanUpdateMachineSet, err)
+	}
+	return p.CanUpdateMachineSet(req.GetSettings(), cur, des)
+}
+
+// checkRequestKind refuses a request sent to the wrong hook. CAPI's runtime client
+// always sets the request's apiVersion and kind.
+func checkRequestKind(kind, apiVersion, want string) error {
+	wantAPIVersion := runtimehooksv1.GroupVersion.String()
+	if kind != want || apiVersion != wantAPIVersion {
+		return fmt.Errorf("%w: request has apiVersion %q kind %q, expected %s %s", planner.ErrMalformed, apiVersion, kind, wantAPIVersion, want)
+	}
+	return nil
+}
+
+// decodeSide turns one side of a request into JSON objects, exactly as they
+// travelled: the typed Machine(Set) is re-encoded with the same Go types CAPI
+// encoded it with, so patch paths match CAPI's own copy.
+func decodeSide(side, machineSlot string, machine any, infraSlot string, infra runtime.RawExtension, bootstrapSlot string, bootstrap runtime.RawExtension) (planner.Objects, error) {
+	var out planner.Objects
+	var err error
+	if out.Machine, err = toUnstructured(machine); err != nil {
+		return out, fmt.Errorf("%w: %s.%s: %w", planner.ErrMalformed, side, machineSlot, err)
+	}
+	if out.Infrastructure, err = rawToUnstructured(infra); err != nil {
+		return out, fmt.Errorf("%w: %s.%s: %w", planner.ErrMalformed, side, infraSlot, err)
+	}
+	if out.Bootstrap, err = rawToUnstructured(bootstrap); err != nil {
+		return out, fmt.Errorf("%w: %s.%s: %w", planner.ErrMalformed, side, bootstrapSlot, err)
+	}
+	return out, nil
+}
+
+func toUnstructured(obj any) (*unstructured.Unstructured, error) {
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return nil, fmt.Errorf("encode: %w", err)
+	}
+	m := map[string]any{}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	return &unstructured.Unstructured{Object: m}, nil
+}
+
+// rawToUnstructured decodes an embedded object; an absent one is nil.
+func rawToUnstructured(raw runtime.RawExtension) (*unstructured.Unstructured, error) {
+	data := raw.Raw
+	if len(data) == 0 && raw.Object != nil {
+		var err error
+		if data, err = json.Marshal(raw.Object); err != nil {
+			return nil, fmt.Errorf("encode: %w", err)
+		}
+	}
+	if len(data) == 0 || string(data) == "null" {
+		return nil, nil
+	}
+	m := map[string]any{}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("not a JSON object: %w", err)
+	}
+	return &unstructured.Unstructured{Object: m}, nil
+}

@@ -1,0 +1,60 @@
+package extension
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the hook server's Prometheus metrics.
+type Metrics struct {
+	calls     *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+	decisions *prometheus.CounterVec
+}
+
+// NewMetrics creates the metrics and registers them on reg (controller-runtime's
+// metrics.Registry in the binary, a fresh registry in tests). Registering twice on
+// the same registry reuses the collectors already there.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "capi_inplace_hook_calls_total",
+			Help: "Runtime hook calls answered, by hook and response status.",
+		}, []string{"hook", "status"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "capi_inplace_hook_duration_seconds",
+			Help:    "Time spent answering a runtime hook call, by hook.",
+			Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
+		}, []string{"hook"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "capi_inplace_planner_decisions_total",
+			Help: "Field decisions of the planner, by hook, object kind and whether the change is covered in place.",
+		}, []string{"hook", "object", "covered"}),
+	}
+	var err error
+	if m.calls, err = register(reg, m.calls); err != nil {
+		return nil, err
+	}
+	if m.duration, err = register(reg, m.duration); err != nil {
+		return nil, err
+	}
+	if m.decisions, err = register(reg, m.decisions); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	if err := reg.Register(c); err != nil {
+		var already prometheus.AlreadyRegisteredError
+		if errors.As(err, &already) {
+			if existing, ok := already.ExistingCollector.(C); ok {
+				return existing, nil
+			}
+		}
+		return c, fmt.Errorf("register metrics: %w", err)
+	}
+	return c, nil
+}

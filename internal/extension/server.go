@@ -1,0 +1,71 @@
+package extension
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+
+	"k8s.io/utils/ptr"
+	runtimecatalog "sigs.k8s.io/cluster-api/api/runtime/catalog"
+	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
+	"sigs.k8s.io/cluster-api/exp/runtime/server"
+)
+
+// Handler names, as they appear in discovery and in the ExtensionConfig's status.
+const (
+	HandlerCanUpdateMachine    = "can-update-machine"
+	HandlerCanUpdateMachineSet = "can-update-machineset"
+	HandlerUpdateMachine       = "update-machine"
+)
+
+// updateMachineTimeoutSeconds is UpdateMachine's timeout: the coordinator talks to
+// the workload cluster, so it gets the most CAPI allows. The CanUpdate hooks are
+// pure computation and keep CAPI's default (10s).
+const updateMachineTimeoutSeconds = 30
+
+// ServerOptions configure the hook server.
+type ServerOptions struct {
+	// Host and Port to listen on; Port defaults to 9443.
+	Host string
+	Port int
+	// CertDir holds tls.crt and tls.key; controller-runtime's certwatcher reloads
+	// them when they change.
+	CertDir string
+	// TLSOpts adjust the TLS configuration (e.g. minimum version).
+	TLSOpts []func(*tls.Config)
+}
+
+// NewServer returns the runtime hook server (a controller-runtime Runnable that
+// needs no leader election) with the three handlers registered; discovery is added
+// when it starts.
+func NewServer(h *Handlers, opts ServerOptions) (*server.Server, error) {
+	if h == nil {
+		return nil, errors.New("hook server needs handlers")
+	}
+	catalog := runtimecatalog.New()
+	if err := runtimehooksv1.AddToCatalog(catalog); err != nil {
+		return nil, fmt.Errorf("build runtime hook catalog: %w", err)
+	}
+	srv, err := server.New(server.Options{
+		Catalog: catalog,
+		Host:    opts.Host,
+		Port:    opts.Port,
+		CertDir: opts.CertDir,
+		TLSOpts: opts.TLSOpts,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create hook server: %w", err)
+	}
+	fail := ptr.To(runtimehooksv1.FailurePolicyFail)
+	for _, eh := range []server.ExtensionHandler{
+		{Hook: runtimehooksv1.CanUpdateMachine, Name: HandlerCanUpdateMachine, HandlerFunc: h.DoCanUpdateMachine, FailurePolicy: fail},
+		{Hook: runtimehooksv1.CanUpdateMachineSet, Name: HandlerCanUpdateMachineSet, HandlerFunc: h.DoCanUpdateMachineSet, FailurePolicy: fail},
+		{Hook: runtimehooksv1.UpdateMachine, Name: HandlerUpdateMachine, HandlerFunc: h.DoUpdateMachine, FailurePolicy: fail,
+			TimeoutSeconds: ptr.To[int32](updateMachineTimeoutSeconds)},
+	} {
+		if err := srv.AddExtensionHandler(eh); err != nil {
+			return nil, fmt.Errorf("register %s handler: %w", eh.Name, err)
+		}
+	}
+	return srv, nil
+}
