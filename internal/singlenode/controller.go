@@ -159,6 +159,9 @@ func (r *Reconciler) update(ctx context.Context, obs *observed, machineName stri
 	case OutcomeInProgress:
 		msg := fmt.Sprintf("Machine %s: %s", machineName, out.Message)
 		return ctrl.Result{RequeueAfter: out.RetryAfter}, r.setCondition(ctx, obs, metav1.ConditionFalse, v1alpha1.ReasonInProgress, msg)
+	case OutcomeRetry:
+		msg := fmt.Sprintf("Machine %s: retrying: %s", machineName, out.Message)
+		return ctrl.Result{RequeueAfter: out.RetryAfter}, r.setCondition(ctx, obs, metav1.ConditionFalse, v1alpha1.ReasonInProgress, msg)
 	case OutcomeFailed:
 		return r.fail(ctx, obs, machine, out.Reason, out.Message)
 	}
