@@ -1,0 +1,363 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/clientcmd"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
+	"github.com/capi-inplace/capi-inplace/internal/status"
+)
+
+// TestStatusCommand runs `capi-inplace status` in-process against a real kube-apiserver
+// that plays both the management cluster (Clusters, Machines, kubeconfig Secrets) and
+// the workload clusters (Nodes with capi-inplace's annotations): each Cluster's
+// "<cluster>-kubeconfig" Secret points back at the same API server, except for the
+// "edge" Cluster, whose kubeconfig points at a closed port.
+func TestStatusCommand(t *testing.T) {
+	requireEnvtestAssets(t)
+	g := NewWithT(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	env := &envtest.Environment{
+		CRDInstallOptions: envtest.CRDInstallOptions{
+			Paths:              []string{filepath.Join(capiModuleDir(t), "core", "config", "crd", "bases")},
+			ErrorIfPathMissing: true,
+		},
+	}
+	cfg, err := env.Start()
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Logf("stop envtest: %v", err)
+		}
+	})
+	scheme := runtime.NewScheme()
+	g.Expect(clusterv1.AddToScheme(scheme)).To(Succeed())
+	g.Expect(corev1.AddToScheme(scheme)).To(Succeed())
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	kubeconfigPath := filepath.Join(t.TempDir(), "kubeconfig")
+	g.Expect(os.WriteFile(kubeconfigPath, env.KubeConfig, 0o600)).To(Succeed())
+	unreachable := unreachableKubeconfig(t, env.KubeConfig)
+
+	now := time.Now().UTC().Truncate(time.Second)
+	planA := "sha256-aaaaaaaaaaaaaaaa"
+
+	// healthy/demo: a control-plane node done, a worker applying (cordoned by us).
+	mk := fixtures{t: t, ctx: ctx, c: c}
+	mk.namespace("healthy")
+	mk.cluster("healthy", "demo", env.KubeConfig)
+	mk.machine("healthy", "demo", "demo-cp-0", true, "v1.36.0", "demo-cp-0", metav1.ConditionFalse)
+	mk.machine("healthy", "demo", "demo-md-0", false, "v1.36.0", "demo-md-0", metav1.ConditionTrue)
+	mk.node("demo-cp-0", "v1.36.0", false, map[string]string{
+		inplacev1.DesiredPlanAnnotation: planA, inplacev1.CurrentPlanAnnotation: planA,
+		inplacev1.StatusAnnotation: encode(t, protocol.NodeStatus{PlanHash: planA, Phase: protocol.PhaseCommitted, Step: 6, Steps: 6,
+			StartedAt: now.Add(-4 * time.Minute), UpdatedAt: now.Add(-2 * time.Minute)}),
+	})
+	mk.node("demo-md-0", "v1.35.0", true, map[string]string{
+		inplacev1.DesiredPlanAnnotation: planA, inplacev1.CordonedByAnnotation: "capi-inplace",
+		inplacev1.StatusAnnotation: encode(t, protocol.NodeStatus{PlanHash: planA, Phase: protocol.PhaseApplying, Step: 3, Steps: 6,
+			Action: "kubeadm-upgrade", Message: "running kubeadm upgrade node", StartedAt: now.Add(-70 * time.Second), UpdatedAt: now}),
+	})
+
+	// mixed/broken: a worker rolled back; mixed/edge: workload cluster unreachable.
+	mk.namespace("mixed")
+	mk.cluster("mixed", "broken", env.KubeConfig)
+	mk.machine("mixed", "broken", "broken-md-0", false, "v1.36.0", "broken-md-0", metav1.ConditionTrue)
+	mk.node("broken-md-0", "v1.35.0", false, map[string]string{
+		inplacev1.DesiredPlanAnnotation: planA,
+		inplacev1.StatusAnnotation: encode(t, protocol.NodeStatus{PlanHash: planA, Phase: protocol.PhaseRolledBack, Step: 4, Steps: 6,
+			Reason: "HealthGateFailed", Message: "kubelet did not become Ready", StartedAt: now.Add(-3 * time.Minute), UpdatedAt: now.Add(-time.Minute)}),
+	})
+	mk.cluster("mixed", "edge", unreachable)
+	mk.machine("mixed", "edge", "edge-cp-0", true, "v1.36.0", "edge-cp-0", metav1.ConditionTrue)
+
+	run := func(ctx context.Context, args ...string) (string, error) {
+		root := newRootCommand()
+		var out, errOut bytes.Buffer
+		root.SetOut(&out)
+		root.SetErr(&errOut)
+		root.SetArgs(append([]string{"status", "--kubeconfig", kubeconfigPath}, args...))
+		err := root.ExecuteContext(ctx)
+		return out.String(), err
+	}
+
+	t.Run("table for one healthy cluster, exit 0", func(t *testing.T) {
+		g := NewWithT(t)
+		out, err := run(ctx, "demo", "-n", "healthy")
+		g.Expect(err).NotTo(HaveOccurred())
+		lines := strings.Split(out, "\n")
+		g.Expect(lines[0]).To(Equal("CLUSTER healthy/demo"))
+		g.Expect(lines[1]).To(MatchRegexp(`^MACHINE\s+ROLE\s+VERSION\s+KUBELET\s+PHASE\s+PROGRESS\s+DRAIN\s+ELAPSED\s+UPDATING\s+UP-TO-DATE\s+DETAILS$`))
+		g.Expect(lines[2]).To(MatchRegexp(`^demo-cp-0\s+control-plane\s+v1\.36\.0\s+v1\.36\.0\s+Committed\s+\[##########\] 6/6\s+-\s+2m00s\s+False\s+-$`))
+		g.Expect(lines[3]).To(MatchRegexp(`^demo-md-0\s+worker\s+v1\.36\.0\s+v1\.35\.0\s+Applying\s+\[#####-----\] 3/6\s+cordoned\s+1m1\ds\s+True\s+-\s+kubeadm-upgrade: running kubeadm upgrade node$`))
+		g.Expect(out).To(HaveSuffix("\n2 machines: 1 in progress, 0 failed.\n"))
+	})
+
+	t.Run("json for the namespace, exit 0", func(t *testing.T) {
+		g := NewWithT(t)
+		out, err := run(ctx, "-n", "healthy", "-o", "json")
+		g.Expect(err).NotTo(HaveOccurred())
+		var r status.Report
+		g.Expect(json.Unmarshal([]byte(out), &r)).To(Succeed())
+		g.Expect(r.APIVersion).To(Equal(status.ReportAPIVersion))
+		g.Expect(r.Namespace).To(Equal("healthy"))
+		g.Expect(r.Summary).To(Equal(status.Summary{Machines: 2, InProgress: 1}))
+		g.Expect(r.Clusters).To(HaveLen(1))
+		cv := r.Clusters[0]
+		g.Expect(cv.WorkloadReachable).To(BeTrue())
+		g.Expect(cv.Machines).To(HaveLen(2))
+		cp, md := cv.Machines[0], cv.Machines[1]
+		g.Expect(cp.Name).To(Equal("demo-cp-0"))
+		g.Expect(cp.UID).NotTo(BeEmpty())
+		g.Expect(cp.Role).To(Equal(status.RoleControlPlane))
+		g.Expect(cp.Phase).To(Equal(protocol.PhaseCommitted))
+		g.Expect(cp.KubeletVersion).To(Equal("v1.36.0"))
+		g.Expect(cp.ElapsedSeconds).To(Equal(int64(120)))
+		g.Expect(md.Phase).To(Equal(protocol.PhaseApplying))
+		g.Expect([]int{md.Step, md.Steps}).To(Equal([]int{3, 6}))
+		g.Expect(md.KubeletVersion).To(Equal("v1.35.0"), "read from the workload Node")
+		g.Expect(md.Drain).To(Equal(status.Drain{State: status.DrainCordoned, Unschedulable: true, CordonedBy: "capi-inplace"}))
+		g.Expect(md.Conditions.Updating).To(Equal(&status.Condition{Status: "True", Reason: clusterv1.MachineInPlaceUpdatingReason}))
+		g.Expect(md.DesiredPlan).To(Equal(planA))
+	})
+
+	t.Run("a rolled-back node exits 3; an unreachable workload cluster still shows its machines", func(t *testing.T) {
+		g := NewWithT(t)
+		out, err := run(ctx, "-n", "mixed")
+		var coded interface{ ExitCode() int }
+		g.Expect(errors.As(err, &coded)).To(BeTrue(), "error %v carries an exit code", err)
+		g.Expect(coded.ExitCode()).To(Equal(exitNodeFailed))
+		g.Expect(exitCode(err)).To(Equal(3), "main exits with it")
+		g.Expect(err.Error()).To(Equal("in-place update failed on 1 machine(s): mixed/broken-md-0 (RolledBack)"))
+		g.Expect(out).To(MatchRegexp(`(?m)^broken-md-0\s+worker\s+v1\.36\.0\s+v1\.35\.0\s+RolledBack\s+\[######----\] 4/6\s+-\s+2m00s\s+True\s+-\s+HealthGateFailed: kubelet did not become Ready$`))
+		g.Expect(out).To(MatchRegexp(`(?m)^CLUSTER mixed/edge  \(workload cluster unreachable, showing management-side data only: .*127\.0\.0\.1:1.*\)$`))
+		g.Expect(out).To(MatchRegexp(`(?m)^edge-cp-0\s+control-plane\s+v1\.36\.0\s+v1\.35\.0\s+\?\s+-\s+\?\s+`))
+		g.Expect(out).To(HaveSuffix("\n2 machines: 0 in progress, 1 failed, 1 workload cluster unreachable.\n"))
+	})
+
+	t.Run("json for the unreachable cluster alone, exit 0", func(t *testing.T) {
+		g := NewWithT(t)
+		out, err := run(ctx, "edge", "-n", "mixed", "-o", "json")
+		g.Expect(err).NotTo(HaveOccurred())
+		var r status.Report
+		g.Expect(json.Unmarshal([]byte(out), &r)).To(Succeed())
+		g.Expect(r.Clusters).To(HaveLen(1))
+		g.Expect(r.Clusters[0].WorkloadReachable).To(BeFalse())
+		g.Expect(r.Clusters[0].WorkloadError).To(ContainSubstring("list nodes of cluster mixed/edge"))
+		g.Expect(r.Clusters[0].Machines).To(ConsistOf(And(
+			HaveField("Name", "edge-cp-0"),
+			HaveField("KubeletVersion", "v1.35.0"), // from the Machine's status.nodeInfo
+			HaveField("Drain.State", status.DrainUnknown),
+		)))
+		g.Expect(r.Summary.UnreachableClusters).To(Equal(1))
+	})
+
+	t.Run("-A covers every namespace", func(t *testing.T) {
+		g := NewWithT(t)
+		out, err := run(ctx, "-A", "-o", "json")
+		g.Expect(err).To(HaveOccurred(), "mixed/broken rolled back")
+		var r status.Report
+		g.Expect(json.Unmarshal([]byte(out), &r)).To(Succeed())
+		var names []string
+		for _, c := range r.Clusters {
+			names = append(names, c.Namespace+"/"+c.Name)
+		}
+		g.Expect(names).To(Equal([]string{"healthy/demo", "mixed/broken", "mixed/edge"}))
+		g.Expect(r.Namespace).To(BeEmpty())
+	})
+
+	t.Run("an unknown cluster is an ordinary error", func(t *testing.T) {
+		g := NewWithT(t)
+		_, err := run(ctx, "nope", "-n", "healthy")
+		g.Expect(err).To(MatchError(status.ErrClusterNotFound))
+		var coded interface{ ExitCode() int }
+		g.Expect(errors.As(err, &coded)).To(BeFalse(), "exit code 1, not the failed-node code")
+		g.Expect(exitCode(err)).To(Equal(1))
+	})
+
+	t.Run("bad flags are refused before any API call", func(t *testing.T) {
+		g := NewWithT(t)
+		_, err := run(ctx, "-o", "yaml")
+		g.Expect(err).To(MatchError(ContainSubstring("--output must be table or json")))
+		_, err = run(ctx, "demo", "-A")
+		g.Expect(err).To(MatchError(ContainSubstring("--all-namespaces cannot be used with a cluster name")))
+	})
+
+	t.Run("--watch refreshes until interrupted, then exits with the last look's code", func(t *testing.T) {
+		g := NewWithT(t)
+		wctx, wcancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+		defer wcancel()
+		out, err := run(wctx, "demo", "-n", "healthy", "-w", "--interval=300ms")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(strings.Count(out, "CLUSTER healthy/demo")).To(BeNumerically(">=", 2), out)
+		g.Expect(out).To(ContainSubstring("Every 300ms, at "))
+
+		wctx, wcancel = context.WithTimeout(ctx, 1500*time.Millisecond)
+		defer wcancel()
+		out, err = run(wctx, "broken", "-n", "mixed", "-w", "--interval=300ms", "-o", "json")
+		g.Expect(err).To(MatchError(ContainSubstring("mixed/broken-md-0 (RolledBack)")))
+		docs := strings.Split(strings.TrimSpace(out), "\n")
+		g.Expect(len(docs)).To(BeNumerically(">=", 2), "one JSON document per line")
+		for _, d := range docs {
+			var r status.Report
+			g.Expect(json.Unmarshal([]byte(d), &r)).To(Succeed())
+			g.Expect(r.Summary.Failed).To(Equal(1))
+		}
+	})
+}
+
+type fixtures struct {
+	t   *testing.T
+	ctx context.Context
+	c   client.Client
+}
+
+func (f fixtures) create(obj client.Object) {
+	f.t.Helper()
+	if err := f.c.Create(f.ctx, obj); err != nil {
+		f.t.Fatalf("create %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+func (f fixtures) namespace(name string) {
+	f.create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+}
+
+func (f fixtures) cluster(ns, name string, kubeconfig []byte) {
+	f.create(&clusterv1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		// The CRD requires a non-empty spec.
+		Spec: clusterv1.ClusterSpec{ControlPlaneEndpoint: clusterv1.APIEndpoint{Host: name + ".example", Port: 6443}},
+	})
+	f.create(&corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-kubeconfig",
+			Labels: map[string]string{clusterv1.ClusterNameLabel: name}},
+		Type: clusterv1.ClusterSecretType,
+		Data: map[string][]byte{"value": kubeconfig},
+	})
+}
+
+// machine creates a Machine with a nodeRef and CAPI's Updating condition; its
+// status.nodeInfo says kubelet v1.35.0 (what CAPI last copied from the Node).
+func (f fixtures) machine(ns, clusterName, name string, controlPlane bool, version, nodeName string, updating metav1.ConditionStatus) {
+	f.t.Helper()
+	m := &clusterv1.Machine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{clusterv1.ClusterNameLabel: clusterName}},
+		Spec: clusterv1.MachineSpec{
+			ClusterName:       clusterName,
+			Version:           version,
+			Bootstrap:         clusterv1.Bootstrap{DataSecretName: ptrTo(name + "-bootstrap")},
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "DevMachine", Name: name},
+		},
+	}
+	if controlPlane {
+		m.Labels[clusterv1.MachineControlPlaneLabel] = ""
+	}
+	f.create(m)
+	reason := clusterv1.MachineNotUpdatingReason
+	if updating == metav1.ConditionTrue {
+		reason = clusterv1.MachineInPlaceUpdatingReason
+	}
+	m.Status = clusterv1.MachineStatus{
+		NodeRef:  clusterv1.MachineNodeReference{Name: nodeName},
+		NodeInfo: &corev1.NodeSystemInfo{KubeletVersion: "v1.35.0"},
+		Phase:    "Running",
+		Conditions: []metav1.Condition{{
+			Type: clusterv1.MachineUpdatingCondition, Status: updating, Reason: reason, LastTransitionTime: metav1.Now(),
+		}},
+	}
+	if err := f.c.Status().Update(f.ctx, m); err != nil {
+		f.t.Fatalf("update status of machine %s: %v", name, err)
+	}
+}
+
+func (f fixtures) node(name, kubelet string, unschedulable bool, annotations map[string]string) {
+	f.t.Helper()
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations},
+		Spec:       corev1.NodeSpec{Unschedulable: unschedulable},
+	}
+	f.create(n)
+	n.Status.NodeInfo.KubeletVersion = kubelet
+	if err := f.c.Status().Update(f.ctx, n); err != nil {
+		f.t.Fatalf("update status of node %s: %v", name, err)
+	}
+}
+
+func encode(t *testing.T, s protocol.NodeStatus) string {
+	t.Helper()
+	v, err := protocol.EncodeStatus(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// unreachableKubeconfig is kubeconfig with every server moved to a closed port.
+func unreachableKubeconfig(t *testing.T, kubeconfig []byte) []byte {
+	t.Helper()
+	cfg, err := clientcmd.Load(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cfg.Clusters {
+		c.Server = "https://127.0.0.1:1"
+	}
+	out, err := clientcmd.Write(*cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// requireEnvtestAssets fails (or, outside CI with no assets configured, skips) when
+// envtest's kube-apiserver and etcd are not available.
+func requireEnvtestAssets(t *testing.T) {
+	t.Helper()
+	dir := os.Getenv("KUBEBUILDER_ASSETS")
+	if dir == "" {
+		if os.Getenv("CI") == "" {
+			t.Skip("KUBEBUILDER_ASSETS is unset: run `make test` (it builds bin/ and sets it)")
+		}
+		t.Fatal("KUBEBUILDER_ASSETS is unset in CI: run `make test`")
+	}
+	for _, b := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			t.Fatalf("envtest asset %s missing in KUBEBUILDER_ASSETS=%s (make tools builds it): %v", b, dir, err)
+		}
+	}
+}
+
+// capiModuleDir is Cluster API's module directory (the version go.mod selects), whose
+// core/config/crd/bases holds the Cluster and Machine CRDs.
+func capiModuleDir(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/cluster-api").Output()
+	if err != nil {
+		t.Fatalf("locate sigs.k8s.io/cluster-api in the module cache: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
