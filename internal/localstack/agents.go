@@ -1,0 +1,198 @@
+package localstack
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// AgentArgs returns the command line of one simulated agent: the real agent binary
+// in its simulated-host mode, talking only to the workload cluster's API.
+func AgentArgs(hostRoot, nodeName, kubeconfig string) []string {
+	return []string{"agent", "--simulate", "--host-root", hostRoot, "--node-name", nodeName, "--kubeconfig", kubeconfig}
+}
+
+// Agents runs one simulated agent process per Node of a workload cluster: it polls
+// the cluster's Machines and starts an agent for every nodeRef it has not seen.
+type Agents struct {
+	stack      *Stack
+	namespace  string
+	cluster    string
+	kubeconfig string
+	hostsDir   string
+
+	mu      sync.Mutex
+	procs   map[string]*Process
+	stopped bool
+	errs    []error
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// StartAgents writes the workload kubeconfig (from the <cluster>-kubeconfig Secret,
+// waiting for it) and starts the supervisor. Each node's simulated host is
+// <TempRoot>/hosts/<namespace>/<cluster>/<node>.
+func (s *Stack) StartAgents(ctx context.Context, namespace, cluster string) (*Agents, error) {
+	var kc []byte
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		var err error
+		if kc, err = s.WorkloadKubeconfig(ctx, namespace, cluster); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	dir := filepath.Join(s.TempRoot, "workloads", namespace)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create workload dir: %w", err)
+	}
+	kcPath := filepath.Join(dir, cluster+".kubeconfig")
+	if err := os.WriteFile(kcPath, kc, 0o600); err != nil {
+		return nil, fmt.Errorf("write workload kubeconfig: %w", err)
+	}
+	actx, cancel := context.WithCancel(context.Background())
+	a := &Agents{
+		stack: s, namespace: namespace, cluster: cluster, kubeconfig: kcPath,
+		hostsDir: filepath.Join(s.TempRoot, "hosts", namespace, cluster),
+		procs:    map[string]*Process{}, cancel: cancel, done: make(chan struct{}),
+	}
+	s.OnStop(a.Stop)
+	go a.loop(actx)
+	return a, nil
+}
+
+// Kubeconfig returns the path of the workload cluster's kubeconfig.
+func (a *Agents) Kubeconfig() string { return a.kubeconfig }
+
+// HostRoot returns the simulated host directory of a node.
+func (a *Agents) HostRoot(node string) string { return filepath.Join(a.hostsDir, node) }
+
+// Nodes returns the nodes that have an agent, sorted.
+func (a *Agents) Nodes() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]string, 0, len(a.procs))
+	for n := range a.procs {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Process returns the current agent process of a node (nil if none).
+func (a *Agents) Process(node string) *Process {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.procs[node]
+}
+
+// Errors returns the errors the supervisor met (e.g. an agent that could not start).
+func (a *Agents) Errors() []error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]error(nil), a.errs...)
+}
+
+// Kill crashes the agent of node (SIGKILL); the supervisor does not restart it until
+// Restart is called.
+func (a *Agents) Kill(node string) {
+	a.mu.Lock()
+	p := a.procs[node]
+	a.mu.Unlock()
+	if p != nil {
+		p.Kill()
+	}
+}
+
+// Restart starts a new agent process for node (after Kill, or to replace a running one).
+func (a *Agents) Restart(node string) error {
+	a.Kill(node)
+	return a.start(node)
+}
+
+func (a *Agents) start(node string) error {
+	root := a.HostRoot(node)
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return fmt.Errorf("create simulated host of %s: %w", node, err)
+	}
+	p, err := a.stack.StartProcess(ProcessSpec{
+		Name: fmt.Sprintf("agent-%s-%s", a.namespace, node),
+		Path: filepath.Join(a.stack.BinDir(), "capi-inplace"),
+		Args: AgentArgs(root, node, a.kubeconfig),
+	})
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.procs[node] = p
+	a.mu.Unlock()
+	a.stack.logf("agent started for node %s/%s (pid %d, host %s)", a.namespace, node, p.Pid(), root)
+	return nil
+}
+
+func (a *Agents) loop(ctx context.Context) {
+	defer close(a.done)
+	for {
+		machines := &clusterv1.MachineList{}
+		err := a.stack.Client.List(ctx, machines, client.InNamespace(a.namespace),
+			client.MatchingLabels{clusterv1.ClusterNameLabel: a.cluster})
+		if err == nil {
+			for _, m := range machines.Items {
+				node := m.Status.NodeRef.Name
+				if node == "" {
+					continue
+				}
+				a.mu.Lock()
+				_, seen := a.procs[node]
+				stopped := a.stopped
+				a.mu.Unlock()
+				if seen || stopped {
+					continue
+				}
+				if err := a.start(node); err != nil {
+					a.mu.Lock()
+					a.errs = append(a.errs, err)
+					a.mu.Unlock()
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// Stop stops the supervisor and every agent.
+func (a *Agents) Stop() {
+	a.mu.Lock()
+	if a.stopped {
+		a.mu.Unlock()
+		return
+	}
+	a.stopped = true
+	a.mu.Unlock()
+	a.cancel()
+	<-a.done
+	a.mu.Lock()
+	procs := a.procs
+	a.mu.Unlock()
+	for _, p := range procs {
+		p.Stop(3 * time.Second)
+	}
+}

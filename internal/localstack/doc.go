@@ -1,0 +1,21 @@
+// Package localstack runs the whole upstream Cluster API v1.14.2 stack on this machine,
+// without Docker: a real kube-apiserver and etcd (envtest) with every provider's CRDs
+// and webhooks, the core, KubeadmControlPlane, kubeadm bootstrap and Dev (in-memory
+// backend) managers as separate processes, runtime extensions over real HTTPS
+// registered through ExtensionConfigs, our own ClusterClass with inline patches, and
+// one simulated node agent process per Node of an in-memory workload cluster.
+//
+// The end-to-end tests (test/e2e) and the demo command both build on it.
+//
+// Allowed imports: standard library, controller-runtime (client, envtest), k8s.io/*,
+// sigs.k8s.io/cluster-api/api types, api/v1alpha1. Never the extension, coordinator or
+// agent packages: the stack runs them as the binary the user runs (bin/capi-inplace).
+//
+// Invariants:
+//   - Every process the stack starts runs in its own process group with a parent-death
+//     signal, and Stop kills each group by its id (TERM, then KILL), so nothing outlives
+//     the test binary, also after a failure, an interrupt or a test time-out.
+//   - Every process writes its output to a log file under the artifacts directory.
+//   - Temporary directories (certs, simulated hosts, kubeconfigs) live under one root
+//     that Stop removes unless Options.KeepTemp is set.
+package localstack
