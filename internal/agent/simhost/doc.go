@@ -1,0 +1,30 @@
+// Package simhost is a simulated node host inside a directory: it emulates
+// kubeadm, the kubelet, systemctl, etcdctl/etcdutl and reboots, so the real agent
+// code (state machine, journal, executor, Kubernetes layer, gates, simulated OS
+// backend) runs unchanged against it. It is what `capi-inplace agent --simulate`
+// uses, in our tests and for anyone attaching simulated nodes to a workload
+// cluster such as Cluster API's in-memory one.
+//
+// The simulated kubelet reports like a real one: after `systemctl restart
+// kubelet` (or a reboot) it patches its Node's status.nodeInfo.kubeletVersion to
+// the version of the kubelet "binary" (<root>/usr/bin/kubelet holds the version),
+// and on a control-plane node it keeps the mirror pods of the static pods in
+// kube-system in line with the manifests (image tag, phase Running). It never
+// changes the Node's conditions.
+//
+// Fault injection and observation files, all under <root>/.sim (see Faults):
+//
+//	fail-action-<action>   make an action fail (content: the message); rollback
+//	                       actions are named rollback-<action>
+//	pause-before-<action>  block before the action starts until the file is
+//	                       removed; paused-at then holds the action's key
+//	fail-gate              make the health gates fail (content: a gate name, or
+//	                       empty for every gate)
+//	api-outage-seconds     the next kubeadm upgrade makes the API server
+//	                       unreachable for this agent for N seconds (one-shot)
+//	boot-id, boots         current boot ID and number of boots
+//	commands.log           every command the agent ran, one per line
+//
+// Imports: internal/backend, internal/backend/simulated, internal/agent/executor
+// (ErrRebooted), client-go and the standard library.
+package simhost

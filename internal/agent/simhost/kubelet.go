@@ -1,0 +1,101 @@
+package simhost
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// RunKubelet is the simulated kubelet's status loop: like a real kubelet it
+// reports periodically (every interval) and right after a restart. It returns
+// when ctx ends.
+func (h *Host) RunKubelet(ctx context.Context, interval time.Duration) {
+	var reported string
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if v, err := h.SyncKubelet(ctx, reported); err != nil {
+			h.Log.V(1).Info("Simulated kubelet could not report", "node", h.NodeName, "error", err.Error())
+		} else {
+			reported = v
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-h.trigger:
+		}
+	}
+}
+
+// SyncKubelet reports the running kubelet's version on the Node status (when it
+// differs from reported) and, on a control plane, the mirror pods. It returns the
+// version now reported.
+func (h *Host) SyncKubelet(ctx context.Context, reported string) (string, error) {
+	if h.APIDown() {
+		return reported, ErrAPIDown
+	}
+	version := h.RunningKubelet()
+	if version == "" {
+		return reported, nil
+	}
+	if h.ControlPlane() {
+		if err := h.syncMirrorPods(ctx); err != nil {
+			return reported, err
+		}
+	}
+	if version == reported {
+		return reported, nil
+	}
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"nodeInfo": map[string]any{"kubeletVersion": version}}})
+	if _, err := h.Client.CoreV1().Nodes().PatchStatus(ctx, h.NodeName, patch); err != nil {
+		return reported, fmt.Errorf("patch node status: %w", err)
+	}
+	h.Log.Info("Simulated kubelet reported its version", "node", h.NodeName, "kubeletVersion", version)
+	return version, nil
+}
+
+// syncMirrorPods keeps kube-system/<component>-<node> in line with the manifests.
+func (h *Host) syncMirrorPods(ctx context.Context) error {
+	pods := h.Client.CoreV1().Pods("kube-system")
+	for _, c := range staticPods {
+		image, err := h.manifestImage(c)
+		if err != nil {
+			return err
+		}
+		name := c + "-" + h.NodeName
+		pod, err := pods.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			pod = &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-system",
+					Labels:      map[string]string{"component": c, "tier": "control-plane"},
+					Annotations: map[string]string{"kubernetes.io/config.mirror": "simulated"}},
+				Spec: corev1.PodSpec{NodeName: h.NodeName, Containers: []corev1.Container{{Name: c, Image: image}}},
+			}
+			if pod, err = pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+				return fmt.Errorf("create mirror pod %s: %w", name, err)
+			}
+		} else if err != nil {
+			return fmt.Errorf("get mirror pod %s: %w", name, err)
+		}
+		if len(pod.Spec.Containers) > 0 && pod.Spec.Containers[0].Image != image {
+			patch, _ := json.Marshal([]map[string]any{{"op": "replace", "path": "/spec/containers/0/image", "value": image}})
+			if pod, err = pods.Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+				return fmt.Errorf("update mirror pod %s: %w", name, err)
+			}
+		}
+		if pod.Status.Phase != corev1.PodRunning {
+			patch, _ := json.Marshal(map[string]any{"status": map[string]any{"phase": corev1.PodRunning}})
+			if _, err := pods.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+				return fmt.Errorf("update mirror pod status %s: %w", name, err)
+			}
+		}
+	}
+	return nil
+}

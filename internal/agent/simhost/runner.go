@@ -1,0 +1,181 @@
+package simhost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/blang/semver/v4"
+
+	"github.com/capi-inplace/capi-inplace/internal/backend"
+)
+
+// Runner returns the backend.Runner of the simulated host: kubeadm, systemctl,
+// etcdctl and etcdutl are emulated inside the host directory; any other command
+// (user-defined gates) runs for real in the host directory with
+// CAPI_INPLACE_HOST_ROOT set to it.
+func (h *Host) Runner() backend.Runner { return runner{h: h} }
+
+type runner struct{ h *Host }
+
+func (r runner) Run(ctx context.Context, c backend.Command) (backend.Result, error) {
+	h := r.h
+	h.logCommand(c)
+	var out string
+	var err error
+	switch filepath.Base(c.Name) {
+	case "kubeadm":
+		out, err = h.kubeadm(c.Args)
+	case "systemctl":
+		out, err = h.systemctl(c.Args)
+	case "etcdctl":
+		out, err = h.etcdctl(c.Args)
+	case "etcdutl":
+		out, err = h.etcdutl(c.Args)
+	default:
+		c.Dir = h.Root
+		c.Env = append(c.Env, "CAPI_INPLACE_HOST_ROOT="+h.Root)
+		return backend.ExecRunner{}.Run(ctx, c)
+	}
+	res := backend.Result{Stdout: []byte(out)}
+	if err != nil {
+		res.ExitCode, res.Stderr = 1, []byte(err.Error())
+		return res, &backend.CommandError{Command: c, Result: res, Err: errors.New("exit status 1")}
+	}
+	return res, nil
+}
+
+func (h *Host) logCommand(c backend.Command) {
+	f, err := os.OpenFile(h.simPath("commands.log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_, _ = fmt.Fprintln(f, c.String())
+}
+
+func (h *Host) kubeadm(args []string) (string, error) {
+	kubeadmVersion := h.BinaryVersion("kubeadm")
+	switch {
+	case len(args) >= 1 && args[0] == "version":
+		return kubeadmVersion + "\n", nil
+	case len(args) >= 3 && args[0] == "upgrade" && args[1] == "apply":
+		if !h.ControlPlane() {
+			return "", errors.New("[upgrade/config] FATAL: this node is not a control-plane node")
+		}
+		want, err := semver.ParseTolerant(args[2])
+		if err != nil {
+			return "", fmt.Errorf("[upgrade/version] FATAL: %q is not a version", args[2])
+		}
+		have, err := semver.ParseTolerant(kubeadmVersion)
+		if err != nil || have.LT(want) {
+			return "", fmt.Errorf("[upgrade/version] FATAL: the --version argument is invalid due to these errors:\n\n\t- Specified version to upgrade to %q is higher than the kubeadm version %q", args[2], kubeadmVersion)
+		}
+		return h.upgrade(args[2])
+	case len(args) >= 2 && args[0] == "upgrade" && args[1] == "node":
+		return h.upgrade(kubeadmVersion)
+	}
+	return "", fmt.Errorf("simulated kubeadm: unsupported arguments %q", strings.Join(args, " "))
+}
+
+// upgrade rewrites what kubeadm upgrade rewrites on a node: the static pod
+// manifests (control plane) and the kubelet configuration.
+func (h *Host) upgrade(version string) (string, error) {
+	if h.ControlPlane() {
+		for _, c := range staticPods {
+			if err := writeFile(h.path("etc/kubernetes/manifests/"+c+".yaml"), []byte(manifest(c, "registry.k8s.io/"+c+":"+version))); err != nil {
+				return "", err
+			}
+		}
+		if err := h.appendFile("var/lib/etcd/member/snap/db", "etcd data migrated by kubeadm "+version+"\n"); err != nil {
+			return "", err
+		}
+	}
+	if err := writeFile(h.path("var/lib/kubelet/config.yaml"), []byte(kubeletConfig(version))); err != nil {
+		return "", err
+	}
+	h.startOutage()
+	return fmt.Sprintf("[upgrade/successful] SUCCESS! Your node was upgraded to %q.\n", version), nil
+}
+
+func (h *Host) appendFile(p, s string) error {
+	f, err := os.OpenFile(h.path(p), os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = f.WriteString(s)
+	return err
+}
+
+// startOutage turns a pending api-outage-seconds into an outage window.
+func (h *Host) startOutage() {
+	n, err := strconv.Atoi(h.readTrim(h.simPath("api-outage-seconds")))
+	if err != nil || n <= 0 {
+		return
+	}
+	until := h.now().Add(time.Duration(n) * time.Second)
+	_ = writeFile(h.simPath("api-down-until"), []byte(until.UTC().Format(time.RFC3339Nano)+"\n"))
+	_ = os.Rename(h.simPath("api-outage-seconds"), h.simPath("api-outage-seconds.done"))
+	h.Log.Info("Simulated API server outage", "node", h.NodeName, "until", until)
+}
+
+func (h *Host) systemctl(args []string) (string, error) {
+	switch strings.Join(args, " ") {
+	case "daemon-reload":
+		return "", nil
+	case "restart kubelet":
+		if err := writeFile(h.simPath("kubelet-running"), []byte(h.BinaryVersion("kubelet")+"\n")); err != nil {
+			return "", err
+		}
+		h.Kick()
+		return "", nil
+	}
+	return "", fmt.Errorf("simulated systemctl: unsupported arguments %q", strings.Join(args, " "))
+}
+
+func (h *Host) etcdctl(args []string) (string, error) {
+	var rest []string
+	for _, a := range args {
+		if !strings.HasPrefix(a, "--") {
+			rest = append(rest, a)
+		}
+	}
+	db := h.path("var/lib/etcd/member/snap/db")
+	switch {
+	case len(rest) == 3 && rest[0] == "snapshot" && rest[1] == "save":
+		data, err := os.ReadFile(db)
+		if err != nil {
+			return "", fmt.Errorf("Error: could not read the etcd data: %w", err)
+		}
+		if err := writeFile(h.path(rest[2]), data); err != nil {
+			return "", err
+		}
+		return "Snapshot saved at " + rest[2] + "\n", nil
+	case len(rest) == 2 && rest[0] == "endpoint" && rest[1] == "health":
+		if _, err := os.Stat(db); err != nil {
+			return "", errors.New("https://127.0.0.1:2379 is unhealthy: failed to commit proposal: context deadline exceeded")
+		}
+		return "https://127.0.0.1:2379 is healthy: successfully committed proposal\n", nil
+	}
+	return "", fmt.Errorf("simulated etcdctl: unsupported arguments %q", strings.Join(args, " "))
+}
+
+func (h *Host) etcdutl(args []string) (string, error) {
+	if len(args) == 5 && args[0] == "snapshot" && args[1] == "restore" && args[3] == "--data-dir" {
+		data, err := os.ReadFile(h.path(args[2]))
+		if err != nil {
+			return "", fmt.Errorf("Error: %w", err)
+		}
+		if err := writeFile(h.path(args[4]+"/member/snap/db"), data); err != nil {
+			return "", err
+		}
+		return "", nil
+	}
+	return "", fmt.Errorf("simulated etcdutl: unsupported arguments %q", strings.Join(args, " "))
+}
