@@ -1,17 +1,192 @@
 package main
 
 import (
-	"errors"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2/textlogger"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/capi-inplace/capi-inplace/internal/extension"
+	"github.com/capi-inplace/capi-inplace/internal/policy"
 )
 
+// extensionOptions are the flags of `capi-inplace extension`.
+type extensionOptions struct {
+	kubeconfig           string
+	webhookPort          int
+	webhookHost          string
+	webhookCertDir       string
+	diagnosticsAddress   string
+	insecureDiagnostics  bool
+	healthAddr           string
+	leaderElect          bool
+	leaderElectNamespace string
+	policyFile           string
+	manageAgents         bool
+	agentImage           string
+	verbosity            int
+}
+
 func newExtensionCommand() *cobra.Command {
-	return &cobra.Command{
+	o := extensionOptions{}
+	cmd := &cobra.Command{
 		Use:   "extension",
-		Short: "Not implemented yet",
-		RunE: func(*cobra.Command, []string) error {
-			return errors.New("extension: not implemented yet")
+		Short: "Serve the Cluster API in-place update hooks (CanUpdateMachine, CanUpdateMachineSet, UpdateMachine)",
+		Long: `extension runs the Cluster API runtime extension that decides which machine
+changes can be applied in place and then applies them. It serves the runtime hooks
+over HTTPS (register it with an ExtensionConfig whose caBundle is the CA of
+--webhook-cert-dir/tls.crt) and runs inside a controller-runtime manager.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runExtension(cmd.Context(), o)
 		},
 	}
+	f := cmd.Flags()
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to the management cluster's kubeconfig; empty means in-cluster config, then $KUBECONFIG, then ~/.kube/config.")
+	f.IntVar(&o.webhookPort, "webhook-port", 9443, "Port of the runtime hook server (HTTPS).")
+	f.StringVar(&o.webhookHost, "webhook-host", "", "Address the runtime hook server listens on; empty means all addresses.")
+	f.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs/", "Directory holding tls.crt and tls.key for the hook server; changes to them are picked up without a restart.")
+	f.StringVar(&o.diagnosticsAddress, "diagnostics-address", ":8443", "Address of the diagnostics endpoint (/metrics); \"0\" disables it. Served over HTTPS with Kubernetes authentication and authorization unless --insecure-diagnostics.")
+	f.BoolVar(&o.insecureDiagnostics, "insecure-diagnostics", false, "Serve diagnostics over plain HTTP without authentication or authorization.")
+	f.StringVar(&o.healthAddr, "health-addr", ":9440", "Address of the health probes (/healthz, /readyz).")
+	f.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader among replicas; only the leader runs the coordinator's controllers. Every replica serves the hooks.")
+	f.StringVar(&o.leaderElectNamespace, "leader-elect-namespace", "", "Namespace of the leader election lease; empty means the pod's own namespace.")
+	f.StringVar(&o.policyFile, "policy-file", "", "Path to the policy file (YAML or JSON); empty means the built-in policy (no OS image artifacts, bootstrap-only fields refused).")
+	f.BoolVar(&o.manageAgents, "manage-agents", true, "Install and upgrade the node agent (DaemonSet and RBAC) in each workload cluster.")
+	f.StringVar(&o.agentImage, "agent-image", "", "Container image of the node agent that --manage-agents installs.")
+	f.IntVarP(&o.verbosity, "v", "v", 0, "Log verbosity (0 or 1).")
+	return cmd
+}
+
+// runExtension builds the manager and the hook server and runs them until ctx ends.
+func runExtension(ctx context.Context, o extensionOptions) error {
+	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(o.verbosity)))
+	// controller-runtime and CAPI's runtime server log through the process-wide
+	// logger; this is the one place it is set.
+	ctrl.SetLogger(logger)
+	log := logger.WithName("extension")
+
+	pol, err := loadPolicy(o.policyFile)
+	if err != nil {
+		return err
+	}
+	restConfig, err := loadRESTConfig(o.kubeconfig)
+	if err != nil {
+		return err
+	}
+
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, clusterv1.AddToScheme, bootstrapv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			return fmt.Errorf("build scheme: %w", err)
+		}
+	}
+	metricsOpts := metricsserver.Options{BindAddress: o.diagnosticsAddress, SecureServing: !o.insecureDiagnostics}
+	if !o.insecureDiagnostics {
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	// HTTP/2 stays off on every listener (CVE-2023-44487, "rapid reset"), as in
+	// upstream Cluster API's managers.
+	http1Only := func(c *tls.Config) { c.NextProtos = []string{"http/1.1"}; c.MinVersion = tls.VersionTLS12 }
+	metricsOpts.TLSOpts = []func(*tls.Config){http1Only}
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsOpts,
+		HealthProbeBindAddress:  o.healthAddr,
+		LeaderElection:          o.leaderElect,
+		LeaderElectionID:        "capi-inplace-extension",
+		LeaderElectionNamespace: o.leaderElectNamespace,
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+
+	metrics, err := extension.NewMetrics(ctrlmetrics.Registry)
+	if err != nil {
+		return err
+	}
+
+	// ---- coordinator wiring (owned by the lead) ---------------------------------
+	// The coordinator implements extension.MachineUpdater. Construct it here from
+	// mgr (client, cache, event recorder), pol (drain, backends, ResolveOSImage),
+	// o.manageAgents and o.agentImage, register its controllers with mgr, and assign
+	// it to updater. While updater is nil, UpdateMachine answers Failure
+	// (extension.MessageNoCoordinator): never Success for work not done.
+	var updater extension.MachineUpdater
+	// -------------------------------------------------------------------------------
+
+	handlers, err := extension.NewHandlers(extension.Options{Policy: pol, Updater: updater, Metrics: metrics})
+	if err != nil {
+		return err
+	}
+	hookServer, err := extension.NewServer(handlers, extension.ServerOptions{
+		Host:    o.webhookHost,
+		Port:    o.webhookPort,
+		CertDir: o.webhookCertDir,
+		TLSOpts: []func(*tls.Config){http1Only},
+	})
+	if err != nil {
+		return err
+	}
+	// The hook server needs no leader election: every replica answers hooks.
+	if err := mgr.Add(hookServer); err != nil {
+		return fmt.Errorf("add hook server to manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return fmt.Errorf("add health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("hooks", hookServer.StartedChecker()); err != nil {
+		return fmt.Errorf("add readiness check: %w", err)
+	}
+
+	log.Info("Starting extension", "webhookPort", o.webhookPort, "certDir", o.webhookCertDir,
+		"policyFile", o.policyFile, "coordinator", updater != nil, "manageAgents", o.manageAgents)
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("run manager: %w", err)
+	}
+	return nil
+}
+
+func loadPolicy(path string) (*policy.Policy, error) {
+	if path == "" {
+		return policy.Builtin(), nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read policy file: %w", err)
+	}
+	p, err := policy.Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("policy file %s: %w", path, err)
+	}
+	return p, nil
+}
+
+func loadRESTConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		cfg, err := ctrl.GetConfig()
+		if err != nil {
+			return nil, fmt.Errorf("load kubeconfig: %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("load kubeconfig %s: %w", kubeconfig, err)
+	}
+	return cfg, nil
 }
