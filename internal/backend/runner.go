@@ -75,6 +75,10 @@ type CommandError struct {
 
 func (e *CommandError) Error() string {
 	msg := strings.TrimSpace(string(e.Result.Stderr))
+	if msg == "" {
+		// Some tools (swupdate) report errors on stdout only.
+		msg = strings.TrimSpace(string(e.Result.Stdout))
+	}
 	if len(msg) > 512 {
 		msg = "..." + msg[len(msg)-512:]
 	}
