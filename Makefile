@@ -17,6 +17,12 @@ help: ## Show this help.
 build: ## Build bin/capi-inplace.
 	$(GO) build -o $(BIN)/capi-inplace ./cmd/capi-inplace
 
+IMG ?= ghcr.io/capi-inplace/capi-inplace:dev
+
+.PHONY: image
+image: ## Build the container image $(IMG) for the extension and the agent (needs a Docker engine).
+	docker build -t $(IMG) --build-arg VERSION=$$(git describe --tags --always --dirty 2>/dev/null || echo dev) .
+
 .PHONY: tools
 tools: ## Build kube-apiserver, etcd and kubectl into bin/ (only when missing).
 	hack/tools/build.sh k8s

@@ -185,7 +185,10 @@ func TestRenderedObjects(t *testing.T) {
 			"--diagnostics-address=:8443",
 			"--health-addr=:9440",
 			"--policy-file=/etc/capi-inplace/policy.yaml",
+			"--agent-image=$(AGENT_IMAGE)",
 		}))
+		g.Expect(c.Env).To(ContainElement(corev1.EnvVar{Name: "AGENT_IMAGE", Value: c.Image}),
+			"the agent runs the extension's image, whatever `kustomize edit set image` says")
 		g.Expect(c.SecurityContext.ReadOnlyRootFilesystem).To(HaveValue(BeTrue()))
 		g.Expect(c.SecurityContext.AllowPrivilegeEscalation).To(HaveValue(BeFalse()))
 		g.Expect(c.SecurityContext.Capabilities.Drop).To(Equal([]corev1.Capability{"ALL"}))
@@ -226,6 +229,8 @@ func TestRenderedObjects(t *testing.T) {
 			"/secrets":                                           {"get", "list", "watch"},
 			"/events":                                            {"create", "patch"},
 			"events.k8s.io/events":                               {"create", "patch"},
+			"authentication.k8s.io/tokenreviews":                 {"create"},
+			"authorization.k8s.io/subjectaccessreviews":          {"create"},
 		}))
 		role := typed[rbacv1.Role](t, find(t, objs, "Role", "capi-inplace-leader-election"))
 		g.Expect(role.Namespace).To(Equal(namespace))
@@ -379,6 +384,8 @@ func TestManifestsApplyToAPIServer(t *testing.T) {
 		{"default", "create", "", "events", ""},
 		{"default", "create", "events.k8s.io", "events", ""},
 		{namespace, "update", "coordination.k8s.io", "leases", ""},
+		{"", "create", "authentication.k8s.io", "tokenreviews", ""},
+		{"", "create", "authorization.k8s.io", "subjectaccessreviews", ""},
 	}
 	denied := []access{
 		{"default", "create", "cluster.x-k8s.io", "machines", ""},
