@@ -1,0 +1,194 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/agent/executor"
+	"github.com/capi-inplace/capi-inplace/internal/agent/state"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
+)
+
+// Agent follows one node's desired plan.
+type Agent struct {
+	NodeName string
+	Client   kubernetes.Interface
+	Executor *executor.Executor
+	Reporter *Reporter
+	// Backends are the OS backend names this agent has (for admission).
+	Backends []string
+	Log      logr.Logger
+
+	kick chan struct{}
+}
+
+// Run resumes the journal's plan, then follows the watches until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	a.kick = make(chan struct{}, 1)
+	go a.Reporter.Run(ctx)
+
+	nodes := informers.NewSharedInformerFactoryWithOptions(a.Client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + a.NodeName }))
+	secrets := informers.NewSharedInformerFactoryWithOptions(a.Client, 0, informers.WithNamespace(inplacev1.AgentNamespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = "metadata.name=" + inplacev1.PlanSecretName(a.NodeName)
+		}))
+	nodeInformer := nodes.Core().V1().Nodes()
+	secretInformer := secrets.Core().V1().Secrets()
+	handler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { a.trigger() },
+		UpdateFunc: func(any, any) { a.trigger() },
+		DeleteFunc: func(any) { a.trigger() },
+	}
+	if _, err := nodeInformer.Informer().AddEventHandler(handler); err != nil {
+		return fmt.Errorf("watch node: %w", err)
+	}
+	if _, err := secretInformer.Informer().AddEventHandler(handler); err != nil {
+		return fmt.Errorf("watch plan secret: %w", err)
+	}
+	nodes.Start(ctx.Done())
+	secrets.Start(ctx.Done())
+	defer nodes.Shutdown()
+	defer secrets.Shutdown()
+
+	// The journal first: a plan in progress continues even with no API server.
+	if st, err := a.Executor.Resume(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("resume from the journal: %w", err)
+	} else if st.PlanHash != "" {
+		a.Log.Info("Journal plan is finished", "plan", st.PlanHash, "phase", st.Phase)
+	}
+
+	if !cache.WaitForCacheSync(ctx.Done(), nodeInformer.Informer().HasSynced, secretInformer.Informer().HasSynced) {
+		return nil
+	}
+	for {
+		node, err := nodeInformer.Lister().Get(a.NodeName)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("read node: %w", err)
+		}
+		secret, err := secretInformer.Lister().Secrets(inplacev1.AgentNamespace).Get(inplacev1.PlanSecretName(a.NodeName))
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("read plan secret: %w", err)
+		}
+		if err := a.reconcile(ctx, node, secret); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			a.Log.Error(err, "Reconcile failed", "node", a.NodeName)
+			// A journal error is the only kind here; retry later rather than spin.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(5 * time.Second):
+				a.trigger()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-a.kick:
+		}
+	}
+}
+
+func (a *Agent) trigger() {
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+// reconcile decides what to do with the Node's desired plan.
+func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, secret *corev1.Secret) error {
+	if node == nil {
+		return nil
+	}
+	desired := node.Annotations[inplacev1.DesiredPlanAnnotation]
+	st, _, err := a.Executor.Load()
+	if err != nil {
+		return err
+	}
+	if desired == "" {
+		// The coordinator withdrew its plan: a failed plan may be asked for again.
+		return a.Executor.Forget()
+	}
+	if st.PlanHash == desired {
+		if st.Phase.Terminal() {
+			a.ensureReported(node, st)
+			return nil
+		}
+		_, err := a.Executor.Resume(ctx)
+		return err
+	}
+	if node.Annotations[inplacev1.CurrentPlanAnnotation] == desired {
+		return nil // committed before this journal existed
+	}
+	log := a.Log.WithValues("plan", desired)
+	if secret == nil {
+		a.Reporter.Report(pending(desired, fmt.Sprintf("waiting for the plan Secret %s/%s", inplacev1.AgentNamespace, inplacev1.PlanSecretName(a.NodeName))))
+		return nil
+	}
+	plan, err := protocol.DecodePlan(secret.Data[inplacev1.PlanSecretDataKey])
+	if err != nil {
+		log.Info("Rejecting plan", "reason", state.ReasonInvalidPlan, "error", err.Error())
+		_, err := a.Executor.Reject(desired, state.ReasonInvalidPlan,
+			fmt.Sprintf("the plan in Secret %s/%s cannot be used: %v", secret.Namespace, secret.Name, err))
+		return err
+	}
+	hash, err := plan.Hash()
+	if err != nil {
+		return err
+	}
+	if hash != desired {
+		a.Reporter.Report(pending(desired, fmt.Sprintf("waiting for plan %s: the plan Secret holds plan %s", desired, hash)))
+		return nil
+	}
+	if r := state.Admit(plan, state.Facts{NodeName: a.NodeName, KubeletVersion: node.Status.NodeInfo.KubeletVersion, Backends: a.Backends}); r != nil {
+		log.Info("Rejecting plan", "reason", r.Reason, "message", r.Message)
+		_, err := a.Executor.Reject(desired, r.Reason, r.Message)
+		return err
+	}
+	log.Info("Applying plan", "version", plan.Kubernetes.Version, "action", plan.Kubernetes.Action)
+	st, err = a.Executor.Start(ctx, plan)
+	if errors.Is(err, state.ErrBusy) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	log.Info("Plan finished", "phase", st.Phase, "reason", st.Reason)
+	return nil
+}
+
+// ensureReported re-reports a finished plan whose status is not on the Node yet
+// (the agent stopped between journaling and reporting).
+func (a *Agent) ensureReported(node *corev1.Node, st state.State) {
+	cur, err := protocol.DecodeStatus(node.Annotations[inplacev1.StatusAnnotation])
+	committedOK := st.Phase != protocol.PhaseCommitted || node.Annotations[inplacev1.CurrentPlanAnnotation] == st.PlanHash
+	if err == nil && cur.PlanHash == st.PlanHash && cur.Phase == st.Phase && committedOK {
+		return
+	}
+	s := st.Status()
+	s.UpdatedAt = time.Now().UTC().Truncate(time.Second)
+	s.StartedAt = s.StartedAt.UTC().Truncate(time.Second)
+	a.Reporter.Report(s)
+}
+
+func pending(hash, msg string) protocol.NodeStatus {
+	return protocol.NodeStatus{V: protocol.StatusVersion, PlanHash: hash, Phase: protocol.PhasePending, Message: msg,
+		UpdatedAt: time.Now().UTC().Truncate(time.Second)}
+}

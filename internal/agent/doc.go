@@ -1,0 +1,19 @@
+// Package agent is the node agent's top level: it watches its own Node and its
+// own plan Secret (by name, through field selectors: never other nodes' objects),
+// decides what to do with the desired plan (admit it, reject it, resume it, or
+// re-report a finished one), hands the work to the executor, and reports status
+// on its own Node's annotations in the background, retrying until the API server
+// answers.
+//
+// Order of work at start: resume whatever the journal holds (this needs no API
+// server: the plan is in the journal), then follow the watches.
+//
+// Kubernetes access (what the agent's RBAC must allow): get/list/watch of the
+// Secret capi-inplace-system/plan-<node> (field selector metadata.name), get/list/
+// watch/patch of Node <node> (annotations only), get of the control-plane mirror
+// pods kube-system/<component>-<node> for the static-pod gate. The simulated host
+// additionally patches nodes/status and creates/patches those mirror pods.
+//
+// Imports: internal/agent/{state,executor,journal}, internal/protocol,
+// api/v1alpha1, client-go and logr.
+package agent

@@ -1,0 +1,78 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/capi-inplace/capi-inplace/internal/backend"
+)
+
+// HostRunner runs commands on the host: directly when the host root is "/", and
+// through chroot into the host root otherwise (the DaemonSet mounts the host's /
+// at /host), so kubeadm, systemctl and etcdctl are the host's own.
+type HostRunner struct {
+	Root string
+	Exec backend.Runner
+}
+
+// Run implements backend.Runner.
+func (r HostRunner) Run(ctx context.Context, c backend.Command) (backend.Result, error) {
+	if r.Root == "" || r.Root == "/" {
+		return r.Exec.Run(ctx, c)
+	}
+	return r.Exec.Run(ctx, backend.Command{Name: "chroot", Args: append([]string{r.Root, c.Name}, c.Args...), Env: c.Env, Stdin: c.Stdin})
+}
+
+// Rebooter reboots the real host with systemd.
+type Rebooter struct {
+	Runner backend.Runner
+}
+
+// Reboot implements executor.Rebooter; it returns once systemd accepted the
+// request, and the executor then waits to be stopped by the shutdown.
+func (r Rebooter) Reboot(ctx context.Context) error {
+	if _, err := r.Runner.Run(ctx, backend.Command{Name: "systemctl", Args: []string{"reboot"}}); err != nil {
+		return fmt.Errorf("reboot: %w", err)
+	}
+	return nil
+}
+
+// BootID implements executor.Rebooter with the kernel's boot ID, which is the
+// same inside and outside containers.
+func (r Rebooter) BootID(context.Context) (string, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return "", fmt.Errorf("read boot ID: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// NodeReader reads the agent's own Node and mirror pods for the gates.
+type NodeReader struct {
+	Client   kubernetes.Interface
+	NodeName string
+}
+
+// Node implements gate.NodeReader.
+func (r NodeReader) Node(ctx context.Context) (*corev1.Node, error) {
+	n, err := r.Client.CoreV1().Nodes().Get(ctx, r.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get node %s: %w", r.NodeName, err)
+	}
+	return n, nil
+}
+
+// Pod implements gate.NodeReader.
+func (r NodeReader) Pod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	p, err := r.Client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get pod %s/%s: %w", namespace, name, err)
+	}
+	return p, nil
+}
