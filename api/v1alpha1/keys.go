@@ -29,6 +29,12 @@ const (
 	// CordonedByAnnotation is set by the coordinator when it cordoned the node, so that
 	// it uncordons only nodes it cordoned itself and never undoes an operator's cordon.
 	CordonedByAnnotation = GroupName + "/cordoned-by"
+
+	// UpdateStartedAnnotation is set by the coordinator, to an RFC 3339 time, when it
+	// starts a node update (before cordon and drain) and removed when the update ends
+	// in success or failure. It bounds the drain time and marks an update in flight
+	// across coordinator restarts. Written only by the coordinator.
+	UpdateStartedAnnotation = GroupName + "/update-started"
 )
 
 // Labels.

@@ -140,7 +140,7 @@ func Attempt(ctx context.Context, cs kubernetes.Interface, nodeName string, opts
 			res.Terminating = append(res.Terminating, key(pod))
 			continue
 		}
-		err := helper.EvictPod(*pod, policyv1.SchemeGroupVersion)
+		err := evict(ctx, cs, pod, grace)
 		switch {
 		case err == nil:
 			res.Evicted = append(res.Evicted, key(pod))
@@ -155,6 +155,30 @@ func Attempt(ctx context.Context, cs kubernetes.Interface, nodeName string, opts
 	sort.SliceStable(res.Blockers, func(i, j int) bool { return res.Blockers[i].String() < res.Blockers[j].String() })
 	res.Done = len(pods) == 0 && len(res.Blockers) == 0
 	return res, nil
+}
+
+// evict sends one eviction and returns at once. kubectl's Helper.EvictPod would do the
+// same through a client that honours the API server's Retry-After on 429 by sleeping
+// and retrying up to ten times: a PDB refusal would then eat the whole hook budget.
+func evict(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, grace int) error {
+	ev := &policyv1.Eviction{
+		TypeMeta:   metav1.TypeMeta{APIVersion: policyv1.SchemeGroupVersion.String(), Kind: "Eviction"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name},
+	}
+	if grace >= 0 {
+		g := int64(grace)
+		ev.DeleteOptions = &metav1.DeleteOptions{GracePeriodSeconds: &g}
+	}
+	return cs.PolicyV1().RESTClient().Post().
+		AbsPath("/api/v1").
+		Namespace(pod.Namespace).
+		Resource("pods").
+		Name(pod.Name).
+		SubResource("eviction").
+		Body(ev).
+		MaxRetries(0).
+		Do(ctx).
+		Error()
 }
 
 func key(pod *corev1.Pod) string { return pod.Namespace + "/" + pod.Name }

@@ -1,0 +1,316 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/coordinator/coordinatortest"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
+)
+
+var testEnv *coordinatortest.Env
+
+func TestMain(m *testing.M) { os.Exit(coordinatortest.Main(m, true, &testEnv)) }
+
+// recorder keeps the Events the coordinator records, with the object they regard.
+type recorder struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (r *recorder) Eventf(regarding runtime.Object, _ runtime.Object, eventtype, reason, _, note string, args ...interface{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	obj := regarding.(client.Object)
+	kind := fmt.Sprintf("%T", regarding)
+	r.events = append(r.events, fmt.Sprintf("%s %s/%s %s %s: %s", kind, obj.GetNamespace(), obj.GetName(), eventtype, reason, fmt.Sprintf(note, args...)))
+}
+
+func (r *recorder) reasons() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, e := range r.events {
+		out = append(out, strings.TrimSuffix(strings.Fields(e)[3], ":"))
+	}
+	return out
+}
+
+func testScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, clusterv1.AddToScheme, bootstrapv1.AddToScheme} {
+		if err := add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+// fixture is one management namespace with a Cluster, and a workload cluster (the
+// same API server unless a test brings its own).
+type fixture struct {
+	t      *testing.T
+	ctx    context.Context
+	mgmt   client.Client
+	wl     client.Client
+	wc     *WorkloadCluster
+	rec    *recorder
+	ns     string
+	scheme *runtime.Scheme
+}
+
+func newFixture(t *testing.T, workload *rest.Config) *fixture {
+	t.Helper()
+	g := NewWithT(t)
+	cfg := testEnv.Require(t)
+	if workload == nil {
+		workload = cfg
+	}
+	f := &fixture{t: t, ctx: context.Background(), rec: &recorder{}, scheme: testScheme(t)}
+	var err error
+	f.mgmt, err = client.New(cfg, client.Options{Scheme: f.scheme})
+	g.Expect(err).NotTo(HaveOccurred())
+	f.wc, err = NewWorkloadCluster(workload, f.scheme, 5*time.Second)
+	g.Expect(err).NotTo(HaveOccurred())
+	f.wl = f.wc.Client
+	f.ns = strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	if len(f.ns) > 50 {
+		f.ns = f.ns[:50]
+	}
+	for _, c := range []client.Client{f.mgmt, f.wl} {
+		for _, ns := range []string{f.ns, inplacev1.AgentNamespace} {
+			g.Expect(client.IgnoreAlreadyExists(c.Create(f.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))).To(Succeed())
+		}
+	}
+	g.Expect(f.mgmt.Create(f.ctx, &clusterv1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "c1"},
+		Spec:       clusterv1.ClusterSpec{ControlPlaneEndpoint: clusterv1.APIEndpoint{Host: "10.0.0.1", Port: 6443}},
+	})).To(Succeed())
+	return f
+}
+
+func (f *fixture) coordinator(mutate ...func(*Options)) *Coordinator {
+	f.t.Helper()
+	opts := Options{Client: f.mgmt, Clusters: StaticClusters{Cluster: f.wc}, Recorder: f.rec}
+	for _, m := range mutate {
+		m(&opts)
+	}
+	c, err := New(opts)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return c
+}
+
+// node creates a Node reporting kubelet version and Ready.
+func (f *fixture) node(name, version string, controlPlane bool) *corev1.Node {
+	f.t.Helper()
+	g := NewWithT(f.t)
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}}}
+	if controlPlane {
+		n.Labels[controlPlaneNodeLabel] = ""
+	}
+	g.Expect(f.wl.Create(f.ctx, n)).To(Succeed())
+	f.setKubelet(name, version)
+	return n
+}
+
+func (f *fixture) setKubelet(name, version string) {
+	f.t.Helper()
+	g := NewWithT(f.t)
+	n := &corev1.Node{}
+	g.Expect(f.wl.Get(f.ctx, client.ObjectKey{Name: name}, n)).To(Succeed())
+	n.Status.NodeInfo.KubeletVersion = version
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+	g.Expect(f.wl.Status().Update(f.ctx, n)).To(Succeed())
+}
+
+// machine creates a Machine whose status.nodeRef names nodeName ("" for none).
+func (f *fixture) machine(name, nodeName, version string, controlPlane bool) *clusterv1.Machine {
+	f.t.Helper()
+	g := NewWithT(f.t)
+	m := &clusterv1.Machine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name, Labels: map[string]string{clusterv1.ClusterNameLabel: "c1"}},
+		Spec: clusterv1.MachineSpec{
+			ClusterName:       "c1",
+			Version:           version,
+			Bootstrap:         clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{APIGroup: bootstrapv1.GroupVersion.Group, Kind: "KubeadmConfig", Name: name}},
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "DevMachine", Name: name},
+		},
+	}
+	if controlPlane {
+		m.Labels[clusterv1.MachineControlPlaneLabel] = ""
+	}
+	g.Expect(f.mgmt.Create(f.ctx, m)).To(Succeed())
+	if nodeName != "" {
+		m.Status.NodeRef = clusterv1.MachineNodeReference{Name: nodeName}
+		g.Expect(f.mgmt.Status().Update(f.ctx, m)).To(Succeed())
+	}
+	return m
+}
+
+// request is what CAPI sends: the desired spec, no status.
+func (f *fixture) request(m *clusterv1.Machine, cfg *bootstrapv1.KubeadmConfig) *runtimehooksv1.UpdateMachineRequest {
+	f.t.Helper()
+	desired := clusterv1.Machine{
+		TypeMeta:   metav1.TypeMeta{APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: m.Namespace, Name: m.Name, Labels: m.Labels},
+		Spec:       m.Spec,
+	}
+	req := &runtimehooksv1.UpdateMachineRequest{Desired: runtimehooksv1.UpdateMachineRequestObjects{Machine: desired}}
+	infra := fmt.Sprintf(`{"apiVersion":"infrastructure.cluster.x-k8s.io/v1beta2","kind":"DevMachine","metadata":{"name":%q,"namespace":%q},"spec":{}}`, m.Name, m.Namespace)
+	req.Desired.InfrastructureMachine.Raw = []byte(infra)
+	if cfg != nil {
+		cfg.TypeMeta = metav1.TypeMeta{APIVersion: bootstrapv1.GroupVersion.String(), Kind: "KubeadmConfig"}
+		cfg.Namespace, cfg.Name = m.Namespace, m.Name
+		b, err := json.Marshal(cfg)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		req.Desired.BootstrapConfig.Raw = b
+	}
+	return req
+}
+
+func call(c *Coordinator, req *runtimehooksv1.UpdateMachineRequest) *runtimehooksv1.UpdateMachineResponse {
+	resp := &runtimehooksv1.UpdateMachineResponse{}
+	c.UpdateMachine(context.Background(), req, resp)
+	return resp
+}
+
+// callUntil calls until the message contains want, at most n times.
+func callUntil(t *testing.T, c *Coordinator, req *runtimehooksv1.UpdateMachineRequest, want string, n int) *runtimehooksv1.UpdateMachineResponse {
+	t.Helper()
+	var resp *runtimehooksv1.UpdateMachineResponse
+	for range n {
+		resp = call(c, req)
+		if strings.Contains(resp.Message, want) {
+			return resp
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("after %d calls the message is %q (status %s), want it to contain %q", n, resp.Message, resp.Status, want)
+	return nil
+}
+
+func (f *fixture) getNode(name string) *corev1.Node {
+	f.t.Helper()
+	n := &corev1.Node{}
+	if err := f.wl.Get(f.ctx, client.ObjectKey{Name: name}, n); err != nil {
+		f.t.Fatal(err)
+	}
+	return n
+}
+
+// agentReports plays the agent: it writes its annotations on its node.
+func (f *fixture) agentReports(node string, st protocol.NodeStatus, committed bool) {
+	f.t.Helper()
+	g := NewWithT(f.t)
+	v, err := protocol.EncodeStatus(st)
+	g.Expect(err).NotTo(HaveOccurred())
+	n := f.getNode(node)
+	before := n.DeepCopy()
+	n.Annotations[inplacev1.StatusAnnotation] = v
+	n.Annotations[inplacev1.StateAnnotation] = string(st.Phase)
+	if committed {
+		n.Annotations[inplacev1.CurrentPlanAnnotation] = st.PlanHash
+	}
+	g.Expect(f.wl.Patch(f.ctx, n, client.MergeFrom(before))).To(Succeed())
+}
+
+func (f *fixture) planSecret(node string) *corev1.Secret {
+	f.t.Helper()
+	s := &corev1.Secret{}
+	if err := f.wl.Get(f.ctx, client.ObjectKey{Namespace: inplacev1.AgentNamespace, Name: inplacev1.PlanSecretName(node)}, s); err != nil {
+		f.t.Fatal(err)
+	}
+	return s
+}
+
+func (f *fixture) pod(name, node string, labels map[string]string, owner metav1.OwnerReference, annotations map[string]string) {
+	f.t.Helper()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name, Labels: labels, Annotations: annotations, OwnerReferences: []metav1.OwnerReference{owner}},
+		Spec: corev1.PodSpec{
+			NodeName:                      node,
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
+			Containers:                    []corev1.Container{{Name: "c", Image: "busybox"}},
+		},
+	}
+	if err := f.wl.Create(f.ctx, p); err != nil {
+		f.t.Fatal(err)
+	}
+	// Running and Ready, as a kubelet would report it: the API server ignores PDBs
+	// for pending pods.
+	p.Status.Phase = corev1.PodRunning
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	if err := f.wl.Status().Update(f.ctx, p); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fixture) podExists(name string) bool {
+	err := f.wl.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: name}, &corev1.Pod{})
+	return err == nil
+}
+
+func controllerRef(kind, name string, uid string) metav1.OwnerReference {
+	api := "apps/v1"
+	return metav1.OwnerReference{APIVersion: api, Kind: kind, Name: name, UID: types.UID(uid), Controller: ptr.To(true)}
+}
+
+func (f *fixture) blockingPDB(name string, selector map[string]string) {
+	f.t.Helper()
+	// Without kube-controller-manager the PDB's status is never computed, so the API
+	// server refuses every eviction it covers: exactly a blocking budget.
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MinAvailable: ptr.To(intstr.FromInt32(1)),
+			Selector:     &metav1.LabelSelector{MatchLabels: selector},
+		},
+	}
+	if err := f.wl.Create(f.ctx, pdb); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fixture) daemonSet(name string) *appsv1.DaemonSet {
+	f.t.Helper()
+	sel := map[string]string{"ds": name}
+	ds := &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: sel},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: sel}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}},
+		},
+	}
+	if err := f.wl.Create(f.ctx, ds); err != nil {
+		f.t.Fatal(err)
+	}
+	return ds
+}

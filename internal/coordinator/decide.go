@@ -1,0 +1,178 @@
+package coordinator
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/coordinator/drain"
+	"github.com/capi-inplace/capi-inplace/internal/coordinator/nodeplan"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
+)
+
+// The steps of one node update, as counted in progress messages.
+const (
+	stepAgent = iota + 1
+	stepCordon
+	stepDrain
+	stepPublish
+	stepApply
+	stepVerify
+	totalSteps = stepVerify
+)
+
+// Retry intervals, in seconds, by what the coordinator waits for.
+const (
+	retryDrain       = 2
+	retryAgent       = 5
+	retryGates       = 5
+	retryUnreachable = 10
+	retryNoNodeRef   = 10
+	retryPaused      = 30
+)
+
+// Observation is what one call saw of a node update; it is built by the shell from
+// API objects only, so that a restarted coordinator decides exactly as before.
+type Observation struct {
+	Node     string
+	PlanHash string
+	// TargetVersion is the Machine's spec.version; empty skips the version gate.
+	TargetVersion string
+	// Published is the node's desired-plan annotation.
+	Published   string
+	CurrentPlan string
+	// Status is the agent's decoded status; nil when absent. StatusErr is set when
+	// the annotation exists but does not decode.
+	Status    *protocol.NodeStatus
+	StatusErr error
+
+	KubeletVersion string
+	Ready          bool
+	// Paused is the Cluster's paused opt-in; it holds back updates not yet started.
+	Paused bool
+	// Started is true when the node carries our update-started marker.
+	Started bool
+}
+
+// Action is what the shell must do next.
+type Action int
+
+const (
+	// ActStart: ensure the agent, cordon, drain, publish (each step idempotent).
+	ActStart Action = iota
+	// ActAwaitAgent: the plan is published; keep it published and wait.
+	ActAwaitAgent
+	// ActWait: nothing to write, answer in progress.
+	ActWait
+	// ActSucceed: uncordon what we cordoned, record the event, answer done.
+	ActSucceed
+	// ActFail: uncordon what we cordoned, record the event, answer Failure.
+	ActFail
+	// ActReportFailure: answer Failure and touch nothing (the agent may be mid-work).
+	ActReportFailure
+)
+
+// Decision is the outcome of Decide.
+type Decision struct {
+	Action Action
+	// Message is the deterministic text for the hook response.
+	Message string
+	// RetryAfterSeconds applies to ActWait and ActAwaitAgent.
+	RetryAfterSeconds int32
+	// EventReason names the event to record when the shell changes the node while
+	// finishing (ActSucceed, ActFail).
+	EventReason string
+}
+
+func stepMsg(step int, format string, args ...any) string {
+	return fmt.Sprintf("step %d/%d: ", step, totalSteps) + fmt.Sprintf(format, args...)
+}
+
+// Decide maps an observation to the next action. It is the whole update protocol as
+// seen from the coordinator, and pure.
+func Decide(o Observation) Decision {
+	if o.StatusErr != nil {
+		return Decision{Action: ActReportFailure, Message: fmt.Sprintf("node %s: the agent's status annotation is invalid: %v", o.Node, o.StatusErr)}
+	}
+	st := o.Status
+	if st != nil && st.PlanHash == o.PlanHash {
+		switch st.Phase {
+		case protocol.PhaseCommitted:
+			return gates(o)
+		case protocol.PhaseRolledBack, protocol.PhaseFailed:
+			return failed(o, st)
+		default:
+			return Decision{Action: ActAwaitAgent, RetryAfterSeconds: retryAgent, Message: stepMsg(stepApply, "waiting for the agent on node %s to apply plan %s: %s", o.Node, short(o.PlanHash), agentProgress(st))}
+		}
+	}
+	if o.CurrentPlan == o.PlanHash && o.PlanHash != "" {
+		return gates(o)
+	}
+	if o.Published == o.PlanHash {
+		return Decision{Action: ActAwaitAgent, RetryAfterSeconds: retryAgent, Message: stepMsg(stepApply, "waiting for the agent on node %s to pick up plan %s", o.Node, short(o.PlanHash))}
+	}
+	if o.Published != "" && st != nil && st.PlanHash == o.Published && !st.Phase.Terminal() {
+		// Replacing a plan under a working agent could leave the node half-changed.
+		return Decision{Action: ActWait, RetryAfterSeconds: retryAgent, Message: stepMsg(stepPublish, "waiting for the agent on node %s to finish plan %s before publishing plan %s", o.Node, short(o.Published), short(o.PlanHash))}
+	}
+	if o.Paused && !o.Started {
+		return Decision{Action: ActWait, RetryAfterSeconds: retryPaused, Message: stepMsg(stepAgent, "cluster is paused for in-place updates; node %s not started", o.Node)}
+	}
+	return Decision{Action: ActStart}
+}
+
+func gates(o Observation) Decision {
+	if o.TargetVersion != "" && !nodeplan.SameVersion(o.TargetVersion, o.KubeletVersion) {
+		return Decision{Action: ActWait, RetryAfterSeconds: retryGates, Message: stepMsg(stepVerify, "waiting for node %s to report kubelet %s (reports %q)", o.Node, o.TargetVersion, o.KubeletVersion)}
+	}
+	if !o.Ready {
+		return Decision{Action: ActWait, RetryAfterSeconds: retryGates, Message: stepMsg(stepVerify, "waiting for node %s to be Ready", o.Node)}
+	}
+	return Decision{Action: ActSucceed, EventReason: inplacev1.EventUpdateSucceeded, Message: fmt.Sprintf("node %s runs plan %s", o.Node, short(o.PlanHash))}
+}
+
+func failed(o Observation, st *protocol.NodeStatus) Decision {
+	verb, reason := "failed", inplacev1.EventUpdateFailed
+	if st.Phase == protocol.PhaseRolledBack {
+		verb, reason = "rolled back", inplacev1.EventUpdateRolledBack
+	}
+	cause := strings.TrimSpace(strings.Trim(st.Reason+": "+st.Message, ": "))
+	if cause == "" {
+		cause = "no cause reported"
+	}
+	return Decision{Action: ActFail, EventReason: reason, Message: fmt.Sprintf("node %s: the agent %s plan %s: %s", o.Node, verb, short(o.PlanHash), cause)}
+}
+
+func agentProgress(st *protocol.NodeStatus) string {
+	s := string(st.Phase)
+	if st.Steps > 0 {
+		s += fmt.Sprintf(" (%d/%d", st.Step, st.Steps)
+		if st.Action != "" {
+			s += " " + st.Action
+		}
+		s += ")"
+	}
+	return s
+}
+
+// short keeps messages readable; 12 hex digits are unique enough for humans.
+func short(hash string) string {
+	if len(hash) > 12 {
+		return hash[:12]
+	}
+	return hash
+}
+
+// DrainVerdict turns one drain attempt into a decision: done (ok), still in progress,
+// or Failure once the drain has been blocked for longer than the timeout. The node
+// stays cordoned on Failure and every later call tries again: CAPI retries Failure.
+func DrainVerdict(node string, res drain.Result, started, now time.Time, timeout time.Duration) (Decision, bool) {
+	if res.Done {
+		return Decision{}, true
+	}
+	if timeout > 0 && !started.IsZero() && now.Sub(started) > timeout {
+		return Decision{Action: ActReportFailure, Message: stepMsg(stepDrain, "draining node %s did not finish within %s: %s", node, timeout, res.Summary())}, false
+	}
+	return Decision{Action: ActWait, RetryAfterSeconds: retryDrain, Message: stepMsg(stepDrain, "draining node %s: %s", node, res.Summary())}, false
+}

@@ -1,0 +1,517 @@
+package coordinator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/coordinator/agentinstall"
+	"github.com/capi-inplace/capi-inplace/internal/coordinator/drain"
+	"github.com/capi-inplace/capi-inplace/internal/coordinator/nodeplan"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
+)
+
+// cordonedByValue is the value of CordonedByAnnotation on nodes we cordoned.
+const cordonedByValue = "capi-inplace"
+
+// controlPlaneNodeLabel marks control-plane Nodes (set by kubeadm).
+const controlPlaneNodeLabel = "node-role.kubernetes.io/control-plane"
+
+// scope is everything one call knows, loaded once at its start.
+type scope struct {
+	machine    *clusterv1.Machine // desired spec, identity and status from the API
+	cluster    *clusterv1.Cluster
+	clusterKey client.ObjectKey
+	wc         *WorkloadCluster
+	node       *corev1.Node
+
+	plan       *protocol.NodePlan
+	planHash   string
+	planJSON   []byte
+	planSecret *corev1.Secret // as found in the workload cluster; nil when absent
+}
+
+func (c *Coordinator) update(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest) outcome {
+	s, out, ok := c.loadScope(ctx, req)
+	if !ok {
+		return out
+	}
+	d := Decide(observe(s))
+	switch d.Action {
+	case ActWait:
+		return inProgress(d.RetryAfterSeconds, d.Message)
+	case ActReportFailure:
+		return failure(d.Message)
+	case ActAwaitAgent:
+		// Keep the published plan in place (someone may have deleted it) and the
+		// agent installed; both are no-ops when nothing changed.
+		if out, ok := c.ensureAgent(ctx, s); !ok {
+			return out
+		}
+		if _, err := c.publish(ctx, s); err != nil {
+			return c.workloadFailure(s, stepPublish, err)
+		}
+		return inProgress(d.RetryAfterSeconds, d.Message)
+	case ActSucceed, ActFail:
+		if err := c.finish(ctx, s, d); err != nil {
+			return c.workloadFailure(s, stepVerify, err)
+		}
+		if d.Action == ActFail {
+			return failure(d.Message)
+		}
+		return done(d.Message)
+	default:
+		return c.start(ctx, s)
+	}
+}
+
+// start runs the steps before the agent takes over: agent, cordon, drain, publish.
+func (c *Coordinator) start(ctx context.Context, s *scope) outcome {
+	if out, ok := c.ensureAgent(ctx, s); !ok {
+		return out
+	}
+	if err := c.cordon(ctx, s); err != nil {
+		return c.workloadFailure(s, stepCordon, err)
+	}
+	if out, ok := c.drain(ctx, s); !ok {
+		return out
+	}
+	written, err := c.publish(ctx, s)
+	if err != nil {
+		return c.workloadFailure(s, stepPublish, err)
+	}
+	if written {
+		c.opts.Recorder.Eventf(s.machine, nil, corev1.EventTypeNormal, inplacev1.EventPlanPublished, "PublishPlan",
+			"published plan %s for node %s (kubernetes %s, kubeadm %s)", short(s.planHash), s.node.Name, s.plan.Kubernetes.Version, s.plan.Kubernetes.Action)
+	}
+	return inProgress(retryAgent, stepMsg(stepApply, "waiting for the agent on node %s to pick up plan %s", s.node.Name, short(s.planHash)))
+}
+
+func (c *Coordinator) ensureAgent(ctx context.Context, s *scope) (outcome, bool) {
+	if !c.opts.ManageAgents {
+		return outcome{}, true
+	}
+	applied, err := agentinstall.Ensure(ctx, s.wc.Client, c.agentConfig())
+	if err != nil {
+		return c.workloadFailure(s, stepAgent, err), false
+	}
+	if applied {
+		ctrl.LoggerFrom(ctx).Info("Installed the node agent", "Cluster", s.clusterKey.String(), "image", c.opts.AgentImage)
+	}
+	return outcome{}, true
+}
+
+// cordon marks the node unschedulable and records that we did, plus when the update
+// started; a node an operator cordoned keeps their cordon and gets only the start time.
+func (c *Coordinator) cordon(ctx context.Context, s *scope) error {
+	before := s.node.DeepCopy()
+	ann := s.node.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	changed := false
+	if !s.node.Spec.Unschedulable {
+		s.node.Spec.Unschedulable = true
+		ann[inplacev1.CordonedByAnnotation] = cordonedByValue
+		changed = true
+	}
+	if ann[inplacev1.UpdateStartedAnnotation] == "" {
+		ann[inplacev1.UpdateStartedAnnotation] = c.opts.Now().UTC().Format(time.RFC3339)
+		changed = true
+	}
+	if !changed {
+		return nil
+	}
+	s.node.SetAnnotations(ann)
+	if err := s.wc.Client.Patch(ctx, s.node, client.MergeFrom(before)); err != nil {
+		return fmt.Errorf("cordon node %s: %w", s.node.Name, err)
+	}
+	c.opts.Recorder.Eventf(s.machine, nil, corev1.EventTypeNormal, inplacev1.EventDrainStarted, "Drain",
+		"cordoned node %s and started draining it for an in-place update", s.node.Name)
+	return nil
+}
+
+// drain makes one bounded eviction attempt; ok means the node is drained.
+func (c *Coordinator) drain(ctx context.Context, s *scope) (outcome, bool) {
+	if c.opts.Drain.SkipEviction {
+		return outcome{}, true
+	}
+	nodes := &corev1.NodeList{}
+	if err := s.wc.Client.List(ctx, nodes, client.Limit(2)); err != nil {
+		return c.workloadFailure(s, stepDrain, err), false
+	}
+	if len(nodes.Items) == 1 && nodes.Continue == "" {
+		// A single-node cluster has nowhere to move pods to: evicting them only
+		// causes an outage, and PDBs would block forever.
+		return outcome{}, true
+	}
+	res, err := drain.Attempt(ctx, s.wc.Clientset, s.node.Name, c.drainOptions())
+	if err != nil {
+		return c.workloadFailure(s, stepDrain, err), false
+	}
+	started, _ := time.Parse(time.RFC3339, s.node.GetAnnotations()[inplacev1.UpdateStartedAnnotation])
+	d, drained := DrainVerdict(s.node.Name, res, started, c.opts.Now(), c.opts.Drain.Timeout)
+	if drained {
+		return outcome{}, true
+	}
+	if len(res.Blockers) > 0 {
+		c.opts.Recorder.Eventf(s.machine, nil, corev1.EventTypeWarning, inplacev1.EventDrainBlocked, "Drain", "%s", d.Message)
+	}
+	if d.Action == ActReportFailure {
+		return failure(d.Message), false
+	}
+	return inProgress(d.RetryAfterSeconds, d.Message), false
+}
+
+// publish writes the plan Secret, then points the node's desired-plan annotation at
+// it, in that order so that the agent never sees a hash without its plan. It writes
+// nothing when both already hold the plan.
+func (c *Coordinator) publish(ctx context.Context, s *scope) (bool, error) {
+	written := false
+	labels := map[string]string{inplacev1.PlanNodeLabel: s.node.Name, inplacev1.ManagedByLabel: inplacev1.ManagedByValue}
+	switch {
+	case s.planSecret == nil:
+		sec := &corev1.Secret{}
+		sec.Namespace, sec.Name = inplacev1.AgentNamespace, inplacev1.PlanSecretName(s.node.Name)
+		sec.Labels = labels
+		sec.Type = corev1.SecretTypeOpaque
+		sec.Data = map[string][]byte{inplacev1.PlanSecretDataKey: s.planJSON}
+		if err := s.wc.Client.Create(ctx, sec); err != nil {
+			return false, fmt.Errorf("create plan secret for node %s: %w", s.node.Name, err)
+		}
+		s.planSecret, written = sec, true
+	case !bytes.Equal(s.planSecret.Data[inplacev1.PlanSecretDataKey], s.planJSON) || s.planSecret.Labels[inplacev1.PlanNodeLabel] != s.node.Name:
+		sec := s.planSecret.DeepCopy()
+		if sec.Labels == nil {
+			sec.Labels = map[string]string{}
+		}
+		for k, v := range labels {
+			sec.Labels[k] = v
+		}
+		sec.Data = map[string][]byte{inplacev1.PlanSecretDataKey: s.planJSON}
+		// Update, not patch: the resourceVersion guards against a concurrent writer.
+		if err := s.wc.Client.Update(ctx, sec); err != nil {
+			return false, fmt.Errorf("update plan secret for node %s: %w", s.node.Name, err)
+		}
+		s.planSecret, written = sec, true
+	}
+	if s.node.GetAnnotations()[inplacev1.DesiredPlanAnnotation] != s.planHash {
+		before := s.node.DeepCopy()
+		ann := s.node.GetAnnotations()
+		if ann == nil {
+			ann = map[string]string{}
+		}
+		ann[inplacev1.DesiredPlanAnnotation] = s.planHash
+		s.node.SetAnnotations(ann)
+		if err := s.wc.Client.Patch(ctx, s.node, client.MergeFrom(before)); err != nil {
+			return written, fmt.Errorf("annotate node %s with plan %s: %w", s.node.Name, s.planHash, err)
+		}
+		written = true
+	}
+	return written, nil
+}
+
+// finish uncordons a node we cordoned and clears our marker, then records the end of
+// the update on the Machine. Later calls find nothing to clear and record nothing.
+func (c *Coordinator) finish(ctx context.Context, s *scope, d Decision) error {
+	before := s.node.DeepCopy()
+	ann := s.node.GetAnnotations()
+	changed := false
+	if _, ok := ann[inplacev1.CordonedByAnnotation]; ok {
+		s.node.Spec.Unschedulable = false
+		delete(ann, inplacev1.CordonedByAnnotation)
+		changed = true
+	}
+	if _, ok := ann[inplacev1.UpdateStartedAnnotation]; ok {
+		delete(ann, inplacev1.UpdateStartedAnnotation)
+		changed = true
+	}
+	if !changed {
+		return nil
+	}
+	s.node.SetAnnotations(ann)
+	if err := s.wc.Client.Patch(ctx, s.node, client.MergeFrom(before)); err != nil {
+		return fmt.Errorf("uncordon node %s: %w", s.node.Name, err)
+	}
+	eventType := corev1.EventTypeNormal
+	if d.Action == ActFail {
+		eventType = corev1.EventTypeWarning
+	}
+	c.opts.Recorder.Eventf(s.machine, nil, eventType, d.EventReason, "Update", "%s", d.Message)
+	return nil
+}
+
+// workloadFailure answers an error talking to the workload cluster: in progress when
+// the cluster may come back (its only API server restarts during a control-plane
+// upgrade), Failure when the cluster answered and refused.
+func (c *Coordinator) workloadFailure(s *scope, step int, err error) outcome {
+	if unreachable(err) {
+		c.opts.Clusters.Invalidate(s.clusterKey)
+		return inProgress(retryUnreachable, stepMsg(step, "waiting for the API server of cluster %s: %v", s.clusterKey.Name, err))
+	}
+	return failure(stepMsg(step, "%v", err))
+}
+
+// unreachable reports whether err means the API server did not answer (or answered
+// that it cannot serve now), as opposed to a definite refusal.
+func unreachable(err error) bool {
+	var st apierrors.APIStatus
+	if !errors.As(err, &st) {
+		return !errors.Is(err, nodeplan.ErrInput)
+	}
+	return apierrors.IsServiceUnavailable(err) || apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) ||
+		apierrors.IsTooManyRequests(err) || apierrors.IsInternalError(err) || apierrors.IsUnauthorized(err)
+}
+
+// loadScope reads everything one call needs. ok is false when the call must answer
+// right away with out.
+func (c *Coordinator) loadScope(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest) (*scope, outcome, bool) {
+	desired := req.Desired.Machine.DeepCopy()
+	if desired.Name == "" || desired.Namespace == "" {
+		return nil, failure("the request names no Machine"), false
+	}
+	mkey := client.ObjectKeyFromObject(desired)
+	current := &clusterv1.Machine{}
+	if err := c.opts.Client.Get(ctx, mkey, current); err != nil {
+		return nil, failure(fmt.Sprintf("read Machine %s: %v", mkey, err)), false
+	}
+	// The request carries the desired spec only: identity and status come from the API.
+	desired.UID = current.UID
+	desired.Status = current.Status
+	s := &scope{machine: desired}
+
+	nodeName := current.Status.NodeRef.Name
+	if nodeName == "" {
+		return nil, inProgress(retryNoNodeRef, stepMsg(stepAgent, "waiting for Machine %s to report its node (status.nodeRef)", mkey)), false
+	}
+	clusterName := desired.Spec.ClusterName
+	if clusterName == "" {
+		clusterName = current.Spec.ClusterName
+	}
+	s.clusterKey = client.ObjectKey{Namespace: desired.Namespace, Name: clusterName}
+	s.cluster = &clusterv1.Cluster{}
+	if err := c.opts.Client.Get(ctx, s.clusterKey, s.cluster); err != nil {
+		return nil, failure(fmt.Sprintf("read Cluster %s: %v", s.clusterKey, err)), false
+	}
+
+	wc, err := c.opts.Clusters.Get(ctx, s.clusterKey)
+	if err != nil {
+		c.opts.Clusters.Invalidate(s.clusterKey)
+		return nil, inProgress(retryUnreachable, stepMsg(stepAgent, "waiting for a connection to cluster %s: %v", s.clusterKey.Name, err)), false
+	}
+	s.wc = wc
+	s.node = &corev1.Node{}
+	if err := wc.Client.Get(ctx, client.ObjectKey{Name: nodeName}, s.node); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, failure(fmt.Sprintf("node %s of Machine %s does not exist in cluster %s", nodeName, mkey, s.clusterKey.Name)), false
+		}
+		return nil, c.workloadFailure(s, stepAgent, fmt.Errorf("read node %s: %w", nodeName, err)), false
+	}
+
+	published, err := c.loadPublished(ctx, s)
+	if err != nil {
+		return nil, c.workloadFailure(s, stepPublish, err), false
+	}
+	in, err := c.planInput(ctx, s, req)
+	if err != nil {
+		if errors.Is(err, nodeplan.ErrInput) {
+			return nil, failure(fmt.Sprintf("build plan for node %s: %v", nodeName, err)), false
+		}
+		return nil, c.workloadFailure(s, stepAgent, err), false
+	}
+	built, err := nodeplan.Build(in)
+	if err != nil {
+		return nil, failure(fmt.Sprintf("build plan for node %s: %v", nodeName, err)), false
+	}
+	s.plan = nodeplan.Pin(built, published)
+	if s.planJSON, err = protocol.EncodePlan(s.plan); err != nil {
+		return nil, failure(fmt.Sprintf("encode plan for node %s: %v", nodeName, err)), false
+	}
+	if s.planHash, err = s.plan.Hash(); err != nil {
+		return nil, failure(fmt.Sprintf("hash plan for node %s: %v", nodeName, err)), false
+	}
+	return s, outcome{}, true
+}
+
+// loadPublished reads the node's plan Secret; an undecodable plan counts as none
+// (it is replaced by the next publish).
+func (c *Coordinator) loadPublished(ctx context.Context, s *scope) (*protocol.NodePlan, error) {
+	sec := &corev1.Secret{}
+	err := s.wc.Client.Get(ctx, client.ObjectKey{Namespace: inplacev1.AgentNamespace, Name: inplacev1.PlanSecretName(s.node.Name)}, sec)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("read plan secret of node %s: %w", s.node.Name, err)
+	}
+	s.planSecret = sec
+	p, err := protocol.DecodePlan(sec.Data[inplacev1.PlanSecretDataKey])
+	if err != nil {
+		return nil, nil //nolint:nilerr // a corrupt plan is overwritten, not fatal
+	}
+	return p, nil
+}
+
+// planInput gathers the inputs of nodeplan.Build. Errors wrapping nodeplan.ErrInput
+// are about the desired objects; others are I/O.
+func (c *Coordinator) planInput(ctx context.Context, s *scope, req *runtimehooksv1.UpdateMachineRequest) (nodeplan.Input, error) {
+	in := nodeplan.Input{
+		Machine:  s.machine,
+		NodeName: s.node.Name,
+		Secrets:  map[string]map[string][]byte{},
+		Node:     nodeplan.NodeFacts{KubeletVersion: s.node.Status.NodeInfo.KubeletVersion},
+	}
+	cfg, err := decodeKubeadmConfig(req.Desired.BootstrapConfig)
+	if err != nil {
+		return in, err
+	}
+	in.KubeadmConfig = cfg
+	for _, name := range nodeplan.SecretRefs(cfg) {
+		sec := &corev1.Secret{}
+		err := c.opts.Client.Get(ctx, client.ObjectKey{Namespace: s.machine.Namespace, Name: name}, sec)
+		switch {
+		case apierrors.IsNotFound(err):
+			continue // Build reports it with the file that needs it.
+		case err != nil:
+			return in, fmt.Errorf("%w: read secret %s/%s: %w", nodeplan.ErrInput, s.machine.Namespace, name, err)
+		}
+		in.Secrets[name] = sec.Data
+	}
+	if nodeplan.NeedsControlPlaneVersion(cfg) {
+		if in.ControlPlaneVersion, err = c.controlPlaneVersion(ctx, s.cluster); err != nil {
+			return in, err
+		}
+	}
+	if c.opts.OSImages != nil {
+		infra, err := toUnstructured(req.Desired.InfrastructureMachine)
+		if err != nil {
+			return in, fmt.Errorf("%w: infrastructure machine: %w", nodeplan.ErrInput, err)
+		}
+		if infra != nil {
+			if in.OS, err = c.opts.OSImages.ResolveOSImage(infra); err != nil {
+				return in, fmt.Errorf("%w: resolve OS image of %s %s: %w", nodeplan.ErrInput, infra.GetKind(), infra.GetName(), err)
+			}
+		}
+	}
+	target := s.machine.Spec.Version
+	if nodeplan.RoleOf(s.machine) == protocol.RoleControlPlane && target != "" && !nodeplan.SameVersion(target, in.Node.KubeletVersion) {
+		nodes := &corev1.NodeList{}
+		if err := s.wc.Client.List(ctx, nodes, client.HasLabels{controlPlaneNodeLabel}); err != nil {
+			return in, fmt.Errorf("list control-plane nodes: %w", err)
+		}
+		for _, n := range nodes.Items {
+			if n.Name != s.node.Name && nodeplan.SameVersion(target, n.Status.NodeInfo.KubeletVersion) {
+				in.Node.ControlPlaneAtTarget = true
+			}
+		}
+	} else {
+		// Workers follow the control plane; their action is upgrade-node either way.
+		in.Node.ControlPlaneAtTarget = true
+	}
+	return in, nil
+}
+
+func (c *Coordinator) controlPlaneVersion(ctx context.Context, cluster *clusterv1.Cluster) (string, error) {
+	ref := cluster.Spec.ControlPlaneRef
+	if !ref.IsDefined() {
+		return "", nil
+	}
+	mapping, err := c.opts.Client.RESTMapper().RESTMapping(schema.GroupKind{Group: ref.APIGroup, Kind: ref.Kind})
+	if err != nil {
+		return "", fmt.Errorf("%w: map control plane kind %s: %w", nodeplan.ErrInput, ref.Kind, err)
+	}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(mapping.GroupVersionKind)
+	if err := c.opts.Client.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: ref.Name}, u); err != nil {
+		return "", fmt.Errorf("%w: read control plane %s %s: %w", nodeplan.ErrInput, ref.Kind, ref.Name, err)
+	}
+	v, _, _ := unstructured.NestedString(u.Object, "spec", "version")
+	return v, nil
+}
+
+func toUnstructured(raw runtime.RawExtension) (*unstructured.Unstructured, error) {
+	u := &unstructured.Unstructured{}
+	switch {
+	case len(raw.Raw) > 0:
+		if err := u.UnmarshalJSON(raw.Raw); err != nil {
+			return nil, err
+		}
+	case raw.Object != nil:
+		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(raw.Object)
+		if err != nil {
+			return nil, err
+		}
+		u.Object = m
+	default:
+		return nil, nil
+	}
+	return u, nil
+}
+
+// decodeKubeadmConfig returns the desired KubeadmConfig, or nil when the Machine is
+// bootstrapped by something else (only version and OS are planned then).
+func decodeKubeadmConfig(raw runtime.RawExtension) (*bootstrapv1.KubeadmConfig, error) {
+	u, err := toUnstructured(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: bootstrap config: %w", nodeplan.ErrInput, err)
+	}
+	if u == nil || u.GetKind() != "KubeadmConfig" {
+		return nil, nil
+	}
+	if gv := u.GroupVersionKind().GroupVersion(); gv != bootstrapv1.GroupVersion {
+		return nil, fmt.Errorf("%w: bootstrap config %s is %s, want %s", nodeplan.ErrInput, u.GetName(), gv, bootstrapv1.GroupVersion)
+	}
+	b, err := json.Marshal(u.Object)
+	if err != nil {
+		return nil, fmt.Errorf("%w: bootstrap config: %w", nodeplan.ErrInput, err)
+	}
+	cfg := &bootstrapv1.KubeadmConfig{}
+	if err := json.Unmarshal(b, cfg); err != nil {
+		return nil, fmt.Errorf("%w: bootstrap config %s: %w", nodeplan.ErrInput, u.GetName(), err)
+	}
+	return cfg, nil
+}
+
+// observe turns the scope into the pure Observation.
+func observe(s *scope) Observation {
+	ann := s.node.GetAnnotations()
+	o := Observation{
+		Node:           s.node.Name,
+		PlanHash:       s.planHash,
+		TargetVersion:  s.machine.Spec.Version,
+		Published:      ann[inplacev1.DesiredPlanAnnotation],
+		CurrentPlan:    ann[inplacev1.CurrentPlanAnnotation],
+		KubeletVersion: s.node.Status.NodeInfo.KubeletVersion,
+		Paused:         s.cluster.Annotations[inplacev1.PausedAnnotation] == "true",
+		Started:        ann[inplacev1.UpdateStartedAnnotation] != "",
+	}
+	if v, ok := ann[inplacev1.StatusAnnotation]; ok && v != "" {
+		st, err := protocol.DecodeStatus(v)
+		if err != nil {
+			o.StatusErr = err
+		} else {
+			o.Status = &st
+		}
+	}
+	for _, cond := range s.node.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			o.Ready = cond.Status == corev1.ConditionTrue
+		}
+	}
+	return o
+}

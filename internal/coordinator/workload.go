@@ -1,0 +1,127 @@
+package coordinator
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/cluster-api/util/kubeconfig"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// WorkloadCluster holds the clients of one workload cluster: a controller-runtime
+// client for objects and a clientset for the drain library.
+type WorkloadCluster struct {
+	Client    client.Client
+	Clientset kubernetes.Interface
+}
+
+// WorkloadClusters hands out clients of workload clusters by their CAPI Cluster key.
+type WorkloadClusters interface {
+	Get(ctx context.Context, cluster client.ObjectKey) (*WorkloadCluster, error)
+	// Invalidate drops a cached client, e.g. after the cluster did not answer.
+	Invalidate(cluster client.ObjectKey)
+}
+
+// KubeconfigClusters builds workload-cluster clients from CAPI's
+// `<cluster>-kubeconfig` Secret and caches them per cluster. A cached client is reused
+// while the Secret's kubeconfig is unchanged (rotated credentials rebuild it) and
+// until Invalidate drops it. Reads are direct (no informer cache): the coordinator
+// reads a handful of objects per call, and a watch per workload cluster would cost
+// more than it saves.
+type KubeconfigClusters struct {
+	mgmt    client.Reader
+	scheme  *runtime.Scheme
+	timeout time.Duration
+
+	mu    sync.Mutex
+	cache map[client.ObjectKey]cachedCluster
+}
+
+type cachedCluster struct {
+	kubeconfigHash [32]byte
+	cluster        *WorkloadCluster
+}
+
+// NewKubeconfigClusters returns a KubeconfigClusters reading kubeconfig Secrets
+// through mgmt. scheme must know the core Kubernetes types; timeout bounds every
+// request to a workload cluster (keep it well below CAPI's 10 s hook timeout).
+func NewKubeconfigClusters(mgmt client.Reader, scheme *runtime.Scheme, timeout time.Duration) (*KubeconfigClusters, error) {
+	if mgmt == nil || scheme == nil {
+		return nil, fmt.Errorf("kubeconfig clusters: management reader and scheme are required")
+	}
+	if timeout <= 0 {
+		timeout = 4 * time.Second
+	}
+	return &KubeconfigClusters{mgmt: mgmt, scheme: scheme, timeout: timeout, cache: map[client.ObjectKey]cachedCluster{}}, nil
+}
+
+// Get implements WorkloadClusters.
+func (k *KubeconfigClusters) Get(ctx context.Context, cluster client.ObjectKey) (*WorkloadCluster, error) {
+	data, err := kubeconfig.FromSecret(ctx, k.mgmt, cluster)
+	if err != nil {
+		return nil, fmt.Errorf("read kubeconfig of cluster %s: %w", cluster, err)
+	}
+	sum := sha256.Sum256(data)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if c, ok := k.cache[cluster]; ok && c.kubeconfigHash == sum {
+		return c.cluster, nil
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("parse kubeconfig of cluster %s: %w", cluster, err)
+	}
+	wc, err := NewWorkloadCluster(cfg, k.scheme, k.timeout)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %s: %w", cluster, err)
+	}
+	k.cache[cluster] = cachedCluster{kubeconfigHash: sum, cluster: wc}
+	return wc, nil
+}
+
+// Invalidate implements WorkloadClusters.
+func (k *KubeconfigClusters) Invalidate(cluster client.ObjectKey) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.cache, cluster)
+}
+
+// NewWorkloadCluster builds the clients of one cluster from a rest config.
+func NewWorkloadCluster(cfg *rest.Config, scheme *runtime.Scheme, timeout time.Duration) (*WorkloadCluster, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.UserAgent = "capi-inplace-coordinator"
+	if timeout > 0 {
+		cfg.Timeout = timeout
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("build workload client: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("build workload clientset: %w", err)
+	}
+	return &WorkloadCluster{Client: c, Clientset: cs}, nil
+}
+
+// StaticClusters serves one WorkloadCluster for every cluster key: for tests, and for
+// a management cluster that is its own workload cluster.
+type StaticClusters struct{ Cluster *WorkloadCluster }
+
+// Get implements WorkloadClusters.
+func (s StaticClusters) Get(context.Context, client.ObjectKey) (*WorkloadCluster, error) {
+	if s.Cluster == nil {
+		return nil, fmt.Errorf("no workload cluster configured")
+	}
+	return s.Cluster, nil
+}
+
+// Invalidate implements WorkloadClusters.
+func (StaticClusters) Invalidate(client.ObjectKey) {}
