@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/policy"
 )
 
 // Names that tie the manifests together. They are repeated here on purpose: a rename
@@ -209,6 +210,10 @@ func TestRenderedObjects(t *testing.T) {
 
 		cm := typed[corev1.ConfigMap](t, find(t, objs, "ConfigMap", "capi-inplace-policy"))
 		g.Expect(cm.Data).To(HaveKey("policy.yaml"), "--policy-file names this key")
+		pol, err := policy.Parse([]byte(cm.Data["policy.yaml"]))
+		g.Expect(err).NotTo(HaveOccurred(), "the extension must be able to load the shipped policy")
+		g.Expect(pol.Drain()).To(Equal(policy.Builtin().Drain()), "the shipped policy states the defaults")
+		g.Expect(pol.AcceptBootstrapOnlyFields()).To(Equal(policy.Builtin().AcceptBootstrapOnlyFields()))
 		g.Expect(pod.Volumes).To(ContainElement(HaveField("ConfigMap.Name", cm.Name)))
 	})
 
