@@ -303,6 +303,26 @@ func TestImageMatchesBuildAndManifests(t *testing.T) {
 	g.Expect(df).To(ContainSubstring("FROM gcr.io/distroless/static:nonroot"))
 	g.Expect(df).To(ContainSubstring(`ENTRYPOINT ["/capi-inplace"]`))
 	g.Expect(df).To(ContainSubstring("USER 65532:65532"))
+
+	// The builder copies only some directories: every package of ours that the binary
+	// needs must be inside one of them, or the image build breaks.
+	var copied []string
+	for _, m := range regexp.MustCompile(`(?m)^COPY (\w+)/ `).FindAllStringSubmatch(df, -1) {
+		copied = append(copied, m[1]+"/")
+	}
+	g.Expect(copied).To(ConsistOf("api/", "cmd/", "internal/"))
+	list := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "./cmd/capi-inplace")
+	list.Dir = ".."
+	out, err := list.Output()
+	g.Expect(err).NotTo(HaveOccurred(), "go list the binary's packages")
+	const module = "github.com/capi-inplace/capi-inplace/"
+	for pkg := range strings.Lines(string(out)) {
+		pkg = strings.TrimSpace(pkg)
+		if rel, ok := strings.CutPrefix(pkg, module); ok {
+			g.Expect(slices.ContainsFunc(copied, func(dir string) bool { return strings.HasPrefix(rel, dir) })).
+				To(BeTrue(), "package %s is not copied into the image's build stage", pkg)
+		}
+	}
 }
 
 // TestManifestsApplyToAPIServer applies every rendered object with server-side apply in
