@@ -35,9 +35,12 @@ type DrainOptions struct {
 	// Failure (the node stays cordoned and later calls keep trying). Zero: 10 minutes.
 	Timeout time.Duration
 	// SkipEviction cordons but evicts nothing, by policy (e.g. nodes whose pods must
-	// ride through the update). Single-node clusters skip eviction on their own: there
-	// is nowhere for the pods to go.
+	// ride through the update). Single-node clusters skip eviction unless
+	// EvictSingleNode: there is nowhere for the pods to go.
 	SkipEviction bool
+	// EvictSingleNode evicts even on a single-node cluster (where the evicted pods
+	// cannot run anywhere until the node is back); by default eviction is skipped there.
+	EvictSingleNode bool
 	// Force evicts pods no controller recreates; without it they block the drain.
 	Force bool
 	// AttemptBudget bounds one drain attempt. Zero: 3 s.

@@ -155,7 +155,7 @@ func (c *Coordinator) drain(ctx context.Context, s *scope) (outcome, bool) {
 	if err := s.wc.Client.List(ctx, nodes, client.Limit(2)); err != nil {
 		return c.workloadFailure(s, stepDrain, err), false
 	}
-	if len(nodes.Items) == 1 && nodes.Continue == "" {
+	if len(nodes.Items) == 1 && nodes.Continue == "" && !c.opts.Drain.EvictSingleNode {
 		// A single-node cluster has nowhere to move pods to: evicting them only
 		// causes an outage, and PDBs would block forever.
 		return outcome{}, true

@@ -36,7 +36,8 @@ const (
 type Config struct {
 	// Image is the agent's container image.
 	Image string
-	// Args are the container's arguments; nil means ["agent"].
+	// Args are the container's arguments; nil means ["agent", "--host-root=/host"]
+	// (the agent reads its node name from $NODE_NAME).
 	Args []string
 }
 
@@ -66,7 +67,7 @@ func Objects(cfg Config) ([]client.Object, error) {
 	}
 	args := cfg.Args
 	if args == nil {
-		args = []string{"agent"}
+		args = []string{"agent", "--host-root=" + HostRoot}
 	}
 	ns := inplacev1.AgentNamespace
 	objs := []client.Object{
@@ -226,7 +227,6 @@ func daemonSet(image string, args []string) *appsv1.DaemonSet {
 						Args:            args,
 						Env: []corev1.EnvVar{
 							{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "spec.nodeName"}}},
-							{Name: "HOST_ROOT", Value: HostRoot},
 						},
 						// Replacing the OS image, kubelet and kubeadm needs the host's root
 						// file system and privileges; host PID and IPC are not needed.
