@@ -14,15 +14,18 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -30,6 +33,7 @@ import (
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/policy"
+	"github.com/capi-inplace/capi-inplace/internal/singlenode"
 )
 
 // Names that tie the manifests together. They are repeated here on purpose: a rename
@@ -119,6 +123,7 @@ func TestRenderedObjects(t *testing.T) {
 		"Issuer/"+namespace+"/"+issuerName,
 		"Certificate/"+namespace+"/"+certName,
 		"ExtensionConfig//"+extConfigName,
+		"MutatingWebhookConfiguration//capi-inplace-kubeadmcontrolplane-hold",
 	))
 
 	t.Run("ExtensionConfig points at the Service, takes its CA from the Certificate's Secret and selects namespaces", func(t *testing.T) {
@@ -164,6 +169,23 @@ func TestRenderedObjects(t *testing.T) {
 			HaveKeyWithValue("app.kubernetes.io/name", svc.Spec.Selector["app.kubernetes.io/name"]),
 			HaveKeyWithValue("app.kubernetes.io/component", svc.Spec.Selector["app.kubernetes.io/component"]),
 		), "the Service must select the extension's pods")
+	})
+
+	t.Run("the single-node hold webhook is singlenode's registration, on the Service, with the Certificate's CA", func(t *testing.T) {
+		g := NewWithT(t)
+		u := find(t, objs, "MutatingWebhookConfiguration", "capi-inplace-kubeadmcontrolplane-hold")
+		g.Expect(u.GetAnnotations()).To(HaveKeyWithValue("cert-manager.io/inject-ca-from", namespace+"/"+certName))
+		mwc := typed[admissionregistrationv1.MutatingWebhookConfiguration](t, u)
+		want := singlenode.MutatingWebhook(admissionregistrationv1.WebhookClientConfig{
+			Service: &admissionregistrationv1.ServiceReference{
+				Namespace: namespace, Name: serviceName, Path: ptr.To(singlenode.DefaultWebhookPath), Port: ptr.To[int32](443),
+			},
+		})
+		// Narrower than the package's default: only namespaces opted in to capi-inplace.
+		want.NamespaceSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+			Key: inplacev1.NamespaceEnabledLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{"true"},
+		}}}
+		g.Expect(mwc.Webhooks).To(Equal([]admissionregistrationv1.MutatingWebhook{want}))
 	})
 
 	t.Run("the Deployment runs the extension hardened, with probes and the documented flags", func(t *testing.T) {
@@ -221,21 +243,22 @@ func TestRenderedObjects(t *testing.T) {
 		g := NewWithT(t)
 		cr := typed[rbacv1.ClusterRole](t, find(t, objs, "ClusterRole", "capi-inplace-extension"))
 		g.Expect(grants(cr.Rules)).To(Equal(map[string][]string{
-			"cluster.x-k8s.io/clusters":                          {"get", "list", "watch"},
-			"cluster.x-k8s.io/machinesets":                       {"get", "list", "watch"},
-			"cluster.x-k8s.io/machinedeployments":                {"get", "list", "watch"},
-			"cluster.x-k8s.io/machines":                          {"get", "list", "patch", "update", "watch"},
-			"cluster.x-k8s.io/machines/status":                   {"patch", "update"},
-			"cluster.x-k8s.io/clusters/status":                   {"patch", "update"},
-			"controlplane.cluster.x-k8s.io/kubeadmcontrolplanes": {"get", "list", "patch", "update", "watch"},
-			"bootstrap.cluster.x-k8s.io/kubeadmconfigs":          {"get", "list", "patch", "update", "watch"},
-			"bootstrap.cluster.x-k8s.io/kubeadmconfigtemplates":  {"get", "list", "watch"},
-			"infrastructure.cluster.x-k8s.io/*":                  {"get", "list", "patch", "update", "watch"},
-			"/secrets":                                           {"get", "list", "watch"},
-			"/events":                                            {"create", "patch"},
-			"events.k8s.io/events":                               {"create", "patch"},
-			"authentication.k8s.io/tokenreviews":                 {"create"},
-			"authorization.k8s.io/subjectaccessreviews":          {"create"},
+			"cluster.x-k8s.io/clusters":                                 {"get", "list", "watch"},
+			"cluster.x-k8s.io/machinesets":                              {"get", "list", "watch"},
+			"cluster.x-k8s.io/machinedeployments":                       {"get", "list", "watch"},
+			"cluster.x-k8s.io/machines":                                 {"get", "list", "patch", "update", "watch"},
+			"cluster.x-k8s.io/machines/status":                          {"patch", "update"},
+			"cluster.x-k8s.io/clusters/status":                          {"patch", "update"},
+			"controlplane.cluster.x-k8s.io/kubeadmcontrolplanes":        {"get", "list", "patch", "update", "watch"},
+			"controlplane.cluster.x-k8s.io/kubeadmcontrolplanes/status": {"patch", "update"},
+			"bootstrap.cluster.x-k8s.io/kubeadmconfigs":                 {"get", "list", "patch", "update", "watch"},
+			"bootstrap.cluster.x-k8s.io/kubeadmconfigtemplates":         {"get", "list", "watch"},
+			"infrastructure.cluster.x-k8s.io/*":                         {"get", "list", "patch", "update", "watch"},
+			"/secrets":                                                  {"get", "list", "watch"},
+			"/events":                                                   {"create", "patch"},
+			"events.k8s.io/events":                                      {"create", "patch"},
+			"authentication.k8s.io/tokenreviews":                        {"create"},
+			"authorization.k8s.io/subjectaccessreviews":                 {"create"},
 		}))
 		role := typed[rbacv1.Role](t, find(t, objs, "Role", "capi-inplace-leader-election"))
 		g.Expect(role.Namespace).To(Equal(namespace))
@@ -402,6 +425,7 @@ func TestManifestsApplyToAPIServer(t *testing.T) {
 		{"default", "patch", "cluster.x-k8s.io", "machines", ""},
 		{"default", "patch", "cluster.x-k8s.io", "machines", "status"},
 		{"default", "patch", "controlplane.cluster.x-k8s.io", "kubeadmcontrolplanes", ""},
+		{"default", "patch", "controlplane.cluster.x-k8s.io", "kubeadmcontrolplanes", "status"},
 		{"default", "patch", "bootstrap.cluster.x-k8s.io", "kubeadmconfigs", ""},
 		{"default", "get", "bootstrap.cluster.x-k8s.io", "kubeadmconfigtemplates", ""},
 		{"default", "patch", "infrastructure.cluster.x-k8s.io", "devmachines", ""},
