@@ -14,9 +14,12 @@ import (
 )
 
 // AgentArgs returns the command line of one simulated agent: the real agent binary
-// in its simulated-host mode, talking only to the workload cluster's API.
+// in its simulated-host mode, talking only to the workload cluster's API. Many agents
+// share this machine, so none serves a health port; health gates give up after 30 s
+// (not 5 min) so that a failing gate rolls back within a test's patience.
 func AgentArgs(hostRoot, nodeName, kubeconfig string) []string {
-	return []string{"agent", "--simulate", "--host-root", hostRoot, "--node-name", nodeName, "--kubeconfig", kubeconfig}
+	return []string{"agent", "--simulate", "--host-root", hostRoot, "--node-name", nodeName, "--kubeconfig", kubeconfig,
+		"--health-addr=0", "--gate-timeout=30s", "--v=1"}
 }
 
 // Agents runs one simulated agent process per Node of a workload cluster: it polls

@@ -51,10 +51,14 @@ func OurExtension(binDir, name string, labels, settings map[string]string) Exten
 		Args: func(port int, certDir, kubeconfig string) []string {
 			return []string{
 				"extension",
-				fmt.Sprintf("--port=%d", port),
-				"--cert-dir=" + certDir,
+				fmt.Sprintf("--webhook-port=%d", port),
+				"--webhook-host=127.0.0.1",
+				"--webhook-cert-dir=" + certDir,
 				"--kubeconfig=" + kubeconfig,
 				"--manage-agents=false",
+				"--health-addr=127.0.0.1:0",
+				"--diagnostics-address=0",
+				"--v=1",
 			}
 		},
 		NamespaceLabels: labels,
@@ -143,21 +147,29 @@ func (e *Extension) Process() *Process {
 }
 
 func (s *Stack) registerExtension(ctx context.Context, e *Extension) error {
+	return s.RegisterExtension(ctx, e, e.Spec.Name, e.Spec.NamespaceLabels, e.Spec.Settings)
+}
+
+// RegisterExtension registers a running extension once more under another
+// ExtensionConfig name, for other namespaces and with other settings (for example
+// disableInPlaceUpdates), and waits until CAPI has discovered it. One process can so
+// serve several namespace groups with different settings.
+func (s *Stack) RegisterExtension(ctx context.Context, e *Extension, name string, labels, settings map[string]string) error {
 	url := fmt.Sprintf("https://127.0.0.1:%d/", e.Port)
 	ec := &runtimev1.ExtensionConfig{
-		ObjectMeta: metav1.ObjectMeta{Name: e.Spec.Name},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: runtimev1.ExtensionConfigSpec{
 			ClientConfig: runtimev1.ClientConfig{URL: url, CABundle: e.Cert.CAPEM},
-			Settings:     e.Spec.Settings,
+			Settings:     settings,
 		},
 	}
-	if e.Spec.NamespaceLabels != nil {
-		ec.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: e.Spec.NamespaceLabels}
+	if labels != nil {
+		ec.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: labels}
 	}
 	if err := s.Client.Create(ctx, ec); err != nil {
-		return fmt.Errorf("create ExtensionConfig %s: %w", e.Spec.Name, err)
+		return fmt.Errorf("create ExtensionConfig %s: %w", name, err)
 	}
-	return s.WaitExtensionDiscovered(ctx, e.Spec.Name)
+	return s.WaitExtensionDiscovered(ctx, name)
 }
 
 // WaitExtensionDiscovered waits until the ExtensionConfig's Discovered condition is

@@ -108,6 +108,7 @@ spec:
     schema:
       openAPIV3Schema:
         type: array
+        minItems: 1
         items:
           type: object
           required: [path, content]
@@ -202,6 +203,10 @@ apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
 kind: DevCluster
 metadata:
   name: {{.Name}}
+  annotations:
+    # Upstream's in-memory DevCluster backend (v1.14.2) writes into metadata.annotations
+    # without creating the map, and panics on a DevCluster that has none.
+    e2e.capi-inplace.dev/annotations: "non-empty"
 spec:
   backend:
     inMemory: {}
@@ -241,7 +246,8 @@ spec:
     strategy:
       type: RollingUpdate
       rollingUpdate:
-        maxSurge: 0
+        # KCP's webhook allows maxSurge 0 only from 3 replicas.
+        maxSurge: {{ if lt .ControlPlaneReplicas 3 }}1{{ else }}0{{ end }}
   machineTemplate:
     spec:
       infrastructureRef:
@@ -252,7 +258,9 @@ spec:
     clusterConfiguration:
       apiServer:
         certSANs: [localhost, 127.0.0.1]
+{{- if .Files }}
     files: {{ toJSON .Files }}
+{{- end }}
 {{- if gt .WorkerReplicas 0 }}
 ---
 apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
@@ -271,7 +279,11 @@ metadata:
 spec:
   template:
     spec:
+{{- if .Files }}
       files: {{ toJSON .Files }}
+{{- else }}
+      format: cloud-config
+{{- end }}
 ---
 apiVersion: cluster.x-k8s.io/v1beta2
 kind: MachineDeployment

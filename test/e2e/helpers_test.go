@@ -191,6 +191,12 @@ type machineWatch struct {
 	added   []string
 	deleted []string
 	stop    func()
+	// started and took time each Machine's in-place update (CAPI's
+	// update-in-progress annotation from first seen to removed).
+	started map[string]time.Time
+	took    map[string]time.Duration
+	// first is when each Machine first started updating.
+	first map[string]time.Time
 }
 
 // watchMachines starts watching Machines of the namespace; events for Machines that
@@ -213,7 +219,7 @@ func (s *scenario) watchMachines() *machineWatch {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	mw := &machineWatch{stop: w.Stop}
+	mw := &machineWatch{stop: w.Stop, started: map[string]time.Time{}, took: map[string]time.Duration{}, first: map[string]time.Time{}}
 	go func() {
 		for ev := range w.ResultChan() {
 			m, ok := ev.Object.(*clusterv1.Machine)
@@ -229,11 +235,67 @@ func (s *scenario) watchMachines() *machineWatch {
 			case watch.Deleted:
 				mw.deleted = append(mw.deleted, m.Name)
 			}
+			_, updating := m.Annotations[clusterv1.UpdateInProgressAnnotation]
+			if t0, ok := mw.started[m.Name]; ok && !updating {
+				mw.took[m.Name] = time.Since(t0)
+				delete(mw.started, m.Name)
+			} else if !ok && updating {
+				mw.started[m.Name] = time.Now()
+				if _, seen := mw.first[m.Name]; !seen {
+					mw.first[m.Name] = time.Now()
+				}
+			}
 			mw.mu.Unlock()
 		}
 	}()
 	s.t.Cleanup(w.Stop)
 	return mw
+}
+
+// durations returns how long each Machine's in-place update took, as seen by the watch.
+func (w *machineWatch) durations() map[string]string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string]string{}
+	for n, d := range w.took {
+		out[n] = d.Round(100 * time.Millisecond).String()
+	}
+	return out
+}
+
+// startedBefore and startedAfter return the Machines whose first in-place update
+// started before or after t.
+func (w *machineWatch) startedBefore(t time.Time) []string {
+	return w.startedWhen(func(s time.Time) bool { return s.Before(t) })
+}
+
+func (w *machineWatch) startedAfter(t time.Time) []string {
+	return w.startedWhen(func(s time.Time) bool { return !s.Before(t) })
+}
+
+func (w *machineWatch) startedWhen(match func(time.Time) bool) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for n, s := range w.first {
+		if match(s) {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// updating returns the Machines currently updating in place.
+func (w *machineWatch) updating() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for n := range w.started {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
 }
 
 func (w *machineWatch) result() (added, deleted []string) {
@@ -297,8 +359,8 @@ func (s *scenario) setTopology(cluster, version string, files []localstack.File)
 	}
 }
 
-// setPlainVersion moves a plain cluster's KCP and MachineDeployment to version.
-func (s *scenario) setPlainVersion(cluster, version string) {
+// setKCPVersion moves a plain cluster's KubeadmControlPlane to version.
+func (s *scenario) setKCPVersion(cluster, version string) {
 	s.t.Helper()
 	kcp := &controlplanev1.KubeadmControlPlane{}
 	if err := s.stack.Client.Get(s.ctx, client.ObjectKey{Namespace: s.ns, Name: cluster + "-control-plane"}, kcp); err != nil {
@@ -309,13 +371,18 @@ func (s *scenario) setPlainVersion(cluster, version string) {
 	if err := s.stack.Client.Patch(s.ctx, kcp, client.MergeFrom(base)); err != nil {
 		s.t.Fatalf("patch KCP version: %v", err)
 	}
+}
+
+// setMDVersion moves a plain cluster's MachineDeployment to version.
+func (s *scenario) setMDVersion(cluster, version string) {
+	s.t.Helper()
 	md := &clusterv1.MachineDeployment{}
 	if err := s.stack.Client.Get(s.ctx, client.ObjectKey{Namespace: s.ns, Name: cluster + "-md-0"}, md); err != nil {
 		s.t.Fatal(err)
 	}
-	mbase := md.DeepCopy()
+	base := md.DeepCopy()
 	md.Spec.Template.Spec.Version = version
-	if err := s.stack.Client.Patch(s.ctx, md, client.MergeFrom(mbase)); err != nil {
+	if err := s.stack.Client.Patch(s.ctx, md, client.MergeFrom(base)); err != nil {
 		s.t.Fatalf("patch MachineDeployment version: %v", err)
 	}
 }

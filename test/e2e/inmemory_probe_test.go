@@ -3,9 +3,8 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -98,10 +97,12 @@ func TestInMemoryAPIServerCapabilities(t *testing.T) {
 	if watchCode != 200 || !containsAll(events, "ADDED", "MODIFIED") {
 		failures = append(failures, fmt.Sprintf("label-selector watch: HTTP %d events %v", watchCode, events))
 	}
-	fwCode, _ := watchSecrets(s.ctx, hc, cfg.Host, "/api/v1/namespaces/"+ns+"/secrets?watch=true&fieldSelector=metadata.name%3Dplan-"+node, func() {})
-	s.logf("EVIDENCE in-memory API: watch Secrets by field selector metadata.name: HTTP %d", fwCode)
-	if fwCode == 200 {
-		failures = append(failures, "field-selector watch now works: update README.md")
+	// The list behind the watch fails, but a deferred cleanup in the handler overwrites
+	// the error: the client gets HTTP 200 and a stream that ends at once, empty.
+	fwCode, fwEvents := watchSecrets(s.ctx, hc, cfg.Host, "/api/v1/namespaces/"+ns+"/secrets?watch=true&fieldSelector=metadata.name%3Dplan-"+node, func() {})
+	s.logf("EVIDENCE in-memory API: watch Secrets by field selector metadata.name: HTTP %d, events %v (stream ends at once)", fwCode, fwEvents)
+	if len(fwEvents) > 0 {
+		failures = append(failures, "field-selector watch now delivers events: update README.md")
 	}
 	if len(failures) > 0 {
 		t.Fatalf("in-memory API server differs from README.md:\n%s", strings.Join(failures, "\n"))
@@ -131,7 +132,8 @@ func doProbe(ctx context.Context, hc *http.Client, host string, p probe) (int, s
 }
 
 // watchSecrets opens a watch, runs trigger, and returns the HTTP status and the event
-// types seen within a few seconds.
+// types seen within a few seconds. The in-memory server pretty-prints each event, so
+// the stream is decoded as a sequence of JSON values, not lines.
 func watchSecrets(ctx context.Context, hc *http.Client, host, path string, trigger func()) (int, []string) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -152,20 +154,19 @@ func watchSecrets(ctx context.Context, hc *http.Client, host, path string, trigg
 		trigger()
 	}()
 	var types []string
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Bytes()
-		for _, t := range []string{"ADDED", "MODIFIED", "DELETED", "BOOKMARK"} {
-			if bytes.Contains(line, []byte(`"type":"`+t+`"`)) {
-				types = append(types, t)
-			}
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var ev struct {
+			Type string `json:"type"`
 		}
+		if err := dec.Decode(&ev); err != nil {
+			return resp.StatusCode, types
+		}
+		types = append(types, ev.Type)
 		if containsAll(types, "ADDED", "MODIFIED") {
-			break
+			return resp.StatusCode, types
 		}
 	}
-	return resp.StatusCode, types
 }
 
 func containsAll(have []string, want ...string) bool {
