@@ -3,6 +3,7 @@ package singlenode
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -136,6 +137,17 @@ func (r *Reconciler) update(ctx context.Context, obs *observed, machineName stri
 				fmt.Sprintf("the API refuses the aligned objects, so the node was not touched: %v", err))
 		}
 		return ctrl.Result{}, fmt.Errorf("dry-run alignment of Machine %s: %w", machineName, err)
+	}
+
+	// The dry-run result must be what KCP calls up to date; otherwise (fields of the old
+	// spec owned by another field manager, which an apply cannot remove) aligning after
+	// the node update would leave the Machine outdated and KCP would replace it. Stop
+	// before touching the node.
+	if ok, why, err := alignedUpToDate(ctx, r.Client, obs, machine, aligned); err != nil {
+		return ctrl.Result{}, err
+	} else if !ok {
+		return r.fail(ctx, obs, machine, v1alpha1.ReasonFailed,
+			fmt.Sprintf("the aligned objects would still be outdated for KubeadmControlPlane, so the node was not touched: %s", strings.Join(why, "; ")))
 	}
 
 	if obs.kcp.Annotations[v1alpha1.HoldUpdatingAnnotation] != machineName {

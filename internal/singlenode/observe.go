@@ -9,6 +9,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
@@ -84,6 +87,9 @@ func observe(ctx context.Context, c client.Client, kcp *controlplanev1.KubeadmCo
 		}
 		o.upToDate[m.Name] = ok
 		o.results[m.Name] = res
+		if !ok {
+			ctrl.LoggerFrom(ctx).V(1).Info("Control-plane Machine is not up to date", "Machine", klog.KObj(m), "why", res.LogMessages)
+		}
 	}
 	return o, nil
 }
@@ -123,4 +129,26 @@ func (o *observed) machine(name string) *clusterv1.Machine {
 		}
 	}
 	return nil
+}
+
+// alignedUpToDate runs KCP's comparison on the objects as they will be once aligned
+// (the server's dry-run results).
+func alignedUpToDate(ctx context.Context, c client.Client, obs *observed, machine *clusterv1.Machine, aligned desiredObjects) (bool, []string, error) {
+	m := machine.DeepCopy()
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(aligned.machine.Object, m); err != nil {
+		return false, nil, fmt.Errorf("decode aligned Machine %s: %w", machine.Name, err)
+	}
+	m.Status = machine.Status
+	kc := &bootstrapv1.KubeadmConfig{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(aligned.kubeadmConfig.Object, kc); err != nil {
+		return false, nil, fmt.Errorf("decode aligned KubeadmConfig %s: %w", aligned.kubeadmConfig.GetName(), err)
+	}
+	now := metav1.Now()
+	ok, res, err := kcppkg.UpToDate(ctx, c, obs.cluster, m, obs.kcp, &now,
+		map[string]*unstructured.Unstructured{m.Name: aligned.infraMachine},
+		map[string]*bootstrapv1.KubeadmConfig{m.Name: kc})
+	if err != nil {
+		return false, nil, fmt.Errorf("compare aligned Machine %s: %w", m.Name, err)
+	}
+	return ok, res.LogMessages, nil
 }

@@ -1,0 +1,394 @@
+package singlenode
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
+	"sigs.k8s.io/cluster-api/controlplane/kubeadm/pkg/desiredstate"
+
+	"github.com/capi-inplace/capi-inplace/api/v1alpha1"
+)
+
+const (
+	infraGroup  = "infrastructure.inplace-test.dev"
+	fromVersion = "v1.35.0"
+	toVersion   = "v1.36.0"
+	// kubeletLocalMode is the feature gate KCP v1.14.2 adds to the KubeadmConfig for
+	// 1.31 <= version < 1.36 and drops from 1.36 (desiredstate.DefaultFeatureGates):
+	// a version-derived change that alignment must reproduce exactly.
+	kubeletLocalMode = "ControlPlaneKubeletLocalMode"
+)
+
+// fixture is one Cluster with a one-replica KCP and its Machine, KubeadmConfig and
+// TestMachine, built with KCP's own desired-state functions as KCP would have created them.
+type fixture struct {
+	ns      string
+	machine string
+	cluster *clusterv1.Cluster
+	kcp     *controlplanev1.KubeadmControlPlane
+}
+
+func newFixture(ctx context.Context, t *testing.T, optIn bool) *fixture {
+	t.Helper()
+	g := NewWithT(t)
+	c := env.admin
+	f := &fixture{ns: "sn-" + rand.String(6)}
+	f.machine = f.ns + "-cp-0"
+	g.Expect(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ns}})).To(Succeed())
+
+	tmpl := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": infraGroup + "/v1alpha1", "kind": "TestMachineTemplate",
+		"metadata": map[string]any{"name": "cp-v1", "namespace": f.ns},
+		"spec":     map[string]any{"template": map[string]any{"spec": map[string]any{"image": "img-1"}}},
+	}}
+	g.Expect(c.Create(ctx, tmpl)).To(Succeed())
+
+	f.cluster = &clusterv1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "c1", Namespace: f.ns},
+		Spec: clusterv1.ClusterSpec{
+			ControlPlaneRef: clusterv1.ContractVersionedObjectReference{APIGroup: controlplanev1.GroupVersion.Group, Kind: "KubeadmControlPlane", Name: "cp"},
+		},
+	}
+	if optIn {
+		f.cluster.Annotations = map[string]string{v1alpha1.SingleNodeControlPlaneAnnotation: "true"}
+	}
+	g.Expect(c.Create(ctx, f.cluster)).To(Succeed())
+
+	nodeReg := bootstrapv1.NodeRegistrationOptions{Name: "{{ ds.meta_data.local_hostname }}"}
+	kcp := &controlplanev1.KubeadmControlPlane{
+		ObjectMeta: metav1.ObjectMeta{Name: "cp", Namespace: f.ns, Labels: map[string]string{clusterv1.ClusterNameLabel: "c1"}},
+		Spec: controlplanev1.KubeadmControlPlaneSpec{
+			Replicas: ptr.To[int32](1),
+			Version:  fromVersion,
+			MachineTemplate: controlplanev1.KubeadmControlPlaneMachineTemplate{
+				Spec: controlplanev1.KubeadmControlPlaneMachineTemplateSpec{
+					InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infraGroup, Kind: "TestMachineTemplate", Name: "cp-v1"},
+				},
+			},
+			KubeadmConfigSpec: bootstrapv1.KubeadmConfigSpec{
+				InitConfiguration: bootstrapv1.InitConfiguration{NodeRegistration: nodeReg},
+				JoinConfiguration: bootstrapv1.JoinConfiguration{NodeRegistration: nodeReg},
+				Files:             []bootstrapv1.File{{Path: "/etc/motd", Content: "one"}},
+			},
+		},
+	}
+	g.Expect(c.Create(ctx, kcp)).To(Succeed())
+	f.kcp = kcp
+
+	// As KCP creates its first Machine: init KubeadmConfig, InfraMachine cloned from
+	// the template, Machine at the KCP's version.
+	kc, err := desiredstate.ComputeDesiredKubeadmConfig(kcp, f.cluster, false, f.machine, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(kc.Spec.ClusterConfiguration.FeatureGates).To(HaveKeyWithValue(kubeletLocalMode, true))
+	kc.SetGroupVersionKind(bootstrapv1.GroupVersion.WithKind("KubeadmConfig"))
+	createAsKCP(ctx, g, kc)
+	infra, err := desiredstate.ComputeDesiredInfraMachine(ctx, c, kcp, f.cluster, f.machine, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	createAsKCP(ctx, g, infra)
+	m, err := desiredstate.ComputeDesiredMachine(kcp, f.cluster, "", nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	m.Name = f.machine
+	m.Spec.Version = fromVersion
+	m.Spec.InfrastructureRef = clusterv1.ContractVersionedObjectReference{APIGroup: infraGroup, Kind: "TestMachine", Name: f.machine}
+	m.Spec.Bootstrap.ConfigRef = clusterv1.ContractVersionedObjectReference{APIGroup: bootstrapv1.GroupVersion.Group, Kind: "KubeadmConfig", Name: f.machine}
+	m.SetGroupVersionKind(clusterv1.GroupVersion.WithKind("Machine"))
+	createAsKCP(ctx, g, m)
+	g.Expect(c.Get(ctx, client.ObjectKeyFromObject(m), m)).To(Succeed())
+	m.Status.NodeRef = clusterv1.MachineNodeReference{Name: "node-" + f.machine}
+	g.Expect(c.Status().Update(ctx, m)).To(Succeed())
+
+	// The fixture must be what KCP itself calls up to date, or nothing below means anything.
+	ok, why := f.upToDate(ctx, g)
+	g.Expect(ok).To(BeTrue(), "fixture not up to date for KCP: %v", why)
+	return f
+}
+
+// createAsKCP creates an object the way KCP does (createInfraMachine,
+// createKubeadmConfig, createMachine): a server-side apply under its field manager, so
+// KCP owns the spec fields and a later apply can remove them.
+func createAsKCP(ctx context.Context, g Gomega, obj runtime.Object) {
+	u, err := toApplyIntent(obj)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(env.admin.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(KCPFieldManager), client.ForceOwnership)).To(Succeed())
+}
+
+func (f *fixture) getKCP(ctx context.Context, g Gomega) *controlplanev1.KubeadmControlPlane {
+	kcp := &controlplanev1.KubeadmControlPlane{}
+	g.Expect(env.admin.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "cp"}, kcp)).To(Succeed())
+	return kcp
+}
+
+func (f *fixture) getCluster(ctx context.Context, g Gomega) *clusterv1.Cluster {
+	cluster := &clusterv1.Cluster{}
+	g.Expect(env.admin.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "c1"}, cluster)).To(Succeed())
+	return cluster
+}
+
+// upToDate runs KCP's own comparison (through observe) on the fixture's Machine.
+func (f *fixture) upToDate(ctx context.Context, g Gomega) (bool, []string) {
+	kcp := f.getKCP(ctx, g)
+	obs, err := observe(ctx, env.admin, kcp, f.getCluster(ctx, g), time.Now())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(obs.machines).To(HaveLen(1))
+	return obs.upToDate[f.machine], obs.results[f.machine].LogMessages
+}
+
+// versions is the resourceVersion of each of the Machine's three objects.
+func (f *fixture) versions(ctx context.Context, g Gomega) []string {
+	m := &clusterv1.Machine{}
+	g.Expect(env.admin.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: f.machine}, m)).To(Succeed())
+	kc := &bootstrapv1.KubeadmConfig{}
+	g.Expect(env.admin.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: f.machine}, kc)).To(Succeed())
+	infra := &unstructured.Unstructured{}
+	infra.SetAPIVersion(infraGroup + "/v1alpha1")
+	infra.SetKind("TestMachine")
+	g.Expect(env.admin.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: f.machine}, infra)).To(Succeed())
+	return []string{m.ResourceVersion, kc.ResourceVersion, infra.GetResourceVersion()}
+}
+
+// setVersion changes the KCP's version as another user (the topology controller or an
+// operator) and returns the object as the API server stored it in that same write.
+func (f *fixture) setVersion(ctx context.Context, g Gomega, version string) *controlplanev1.KubeadmControlPlane {
+	kcp := &controlplanev1.KubeadmControlPlane{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "cp"}}
+	patch := []byte(fmt.Sprintf(`{"spec":{"version":%q}}`, version))
+	g.Expect(env.topology.Patch(ctx, kcp, client.RawPatch("application/merge-patch+json", patch))).To(Succeed())
+	return kcp
+}
+
+func (f *fixture) machineCount(ctx context.Context, g Gomega) int {
+	list := &clusterv1.MachineList{}
+	g.Expect(env.admin.List(ctx, list, client.InNamespace(f.ns))).To(Succeed())
+	return len(list.Items)
+}
+
+func held(kcp *controlplanev1.KubeadmControlPlane) bool {
+	_, paused := kcp.Annotations[clusterv1.PausedAnnotation]
+	return paused && IsHeld(kcp)
+}
+
+func TestIntegrationHoldUpdateAlignRelease(t *testing.T) {
+	env.require(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(ctx, t, true)
+	before := &clusterv1.Machine{}
+	g.Expect(env.admin.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: f.machine}, before)).To(Succeed())
+	env.updater.script(f.machine,
+		answer(runtimehooksv1.ResponseStatusSuccess, 1, "step 3/5: waiting for the agent"),
+		answer(runtimehooksv1.ResponseStatusSuccess, 1, "step 4/5: verifying"),
+		answer(runtimehooksv1.ResponseStatusSuccess, 0, "node runs the plan"))
+
+	// The very write that changes the version carries the pause: KCP can never observe
+	// the new version unpaused.
+	written := f.setVersion(ctx, g, toVersion)
+	g.Expect(held(written)).To(BeTrue(), "annotations: %v", written.Annotations)
+	g.Expect(written.Annotations[v1alpha1.HoldAnnotation]).To(Equal(TargetHash(written)))
+
+	g.Eventually(func(g Gomega) {
+		kcp := f.getKCP(ctx, g)
+		g.Expect(kcp.Annotations).NotTo(HaveKey(clusterv1.PausedAnnotation))
+		g.Expect(kcp.Annotations).NotTo(HaveKey(v1alpha1.HoldAnnotation))
+		cond := meta.FindStatusCondition(kcp.Status.Conditions, v1alpha1.InPlaceUpdateCondition)
+		g.Expect(cond).NotTo(BeNil())
+		g.Expect(cond.Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(cond.Reason).To(Equal(v1alpha1.ReasonSucceeded))
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+
+	// Aligned exactly as KCP would have: its own comparison now says up to date.
+	ok, why := f.upToDate(ctx, g)
+	g.Expect(ok).To(BeTrue(), "not up to date after alignment: %v", why)
+	after := &clusterv1.Machine{}
+	g.Expect(env.admin.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: f.machine}, after)).To(Succeed())
+	g.Expect(after.UID).To(Equal(before.UID))
+	g.Expect(after.Spec.Version).To(Equal(toVersion))
+	kc := &bootstrapv1.KubeadmConfig{}
+	g.Expect(env.admin.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: f.machine}, kc)).To(Succeed())
+	g.Expect(kc.Spec.ClusterConfiguration.FeatureGates).NotTo(HaveKey(kubeletLocalMode))
+	g.Expect(kc.Spec.InitConfiguration.IsDefined()).To(BeFalse(), "desired KubeadmConfig is the join form")
+	g.Expect(f.machineCount(ctx, g)).To(Equal(1))
+
+	cond := meta.FindStatusCondition(f.getCluster(ctx, g).Status.Conditions, v1alpha1.InPlaceUpdateCondition)
+	g.Expect(cond).NotTo(BeNil())
+	g.Expect(cond.Status).To(Equal(metav1.ConditionTrue))
+
+	// The coordinator saw the desired objects as the Machine controller would send them.
+	calls := env.updater.calls(f.machine)
+	g.Expect(len(calls)).To(BeNumerically(">=", 3))
+	last := calls[len(calls)-1]
+	g.Expect(last.Desired.Machine.Spec.Version).To(Equal(toVersion))
+	g.Expect(last.Desired.Machine.UID).To(BeEmpty(), "hook requests carry no server metadata")
+	g.Expect(last.GetSettings()).To(HaveKeyWithValue("k", "v"))
+	var boot bootstrapv1.KubeadmConfig
+	g.Expect(json.Unmarshal(last.Desired.BootstrapConfig.Raw, &boot)).To(Succeed())
+	g.Expect(boot.Spec.JoinConfiguration.ControlPlane).NotTo(BeNil())
+	g.Expect(boot.Spec.ClusterConfiguration.FeatureGates).NotTo(HaveKey(kubeletLocalMode))
+	g.Expect(boot.Spec.Files).To(ContainElement(bootstrapv1.File{Path: "/etc/motd", Content: "one"}))
+	infra := map[string]any{}
+	g.Expect(json.Unmarshal(last.Desired.InfrastructureMachine.Raw, &infra)).To(Succeed())
+	g.Expect(infra).To(HaveKeyWithValue("kind", "TestMachine"))
+	t.Logf("updated %s in place to %s after %d UpdateMachine calls; KCP released; UID %s kept", f.machine, toVersion, len(calls), after.UID)
+}
+
+func TestIntegrationNotOptedInIsUntouched(t *testing.T) {
+	env.require(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(ctx, t, false)
+
+	written := f.setVersion(ctx, g, toVersion)
+	g.Expect(written.Annotations).NotTo(HaveKey(clusterv1.PausedAnnotation))
+	g.Expect(written.Annotations).NotTo(HaveKey(v1alpha1.HoldAnnotation))
+	g.Consistently(func(g Gomega) {
+		kcp := f.getKCP(ctx, g)
+		g.Expect(kcp.Annotations).NotTo(HaveKey(v1alpha1.HoldAnnotation))
+		g.Expect(meta.FindStatusCondition(kcp.Status.Conditions, v1alpha1.InPlaceUpdateCondition)).To(BeNil())
+	}, 2*time.Second, 200*time.Millisecond).Should(Succeed())
+	g.Expect(env.updater.calls(f.machine)).To(BeEmpty())
+}
+
+func TestIntegrationHoldSurvivesServerSideApplyAndEdits(t *testing.T) {
+	env.require(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(ctx, t, true)
+	// No script: the node update stays in progress, so the hold stays.
+
+	apply := func(annotations map[string]any) *unstructured.Unstructured {
+		meta := map[string]any{"name": "cp", "namespace": f.ns}
+		if annotations != nil {
+			meta["annotations"] = annotations
+		}
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": controlplanev1.GroupVersion.String(), "kind": "KubeadmControlPlane",
+			"metadata": meta,
+			"spec":     map[string]any{"version": toVersion},
+		}}
+		g.Expect(env.topology.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("capi-topology"), client.ForceOwnership)).To(Succeed())
+		return u
+	}
+	annotationsOf := func(u *unstructured.Unstructured) map[string]string { return u.GetAnnotations() }
+
+	// 1. The topology controller's apply changes the version: held in the same write.
+	got := apply(nil)
+	g.Expect(annotationsOf(got)).To(HaveKey(clusterv1.PausedAnnotation))
+	g.Expect(annotationsOf(got)).To(HaveKey(v1alpha1.HoldAnnotation))
+	target := annotationsOf(got)[v1alpha1.HoldAnnotation]
+
+	// 2. Its next apply, which does not list the annotations.
+	got = apply(nil)
+	g.Expect(annotationsOf(got)).To(HaveKey(clusterv1.PausedAnnotation))
+	g.Expect(annotationsOf(got)).To(HaveKeyWithValue(v1alpha1.HoldAnnotation, target))
+
+	// 3. Worst case: the applier owns both annotations (it listed them once), then
+	// drops them, so server-side apply removes them; the webhook puts them back.
+	got = apply(map[string]any{clusterv1.PausedAnnotation: "", v1alpha1.HoldAnnotation: target})
+	g.Expect(annotationsOf(got)).To(HaveKeyWithValue(v1alpha1.HoldAnnotation, target))
+	got = apply(nil)
+	g.Expect(annotationsOf(got)).To(HaveKey(clusterv1.PausedAnnotation))
+	g.Expect(annotationsOf(got)).To(HaveKeyWithValue(v1alpha1.HoldAnnotation, target))
+
+	// 4. Someone else removes the pause by hand: it comes back.
+	kcp := f.getKCP(ctx, g)
+	delete(kcp.Annotations, clusterv1.PausedAnnotation)
+	delete(kcp.Annotations, v1alpha1.HoldAnnotation)
+	g.Expect(env.topology.Update(ctx, kcp)).To(Succeed())
+	g.Expect(held(kcp)).To(BeTrue(), "annotations after an edit removing them: %v", kcp.Annotations)
+
+	// Meanwhile the node update is in flight, reported on the KCP, and no Machine was created.
+	g.Eventually(func(g Gomega) {
+		cond := meta.FindStatusCondition(f.getKCP(ctx, g).Status.Conditions, v1alpha1.InPlaceUpdateCondition)
+		g.Expect(cond).NotTo(BeNil())
+		g.Expect(cond.Reason).To(Equal(v1alpha1.ReasonInProgress))
+		g.Expect(f.getKCP(ctx, g).Annotations).To(HaveKeyWithValue(v1alpha1.HoldUpdatingAnnotation, f.machine))
+	}, 20*time.Second, 200*time.Millisecond).Should(Succeed())
+	g.Expect(f.machineCount(ctx, g)).To(Equal(1))
+}
+
+func TestIntegrationFailureAlignsNothingAndKeepsHold(t *testing.T) {
+	env.require(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(ctx, t, true)
+	const cause = "GateFailed: etcd member unhealthy after kubeadm upgrade"
+	env.updater.script(f.machine,
+		answer(runtimehooksv1.ResponseStatusSuccess, 1, "step 3/5: waiting for the agent"),
+		answer(runtimehooksv1.ResponseStatusFailure, 0, "node node-x: the agent rolled back plan 1a2b3c: "+cause))
+	rvBefore := f.versions(ctx, g)
+
+	written := f.setVersion(ctx, g, toVersion)
+	g.Expect(held(written)).To(BeTrue())
+
+	g.Eventually(func(g Gomega) {
+		kcp := f.getKCP(ctx, g)
+		g.Expect(kcp.Annotations).To(HaveKeyWithValue(v1alpha1.HoldFailedAnnotation, TargetHash(kcp)))
+		cond := meta.FindStatusCondition(kcp.Status.Conditions, v1alpha1.InPlaceUpdateCondition)
+		g.Expect(cond).NotTo(BeNil())
+		g.Expect(cond.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(cond.Reason).To(Equal(v1alpha1.ReasonRolledBack))
+		g.Expect(cond.Message).To(ContainSubstring(cause))
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+
+	kcp := f.getKCP(ctx, g)
+	g.Expect(held(kcp)).To(BeTrue(), "KCP stays paused: releasing it would create a surge Machine")
+	g.Expect(kcp.Annotations).NotTo(HaveKey(v1alpha1.HoldUpdatingAnnotation))
+	cond := meta.FindStatusCondition(f.getCluster(ctx, g).Status.Conditions, v1alpha1.InPlaceUpdateCondition)
+	g.Expect(cond).NotTo(BeNil())
+	g.Expect(cond.Reason).To(Equal(v1alpha1.ReasonRolledBack))
+	g.Expect(cond.Message).To(ContainSubstring(cause))
+
+	// Nothing aligned: not one write to the Machine, its KubeadmConfig or TestMachine.
+	g.Expect(f.versions(ctx, g)).To(Equal(rvBefore))
+	ok, _ := f.upToDate(ctx, g)
+	g.Expect(ok).To(BeFalse())
+
+	// The failed target is not retried.
+	calls := len(env.updater.calls(f.machine))
+	g.Consistently(func() int { return len(env.updater.calls(f.machine)) }, 3*time.Second, 200*time.Millisecond).Should(Equal(calls))
+
+	events := &corev1.EventList{}
+	g.Expect(env.admin.List(ctx, events, client.InNamespace(f.ns))).To(Succeed())
+	var reasons []string
+	for _, e := range events.Items {
+		reasons = append(reasons, e.Reason+": "+e.Message)
+	}
+	g.Eventually(func(g Gomega) {
+		list := &corev1.EventList{}
+		g.Expect(env.admin.List(ctx, list, client.InNamespace(f.ns))).To(Succeed())
+		found := false
+		for _, e := range list.Items {
+			if e.Reason == v1alpha1.EventUpdateRolledBack && strings.Contains(e.Message, cause) {
+				found = true
+			}
+		}
+		g.Expect(found).To(BeTrue(), "events: %v", reasons)
+	}, 10*time.Second, 200*time.Millisecond).Should(Succeed())
+
+	// The operator reverts the version: every Machine is up to date again, the hold goes.
+	f.setVersion(ctx, g, fromVersion)
+	g.Eventually(func(g Gomega) {
+		kcp := f.getKCP(ctx, g)
+		g.Expect(kcp.Annotations).NotTo(HaveKey(clusterv1.PausedAnnotation))
+		g.Expect(kcp.Annotations).NotTo(HaveKey(v1alpha1.HoldAnnotation))
+		g.Expect(kcp.Annotations).NotTo(HaveKey(v1alpha1.HoldFailedAnnotation))
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+	g.Expect(f.versions(ctx, g)).To(Equal(rvBefore))
+	g.Expect(f.machineCount(ctx, g)).To(Equal(1))
+}

@@ -1,0 +1,215 @@
+package singlenode
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/go-logr/logr/funcr"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
+)
+
+// suite is the envtest environment shared by the integration tests: a real
+// kube-apiserver and etcd with Cluster API's CRDs, the hold webhook registered
+// through a MutatingWebhookConfiguration, and a manager running SetupWithManager with
+// a scripted Updater in place of the coordinator.
+type suite struct {
+	cfg       *rest.Config
+	admin     client.Client // the manager's own user: the one allowed to release
+	topology  client.Client // another user, playing the topology controller / operator
+	updater   *scriptedUpdater
+	skip      string
+	setupDone bool
+}
+
+var env = &suite{}
+
+func TestMain(m *testing.M) {
+	os.Exit(runSuite(m))
+}
+
+func runSuite(m *testing.M) int {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		if os.Getenv("CI") != "" {
+			fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run `make test` (it points it at bin/, built by `make tools`)")
+			return 1
+		}
+		env.skip = "KUBEBUILDER_ASSETS not set (run make test)"
+		return m.Run()
+	}
+	ctrl.SetLogger(funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{Verbosity: logVerbosity()}))
+
+	capi, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/cluster-api").Output()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "locate sigs.k8s.io/cluster-api in the module cache: %v\n", err)
+		return 1
+	}
+	root := strings.TrimSpace(string(capi))
+	hook := MutatingWebhook(admissionregistrationv1.WebhookClientConfig{
+		Service: &admissionregistrationv1.ServiceReference{Namespace: "capi-inplace-system", Name: "capi-inplace", Path: ptr.To(DefaultWebhookPath)},
+	})
+	testEnv := &envtest.Environment{
+		ErrorIfCRDPathMissing: true,
+		CRDDirectoryPaths: []string{
+			filepath.Join(root, "core", "config", "crd", "bases"),
+			filepath.Join(root, "controlplane", "kubeadm", "config", "crd", "bases"),
+			filepath.Join(root, "bootstrap", "kubeadm", "config", "crd", "bases"),
+			filepath.Join("testdata", "infra-crds.yaml"),
+		},
+		WebhookInstallOptions: envtest.WebhookInstallOptions{
+			MutatingWebhooks: []*admissionregistrationv1.MutatingWebhookConfiguration{{
+				ObjectMeta: metav1.ObjectMeta{Name: "capi-inplace-single-node"},
+				Webhooks:   []admissionregistrationv1.MutatingWebhook{hook},
+			}},
+		},
+	}
+	cfg, err := testEnv.Start()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "start envtest (KUBEBUILDER_ASSETS=%s): %v\n", os.Getenv("KUBEBUILDER_ASSETS"), err)
+		return 1
+	}
+	defer func() {
+		if err := testEnv.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "stop envtest: %v\n", err)
+		}
+	}()
+
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, clusterv1.AddToScheme, controlplanev1.AddToScheme, bootstrapv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	wio := testEnv.WebhookInstallOptions
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir,
+		}),
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "manager: %v\n", err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	env.updater = &scriptedUpdater{}
+	if err := SetupWithManager(ctx, mgr, Options{Updater: env.updater, Settings: map[string]string{"k": "v"}}); err != nil {
+		fmt.Fprintf(os.Stderr, "SetupWithManager: %v\n", err)
+		return 1
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "manager stopped: %v\n", err)
+		}
+	}()
+	defer wg.Wait()
+	defer cancel()
+
+	env.cfg = cfg
+	if env.admin, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	topoUser, err := testEnv.AddUser(envtest.User{Name: "capi-topology", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "add user: %v\n", err)
+		return 1
+	}
+	if env.topology, err = client.New(topoUser.Config(), client.Options{Scheme: scheme}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	env.setupDone = true
+	return m.Run()
+}
+
+func logVerbosity() int {
+	if os.Getenv("SINGLENODE_TEST_VERBOSE") != "" {
+		return 1
+	}
+	return 0
+}
+
+// require skips (locally) or fails (CI) when the environment is missing.
+func (s *suite) require(t *testing.T) {
+	t.Helper()
+	if !s.setupDone {
+		t.Skip(s.skip)
+	}
+}
+
+// scriptedUpdater plays the coordinator: per Machine name a script of responses,
+// the last one repeating; every request is recorded.
+type scriptedUpdater struct {
+	mu       sync.Mutex
+	scripts  map[string][]runtimehooksv1.UpdateMachineResponse
+	requests map[string][]*runtimehooksv1.UpdateMachineRequest
+}
+
+func (u *scriptedUpdater) script(machine string, responses ...runtimehooksv1.UpdateMachineResponse) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.scripts == nil {
+		u.scripts = map[string][]runtimehooksv1.UpdateMachineResponse{}
+	}
+	u.scripts[machine] = responses
+}
+
+func (u *scriptedUpdater) calls(machine string) []*runtimehooksv1.UpdateMachineRequest {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]*runtimehooksv1.UpdateMachineRequest(nil), u.requests[machine]...)
+}
+
+func (u *scriptedUpdater) UpdateMachine(_ context.Context, req *runtimehooksv1.UpdateMachineRequest, resp *runtimehooksv1.UpdateMachineResponse) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	name := req.Desired.Machine.Name
+	if u.requests == nil {
+		u.requests = map[string][]*runtimehooksv1.UpdateMachineRequest{}
+	}
+	u.requests[name] = append(u.requests[name], req)
+	script := u.scripts[name]
+	if len(script) == 0 {
+		resp.Status, resp.Message, resp.RetryAfterSeconds = runtimehooksv1.ResponseStatusSuccess, "waiting (no script)", 1
+		return
+	}
+	next := script[0]
+	if len(script) > 1 {
+		u.scripts[name] = script[1:]
+	}
+	resp.Status, resp.Message, resp.RetryAfterSeconds = next.Status, next.Message, next.RetryAfterSeconds
+}
+
+func answer(status runtimehooksv1.ResponseStatus, retry int32, msg string) runtimehooksv1.UpdateMachineResponse {
+	r := runtimehooksv1.UpdateMachineResponse{}
+	r.Status, r.RetryAfterSeconds, r.Message = status, retry, msg
+	return r
+}
