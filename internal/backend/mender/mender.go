@@ -33,6 +33,9 @@ type Options struct {
 	VerifyKey string
 	// StateDir remembers Artifact names across reboots; required.
 	StateDir string
+	// HostRoot is where the host's root is mounted in the agent's view; the
+	// Artifact path is a host path, read here under HostRoot.
+	HostRoot string
 }
 
 // Backend drives the Mender client.
@@ -107,7 +110,10 @@ func (b *Backend) verify(ctx context.Context, a backend.Artifact) (string, error
 	if err != nil {
 		return "", err
 	}
-	if err := backend.VerifyFile(a.Ref, a); err != nil {
+	if !filepath.IsAbs(a.Ref) {
+		return "", fmt.Errorf("%w: %q is not an absolute path on the node", backend.ErrArtifactRefused, a.Ref)
+	}
+	if err := backend.VerifyFile(filepath.Join(b.o.HostRoot, a.Ref), a); err != nil {
 		return "", err
 	}
 	args := []string{"validate"}

@@ -29,6 +29,10 @@ type Options struct {
 	Keyring string
 	// StateDir keeps the image checksums of staged bundles across reboots; required.
 	StateDir string
+	// HostRoot is where the host's root is mounted in the agent's view ("" or
+	// "/" when the agent runs on the host). Bundle and Conf are host paths:
+	// RAUC reads them on the host, this backend reads them under HostRoot.
+	HostRoot string
 }
 
 // Backend drives RAUC.
@@ -58,7 +62,7 @@ func New(o Options) (*Backend, error) {
 		conf = DefaultConf
 	}
 	b := &Backend{o: o, activateInstalled: true}
-	if data, err := os.ReadFile(conf); err == nil {
+	if data, err := os.ReadFile(filepath.Join(o.HostRoot, conf)); err == nil {
 		b.activateInstalled = activateInstalled(string(data))
 	}
 	return b, nil
@@ -107,7 +111,10 @@ func (b *Backend) verify(ctx context.Context, a backend.Artifact) (Images, error
 	if err != nil {
 		return nil, err
 	}
-	if err := backend.VerifyFile(a.Ref, a); err != nil {
+	if !filepath.IsAbs(a.Ref) {
+		return nil, fmt.Errorf("%w: %q is not an absolute path on the node", backend.ErrArtifactRefused, a.Ref)
+	}
+	if err := backend.VerifyFile(filepath.Join(b.o.HostRoot, a.Ref), a); err != nil {
 		return nil, err
 	}
 	res, err := b.rauc(ctx, "info", "--output-format=json", a.Ref)

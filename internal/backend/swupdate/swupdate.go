@@ -43,6 +43,9 @@ type Options struct {
 	PublicKey string
 	// HWRevision is swupdate's -H "<board>:<revision>".
 	HWRevision string
+	// HostRoot is where the host's root is mounted in the agent's view; the
+	// .swu path is a host path, read here under HostRoot.
+	HostRoot string
 	// ExtraArgs are appended to every swupdate install.
 	ExtraArgs []string
 	// Tool paths; defaults are looked up in PATH.
@@ -226,7 +229,10 @@ func (b *Backend) setEnv(ctx context.Context, env map[string]string, kv ...[2]st
 
 // Stage implements backend.Backend.
 func (b *Backend) Stage(ctx context.Context, a backend.Artifact) error {
-	if err := backend.VerifyFile(a.Ref, a); err != nil {
+	if !filepath.IsAbs(a.Ref) {
+		return fmt.Errorf("%w: %q is not an absolute path on the node", backend.ErrArtifactRefused, a.Ref)
+	}
+	if err := backend.VerifyFile(filepath.Join(b.o.HostRoot, a.Ref), a); err != nil {
 		return fmt.Errorf("stage: %w", err)
 	}
 	booted, target, err := b.bootedSlot()
