@@ -151,7 +151,7 @@ func TestStatusCommand(t *testing.T) {
 		g.Expect(exitCode(err)).To(Equal(3), "main exits with it")
 		g.Expect(err.Error()).To(Equal("in-place update failed on 1 machine(s): mixed/broken-md-0 (RolledBack)"))
 		g.Expect(out).To(MatchRegexp(`(?m)^broken-md-0\s+worker\s+v1\.36\.0\s+v1\.35\.0\s+RolledBack\s+\[######----\] 4/6\s+-\s+2m00s\s+True\s+-\s+HealthGateFailed: kubelet did not become Ready$`))
-		g.Expect(out).To(MatchRegexp(`(?m)^CLUSTER mixed/edge  \(workload cluster unreachable, showing management-side data only: .*127\.0\.0\.1:1.*\)$`))
+		g.Expect(out).To(MatchRegexp(`(?m)^CLUSTER mixed/edge\n  workload cluster unreachable, showing management-side data only: .*127\.0\.0\.1:1.*$`))
 		g.Expect(out).To(MatchRegexp(`(?m)^edge-cp-0\s+control-plane\s+v1\.36\.0\s+v1\.35\.0\s+\?\s+-\s+\?\s+`))
 		g.Expect(out).To(HaveSuffix("\n2 machines: 0 in progress, 1 failed, 1 workload cluster unreachable.\n"))
 	})

@@ -111,7 +111,13 @@ func rolloutSnapshot(t *testing.T) Snapshot {
 		Namespace: "default",
 		Clusters: []ClusterSnapshot{
 			{
-				Cluster: cluster("edge"),
+				Cluster: func() clusterv1.Cluster {
+					c := cluster("edge")
+					c.Annotations = map[string]string{inplacev1.PausedAnnotation: "true"}
+					c.Status.Conditions = []metav1.Condition{{Type: inplacev1.InPlaceUpdateCondition, Status: metav1.ConditionFalse,
+						Reason: inplacev1.ReasonRolledBack, Message: "node edge-cp-0 rolled back: etcd health gate failed", LastTransitionTime: metav1.NewTime(now)}}
+					return c
+				}(),
 				Machines: []clusterv1.Machine{
 					machine("edge-cp-0", controlPlane,
 						withCondition(clusterv1.MachineUpdatingCondition, metav1.ConditionTrue, clusterv1.MachineInPlaceUpdatingReason, "", now.Add(-90*time.Second))),

@@ -67,11 +67,16 @@ func RenderTable(w io.Writer, r Report) error {
 }
 
 func renderCluster(buf *bytes.Buffer, c ClusterView) {
-	fmt.Fprintf(buf, "CLUSTER %s/%s", c.Namespace, c.Name)
-	if !c.WorkloadReachable {
-		fmt.Fprintf(buf, "  (workload cluster unreachable, showing management-side data only: %s)", c.WorkloadError)
+	fmt.Fprintf(buf, "CLUSTER %s/%s\n", c.Namespace, c.Name)
+	if c.Paused {
+		buf.WriteString("  paused: no new node update starts\n")
 	}
-	buf.WriteByte('\n')
+	if ip := c.InPlaceUpdate; ip != nil && ip.Status != "True" {
+		fmt.Fprintf(buf, "  InPlaceUpdate=%s: %s\n", ip.Status, joinNonEmpty(ip.Reason, ip.Message))
+	}
+	if !c.WorkloadReachable {
+		fmt.Fprintf(buf, "  workload cluster unreachable, showing management-side data only: %s\n", c.WorkloadError)
+	}
 	if len(c.Machines) == 0 {
 		buf.WriteString("  no machines\n")
 		return

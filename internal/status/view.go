@@ -69,9 +69,15 @@ type ClusterView struct {
 	Name      string `json:"name"`
 	// WorkloadReachable is false when the workload cluster's Nodes could not be read;
 	// the machines are then shown from management-side data only.
-	WorkloadReachable bool          `json:"workloadReachable"`
-	WorkloadError     string        `json:"workloadError,omitempty"`
-	Machines          []MachineView `json:"machines"`
+	WorkloadReachable bool   `json:"workloadReachable"`
+	WorkloadError     string `json:"workloadError,omitempty"`
+	// Paused is true when the Cluster carries capi-inplace's paused annotation: no new
+	// node update starts.
+	Paused bool `json:"paused"`
+	// InPlaceUpdate is capi-inplace's condition on the Cluster (set by the single-node
+	// control-plane path).
+	InPlaceUpdate *Condition    `json:"inPlaceUpdate,omitempty"`
+	Machines      []MachineView `json:"machines"`
 }
 
 // Role values of MachineView.Role.
@@ -211,6 +217,8 @@ func Build(s Snapshot, now time.Time) Report {
 			Namespace:         cs.Cluster.Namespace,
 			Name:              cs.Cluster.Name,
 			WorkloadReachable: cs.WorkloadErr == nil,
+			Paused:            cs.Cluster.Annotations[inplacev1.PausedAnnotation] == "true",
+			InPlaceUpdate:     condition(&cs.Cluster, inplacev1.InPlaceUpdateCondition),
 			Machines:          []MachineView{},
 		}
 		if cs.WorkloadErr != nil {
@@ -360,8 +368,8 @@ func nodeSide(mv *MachineView, node *corev1.Node, now time.Time) {
 	}
 }
 
-func condition(m *clusterv1.Machine, conditionType string) *Condition {
-	c := conditions.Get(m, conditionType)
+func condition(obj conditions.Getter, conditionType string) *Condition {
+	c := conditions.Get(obj, conditionType)
 	if c == nil {
 		return nil
 	}

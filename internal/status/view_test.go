@@ -214,6 +214,11 @@ func TestBuildReport(t *testing.T) {
 				g.Expect(names).To(Equal([]string{"demo-cp-0", "demo-md-0-a", "demo-md-0-b", "demo-md-0-c", "demo-md-0-d"}))
 				g.Expect(r.Clusters[1].WorkloadReachable).To(BeFalse())
 				g.Expect(r.Clusters[1].WorkloadError).To(ContainSubstring("connection refused"))
+				g.Expect(r.Clusters[1].Paused).To(BeTrue())
+				g.Expect(r.Clusters[1].InPlaceUpdate).To(Equal(&Condition{Status: "False", Reason: inplacev1.ReasonRolledBack,
+					Message: "node edge-cp-0 rolled back: etcd health gate failed"}))
+				g.Expect(r.Clusters[0].Paused).To(BeFalse())
+				g.Expect(r.Clusters[0].InPlaceUpdate).To(BeNil())
 				g.Expect(r.Summary).To(Equal(Summary{Machines: 6, InProgress: 2, Failed: 1, UnreachableClusters: 1}))
 				g.Expect(r.FailedMachines()).To(Equal([]string{"default/demo-md-0-a (RolledBack)"}))
 			},
