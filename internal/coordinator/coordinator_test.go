@@ -254,12 +254,15 @@ func (f *fixture) planSecret(node string) *corev1.Secret {
 func (f *fixture) pod(name, node string, labels map[string]string, owner metav1.OwnerReference, annotations map[string]string) {
 	f.t.Helper()
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name, Labels: labels, Annotations: annotations, OwnerReferences: []metav1.OwnerReference{owner}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name, Labels: labels, Annotations: annotations},
 		Spec: corev1.PodSpec{
 			NodeName:                      node,
 			TerminationGracePeriodSeconds: ptr.To[int64](0),
 			Containers:                    []corev1.Container{{Name: "c", Image: "busybox"}},
 		},
+	}
+	if owner.Name != "" {
+		p.OwnerReferences = []metav1.OwnerReference{owner}
 	}
 	if err := f.wl.Create(f.ctx, p); err != nil {
 		f.t.Fatal(err)
@@ -271,6 +274,12 @@ func (f *fixture) pod(name, node string, labels map[string]string, owner metav1.
 	if err := f.wl.Status().Update(f.ctx, p); err != nil {
 		f.t.Fatal(err)
 	}
+}
+
+// barePod is a pod without a controller.
+func (f *fixture) barePod(name, node string) {
+	f.t.Helper()
+	f.pod(name, node, nil, metav1.OwnerReference{}, nil)
 }
 
 func (f *fixture) podExists(name string) bool {
