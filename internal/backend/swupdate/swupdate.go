@@ -18,11 +18,11 @@ const Name = "swupdate"
 // Slot is one of the two A/B slots.
 type Slot struct {
 	// Name is the value of SlotVar that boots this slot.
-	Name string
+	Name string `json:"name"`
 	// Device is the slot's root device as it appears in root= on the kernel command line.
-	Device string
+	Device string `json:"device"`
 	// Selection is SWUpdate's -e "<software set>,<mode>" that installs into this slot.
-	Selection string
+	Selection string `json:"selection"`
 }
 
 // Options configure the swupdate backend.

@@ -1,0 +1,222 @@
+package registry
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/capi-inplace/capi-inplace/internal/backend"
+	"github.com/capi-inplace/capi-inplace/internal/backend/bootc"
+	"github.com/capi-inplace/capi-inplace/internal/backend/mender"
+	"github.com/capi-inplace/capi-inplace/internal/backend/ostree"
+	"github.com/capi-inplace/capi-inplace/internal/backend/packages"
+	"github.com/capi-inplace/capi-inplace/internal/backend/rauc"
+	"github.com/capi-inplace/capi-inplace/internal/backend/script"
+	"github.com/capi-inplace/capi-inplace/internal/backend/swupdate"
+)
+
+// ConfigPath is the host path of a node's OS backend configuration.
+const ConfigPath = "/etc/capi-inplace/os-backends.json"
+
+// DefaultStateDir is the host directory where backends keep what they must
+// remember across reboots (one subdirectory per backend).
+const DefaultStateDir = "/var/lib/capi-inplace/os-backends"
+
+// Config is the node's OS backend configuration; a nil section is a backend
+// the node does not have.
+type Config struct {
+	StateDir string          `json:"stateDir,omitempty"`
+	OSTree   *OSTreeConfig   `json:"ostree,omitempty"`
+	Bootc    *BootcConfig    `json:"bootc,omitempty"`
+	RAUC     *RAUCConfig     `json:"rauc,omitempty"`
+	SWUpdate *SWUpdateConfig `json:"swupdate,omitempty"`
+	Mender   *MenderConfig   `json:"mender,omitempty"`
+	Packages *PackagesConfig `json:"packages,omitempty"`
+	Script   *ScriptConfig   `json:"script,omitempty"`
+}
+
+// OSTreeConfig configures the ostree backend.
+type OSTreeConfig struct {
+	Sysroot string `json:"sysroot,omitempty"`
+	OSName  string `json:"osName,omitempty"`
+	// Flavor is "ostree", "rpm-ostree" or "" to detect rpm-ostree.
+	Flavor     string   `json:"flavor,omitempty"`
+	DeployArgs []string `json:"deployArgs,omitempty"`
+}
+
+// BootcConfig configures the bootc backend.
+type BootcConfig struct {
+	EnforceSigPolicy bool `json:"enforceSigPolicy,omitempty"`
+}
+
+// RAUCConfig configures the rauc backend.
+type RAUCConfig struct {
+	Conf    string `json:"conf,omitempty"`
+	Keyring string `json:"keyring,omitempty"`
+}
+
+// SWUpdateConfig configures the swupdate backend.
+type SWUpdateConfig struct {
+	Slots      []swupdate.Slot `json:"slots"`
+	SlotVar    string          `json:"slotVar,omitempty"`
+	EnvConfig  string          `json:"envConfig,omitempty"`
+	PublicKey  string          `json:"publicKey,omitempty"`
+	HWRevision string          `json:"hwRevision,omitempty"`
+	ExtraArgs  []string        `json:"extraArgs,omitempty"`
+}
+
+// MenderConfig configures the mender backend.
+type MenderConfig struct {
+	// Client is "mender" (3.x) or "mender-update" (4.x+).
+	Client    string `json:"client,omitempty"`
+	Config    string `json:"config,omitempty"`
+	DataDir   string `json:"dataDir,omitempty"`
+	VerifyKey string `json:"verifyKey,omitempty"`
+}
+
+// PackagesConfig configures the packages backend.
+type PackagesConfig struct {
+	// Manager is "apt", "dnf" or "" to detect.
+	Manager      string   `json:"manager,omitempty"`
+	RefreshIndex bool     `json:"refreshIndex,omitempty"`
+	ExtraArgs    []string `json:"extraArgs,omitempty"`
+}
+
+// ScriptConfig configures the script backend.
+type ScriptConfig struct {
+	Path         string               `json:"path"`
+	Capabilities backend.Capabilities `json:"capabilities"`
+}
+
+// Env is what every backend is built with.
+type Env struct {
+	// HostRoot is the host's root in the agent's view ("/" on the host).
+	HostRoot string
+	// Runner runs commands on the host.
+	Runner backend.Runner
+}
+
+// Load reads the configuration under env.HostRoot and builds its backends. A
+// missing file means no configured backends.
+func Load(ctx context.Context, env Env) (map[string]backend.Backend, error) {
+	data, err := os.ReadFile(filepath.Join(env.HostRoot, ConfigPath))
+	if errors.Is(err, os.ErrNotExist) {
+		return map[string]backend.Backend{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read OS backend configuration: %w", err)
+	}
+	var cfg Config
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		return nil, fmt.Errorf("parse %s: %w", ConfigPath, err)
+	}
+	return Build(ctx, cfg, env), nil
+}
+
+// Build builds the configured backends. Detection of rpm-ostree and of the
+// package manager runs commands, bounded by ctx.
+func Build(ctx context.Context, cfg Config, env Env) map[string]backend.Backend {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	stateRoot := cfg.StateDir
+	if stateRoot == "" {
+		stateRoot = DefaultStateDir
+	}
+	// Backends keep their state in the agent's view of the host directory.
+	state := func(name string) string { return filepath.Join(env.HostRoot, stateRoot, name) }
+	out := map[string]backend.Backend{}
+	add := func(name string, b backend.Backend, err error) {
+		if err != nil {
+			out[name] = Unavailable{BackendName: name, Err: err}
+			return
+		}
+		out[name] = b
+	}
+	if c := cfg.OSTree; c != nil {
+		flavor := ostree.Flavor(c.Flavor)
+		if flavor == "" {
+			flavor = ostree.DetectFlavor(ctx, env.Runner, "")
+		}
+		b, err := ostree.New(ostree.Options{Runner: env.Runner, Sysroot: c.Sysroot, OSName: c.OSName, Flavor: flavor, DeployArgs: c.DeployArgs})
+		add(ostree.Name, b, err)
+	}
+	if c := cfg.Bootc; c != nil {
+		b, err := bootc.New(bootc.Options{Runner: env.Runner, EnforceSigPolicy: c.EnforceSigPolicy})
+		add(bootc.Name, b, err)
+	}
+	if c := cfg.RAUC; c != nil {
+		b, err := rauc.New(rauc.Options{Runner: env.Runner, Conf: c.Conf, Keyring: c.Keyring, StateDir: state(rauc.Name), HostRoot: env.HostRoot})
+		add(rauc.Name, b, err)
+	}
+	if c := cfg.SWUpdate; c != nil {
+		b, err := swupdate.New(swupdate.Options{Runner: env.Runner, Slots: c.Slots, StateDir: state(swupdate.Name), SlotVar: c.SlotVar,
+			EnvConfig: c.EnvConfig, PublicKey: c.PublicKey, HWRevision: c.HWRevision, ExtraArgs: c.ExtraArgs, HostRoot: env.HostRoot})
+		add(swupdate.Name, b, err)
+	}
+	if c := cfg.Mender; c != nil {
+		b, err := mender.New(mender.Options{Runner: env.Runner, ClientPath: c.Client, Config: c.Config, DataDir: c.DataDir,
+			VerifyKey: c.VerifyKey, StateDir: state(mender.Name), HostRoot: env.HostRoot})
+		add(mender.Name, b, err)
+	}
+	if c := cfg.Packages; c != nil {
+		m := packages.Manager(c.Manager)
+		var err error
+		if m == "" {
+			m, err = packages.DetectManager(ctx, env.Runner)
+		}
+		if err != nil {
+			add(packages.Name, nil, err)
+		} else {
+			b, err := packages.New(packages.Options{Runner: env.Runner, Manager: m, StateDir: state(packages.Name), RefreshIndex: c.RefreshIndex, ExtraArgs: c.ExtraArgs})
+			add(packages.Name, b, err)
+		}
+	}
+	if c := cfg.Script; c != nil {
+		b, err := script.New(script.Options{Runner: env.Runner, Path: c.Path, Capabilities: c.Capabilities})
+		add(script.Name, b, err)
+	}
+	return out
+}
+
+// Unavailable is a configured backend that could not be built: every call
+// fails with the configuration error.
+type Unavailable struct {
+	BackendName string
+	Err         error
+}
+
+var _ backend.Backend = Unavailable{}
+
+func (u Unavailable) err() error {
+	return fmt.Errorf("OS backend %s is misconfigured in %s: %w", u.BackendName, ConfigPath, u.Err)
+}
+
+// Name implements backend.Backend.
+func (u Unavailable) Name() string { return u.BackendName }
+
+// Capabilities implements backend.Backend: nothing.
+func (u Unavailable) Capabilities() backend.Capabilities { return backend.Capabilities{} }
+
+// Stage implements backend.Backend.
+func (u Unavailable) Stage(context.Context, backend.Artifact) error { return u.err() }
+
+// Activate implements backend.Backend.
+func (u Unavailable) Activate(context.Context, backend.Artifact) error { return u.err() }
+
+// Verify implements backend.Backend.
+func (u Unavailable) Verify(context.Context, backend.Artifact) error { return u.err() }
+
+// Commit implements backend.Backend.
+func (u Unavailable) Commit(context.Context, backend.Artifact) error { return u.err() }
+
+// Rollback implements backend.Backend.
+func (u Unavailable) Rollback(context.Context, backend.Artifact) error { return u.err() }
+
+// Status implements backend.Backend.
+func (u Unavailable) Status(context.Context) (backend.Status, error) {
+	return backend.Status{}, u.err()
+}
