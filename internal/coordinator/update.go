@@ -260,6 +260,11 @@ func (c *Coordinator) finish(ctx context.Context, s *scope, d Decision) error {
 // the cluster may come back (its only API server restarts during a control-plane
 // upgrade), Failure when the cluster answered and refused.
 func (c *Coordinator) workloadFailure(s *scope, step int, err error) outcome {
+	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+		// Another replica of the extension (every replica answers hooks) or another
+		// writer got there first; the next call sees its result.
+		return inProgress(retryDrain, stepMsg(step, "retrying after a concurrent change: %v", err))
+	}
 	if unreachable(err) {
 		c.opts.Clusters.Invalidate(s.clusterKey)
 		return inProgress(retryUnreachable, stepMsg(step, "waiting for the API server of cluster %s: %v", s.clusterKey.Name, err))

@@ -339,3 +339,22 @@ func TestNewValidatesOptions(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanRepublishedWhenDeleted: a plan Secret deleted while the coordinator waits is
+// written again (same hash); nothing else changes.
+func TestPlanRepublishedWhenDeleted(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t, nil)
+	f.node("w8", "v1.36.0", false)
+	f.node("w8-peer", "v1.36.0", false)
+	m := f.machine("m-w8", "w8", "v1.36.0", false)
+	req := f.request(m, nil)
+	c := f.coordinator()
+	want := callUntil(t, c, req, "pick up plan", 3).Message
+	sec := f.planSecret("w8")
+	g.Expect(f.wl.Delete(f.ctx, sec)).To(Succeed())
+	g.Expect(call(c, req).Message).To(Equal(want))
+	again := f.planSecret("w8")
+	g.Expect(again.UID).NotTo(Equal(sec.UID))
+	g.Expect(again.Data).To(Equal(sec.Data))
+}
