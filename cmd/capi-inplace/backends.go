@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"sort"
 
 	"github.com/capi-inplace/capi-inplace/internal/backend"
 	"github.com/capi-inplace/capi-inplace/internal/backend/none"
+	"github.com/capi-inplace/capi-inplace/internal/backend/registry"
 	"github.com/capi-inplace/capi-inplace/internal/backend/simulated"
 )
 
@@ -27,6 +29,20 @@ func newBackends(env backendEnv) map[string]backend.Backend {
 	}
 	if env.simulate {
 		out[simulated.Name] = simulated.New(env.hostRoot)
+		return out
+	}
+	// The real OS backends this node is configured with (registry.ConfigPath on
+	// the host). A misconfigured one is registered as registry.Unavailable, so a
+	// plan naming it fails with the configuration error.
+	configured, err := registry.Load(context.Background(), registry.Env{HostRoot: env.hostRoot, Runner: env.runner})
+	if err != nil {
+		configured = map[string]backend.Backend{}
+		for _, name := range []string{"ostree", "bootc", "rauc", "swupdate", "mender", "packages", "script"} {
+			configured[name] = registry.Unavailable{BackendName: name, Err: err}
+		}
+	}
+	for name, b := range configured {
+		out[name] = b
 	}
 	return out
 }
