@@ -47,6 +47,10 @@ type fixture struct {
 }
 
 func newFixture(ctx context.Context, t *testing.T, optIn bool) *fixture {
+	return newFixtureWith(ctx, t, optIn, createAsKCP)
+}
+
+func newFixtureWith(ctx context.Context, t *testing.T, optIn bool, createKubeadmConfig func(context.Context, Gomega, runtime.Object)) *fixture {
 	t.Helper()
 	g := NewWithT(t)
 	c := env.admin
@@ -99,7 +103,7 @@ func newFixture(ctx context.Context, t *testing.T, optIn bool) *fixture {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(kc.Spec.ClusterConfiguration.FeatureGates).To(HaveKeyWithValue(kubeletLocalMode, true))
 	kc.SetGroupVersionKind(bootstrapv1.GroupVersion.WithKind("KubeadmConfig"))
-	createAsKCP(ctx, g, kc)
+	createKubeadmConfig(ctx, g, kc)
 	infra, err := desiredstate.ComputeDesiredInfraMachine(ctx, c, kcp, f.cluster, f.machine, nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	createAsKCP(ctx, g, infra)
@@ -245,6 +249,109 @@ func TestIntegrationHoldUpdateAlignRelease(t *testing.T) {
 	g.Expect(json.Unmarshal(last.Desired.InfrastructureMachine.Raw, &infra)).To(Succeed())
 	g.Expect(infra).To(HaveKeyWithValue("kind", "TestMachine"))
 	t.Logf("updated %s in place to %s after %d UpdateMachine calls; KCP released; UID %s kept", f.machine, toVersion, len(calls), after.UID)
+
+	// Aligning again (a restart right after the writes) changes nothing.
+	rv := f.versions(ctx, g)
+	obs, err := observe(ctx, env.admin, f.getKCP(ctx, g), f.getCluster(ctx, g), time.Now())
+	g.Expect(err).NotTo(HaveOccurred())
+	objs, err := desiredFrom(obs.results[f.machine])
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = applier{c: env.admin}.apply(ctx, objs, false)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(f.versions(ctx, g)).To(Equal(rv))
+}
+
+// createPlain creates an object with a plain create: its fields are owned by a manager
+// that is not KCP's, as on objects created by old CAPI versions or adopted.
+func createPlain(ctx context.Context, g Gomega, obj runtime.Object) {
+	o, ok := obj.(client.Object)
+	g.Expect(ok).To(BeTrue())
+	g.Expect(env.admin.Create(ctx, o)).To(Succeed())
+}
+
+func TestIntegrationUnalignableObjectsNeverTouchTheNode(t *testing.T) {
+	env.require(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	// KCP's field manager does not own the KubeadmConfig's feature gate, so the
+	// alignment apply could not remove it and the Machine would stay outdated.
+	f := newFixtureWith(ctx, t, true, createPlain)
+	rvBefore := f.versions(ctx, g)
+
+	g.Expect(held(f.setVersion(ctx, g, toVersion))).To(BeTrue())
+	g.Eventually(func(g Gomega) {
+		kcp := f.getKCP(ctx, g)
+		g.Expect(kcp.Annotations).To(HaveKeyWithValue(v1alpha1.HoldFailedAnnotation, TargetHash(kcp)))
+		cond := meta.FindStatusCondition(kcp.Status.Conditions, v1alpha1.InPlaceUpdateCondition)
+		g.Expect(cond).NotTo(BeNil())
+		g.Expect(cond.Reason).To(Equal(v1alpha1.ReasonFailed))
+		g.Expect(cond.Message).To(ContainSubstring("node was not touched"))
+		g.Expect(cond.Message).To(ContainSubstring(kubeletLocalMode))
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+	g.Expect(env.updater.calls(f.machine)).To(BeEmpty(), "the node update must not start")
+	g.Expect(held(f.getKCP(ctx, g))).To(BeTrue())
+	g.Expect(f.versions(ctx, g)).To(Equal(rvBefore))
+}
+
+func TestIntegrationRetryAfterFailure(t *testing.T) {
+	env.require(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(ctx, t, true)
+	env.updater.script(f.machine,
+		answer(runtimehooksv1.ResponseStatusFailure, 0, "node n: the agent rolled back plan abc: GateFailed: kubelet not Ready"),
+		answer(runtimehooksv1.ResponseStatusSuccess, 0, "node n runs plan def"))
+
+	f.setVersion(ctx, g, toVersion)
+	g.Eventually(func(g Gomega) {
+		g.Expect(f.getKCP(ctx, g).Annotations).To(HaveKey(v1alpha1.HoldFailedAnnotation))
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+
+	// The operator asks for another attempt of the same spec.
+	kcp := f.getKCP(ctx, g)
+	patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, v1alpha1.HoldFailedAnnotation))
+	g.Expect(env.topology.Patch(ctx, kcp, client.RawPatch("application/merge-patch+json", patch))).To(Succeed())
+	g.Expect(held(kcp)).To(BeTrue())
+
+	g.Eventually(func(g Gomega) {
+		kcp := f.getKCP(ctx, g)
+		g.Expect(kcp.Annotations).NotTo(HaveKey(v1alpha1.HoldAnnotation))
+		g.Expect(kcp.Annotations).NotTo(HaveKey(clusterv1.PausedAnnotation))
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+	ok, why := f.upToDate(ctx, g)
+	g.Expect(ok).To(BeTrue(), "%v", why)
+	g.Expect(env.updater.calls(f.machine)).To(HaveLen(2))
+}
+
+func TestIntegrationOptOutHandsBackToKCP(t *testing.T) {
+	env.require(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(ctx, t, true)
+	env.updater.script(f.machine, answer(runtimehooksv1.ResponseStatusFailure, 0, "node n: the agent rolled back plan abc: GateFailed"))
+	// The operator had paused the KCP before: releasing must keep that pause.
+	kcp := f.getKCP(ctx, g)
+	patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:""}}}`, clusterv1.PausedAnnotation))
+	g.Expect(env.topology.Patch(ctx, kcp, client.RawPatch("application/merge-patch+json", patch))).To(Succeed())
+
+	g.Expect(f.setVersion(ctx, g, toVersion).Annotations).To(HaveKeyWithValue(v1alpha1.HoldOperatorPausedAnnotation, "true"))
+	g.Eventually(func(g Gomega) {
+		g.Expect(f.getKCP(ctx, g).Annotations).To(HaveKey(v1alpha1.HoldFailedAnnotation))
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+
+	cluster := f.getCluster(ctx, g)
+	patch = []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, v1alpha1.SingleNodeControlPlaneAnnotation))
+	g.Expect(env.topology.Patch(ctx, cluster, client.RawPatch("application/merge-patch+json", patch))).To(Succeed())
+
+	g.Eventually(func(g Gomega) {
+		kcp := f.getKCP(ctx, g)
+		g.Expect(kcp.Annotations).NotTo(HaveKey(v1alpha1.HoldAnnotation))
+		g.Expect(kcp.Annotations).NotTo(HaveKey(v1alpha1.HoldOperatorPausedAnnotation))
+		g.Expect(kcp.Annotations).To(HaveKey(clusterv1.PausedAnnotation), "the operator's own pause stays")
+		cond := meta.FindStatusCondition(kcp.Status.Conditions, v1alpha1.InPlaceUpdateCondition)
+		g.Expect(cond).NotTo(BeNil())
+		g.Expect(cond.Reason).To(Equal(v1alpha1.ReasonReleased))
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 }
 
 func TestIntegrationNotOptedInIsUntouched(t *testing.T) {

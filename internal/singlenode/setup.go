@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -39,6 +40,15 @@ type Options struct {
 	ControllerUsername string
 	// WebhookPath is where the hold webhook is served; DefaultWebhookPath when empty.
 	WebhookPath string
+	// WebhookServer serves the hold webhook; mgr.GetWebhookServer() when nil. Pass the
+	// runtime hook server (CAPI's exp/runtime/server.Server embeds a controller-runtime
+	// webhook.Server) to serve it on the hooks' port and certificate.
+	WebhookServer WebhookRegistry
+}
+
+// WebhookRegistry is the part of controller-runtime's webhook.Server we use.
+type WebhookRegistry interface {
+	Register(path string, hook http.Handler)
 }
 
 // SetupWithManager registers the hold webhook on mgr's webhook server (at
@@ -72,7 +82,11 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		user = review.Status.UserInfo.Username
 	}
 
-	mgr.GetWebhookServer().Register(opts.WebhookPath, &webhook.Admission{Handler: &holdWebhook{
+	registry := opts.WebhookServer
+	if registry == nil {
+		registry = mgr.GetWebhookServer()
+	}
+	registry.Register(opts.WebhookPath, &webhook.Admission{Handler: &holdWebhook{
 		reader:         direct,
 		decoder:        admission.NewDecoder(scheme),
 		controllerUser: func() string { return user },
