@@ -7,7 +7,16 @@ packages=()
 need() { # need <command> <package>
 	command -v "$1" >/dev/null 2>&1 || packages+=("$2")
 }
-need ostree ostree
+need ostree ostree                # backend/ostree: throwaway repo and sysroot
+need chattr e2fsprogs             # ostree marks deployments immutable; tests undo it to clean up
+need rauc rauc                    # backend/rauc: bundles, install, slot status
+need mksquashfs squashfs-tools    # rauc bundle
+need dbus-daemon dbus             # rauc service on a private bus
+need openssl openssl              # signing keys for rauc, swupdate and mender tests
+need swupdate swupdate            # backend/swupdate
+need fw_setenv libubootenv-tool   # U-Boot environment in a file (swupdate A/B switching)
+need mender mender-client         # backend/mender (client 3.x)
+need mender-artifact mender-artifact
 
 if [[ ${#packages[@]} -eq 0 ]]; then
 	exit 0
