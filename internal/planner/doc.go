@@ -23,6 +23,10 @@
 //   - Patches touch only covered fields, so applying them to current changes
 //     nothing else.
 //
+// Tests: table tests per rule, and testdata/*.yaml scenarios holding whole hook
+// requests as CAPI builds them (KCP minor upgrade, upstream's files e2e, an OS image
+// change) with the expected decisions and patches.
+//
 // Imports: standard library, apimachinery (unstructured), blang/semver,
 // gomodules.xyz/jsonpatch/v2, internal/policy, api/v1alpha1.
 package planner
