@@ -101,6 +101,10 @@ func Decide(o Observation) Decision {
 		case protocol.PhaseCommitted:
 			return gates(o)
 		case protocol.PhaseRolledBack, protocol.PhaseFailed:
+			// Stays a failure for as long as the agent reports it, even if the plan
+			// was withdrawn: a stale failure must never be mistaken for progress. To
+			// retry the same plan, an operator removes both the desired-plan and the
+			// status annotation (the agent forgets a withdrawn failed plan).
 			return failed(o, st)
 		default:
 			return Decision{Action: ActAwaitAgent, RetryAfterSeconds: retryAgent, Message: stepMsg(stepApply, "waiting for the agent on node %s to apply plan %s: %s", o.Node, short(o.PlanHash), agentProgress(st))}

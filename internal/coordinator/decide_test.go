@@ -83,15 +83,27 @@ func TestDecide(t *testing.T) {
 				st := status(hashA, protocol.PhaseRolledBack)
 				st.Reason, st.Message = "GateFailed", "kubelet did not report v1.36.0 within 5m"
 				o.Status = st
+				o.Published = hashA
 			}),
 			want: ActFail, eventName: "InPlaceUpdateRolledBack",
 			msg: "node n1: the agent rolled back plan aaaaaaaaaaaa: GateFailed: kubelet did not report v1.36.0 within 5m",
 		},
 		{
 			name: "failed without a cause",
-			obs:  with(func(o *Observation) { o.Status = status(hashA, protocol.PhaseFailed) }),
+			obs:  with(func(o *Observation) { o.Published = hashA; o.Status = status(hashA, protocol.PhaseFailed) }),
 			want: ActFail, eventName: "InPlaceUpdateFailed",
 			msg: "node n1: the agent failed plan aaaaaaaaaaaa: no cause reported",
+		},
+		{
+			name: "rolled back and withdrawn, status still there: still a failure",
+			obs:  with(func(o *Observation) { o.Status = status(hashA, protocol.PhaseRolledBack) }),
+			want: ActFail, eventName: "InPlaceUpdateRolledBack",
+			msg: "node n1: the agent rolled back plan aaaaaaaaaaaa: no cause reported",
+		},
+		{
+			name: "rolled back, withdrawn and status cleared by the operator: try again",
+			obs:  with(func(o *Observation) { o.Status = nil }),
+			want: ActStart,
 		},
 		{
 			name: "a committed older plan does not count for this one",

@@ -11,7 +11,9 @@
 // version, Ready) and uncordon. Progress answers Success with retryAfterSeconds and a
 // deterministic "step k/6: ..." message; done answers Success with 0; a rolled back or
 // failed update is uncordoned, recorded as an Event on the Machine, and answered with
-// Failure and its cause on every later call.
+// Failure and its cause on every later call. A new desired spec (a new plan hash)
+// starts a new update; to retry the same plan, an operator removes the node's
+// desired-plan and status annotations.
 //
 // Invariants:
 //   - No state lives only in memory: the plan hash is a pure function of the desired

@@ -190,6 +190,27 @@ func TestControlPlaneRollback(t *testing.T) {
 		}
 	}
 	g.Expect(rolledBack).To(Equal(1), "one event, not one per retry")
+
+	// Withdrawing the plan alone changes nothing: the failure is still reported.
+	n = f.getNode("cp1")
+	before := n.DeepCopy()
+	delete(n.Annotations, inplacev1.DesiredPlanAnnotation)
+	g.Expect(f.wl.Patch(f.ctx, n, client.MergeFrom(before))).To(Succeed())
+	g.Expect(call(c, req).Message).To(Equal(want))
+	g.Expect(f.getNode("cp1").Spec.Unschedulable).To(BeFalse())
+
+	// The operator asks for another try of the same plan: plan withdrawn and the
+	// agent's verdict cleared.
+	n = f.getNode("cp1")
+	before = n.DeepCopy()
+	delete(n.Annotations, inplacev1.StatusAnnotation)
+	delete(n.Annotations, inplacev1.StateAnnotation)
+	g.Expect(f.wl.Patch(f.ctx, n, client.MergeFrom(before))).To(Succeed())
+	resp := callUntil(t, c, req, "pick up plan", 3)
+	g.Expect(resp.Message).To(Equal("step 5/6: waiting for the agent on node cp1 to pick up plan " + hash[:12]))
+	n = f.getNode("cp1")
+	g.Expect(n.Spec.Unschedulable).To(BeTrue(), "cordoned again for the retry")
+	g.Expect(n.Annotations).To(HaveKeyWithValue(inplacev1.DesiredPlanAnnotation, hash))
 }
 
 // TestOperatorCordonIsKept: a node cordoned by someone else stays cordoned.
