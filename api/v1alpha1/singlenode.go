@@ -27,6 +27,12 @@ const (
 	// stays. Operators retry the same target by removing it; changing or reverting the
 	// KCP spec (or spec.topology.version) moves the target and lifts it too.
 	HoldFailedAnnotation = GroupName + "/hold-failed"
+
+	// HoldReleaseAnnotation is how capi-inplace's controller releases a hold: the write
+	// that removes HoldAnnotation and the pause carries it, with the value of the
+	// HoldAnnotation being released. The webhook lets only such a write drop the hold
+	// (every other write gets the hold back) and never stores the annotation itself.
+	HoldReleaseAnnotation = GroupName + "/hold-release"
 )
 
 // Condition reasons of the single-node control-plane path (InPlaceUpdateCondition on

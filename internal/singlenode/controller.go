@@ -180,8 +180,8 @@ func (r *Reconciler) update(ctx context.Context, obs *observed, machineName stri
 
 	// Done: align the three objects (repeatable from the start), then clear the marker.
 	if _, err := a.apply(ctx, objs, false); err != nil {
-		r.Recorder.Eventf(obs.kcp, machine, corev1.EventTypeWarning, eventAlignFailed, "Align",
-			"Machine %s was updated in place but its objects could not be aligned yet (will retry; KCP stays held): %v", machineName, err)
+		r.Recorder.Eventf(obs.kcp, machine, corev1.EventTypeWarning, eventAlignFailed, "Align", "%s",
+			eventNote(fmt.Sprintf("Machine %s was updated in place but its objects could not be aligned yet (will retry; KCP stays held): %v", machineName, err)))
 		return ctrl.Result{}, fmt.Errorf("align Machine %s: %w", machineName, err)
 	}
 	if err := r.patchKCPAnnotations(ctx, obs.kcp, map[string]*string{v1alpha1.HoldUpdatingAnnotation: nil}); err != nil {
@@ -209,9 +209,20 @@ func (r *Reconciler) fail(ctx context.Context, obs *observed, machine *clusterv1
 	msg := fmt.Sprintf("Machine %s was not updated: %s. KubeadmControlPlane %s stays paused at its new spec (no Machine is created); revert or change the spec, or remove annotation %s to retry",
 		machine.Name, cause, obs.kcp.Name, v1alpha1.HoldFailedAnnotation)
 	ctrl.LoggerFrom(ctx).Info("In-place update of a control-plane Machine failed", "Machine", klog.KObj(machine), "reason", reason, "cause", cause)
-	r.Recorder.Eventf(obs.kcp, machine, corev1.EventTypeWarning, eventFor(reason), "Update", "%s", msg)
-	r.Recorder.Eventf(machine, obs.kcp, corev1.EventTypeWarning, eventFor(reason), "Update", "%s", cause)
+	r.Recorder.Eventf(obs.kcp, machine, corev1.EventTypeWarning, eventFor(reason), "Update", "%s", eventNote(msg))
+	r.Recorder.Eventf(machine, obs.kcp, corev1.EventTypeWarning, eventFor(reason), "Update", "%s", eventNote(cause))
 	return ctrl.Result{}, r.setCondition(ctx, obs, metav1.ConditionFalse, reason, msg)
+}
+
+// maxEventNote is below the 1024 characters events.k8s.io/v1 accepts; the full text
+// stays in the condition.
+const maxEventNote = 1000
+
+func eventNote(s string) string {
+	if len(s) <= maxEventNote {
+		return s
+	}
+	return s[:maxEventNote-len(" [truncated]")] + " [truncated]"
 }
 
 func eventFor(reason string) string {
@@ -222,10 +233,14 @@ func eventFor(reason string) string {
 }
 
 // release removes the hold (and CAPI's pause unless the operator had paused the KCP
-// before the hold began) with an optimistic lock: a spec change that arrived since the
-// observation makes the patch conflict, and the next reconcile judges the new spec.
+// before the hold began) in one write that carries HoldReleaseAnnotation, the only
+// kind of write the webhook lets drop a hold (it strips the marker itself). The
+// optimistic lock makes a spec change that arrived since the observation conflict, and
+// the next reconcile judges the new spec.
 func (r *Reconciler) release(ctx context.Context, obs *observed, d Decision) error {
+	target := obs.kcp.Annotations[v1alpha1.HoldAnnotation]
 	remove := map[string]*string{
+		v1alpha1.HoldReleaseAnnotation:        &target,
 		v1alpha1.HoldAnnotation:               nil,
 		v1alpha1.HoldOperatorPausedAnnotation: nil,
 		v1alpha1.HoldUpdatingAnnotation:       nil,

@@ -53,15 +53,19 @@ type HoldInput struct {
 	// OptedIn is true when the owning Cluster carries SingleNodeControlPlaneAnnotation
 	// "true". Only consulted when it matters (see NeedsCluster).
 	OptedIn bool
-	// FromController is true when capi-inplace's own controller sent the update: only
-	// it may change or release a hold, so its writes pass untouched.
-	FromController bool
+	// Release is the value of HoldReleaseAnnotation on the new object ("" when absent).
+	Release string
+	// ReleaseUserOK is false when the webhook is configured with the controller's
+	// username and the request came from someone else.
+	ReleaseUserOK bool
 }
 
 // HoldDecision says how to mutate the new object: when Hold is false the update passes
-// unchanged.
+// without hold annotations added. HoldReleaseAnnotation is always stripped.
 type HoldDecision struct {
 	Hold bool
+	// Released is true when this write is the controller's release of the hold.
+	Released bool
 	// Target is the value of HoldAnnotation.
 	Target string
 	// OperatorPaused is the value of HoldOperatorPausedAnnotation (present when true).
@@ -94,20 +98,22 @@ func NeedsCluster(old, updated *controlplanev1.KubeadmControlPlane) bool {
 
 // DecideHold is the admission webhook's decision for a KubeadmControlPlane UPDATE.
 //
-//   - Writes of our own controller pass: it alone releases or edits a hold.
-//   - An active hold (on the old object) is kept on the new one whatever the writer sent:
-//     a server-side apply that does not list the annotations (the topology controller's),
-//     a kubectl edit that deletes them. The target moves with the spec.
+//   - An active hold (on the old object) is kept on the new one whatever the writer sent
+//     (a server-side apply that does not list the annotations, like the topology
+//     controller's; a kubectl edit that deletes them), with the target following the
+//     spec, unless the write is the controller's release: it carries
+//     HoldReleaseAnnotation with the hold's current value (and, when configured, comes
+//     from the controller's user).
 //   - A new hold starts when the Cluster opted in, the control plane has fewer than three
 //     replicas and the update changes the target: KCP then never observes an outdated
 //     spec without the pause, so it never starts a surge.
 func DecideHold(in HoldInput) HoldDecision {
-	if in.FromController {
-		return HoldDecision{Reason: "written by capi-inplace's controller"}
-	}
 	oldTarget, newTarget := TargetHash(in.Old), TargetHash(in.New)
 	if IsHeld(in.Old) {
 		target := in.Old.Annotations[v1alpha1.HoldAnnotation]
+		if in.Release != "" && in.Release == target && in.ReleaseUserOK && oldTarget == newTarget {
+			return HoldDecision{Released: true, Reason: "released by capi-inplace's controller"}
+		}
 		if oldTarget != newTarget {
 			target = newTarget
 		}

@@ -159,8 +159,28 @@ func TestDecideHold(t *testing.T) {
 			want: HoldDecision{Hold: true, Target: "old-target", OperatorPaused: true},
 		},
 		{
-			name: "controller writes pass untouched, including a release",
-			in:   HoldInput{Old: testKCP(held), New: testKCP(), FromController: true, OptedIn: true},
+			name: "the controller's release of the current hold",
+			in:   HoldInput{Old: testKCP(held), New: testKCP(), Release: "old-target", ReleaseUserOK: true, OptedIn: true},
+			want: HoldDecision{Released: true},
+		},
+		{
+			name: "a release of another target is no release",
+			in:   HoldInput{Old: testKCP(held), New: testKCP(), Release: "stale", ReleaseUserOK: true},
+			want: HoldDecision{Hold: true, Target: "old-target"},
+		},
+		{
+			name: "a release from another user is no release",
+			in:   HoldInput{Old: testKCP(held), New: testKCP(), Release: "old-target", ReleaseUserOK: false},
+			want: HoldDecision{Hold: true, Target: "old-target"},
+		},
+		{
+			name: "a release that also changes the spec is no release",
+			in:   HoldInput{Old: testKCP(held), New: testKCP(withVersion("v1.36.0")), Release: "old-target", ReleaseUserOK: true},
+			want: HoldDecision{Hold: true, Target: newTarget},
+		},
+		{
+			name: "a release marker on an object that is not held changes nothing else",
+			in:   HoldInput{Old: testKCP(), New: testKCP(), Release: "x", ReleaseUserOK: true, OptedIn: true},
 			want: HoldDecision{},
 		},
 	}

@@ -419,6 +419,16 @@ func TestIntegrationHoldSurvivesServerSideApplyAndEdits(t *testing.T) {
 	g.Expect(env.topology.Update(ctx, kcp)).To(Succeed())
 	g.Expect(held(kcp)).To(BeTrue(), "annotations after an edit removing them: %v", kcp.Annotations)
 
+	// 5. Someone else forges the controller's release: the hold stays and the marker
+	// is not stored.
+	kcp = f.getKCP(ctx, g)
+	kcp.Annotations[v1alpha1.HoldReleaseAnnotation] = kcp.Annotations[v1alpha1.HoldAnnotation]
+	delete(kcp.Annotations, clusterv1.PausedAnnotation)
+	delete(kcp.Annotations, v1alpha1.HoldAnnotation)
+	g.Expect(env.topology.Update(ctx, kcp)).To(Succeed())
+	g.Expect(held(kcp)).To(BeTrue(), "annotations after a forged release: %v", kcp.Annotations)
+	g.Expect(kcp.Annotations).NotTo(HaveKey(v1alpha1.HoldReleaseAnnotation))
+
 	// Meanwhile the node update is in flight, reported on the KCP, and no Machine was created.
 	g.Eventually(func(g Gomega) {
 		cond := meta.FindStatusCondition(f.getKCP(ctx, g).Status.Conditions, v1alpha1.InPlaceUpdateCondition)

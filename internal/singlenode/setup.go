@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -34,9 +33,10 @@ type Options struct {
 	// Settings are passed in every UpdateMachine request, as ExtensionConfig
 	// spec.settings are for hook calls.
 	Settings map[string]string
-	// ControllerUsername is the user our manager authenticates as (for a Pod:
-	// system:serviceaccount:<namespace>:<name>). Only that user may release a hold.
-	// Empty: asked from the API server once with a SelfSubjectReview.
+	// ControllerUsername, when set, is the user our manager authenticates as (for a
+	// Pod: system:serviceaccount:<namespace>:<name>); a hold release from any other user
+	// is refused (the hold is put back). Empty: any write carrying the release
+	// annotation with the current hold value releases (the controller's writes do).
 	ControllerUsername string
 	// WebhookPath is where the hold webhook is served; DefaultWebhookPath when empty.
 	WebhookPath string
@@ -54,7 +54,7 @@ type WebhookRegistry interface {
 // SetupWithManager registers the hold webhook on mgr's webhook server (at
 // Options.WebhookPath; register it with MutatingWebhook) and the controller that drives
 // held KubeadmControlPlanes. It adds the Cluster API types it needs to mgr's scheme.
-func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error {
+func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	if opts.Updater == nil {
 		return errors.New("single-node control plane: Options.Updater is required")
 	}
@@ -62,7 +62,7 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		opts.WebhookPath = DefaultWebhookPath
 	}
 	scheme := mgr.GetScheme()
-	for _, add := range []func(*runtime.Scheme) error{clusterv1.AddToScheme, controlplanev1.AddToScheme, bootstrapv1.AddToScheme, authenticationv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{clusterv1.AddToScheme, controlplanev1.AddToScheme, bootstrapv1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			return fmt.Errorf("single-node control plane: register types: %w", err)
 		}
@@ -73,15 +73,6 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error
 	if err != nil {
 		return fmt.Errorf("single-node control plane: client: %w", err)
 	}
-	user := opts.ControllerUsername
-	if user == "" {
-		review := &authenticationv1.SelfSubjectReview{}
-		if err := direct.Create(ctx, review); err != nil {
-			return fmt.Errorf("single-node control plane: learn own username (SelfSubjectReview): %w", err)
-		}
-		user = review.Status.UserInfo.Username
-	}
-
 	registry := opts.WebhookServer
 	if registry == nil {
 		registry = mgr.GetWebhookServer()
@@ -89,7 +80,7 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts Options) error
 	registry.Register(opts.WebhookPath, &webhook.Admission{Handler: &holdWebhook{
 		reader:         direct,
 		decoder:        admission.NewDecoder(scheme),
-		controllerUser: func() string { return user },
+		controllerUser: opts.ControllerUsername,
 	}})
 
 	r := &Reconciler{

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -34,12 +35,14 @@ import (
 // through a MutatingWebhookConfiguration, and a manager running SetupWithManager with
 // a scripted Updater in place of the coordinator.
 type suite struct {
-	cfg       *rest.Config
-	admin     client.Client // the manager's own user: the one allowed to release
-	topology  client.Client // another user, playing the topology controller / operator
-	updater   *scriptedUpdater
-	skip      string
-	setupDone bool
+	cfg      *rest.Config
+	admin    client.Client // the manager's own user: the one allowed to release
+	topology client.Client // another user, playing the topology controller / operator
+	updater  *scriptedUpdater
+	// controllerUser is the manager's username, the only one allowed to release.
+	controllerUser string
+	skip           string
+	setupDone      bool
 }
 
 var env = &suite{}
@@ -117,7 +120,19 @@ func runSuite(m *testing.M) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	env.updater = &scriptedUpdater{}
-	if err := SetupWithManager(ctx, mgr, Options{Updater: env.updater, Settings: map[string]string{"k": "v"}}); err != nil {
+	// The manager's own user, as a deployment would configure its service account.
+	review := &authenticationv1.SelfSubjectReview{}
+	direct, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := direct.Create(ctx, review); err != nil {
+		fmt.Fprintf(os.Stderr, "SelfSubjectReview: %v\n", err)
+		return 1
+	}
+	env.controllerUser = review.Status.UserInfo.Username
+	if err := SetupWithManager(mgr, Options{Updater: env.updater, Settings: map[string]string{"k": "v"}, ControllerUsername: env.controllerUser}); err != nil {
 		fmt.Fprintf(os.Stderr, "SetupWithManager: %v\n", err)
 		return 1
 	}

@@ -17,6 +17,8 @@ import (
 
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	"github.com/capi-inplace/capi-inplace/api/v1alpha1"
 )
 
 // DefaultWebhookPath is where SetupWithManager registers the hold webhook on the
@@ -68,9 +70,10 @@ func MutatingWebhook(clientConfig admissionregistrationv1.WebhookClientConfig) a
 // metadata.annotations of the incoming object (built from the raw JSON, so fields the
 // Go types do not know are never touched).
 type holdWebhook struct {
-	reader         client.Reader
-	decoder        admission.Decoder
-	controllerUser func() string
+	reader  client.Reader
+	decoder admission.Decoder
+	// controllerUser, when set, is the only user whose writes may release a hold.
+	controllerUser string
 }
 
 var _ admission.Handler = &holdWebhook{}
@@ -90,8 +93,14 @@ func (w *holdWebhook) Handle(ctx context.Context, req admission.Request) admissi
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode KubeadmControlPlane: %w", err))
 	}
 
-	in := HoldInput{Old: oldKCP, New: newKCP, FromController: req.UserInfo.Username != "" && req.UserInfo.Username == w.controllerUser()}
-	if !in.FromController && NeedsCluster(oldKCP, newKCP) {
+	user := w.controllerUser
+	in := HoldInput{
+		Old:           oldKCP,
+		New:           newKCP,
+		Release:       newKCP.Annotations[v1alpha1.HoldReleaseAnnotation],
+		ReleaseUserOK: user == "" || req.UserInfo.Username == user,
+	}
+	if NeedsCluster(oldKCP, newKCP) {
 		optedIn, err := w.optedIn(ctx, newKCP)
 		if err != nil {
 			// Not knowing the opt-in must not let an outdated spec through unheld; the
@@ -102,17 +111,16 @@ func (w *holdWebhook) Handle(ctx context.Context, req admission.Request) admissi
 	}
 
 	d := DecideHold(in)
-	if !d.Hold {
-		return admission.Allowed(d.Reason)
-	}
-	patched, changed, err := withAnnotations(req.Object.Raw, d.HoldAnnotations())
+	patched, changed, err := withAnnotations(req.Object.Raw, d.HoldAnnotations(), []string{v1alpha1.HoldReleaseAnnotation})
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
 	if !changed {
 		return admission.Allowed(d.Reason)
 	}
-	log.V(1).Info("Holding KubeadmControlPlane for an in-place update", "target", d.Target, "reason", d.Reason, "dryRun", ptr.Deref(req.DryRun, false))
+	if d.Hold {
+		log.V(1).Info("Holding KubeadmControlPlane for an in-place update", "target", d.Target, "reason", d.Reason, "dryRun", ptr.Deref(req.DryRun, false))
+	}
 	return admission.PatchResponseFromRaw(req.Object.Raw, patched)
 }
 
@@ -147,9 +155,9 @@ func ClusterNameOf(kcp *controlplanev1.KubeadmControlPlane) string {
 	return ""
 }
 
-// withAnnotations sets annotations on a raw JSON object and reports whether anything
-// changed.
-func withAnnotations(raw []byte, add map[string]string) ([]byte, bool, error) {
+// withAnnotations sets and removes annotations on a raw JSON object and reports
+// whether anything changed.
+func withAnnotations(raw []byte, set map[string]string, remove []string) ([]byte, bool, error) {
 	u := &unstructured.Unstructured{}
 	if err := u.UnmarshalJSON(raw); err != nil {
 		return nil, false, fmt.Errorf("decode KubeadmControlPlane: %w", err)
@@ -159,9 +167,15 @@ func withAnnotations(raw []byte, add map[string]string) ([]byte, bool, error) {
 		annotations = map[string]string{}
 	}
 	changed := false
-	for k, v := range add {
+	for k, v := range set {
 		if cur, ok := annotations[k]; !ok || cur != v {
 			annotations[k] = v
+			changed = true
+		}
+	}
+	for _, k := range remove {
+		if _, ok := annotations[k]; ok {
+			delete(annotations, k)
 			changed = true
 		}
 	}
