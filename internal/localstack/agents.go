@@ -29,7 +29,12 @@ type Agents struct {
 	namespace  string
 	cluster    string
 	kubeconfig string
-	hostsDir   string
+	// agentKubeconfig is what the agents use: the gap-filling API proxy in front of
+	// the in-memory server (see apiproxy.go), or kubeconfig itself when
+	// Options.DirectWorkloadAPI is set.
+	agentKubeconfig string
+	proxy           *apiProxy
+	hostsDir        string
 
 	mu      sync.Mutex
 	procs   map[string]*Process
@@ -67,9 +72,19 @@ func (s *Stack) StartAgents(ctx context.Context, namespace, cluster string) (*Ag
 	if err := os.WriteFile(kcPath, kc, 0o600); err != nil {
 		return nil, fmt.Errorf("write workload kubeconfig: %w", err)
 	}
+	agentKC := kcPath
+	var proxy *apiProxy
+	if !s.opts.DirectWorkloadAPI {
+		var err error
+		if proxy, agentKC, err = writeProxyKubeconfig(kc, dir, cluster+".agents.kubeconfig"); err != nil {
+			return nil, err
+		}
+		s.logf("agents of %s/%s reach the in-memory API server through the gap-filling proxy %s", namespace, cluster, proxy.addr)
+	}
 	actx, cancel := context.WithCancel(context.Background())
 	a := &Agents{
 		stack: s, namespace: namespace, cluster: cluster, kubeconfig: kcPath,
+		agentKubeconfig: agentKC, proxy: proxy,
 		hostsDir: filepath.Join(s.TempRoot, "hosts", namespace, cluster),
 		procs:    map[string]*Process{}, cancel: cancel, done: make(chan struct{}),
 	}
@@ -78,7 +93,7 @@ func (s *Stack) StartAgents(ctx context.Context, namespace, cluster string) (*Ag
 	return a, nil
 }
 
-// Kubeconfig returns the path of the workload cluster's kubeconfig.
+// Kubeconfig returns the path of the workload cluster's kubeconfig (direct, admin).
 func (a *Agents) Kubeconfig() string { return a.kubeconfig }
 
 // HostRoot returns the simulated host directory of a node.
@@ -135,7 +150,7 @@ func (a *Agents) start(node string) error {
 	p, err := a.stack.StartProcess(ProcessSpec{
 		Name: fmt.Sprintf("agent-%s-%s", a.namespace, node),
 		Path: filepath.Join(a.stack.BinDir(), "capi-inplace"),
-		Args: AgentArgs(root, node, a.kubeconfig),
+		Args: AgentArgs(root, node, a.agentKubeconfig),
 	})
 	if err != nil {
 		return err
@@ -197,5 +212,8 @@ func (a *Agents) Stop() {
 	a.mu.Unlock()
 	for _, p := range procs {
 		p.Stop(3 * time.Second)
+	}
+	if a.proxy != nil {
+		a.proxy.close()
 	}
 }

@@ -37,6 +37,9 @@ type Options struct {
 	KeepTemp bool
 	// DisableInPlaceUpdatesGate starts the managers with InPlaceUpdates=false.
 	DisableInPlaceUpdatesGate bool
+	// DirectWorkloadAPI makes the simulated agents talk to the in-memory workload API
+	// servers directly instead of through the gap-filling proxy (apiproxy.go).
+	DirectWorkloadAPI bool
 	// ManagerArgs are added to every manager's command line (e.g. "-v=4").
 	ManagerArgs []string
 	// Out receives progress lines (default io.Discard).

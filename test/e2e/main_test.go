@@ -54,6 +54,8 @@ func run(m *testing.M) int {
 		ArtifactsDir: suite.artifacts,
 		Out:          os.Stdout,
 		KeepTemp:     os.Getenv("E2E_KEEP_TEMP") != "",
+		// E2E_DIRECT_WORKLOAD_API=1: agents without the gap-filling proxy (README.md).
+		DirectWorkloadAPI: os.Getenv("E2E_DIRECT_WORKLOAD_API") != "",
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: start stack:", err)

@@ -1,0 +1,346 @@
+package localstack
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// apiProxy sits between the simulated agents and an in-memory workload API server
+// and fills in standard API behaviour that upstream's fake server (CAPI v1.14.2
+// test/infrastructure/inmemory) lacks, so that the agents run the code paths they
+// run against a real kube-apiserver (see test/e2e/README.md for the measured gaps):
+//
+//   - field selector metadata.name=<n> on lists and watches (the fake server answers
+//     500, or an empty watch): forwarded without it and filtered here;
+//   - the status subresource (404 there): forwarded to the main resource, where the
+//     fake server keeps status;
+//   - JSON patch (415 there): applied here to the current object, then PUT with its
+//     resourceVersion (optimistic concurrency as on a real server);
+//   - control-plane static pods: the fake server creates kube-system/<component>-<node>
+//     without the kubernetes.io/config.mirror annotation a real kubelet's mirror pods
+//     carry, so a drain would treat them as unmanaged pods; the proxy adds it.
+//
+// Everything else passes through unchanged. The proxy listens on plain HTTP on
+// 127.0.0.1 and authenticates upstream with the workload kubeconfig's credentials.
+type apiProxy struct {
+	upstream *url.URL
+	client   *http.Client
+	server   *http.Server
+	addr     string
+}
+
+// startAPIProxy starts a proxy for the workload cluster reached by kubeconfig.
+func startAPIProxy(kubeconfig []byte) (*apiProxy, error) {
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("workload kubeconfig: %w", err)
+	}
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("workload HTTP client: %w", err)
+	}
+	up, err := url.Parse(cfg.Host)
+	if err != nil {
+		return nil, fmt.Errorf("workload server %q: %w", cfg.Host, err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("listen for API proxy: %w", err)
+	}
+	p := &apiProxy{upstream: up, client: hc, addr: l.Addr().String()}
+	p.server = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = p.server.Serve(l) }()
+	return p, nil
+}
+
+// kubeconfig returns a kubeconfig for the proxy (plain HTTP, no credentials).
+func (p *apiProxy) kubeconfig() []byte {
+	return []byte(fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: workload
+  cluster:
+    server: http://%s
+contexts:
+- name: workload
+  context:
+    cluster: workload
+    user: proxy
+users:
+- name: proxy
+  user: {}
+current-context: workload
+`, p.addr))
+}
+
+func (p *apiProxy) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = p.server.Shutdown(ctx)
+	_ = p.server.Close()
+}
+
+func (p *apiProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Status subresource: the fake server stores status with the object.
+	if parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/"); len(parts) >= 4 && parts[len(parts)-1] == "status" &&
+		(parts[len(parts)-3] == "nodes" || parts[len(parts)-3] == "pods") {
+		r.URL.Path = strings.TrimSuffix(r.URL.Path, "/status")
+	}
+	if r.Method == http.MethodPatch && strings.HasPrefix(r.Header.Get("Content-Type"), "application/json-patch+json") {
+		p.jsonPatch(w, r)
+		return
+	}
+	q := r.URL.Query()
+	name, ok := nameSelector(q.Get("fieldSelector"))
+	isPods := strings.HasSuffix(strings.TrimSuffix(r.URL.Path, "/"), "/pods")
+	if r.Method == http.MethodGet && ok && !isPods {
+		q.Del("fieldSelector")
+		r.URL.RawQuery = q.Encode()
+		if q.Get("watch") == "true" || q.Get("watch") == "1" {
+			p.watch(w, r, name)
+		} else {
+			p.list(w, r, name)
+		}
+		return
+	}
+	if r.Method == http.MethodGet && isPods {
+		p.list(w, r, "")
+		return
+	}
+	p.pass(w, r)
+}
+
+// nameSelector recognises a field selector that only selects metadata.name.
+func nameSelector(sel string) (string, bool) {
+	for _, prefix := range []string{"metadata.name==", "metadata.name="} {
+		if strings.HasPrefix(sel, prefix) && !strings.Contains(sel, ",") {
+			return strings.TrimPrefix(sel, prefix), true
+		}
+	}
+	return "", false
+}
+
+func (p *apiProxy) forward(r *http.Request, body io.Reader) (*http.Response, error) {
+	u := *p.upstream
+	u.Path = r.URL.Path
+	u.RawQuery = r.URL.RawQuery
+	req, err := http.NewRequestWithContext(r.Context(), r.Method, u.String(), body)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range r.Header {
+		req.Header[k] = v
+	}
+	return p.client.Do(req)
+}
+
+func (p *apiProxy) pass(w http.ResponseWriter, r *http.Request) {
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(p.upstream)
+			pr.Out.URL.Path = r.URL.Path
+			pr.Out.URL.RawPath = ""
+		},
+		Transport:     p.client.Transport,
+		FlushInterval: -1,
+	}
+	rp.ServeHTTP(w, r)
+}
+
+// list forwards a GET and, for list responses, keeps only items named name (when
+// set) and marks control-plane static pods as mirror pods.
+func (p *apiProxy) list(w http.ResponseWriter, r *http.Request, name string) {
+	if q := r.URL.Query(); q.Get("watch") == "true" || q.Get("watch") == "1" {
+		p.watch(w, r, name)
+		return
+	}
+	resp, err := p.forward(r, nil)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	if resp.StatusCode == http.StatusOK {
+		var obj map[string]any
+		if json.Unmarshal(body, &obj) == nil {
+			if items, ok := obj["items"].([]any); ok {
+				kept := make([]any, 0, len(items))
+				for _, it := range items {
+					m, _ := it.(map[string]any)
+					if name != "" && objName(m) != name {
+						continue
+					}
+					markMirror(m)
+					kept = append(kept, m)
+				}
+				obj["items"] = kept
+			} else {
+				markMirror(obj)
+			}
+			if b, err := json.Marshal(obj); err == nil {
+				body = b
+			}
+		}
+	}
+	copyHeader(w, resp)
+	w.WriteHeader(resp.StatusCode)
+	_, _ = w.Write(body)
+}
+
+// watch forwards a watch and passes on only events for objects named name (and
+// bookmarks), one JSON object per line as a real server sends them.
+func (p *apiProxy) watch(w http.ResponseWriter, r *http.Request, name string) {
+	resp, err := p.forward(r, nil)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	copyHeader(w, resp)
+	w.Header().Del("Content-Length")
+	w.WriteHeader(resp.StatusCode)
+	flusher, _ := w.(http.Flusher)
+	dec := json.NewDecoder(resp.Body)
+	enc := json.NewEncoder(w)
+	for {
+		var ev map[string]any
+		if err := dec.Decode(&ev); err != nil {
+			return
+		}
+		obj, _ := ev["object"].(map[string]any)
+		if t, _ := ev["type"].(string); t != "BOOKMARK" && name != "" && objName(obj) != name {
+			continue
+		}
+		markMirror(obj)
+		if err := enc.Encode(ev); err != nil {
+			return
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+}
+
+// jsonPatch applies an RFC 6902 patch to the current object and PUTs the result.
+func (p *apiProxy) jsonPatch(w http.ResponseWriter, r *http.Request) {
+	patchBody, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	patch, err := jsonpatch.DecodePatch(patchBody)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	get := r.Clone(r.Context())
+	get.Method = http.MethodGet
+	get.Header = http.Header{"Accept": []string{"application/json"}}
+	get.URL.RawQuery = ""
+	resp, err := p.forward(get, nil)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	current, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		copyHeader(w, resp)
+		w.WriteHeader(resp.StatusCode)
+		_, _ = w.Write(current)
+		return
+	}
+	patched, err := patch.Apply(current)
+	if err != nil {
+		http.Error(w, fmt.Sprintf("apply JSON patch: %v", err), http.StatusUnprocessableEntity)
+		return
+	}
+	put := r.Clone(r.Context())
+	put.Method = http.MethodPut
+	put.Header = http.Header{"Content-Type": []string{"application/json"}, "Accept": []string{"application/json"}}
+	put.URL.RawQuery = ""
+	resp, err = p.forward(put, bytes.NewReader(patched))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	copyHeader(w, resp)
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
+}
+
+func objName(m map[string]any) string {
+	md, _ := m["metadata"].(map[string]any)
+	n, _ := md["name"].(string)
+	return n
+}
+
+// markMirror adds kubernetes.io/config.mirror to the fake server's control-plane
+// static pods (kube-system, component label, no owner), as a kubelet would.
+func markMirror(m map[string]any) {
+	if m == nil || m["kind"] != "Pod" && m["kind"] != nil {
+		return
+	}
+	md, _ := m["metadata"].(map[string]any)
+	if md == nil || md["namespace"] != "kube-system" || md["ownerReferences"] != nil {
+		return
+	}
+	labels, _ := md["labels"].(map[string]any)
+	if labels == nil || (labels["component"] == nil && labels["tier"] != "control-plane") {
+		return
+	}
+	ann, _ := md["annotations"].(map[string]any)
+	if ann == nil {
+		ann = map[string]any{}
+		md["annotations"] = ann
+	}
+	if _, ok := ann["kubernetes.io/config.mirror"]; !ok {
+		ann["kubernetes.io/config.mirror"] = "capi-in-memory-static-pod"
+	}
+}
+
+func copyHeader(w http.ResponseWriter, resp *http.Response) {
+	for k, v := range resp.Header {
+		if strings.EqualFold(k, "Content-Length") {
+			continue
+		}
+		w.Header()[k] = v
+	}
+}
+
+// writeProxyKubeconfig starts a proxy for the workload kubeconfig kc and writes a
+// kubeconfig for it into dir.
+func writeProxyKubeconfig(kc []byte, dir, name string) (*apiProxy, string, error) {
+	p, err := startAPIProxy(kc)
+	if err != nil {
+		return nil, "", err
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, p.kubeconfig(), 0o600); err != nil {
+		p.close()
+		return nil, "", errors.Join(fmt.Errorf("write proxy kubeconfig: %w", err))
+	}
+	return p, path, nil
+}
