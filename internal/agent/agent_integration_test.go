@@ -238,6 +238,8 @@ func workerPlan(name string) *protocol.NodePlan {
 	p.Machine = protocol.MachineRef{Namespace: "default", Name: name, Cluster: "c1"}
 	p.Kubernetes = protocol.KubernetesPlan{Role: protocol.RoleWorker, Version: "v1.36.0", Action: protocol.KubeadmUpgradeNode}
 	p.Files = []protocol.File{{Path: "/etc/app/app.conf", Content: []byte("new\n")}}
+	p.Users = json.RawMessage(`[{"name":"ops","shell":"/bin/bash","sudo":"ALL=(ALL) NOPASSWD:ALL","sshAuthorizedKeys":["ssh-ed25519 AAAA ops@example"]}]`)
+	p.NTP = json.RawMessage(`{"servers":["time.example.com"],"enabled":true}`)
 	return p
 }
 
@@ -294,7 +296,12 @@ func TestKilledMidUpdateCompletesWithEachActionOnce(t *testing.T) {
 	n.waitPhase(g, hash, protocol.PhaseCommitted, 60*time.Second)
 	g.Expect(n.get().Status.NodeInfo.KubeletVersion).To(Equal("v1.36.0"))
 	runs := n.runs()
-	g.Expect(runs).To(Equal(map[string]int{"backup-files": 1, "write-files": 1, "install-binaries": 1, "kubeadm-upgrade": 1, "restart-kubelet": 1, "gates": 1}))
+	g.Expect(runs).To(Equal(map[string]int{"backup-files": 1, "write-files": 1, "apply-users": 1, "apply-ntp": 1,
+		"install-binaries": 1, "kubeadm-upgrade": 1, "restart-kubelet": 1, "gates": 1}))
+	g.Expect(n.read("etc/passwd")).To(ContainSubstring("ops:x:1000:1000::/home/ops:/bin/bash\n"))
+	g.Expect(n.read("home/ops/.ssh/authorized_keys")).To(Equal("ssh-ed25519 AAAA ops@example\n"))
+	g.Expect(n.read("etc/sudoers.d/90-capi-inplace-ops")).To(Equal("ops ALL=(ALL) NOPASSWD:ALL\n"))
+	g.Expect(n.read("etc/chrony/conf.d/capi-inplace.conf")).To(ContainSubstring("server time.example.com iburst"))
 	g.Expect(strings.Count(n.read(".sim/commands.log"), "kubeadm upgrade node")).To(Equal(1))
 }
 

@@ -313,9 +313,13 @@ func (x *Executor) perform(ctx context.Context, hash string, p *protocol.NodePla
 	case state.ActBackendVerify:
 		return b.Verify(ctx, artifact)
 	case state.ActBackupFiles:
-		return x.Kube.Backup(ctx, hash, kube.BackupSet(p))
+		return x.Kube.Backup(ctx, hash, x.Kube.BackupSet(p))
 	case state.ActWriteFiles:
 		return x.Kube.WriteFiles(ctx, p.Files)
+	case state.ActApplyUsers:
+		return x.Kube.ApplyUsers(ctx, p.Users)
+	case state.ActApplyNTP:
+		return x.Kube.ApplyNTP(ctx, p.NTP)
 	case state.ActKubeletConfig:
 		return x.Kube.KubeletFlags(ctx, p.KubeletExtraArgs)
 	case state.ActInstallBinaries:

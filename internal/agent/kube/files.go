@@ -22,12 +22,15 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 	return journal.WriteFileAtomic(path, data, perm)
 }
 
-// BackupSet returns the host paths the Kubernetes part of a plan may change.
-func BackupSet(p *protocol.NodePlan) []string {
+// BackupSet returns the host paths the Kubernetes part of a plan may change
+// (users' files depend on the host's /etc/passwd, hence a method).
+func (h *Host) BackupSet(p *protocol.NodePlan) []string {
 	var out []string
 	for _, f := range p.Files {
 		out = append(out, f.Path)
 	}
+	out = append(out, h.usersBackupSet(p)...)
+	out = append(out, h.ntpBackupSet(p)...)
 	out = append(out, KubeadmFlagsPath, KubeletConfig)
 	if p.Kubernetes.Action != protocol.KubeadmNone {
 		out = append(out, KubeadmBinary, KubeletBinary)

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -47,13 +48,13 @@ func TestBackupWriteRestore(t *testing.T) {
 		{Path: "/etc/existing.conf", Content: []byte("new\n"), Permissions: "0600"},
 		{Path: "/etc/new/created.conf", Content: []byte("created\n"), Owner: "root:root"},
 	}
-	g.Expect(BackupSet(p)).To(Equal([]string{"/etc/existing.conf", "/etc/new/created.conf", KubeadmFlagsPath, KubeletConfig}))
+	g.Expect(h.BackupSet(p)).To(Equal([]string{"/etc/existing.conf", "/etc/new/created.conf", KubeadmFlagsPath, KubeletConfig}))
 
-	g.Expect(h.Backup(ctx, "h1", BackupSet(p))).To(Succeed())
+	g.Expect(h.Backup(ctx, "h1", h.BackupSet(p))).To(Succeed())
 	g.Expect(h.WriteFiles(ctx, p.Files)).To(Succeed())
 	g.Expect(h.KubeletFlags(ctx, []protocol.Arg{{Name: "v", Value: "4"}, {Name: "max-pods", Value: "50"}})).To(Succeed())
 	// A repeated backup (crash, resume) must keep the pre-change copies.
-	g.Expect(h.Backup(ctx, "h1", BackupSet(p))).To(Succeed())
+	g.Expect(h.Backup(ctx, "h1", h.BackupSet(p))).To(Succeed())
 
 	g.Expect(read(t, root, "/etc/existing.conf")).To(Equal("new\n"))
 	info, err := os.Stat(filepath.Join(root, "/etc/existing.conf"))
@@ -174,4 +175,45 @@ func TestMergeKubeletFlags(t *testing.T) {
 			g.Expect(MergeKubeletFlags(tt.env, tt.args)).To(Equal(tt.want))
 		})
 	}
+}
+
+func TestUsersAndNTP(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	root := t.TempDir()
+	write(t, root, "/etc/passwd", "root:x:0:0::/root:/bin/sh\nops:x:1000:1000::/srv/ops:/bin/sh\n", 0o644)
+	g.Expect(os.MkdirAll(filepath.Join(root, chronyConfDir), 0o755)).To(Succeed())
+	r := &backendtest.Runner{}
+	r.On("useradd", "", nil).On("usermod", "", nil).On("systemctl", "", nil)
+	h := &Host{Root: root, Runner: r}
+	yes := true
+	users, _ := json.Marshal([]User{
+		{Name: "ops", Shell: "/bin/bash", Sudo: "ALL=(ALL) NOPASSWD:ALL", SSHAuthorizedKeys: []string{"ssh-ed25519 AAAA ops"}},
+		{Name: "deploy", Groups: "docker,wheel", Passwd: "$6$hash", LockPassword: &yes},
+	})
+	ntp := json.RawMessage(`{"servers":["time1.example.com","time2.example.com"],"enabled":true}`)
+	p := protocol.NewPlan("n1")
+	p.Kubernetes = protocol.KubernetesPlan{Role: protocol.RoleWorker, Version: "v1.36.0", Action: protocol.KubeadmNone}
+	p.Users, p.NTP = users, ntp
+	g.Expect(h.BackupSet(p)).To(Equal([]string{"/etc/passwd", "/etc/shadow", "/etc/group", "/etc/gshadow",
+		"/etc/sudoers.d/90-capi-inplace-ops", "/srv/ops/.ssh/authorized_keys", chronyConf, KubeadmFlagsPath, KubeletConfig}))
+
+	g.Expect(h.ApplyUsers(ctx, users)).To(Succeed())
+	g.Expect(r.Calls()).To(Equal([]string{
+		"usermod -s /bin/bash ops",
+		"useradd -m -G docker,wheel -p $6$hash deploy",
+		"usermod -L deploy",
+	}))
+	g.Expect(read(t, root, "/etc/sudoers.d/90-capi-inplace-ops")).To(Equal("ops ALL=(ALL) NOPASSWD:ALL\n"))
+	g.Expect(read(t, root, "/srv/ops/.ssh/authorized_keys")).To(Equal("ssh-ed25519 AAAA ops\n"))
+
+	g.Expect(h.ApplyNTP(ctx, ntp)).To(Succeed())
+	g.Expect(read(t, root, chronyConf)).To(ContainSubstring("server time1.example.com iburst\nserver time2.example.com iburst\n"))
+	g.Expect(r.Calls()[len(r.Calls())-1]).To(Equal("systemctl restart chrony"))
+
+	g.Expect(NTPEnabled(json.RawMessage(`{"servers":["a"],"enabled":false}`))).To(BeFalse())
+	_, err := DecodeUsers(json.RawMessage(`[{"name":"bad:name"}]`))
+	g.Expect(err).To(HaveOccurred())
+	err = (&Host{Root: t.TempDir(), Runner: r}).ApplyNTP(ctx, ntp)
+	g.Expect(err).To(MatchError(ContainSubstring("no supported NTP client")))
 }

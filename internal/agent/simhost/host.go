@@ -86,6 +86,7 @@ func (h *Host) Init(ctx context.Context, o Options) error {
 		".sim/boots":                         "1\n",
 		"etc/passwd":                         "root:x:0:0:root:/root:/bin/sh\n",
 		"etc/group":                          "root:x:0:\n",
+		"etc/chrony/conf.d/README":           "chrony drop-ins\n",
 		"var/lib/capi-inplace-sim/README.md": "Simulated node; see internal/agent/simhost.\n",
 	}
 	if o.ControlPlane {

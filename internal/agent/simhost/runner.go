@@ -37,6 +37,8 @@ func (r runner) Run(ctx context.Context, c backend.Command) (backend.Result, err
 		out, err = h.etcdctl(c.Args)
 	case "etcdutl":
 		out, err = h.etcdutl(c.Args)
+	case "useradd", "usermod":
+		out, err = h.user(filepath.Base(c.Name), c.Args)
 	default:
 		c.Dir = h.Root
 		c.Env = append(c.Env, "CAPI_INPLACE_HOST_ROOT="+h.Root)
@@ -129,6 +131,8 @@ func (h *Host) systemctl(args []string) (string, error) {
 	switch strings.Join(args, " ") {
 	case "daemon-reload":
 		return "", nil
+	case "restart chrony", "restart systemd-timesyncd":
+		return "", nil
 	case "restart kubelet":
 		if err := writeFile(h.simPath("kubelet-running"), []byte(h.BinaryVersion("kubelet")+"\n")); err != nil {
 			return "", err
@@ -178,4 +182,55 @@ func (h *Host) etcdutl(args []string) (string, error) {
 		return "", nil
 	}
 	return "", fmt.Errorf("simulated etcdutl: unsupported arguments %q", strings.Join(args, " "))
+}
+
+// user emulates useradd and usermod on <root>/etc/passwd (name, home, shell,
+// gecos); other flags are accepted and recorded in commands.log only.
+func (h *Host) user(tool string, args []string) (string, error) {
+	if len(args) == 0 {
+		return "", fmt.Errorf("%s: no user name", tool)
+	}
+	name := args[len(args)-1]
+	flags := map[string]string{}
+	for i := 0; i < len(args)-1; i++ {
+		if strings.HasPrefix(args[i], "-") && args[i] != "-m" && args[i] != "-L" && i+1 < len(args)-1 {
+			flags[args[i]] = args[i+1]
+			i++
+		}
+	}
+	raw, err := os.ReadFile(h.path("etc/passwd"))
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", tool, err)
+	}
+	lines := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
+	idx, maxUID := -1, 999
+	for i, l := range lines {
+		f := strings.Split(l, ":")
+		if f[0] == name {
+			idx = i
+		}
+		if len(f) > 2 {
+			if uid, err := strconv.Atoi(f[2]); err == nil && uid > maxUID && uid < 60000 {
+				maxUID = uid
+			}
+		}
+	}
+	switch {
+	case tool == "useradd" && idx >= 0:
+		return "", fmt.Errorf("useradd: user '%s' already exists", name)
+	case tool == "usermod" && idx < 0:
+		return "", fmt.Errorf("usermod: user '%s' does not exist", name)
+	case tool == "useradd":
+		uid := strconv.Itoa(maxUID + 1)
+		lines = append(lines, strings.Join([]string{name, "x", uid, uid, "", "/home/" + name, "/bin/sh"}, ":"))
+		idx = len(lines) - 1
+	}
+	f := strings.Split(lines[idx], ":")
+	for flag, field := range map[string]int{"-c": 4, "-d": 5, "-s": 6} {
+		if v, ok := flags[flag]; ok {
+			f[field] = v
+		}
+	}
+	lines[idx] = strings.Join(f, ":")
+	return "", writeFile(h.path("etc/passwd"), []byte(strings.Join(lines, "\n")+"\n"))
 }

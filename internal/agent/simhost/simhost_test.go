@@ -42,7 +42,7 @@ func TestKubernetesLayerOnTheSimulatedHost(t *testing.T) {
 	g.Expect(err).To(MatchError(ContainSubstring(`Specified version to upgrade to "v1.36.0" is higher than the kubeadm version "v1.35.2"`)))
 
 	g.Expect(k.EtcdSnapshot(ctx, "h1")).To(Succeed())
-	g.Expect(k.Backup(ctx, "h1", kube.BackupSet(&protocol.NodePlan{Kubernetes: plan}))).To(Succeed())
+	g.Expect(k.Backup(ctx, "h1", k.BackupSet(&protocol.NodePlan{Kubernetes: plan}))).To(Succeed())
 	g.Expect(k.InstallBinaries(ctx, "v1.36.0")).To(Succeed())
 	g.Expect(k.KubeadmUpgrade(ctx, plan)).To(Succeed())
 	img, _ := h.manifestImage("kube-apiserver")

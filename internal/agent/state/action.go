@@ -1,6 +1,8 @@
 package state
 
 import (
+	"encoding/json"
+
 	"github.com/capi-inplace/capi-inplace/internal/backend"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
@@ -26,6 +28,10 @@ const (
 	ActBackupFiles ActionName = "backup-files"
 	// ActWriteFiles writes the plan's files atomically.
 	ActWriteFiles ActionName = "write-files"
+	// ActApplyUsers creates or updates the KubeadmConfig users.
+	ActApplyUsers ActionName = "apply-users"
+	// ActApplyNTP configures the host's NTP client.
+	ActApplyNTP ActionName = "apply-ntp"
 	// ActKubeletConfig writes the kubelet extra args (kubeadm-flags.env).
 	ActKubeletConfig ActionName = "kubelet-config"
 	// ActInstallBinaries makes sure kubeadm and kubelet of the target version are on
@@ -77,6 +83,8 @@ type Spec struct {
 	Version      string                 `json:"version,omitempty"`
 	Files        bool                   `json:"files,omitempty"`
 	KubeletArgs  bool                   `json:"kubeletArgs,omitempty"`
+	Users        bool                   `json:"users,omitempty"`
+	NTP          bool                   `json:"ntp,omitempty"`
 	OS           bool                   `json:"os,omitempty"`
 	Caps         backend.Capabilities   `json:"caps"`
 }
@@ -90,6 +98,8 @@ func SpecFor(p *protocol.NodePlan, caps backend.Capabilities) Spec {
 		Version:      p.Kubernetes.Version,
 		Files:        len(p.Files) > 0,
 		KubeletArgs:  len(p.KubeletExtraArgs) > 0,
+		Users:        len(p.Users) > 0 && string(p.Users) != "null" && string(p.Users) != "[]",
+		NTP:          ntpEnabled(p.NTP),
 		OS:           p.OS != nil,
 		Caps:         caps,
 	}
@@ -113,11 +123,17 @@ func Derive(s Spec) []Action {
 		}
 		names = append(names, ActBackendVerify)
 	}
-	if s.Files || s.KubeletArgs || s.kubeadm() {
+	if s.Files || s.Users || s.NTP || s.KubeletArgs || s.kubeadm() {
 		names = append(names, ActBackupFiles)
 	}
 	if s.Files {
 		names = append(names, ActWriteFiles)
+	}
+	if s.Users {
+		names = append(names, ActApplyUsers)
+	}
+	if s.NTP {
+		names = append(names, ActApplyNTP)
 	}
 	if s.KubeletArgs {
 		names = append(names, ActKubeletConfig)
@@ -155,7 +171,7 @@ func DeriveRollback(s Spec, forward []Action, failed ActionName) []Action {
 		}
 	}
 	var names []ActionName
-	restoreFiles := started[ActWriteFiles] || started[ActKubeletConfig] || started[ActInstallBinaries] ||
+	restoreFiles := started[ActWriteFiles] || started[ActApplyUsers] || started[ActApplyNTP] || started[ActKubeletConfig] || started[ActInstallBinaries] ||
 		started[ActKubeadmUpgrade] || started[ActRestartKubelet]
 	if restoreFiles {
 		names = append(names, ActRestoreFiles)
@@ -171,7 +187,9 @@ func DeriveRollback(s Spec, forward []Action, failed ActionName) []Action {
 	if reboot {
 		names = append(names, ActReboot)
 	}
-	if restoreFiles && !reboot {
+	kubelet := started[ActWriteFiles] || started[ActKubeletConfig] || started[ActInstallBinaries] ||
+		started[ActKubeadmUpgrade] || started[ActRestartKubelet]
+	if restoreFiles && kubelet && !reboot {
 		names = append(names, ActRestartKubelet)
 	}
 	out := make([]Action, len(names))
@@ -193,4 +211,16 @@ func phaseOf(n ActionName) protocol.Phase {
 	default:
 		return protocol.PhaseApplying
 	}
+}
+
+// ntpEnabled mirrors kube.NTPEnabled: servers given and not disabled.
+func ntpEnabled(raw json.RawMessage) bool {
+	var n struct {
+		Servers []string `json:"servers"`
+		Enabled *bool    `json:"enabled"`
+	}
+	if len(raw) == 0 || json.Unmarshal(raw, &n) != nil {
+		return false
+	}
+	return (n.Enabled == nil || *n.Enabled) && len(n.Servers) > 0
 }

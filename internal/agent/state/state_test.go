@@ -46,6 +46,7 @@ func TestDerive(t *testing.T) {
 		{"worker, snapshot flag ignored (no etcd on workers)", Spec{EtcdSnapshot: true, Kubeadm: protocol.KubeadmNone, Files: true}, []ActionName{ActBackupFiles, ActWriteFiles, ActGates}},
 		{"OS live-applied, no reboot", Spec{Kubeadm: protocol.KubeadmNone, OS: true, Caps: backend.Capabilities{SupportsRollback: true}}, []ActionName{ActBackendStage, ActBackendActivate, ActBackendVerify, ActGates, ActBackendCommit}},
 		{"kubelet args only", Spec{Kubeadm: protocol.KubeadmNone, KubeletArgs: true}, []ActionName{ActBackupFiles, ActKubeletConfig, ActRestartKubelet, ActGates}},
+		{"users and NTP", Spec{Kubeadm: protocol.KubeadmNone, Users: true, NTP: true}, []ActionName{ActBackupFiles, ActApplyUsers, ActApplyNTP, ActGates}},
 		{"nothing to change still gates", Spec{Kubeadm: protocol.KubeadmNone}, []ActionName{ActGates}},
 	}
 	for _, tt := range tests {
@@ -92,6 +93,7 @@ func TestDeriveRollback(t *testing.T) {
 		{"commit fails", cpFull, ActBackendCommit, []ActionName{ActRestoreFiles, ActRestoreEtcd, ActBackendRollback, ActReboot}},
 		{"worker gates fail: files, kubelet restart", workerK8s, ActGates, []ActionName{ActRestoreFiles, ActRestartKubelet}},
 		{"worker write-files fails: restore, restart", Spec{Kubeadm: protocol.KubeadmNone, Files: true}, ActWriteFiles, []ActionName{ActRestoreFiles, ActRestartKubelet}},
+		{"apply-users fails: restore passwd and friends", Spec{Kubeadm: protocol.KubeadmNone, Users: true, NTP: true}, ActApplyUsers, []ActionName{ActRestoreFiles}},
 		{"worker backup fails: nothing changed", workerK8s, ActBackupFiles, []ActionName{}},
 	}
 	_ = full
