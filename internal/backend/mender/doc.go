@@ -11,8 +11,12 @@
 //
 // Steps: `mender install` writes the inactive partition and points the
 // bootloader at it on trial in one step, so it cannot be a Stage: CanStage is
-// false, Stage only verifies, and Activate installs. Verify compares
-// `mender show-artifact` with the Artifact name; Commit is `mender commit`
+// false, Stage only verifies, and Activate installs. Verify accepts the
+// Artifact name from `mender show-artifact` (which Mender updates only on
+// commit) or, before commit, Mender's own rule for the running partition: the
+// trial is armed (upgrade_available=1, cleared by the bootloader when it falls
+// back) and the root in `mount` is the partition mender_boot_part names.
+// Commit is `mender commit`
 // (which ends the trial; exit 2 "nothing to commit" means already committed);
 // Rollback is `mender rollback` (exit 2 means there is no update in progress,
 // so nothing to undo).

@@ -31,6 +31,9 @@ type Options struct {
 	Config, DataDir string
 	// VerifyKey is the public key Artifacts must be signed with (mender-artifact validate -k).
 	VerifyKey string
+	// PrintenvPath reads the bootloader environment Mender uses: "fw_printenv"
+	// (U-Boot, the default) or "grub-mender-grubenv-print" (GRUB).
+	PrintenvPath string
 	// StateDir remembers Artifact names across reboots; required.
 	StateDir string
 	// HostRoot is where the host's root is mounted in the agent's view; the
@@ -58,6 +61,9 @@ func New(o Options) (*Backend, error) {
 	}
 	if o.ArtifactToolPath == "" {
 		o.ArtifactToolPath = "mender-artifact"
+	}
+	if o.PrintenvPath == "" {
+		o.PrintenvPath = "fw_printenv"
 	}
 	return &Backend{o: o}, nil
 }
@@ -180,14 +186,27 @@ func (b *Backend) Stage(ctx context.Context, a backend.Artifact) error {
 }
 
 // Activate implements backend.Backend: install into the inactive partition,
-// which also makes it the next boot on trial.
+// which also makes it the next boot on trial. A marker in StateDir, written
+// after a successful install, keeps a repeated Activate (after a crash or
+// after the reboot, before commit) from installing over the other partition.
 func (b *Backend) Activate(ctx context.Context, a backend.Artifact) error {
 	name, err := b.artifactName(ctx, a)
 	if err != nil {
 		return fmt.Errorf("activate %s: %w", a.Ref, err)
 	}
 	if cur, err := b.current(ctx); err == nil && cur == name {
-		return nil // already running it
+		return nil // committed and running
+	}
+	hex, _ := a.DigestHex()
+	marker := filepath.Join(b.o.StateDir, "mender-"+hex+".installed")
+	if _, err := os.Stat(marker); err == nil {
+		env, err := b.bootEnv(ctx)
+		if err != nil {
+			return fmt.Errorf("activate %s: %w", a.Ref, err)
+		}
+		if env["upgrade_available"] == "1" {
+			return nil // installed and on trial, before or after the reboot
+		}
 	}
 	// The file is checked again right before it is written: it may have changed since Stage.
 	if _, err := b.verify(ctx, a); err != nil {
@@ -196,10 +215,17 @@ func (b *Backend) Activate(ctx context.Context, a backend.Artifact) error {
 	if _, err := b.client(ctx, "install", a.Ref); err != nil {
 		return fmt.Errorf("activate %s: %w", a.Ref, err)
 	}
+	if err := writeFileAtomic(marker, []byte(name)); err != nil {
+		return fmt.Errorf("activate %s: record install: %w", a.Ref, err)
+	}
 	return nil
 }
 
-// Verify implements backend.Backend.
+// Verify implements backend.Backend. Mender records the new Artifact name only
+// on commit, so before it the running image is recognised the way Mender
+// itself does: the trial is still armed (upgrade_available=1; the bootloader
+// clears it when it falls back) and the mounted root is the partition
+// mender_boot_part points at.
 func (b *Backend) Verify(ctx context.Context, a backend.Artifact) error {
 	name, err := b.artifactName(ctx, a)
 	if err != nil {
@@ -209,10 +235,65 @@ func (b *Backend) Verify(ctx context.Context, a backend.Artifact) error {
 	if err != nil {
 		return err
 	}
-	if cur != name {
-		return fmt.Errorf("%w: running artifact %q, want %q", backend.ErrVerifyFailed, cur, name)
+	if cur == name {
+		return nil
+	}
+	env, err := b.bootEnv(ctx)
+	if err != nil {
+		return err
+	}
+	root, err := b.mountedRoot(ctx)
+	if err != nil {
+		return err
+	}
+	if err := trialBooted(env, root); err != nil {
+		return fmt.Errorf("%w: running artifact %q, want %q: %w", backend.ErrVerifyFailed, cur, name, err)
 	}
 	return nil
+}
+
+// trialBooted decides, from the bootloader environment and the mounted root,
+// whether the uncommitted update is what runs (Mender's own matching rule: the
+// root device name ends with mender_boot_part).
+func trialBooted(env map[string]string, root string) error {
+	part := env["mender_boot_part"]
+	switch {
+	case env["upgrade_available"] != "1":
+		return errors.New("no update on trial (upgrade_available is not 1): the bootloader fell back or nothing was installed")
+	case part == "" || root == "":
+		return fmt.Errorf("cannot tell the running partition (mender_boot_part=%q, root=%q)", part, root)
+	case !strings.HasSuffix(root, part):
+		return fmt.Errorf("root %s is not partition %s: not rebooted into the update yet", root, part)
+	}
+	return nil
+}
+
+func (b *Backend) bootEnv(ctx context.Context) (map[string]string, error) {
+	res, err := b.o.Runner.Run(ctx, backend.Command{Name: b.o.PrintenvPath, Args: []string{"mender_boot_part", "upgrade_available"}})
+	if err != nil {
+		return nil, fmt.Errorf("read bootloader environment: %w", err)
+	}
+	env := map[string]string{}
+	for _, line := range strings.Split(string(res.Stdout), "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), "="); ok {
+			env[k] = v
+		}
+	}
+	return env, nil
+}
+
+// mountedRoot reads the device mounted on / from `mount`, as Mender does.
+func (b *Backend) mountedRoot(ctx context.Context) (string, error) {
+	res, err := b.o.Runner.Run(ctx, backend.Command{Name: "mount"})
+	if err != nil {
+		return "", fmt.Errorf("read mounts: %w", err)
+	}
+	for _, line := range strings.Split(string(res.Stdout), "\n") {
+		if f := strings.Fields(line); len(f) >= 3 && f[1] == "on" && f[2] == "/" {
+			return f[0], nil
+		}
+	}
+	return "", nil
 }
 
 // nothingInProgress recognises exit 2 of commit/rollback.
@@ -234,10 +315,14 @@ func (b *Backend) Commit(ctx context.Context, a backend.Artifact) error {
 
 // Rollback implements backend.Backend.
 func (b *Backend) Rollback(ctx context.Context, a backend.Artifact) error {
-	if _, err := a.DigestHex(); err != nil {
+	hex, err := a.DigestHex()
+	if err != nil {
 		return err
 	}
 	if _, err := b.client(ctx, "rollback"); err != nil && !nothingInProgress(err) {
+		return fmt.Errorf("rollback: %w", err)
+	}
+	if err := os.Remove(filepath.Join(b.o.StateDir, "mender-"+hex+".installed")); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("rollback: %w", err)
 	}
 	return nil

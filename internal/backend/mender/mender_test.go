@@ -3,7 +3,6 @@ package mender
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,72 +35,6 @@ func testdata(t *testing.T, name string) string {
 	return string(b)
 }
 
-// client models the Mender client's standalone state machine (install writes
-// the inactive partition and arms the trial, commit ends it, rollback undoes
-// it) and answers in the recorded output formats. mender-artifact is real.
-type client struct {
-	running, pending string // artifact names
-	previous         string
-	booted           bool // the pending artifact was booted (after reboot)
-	calls            []string
-	real             backend.Runner
-	readNames        func(path string) string
-}
-
-func exitErr(c backend.Command, code int, stderr string) (backend.Result, error) {
-	res := backend.Result{ExitCode: code, Stderr: []byte(stderr)}
-	return res, &backend.CommandError{Command: c, Result: res, Err: fmt.Errorf("exit status %d", code)}
-}
-
-func (m *client) Run(ctx context.Context, c backend.Command) (backend.Result, error) {
-	if c.Name != "mender" {
-		return m.real.Run(ctx, c)
-	}
-	m.calls = append(m.calls, c.String())
-	verb := c.Args[len(c.Args)-1]
-	if len(c.Args) >= 2 && c.Args[len(c.Args)-2] == "install" {
-		verb = "install"
-	}
-	switch verb {
-	case "show-artifact":
-		return backend.Result{Stdout: []byte(m.running + "\n")}, nil
-	case "install":
-		m.pending, m.booted = m.readNames(c.Args[len(c.Args)-1]), false
-		return backend.Result{Stdout: []byte("Installing Artifact of size 71168...\nUse 'commit' to update, or 'rollback' to roll back the update.\nAt least one payload requested a reboot of the device it updated.\n")}, nil
-	case "commit":
-		if m.pending == "" || !m.booted {
-			return exitErr(c, 2, recorded("commit-nothing.stderr"))
-		}
-		m.pending, m.booted = "", false
-		return backend.Result{}, nil
-	case "rollback":
-		if m.pending == "" {
-			return exitErr(c, 2, recorded("commit-nothing.stderr"))
-		}
-		if m.booted {
-			m.running = m.previous
-		}
-		m.pending, m.booted = "", false
-		return backend.Result{}, nil
-	}
-	return exitErr(c, 1, "unknown command")
-}
-
-// reboot boots the pending artifact, as U-Boot does with upgrade_available=1.
-func (m *client) reboot() {
-	if m.pending != "" && !m.booted {
-		m.previous, m.running, m.booted = m.running, m.pending, true
-	}
-}
-
-func recorded(name string) string {
-	b, err := os.ReadFile(filepath.Join("testdata", name))
-	if err != nil {
-		return "missing testdata " + name
-	}
-	return string(b)
-}
-
 func write(t *testing.T, path string, data []byte) {
 	t.Helper()
 	if err := os.WriteFile(path, data, 0o644); err != nil {
@@ -127,65 +60,6 @@ func artifact(t *testing.T, dir, name string, signKey string) backend.Artifact {
 		t.Fatal(err)
 	}
 	return backend.Artifact{Ref: out, Digest: d}
-}
-
-func setup(t *testing.T, o Options) (*client, *Backend, string) {
-	t.Helper()
-	needTool(t, "mender-artifact")
-	dir := t.TempDir()
-	m := &client{running: "release-1", real: backend.ExecRunner{}}
-	m.readNames = func(p string) string { return strings.TrimSuffix(filepath.Base(p), ".mender") }
-	o.Runner, o.StateDir = m, filepath.Join(dir, "state")
-	b, err := New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m, b, dir
-}
-
-func TestStageActivateVerifyCommit(t *testing.T) {
-	g := NewWithT(t)
-	ctx := context.Background()
-	m, b, dir := setup(t, Options{})
-	a := artifact(t, dir, "release-2", "")
-	for range 2 {
-		g.Expect(b.Stage(ctx, a)).To(Succeed())
-	}
-	g.Expect(m.calls).To(BeEmpty(), "stage does not touch the client")
-	for range 2 {
-		g.Expect(b.Activate(ctx, a)).To(Succeed())
-	}
-	g.Expect(m.pending).To(Equal("release-2"))
-	g.Expect(b.Verify(ctx, a)).To(MatchError(backend.ErrVerifyFailed))
-	m.reboot()
-	g.Expect(b.Verify(ctx, a)).To(Succeed())
-	g.Expect(b.Activate(ctx, a)).To(Succeed(), "already running: no second install")
-	for range 2 {
-		g.Expect(b.Commit(ctx, a)).To(Succeed(), "exit 2 'nothing to commit' on the repeat is success")
-	}
-	g.Expect(m.pending).To(BeEmpty())
-	g.Expect(strings.Join(m.calls, "\n")).To(ContainSubstring("mender --no-syslog install " + a.Ref))
-	st, err := b.Status(ctx)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(st.Booted).To(Equal("release-2"))
-}
-
-func TestFailedVerifyRollsBack(t *testing.T) {
-	g := NewWithT(t)
-	ctx := context.Background()
-	m, b, dir := setup(t, Options{Config: "/etc/mender/mender.conf", DataDir: "/var/lib/mender"})
-	a := artifact(t, dir, "release-2", "")
-	g.Expect(b.Stage(ctx, a)).To(Succeed())
-	g.Expect(b.Activate(ctx, a)).To(Succeed())
-	m.reboot()
-	m.running = "release-1" // the new partition did not come up: the bootloader fell back
-	g.Expect(b.Verify(ctx, a)).To(MatchError(backend.ErrVerifyFailed))
-	g.Expect(b.Commit(ctx, a)).To(MatchError(backend.ErrVerifyFailed), "never commit the wrong image")
-	for range 2 {
-		g.Expect(b.Rollback(ctx, a)).To(Succeed())
-	}
-	g.Expect(m.pending).To(BeEmpty())
-	g.Expect(m.calls).To(ContainElement("mender --no-syslog --config /etc/mender/mender.conf --data /var/lib/mender rollback"))
 }
 
 func TestRealArtifactToolRefusesBeforeChanging(t *testing.T) {
@@ -218,20 +92,23 @@ func TestRealArtifactToolRefusesBeforeChanging(t *testing.T) {
 			if tt.opts != nil {
 				o = tt.opts(keys)
 			}
-			m, b, dir := setup(t, o)
-			a := tt.mutate(t, dir, artifact(t, dir, "release-2", ""))
+			d := newDevice(t)
+			b := d.backend(t, o)
+			a := tt.mutate(t, d.dir, artifact(t, d.dir, "release-2", ""))
+			envBefore := d.env(t)
 			g.Expect(b.Stage(context.Background(), a)).To(MatchError(backend.ErrArtifactRefused))
 			g.Expect(b.Activate(context.Background(), a)).To(MatchError(backend.ErrArtifactRefused))
-			g.Expect(m.calls).NotTo(ContainElement(ContainSubstring("install")), "nothing is installed")
-			g.Expect(m.pending).To(BeEmpty())
+			g.Expect(d.slotB(t)).To(Equal(make([]byte, slotSize)), "the inactive partition is untouched")
+			g.Expect(d.env(t)).To(Equal(envBefore), "the bootloader environment is untouched")
 		})
 	}
 	t.Run("signed artifact with the right key is accepted", func(t *testing.T) {
 		g := NewWithT(t)
 		needTool(t, "mender-artifact", "openssl")
 		keys := makeKeys(t)
-		_, b, dir := setup(t, Options{VerifyKey: filepath.Join(keys, "public.pem")})
-		a := artifact(t, dir, "release-2", filepath.Join(keys, "private.pem"))
+		d := newDevice(t)
+		b := d.backend(t, Options{VerifyKey: filepath.Join(keys, "public.pem")})
+		a := artifact(t, d.dir, "release-2", filepath.Join(keys, "private.pem"))
 		g.Expect(b.Stage(context.Background(), a)).To(Succeed())
 	})
 }
@@ -258,6 +135,11 @@ func TestParseArtifactName(t *testing.T) {
 	g.Expect(name).To(Equal("release-2"))
 	_, err = parseArtifactName("garbage")
 	g.Expect(err).To(HaveOccurred())
-	g.Expect(nothingInProgress(&backend.CommandError{Result: backend.Result{ExitCode: 2}, Err: errors.New("exit status 2")})).To(BeTrue())
+	g.Expect(trialBooted(map[string]string{"mender_boot_part": "3", "upgrade_available": "1"}, "/dev/mmcblk0p3")).To(Succeed())
+	g.Expect(trialBooted(map[string]string{"mender_boot_part": "3", "upgrade_available": "1"}, "/dev/mmcblk0p2")).To(MatchError(ContainSubstring("not rebooted")))
+	g.Expect(trialBooted(map[string]string{"mender_boot_part": "2", "upgrade_available": "0"}, "/dev/mmcblk0p2")).To(MatchError(ContainSubstring("fell back")))
+	commitNothing := testdata(t, "commit-nothing.stderr")
+	g.Expect(commitNothing).To(ContainSubstring("There is nothing to commit"))
+	g.Expect(nothingInProgress(&backend.CommandError{Result: backend.Result{ExitCode: 2, Stderr: []byte(commitNothing)}, Err: errors.New("exit status 2")})).To(BeTrue())
 	g.Expect(nothingInProgress(&backend.CommandError{Result: backend.Result{ExitCode: 1}, Err: errors.New("exit status 1")})).To(BeFalse())
 }
