@@ -17,6 +17,7 @@ need swupdate swupdate            # backend/swupdate
 need fw_setenv libubootenv-tool   # U-Boot environment in a file (swupdate A/B switching)
 need mender mender-client         # backend/mender (client 3.x)
 need mender-artifact mender-artifact
+need losetup mount                # loop devices as Mender A/B partitions
 
 if [[ ${#packages[@]} -eq 0 ]]; then
 	exit 0

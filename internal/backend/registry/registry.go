@@ -76,6 +76,9 @@ type MenderConfig struct {
 	Config    string `json:"config,omitempty"`
 	DataDir   string `json:"dataDir,omitempty"`
 	VerifyKey string `json:"verifyKey,omitempty"`
+	// Printenv reads the bootloader environment: "fw_printenv" (default) or
+	// "grub-mender-grubenv-print".
+	Printenv string `json:"printenv,omitempty"`
 }
 
 // PackagesConfig configures the packages backend.
@@ -159,7 +162,7 @@ func Build(ctx context.Context, cfg Config, env Env) map[string]backend.Backend 
 	}
 	if c := cfg.Mender; c != nil {
 		b, err := mender.New(mender.Options{Runner: env.Runner, ClientPath: c.Client, Config: c.Config, DataDir: c.DataDir,
-			VerifyKey: c.VerifyKey, StateDir: state(mender.Name), HostRoot: env.HostRoot})
+			VerifyKey: c.VerifyKey, PrintenvPath: c.Printenv, StateDir: state(mender.Name), HostRoot: env.HostRoot})
 		add(mender.Name, b, err)
 	}
 	if c := cfg.Packages; c != nil {
