@@ -1,0 +1,471 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/watch"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/localstack"
+	"github.com/capi-inplace/capi-inplace/internal/singlenode"
+)
+
+// singleNodeLabel marks the namespaces whose KubeadmControlPlanes go through the
+// single-node hold webhook; the webhook's namespaceSelector keeps it away from every
+// other scenario of the shared stack.
+const singleNodeLabel = "e2e.capi-inplace.dev/single-node"
+
+// singleNodeWebhooks remembers, per stack, that the hold webhook is registered.
+var singleNodeWebhooks sync.Map // *localstack.Stack -> error
+
+// registerSingleNodeWebhook registers our extension's hold webhook with the stack's API
+// server (as a deployment's MutatingWebhookConfiguration would), after checking that
+// the extension process serves it.
+func registerSingleNodeWebhook(ctx context.Context, stack *localstack.Stack, ext *localstack.Extension) error {
+	if v, ok := singleNodeWebhooks.Load(stack); ok {
+		if v == nil {
+			return nil
+		}
+		return v.(error)
+	}
+	err := func() error {
+		url := fmt.Sprintf("https://127.0.0.1:%d%s", ext.Port, singlenode.DefaultWebhookPath)
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(ext.Cert.CAPEM)
+		hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+		resp, err := hc.Post(url, "application/json", bytes.NewReader([]byte(`{}`)))
+		if err != nil {
+			return fmt.Errorf("probe %s: %w", url, err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode == http.StatusNotFound {
+			return fmt.Errorf("the extension does not serve %s (HTTP 404): wire singlenode.SetupWithManager into `capi-inplace extension` with WebhookServer set to the hook server", singlenode.DefaultWebhookPath)
+		}
+		hook := singlenode.MutatingWebhook(admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ext.Cert.CAPEM})
+		hook.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{singleNodeLabel: "true"}}
+		cfg := &admissionregistrationv1.MutatingWebhookConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Name: "capi-inplace-single-node"},
+			Webhooks:   []admissionregistrationv1.MutatingWebhook{hook},
+		}
+		if err := stack.Client.Create(ctx, cfg); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create MutatingWebhookConfiguration: %w", err)
+		}
+		return nil
+	}()
+	if err != nil {
+		singleNodeWebhooks.Store(stack, err)
+	} else {
+		singleNodeWebhooks.Store(stack, nil)
+	}
+	return err
+}
+
+// newSingleNodeScenario is a scenario on stack (the shared one when nil) served by
+// our extension ext, whose namespace goes through the hold webhook.
+func newSingleNodeScenario(t *testing.T, stack *localstack.Stack, ext *localstack.Extension, ns string) *scenario {
+	t.Helper()
+	var s *scenario
+	if stack == nil {
+		s = newScenario(t, ns, extOurs)
+	} else {
+		s = &scenario{t: t, ctx: suite.ctx, ns: ns, stack: stack, start: time.Now()}
+		if err := stack.CreateNamespace(s.ctx, ns, map[string]string{extensionLabel: extOurs}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			s.dump()
+			t.Logf("EVIDENCE %s: scenario wall time %s", t.Name(), time.Since(s.start).Round(time.Second))
+		})
+	}
+	if err := registerSingleNodeWebhook(s.ctx, s.stack, ext); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.stack.CreateNamespace(s.ctx, ns, map[string]string{singleNodeLabel: "true"}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// createSingleNodeClass creates our ClusterClass with its KubeadmControlPlaneTemplate at
+// KCP's default rollout (maxSurge 1): KCP refuses maxSurge 0 below three replicas, so a
+// single-node ClusterClass cluster has maxSurge 1, and the proof is that no Machine is
+// created anyway. (The template is immutable, so it is replaced before first use.)
+func (s *scenario) createSingleNodeClass(class string) {
+	s.t.Helper()
+	if err := s.stack.CreateClusterClass(s.ctx, s.ns, class); err != nil {
+		s.t.Fatal(err)
+	}
+	tmpl := &unstructured.Unstructured{}
+	tmpl.SetAPIVersion(controlplanev1.GroupVersion.String())
+	tmpl.SetKind("KubeadmControlPlaneTemplate")
+	if err := s.stack.Client.Get(s.ctx, client.ObjectKey{Namespace: s.ns, Name: class + "-control-plane"}, tmpl); err != nil {
+		s.t.Fatal(err)
+	}
+	if err := s.stack.Client.Delete(s.ctx, tmpl); err != nil {
+		s.t.Fatal(err)
+	}
+	unstructured.RemoveNestedField(tmpl.Object, "spec", "template", "spec", "rollout")
+	fresh := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": tmpl.GetAPIVersion(), "kind": tmpl.GetKind(),
+		"metadata": map[string]any{"name": tmpl.GetName(), "namespace": s.ns},
+		"spec":     tmpl.Object["spec"],
+	}}
+	s.eventually(30*time.Second, "KubeadmControlPlaneTemplate recreated", func() error {
+		return s.stack.Client.Create(s.ctx, fresh)
+	})
+}
+
+// optIn annotates the Cluster for the single-node control-plane path.
+func (s *scenario) optIn(cluster string) {
+	s.t.Helper()
+	c := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: cluster}}
+	patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, inplacev1.SingleNodeControlPlaneAnnotation))
+	if err := s.stack.Client.Patch(s.ctx, c, client.RawPatch("application/merge-patch+json", patch)); err != nil {
+		s.t.Fatalf("opt cluster %s in: %v", cluster, err)
+	}
+}
+
+func (s *scenario) kcp(name string) *controlplanev1.KubeadmControlPlane {
+	s.t.Helper()
+	kcp := &controlplanev1.KubeadmControlPlane{}
+	if err := s.stack.Client.Get(s.ctx, client.ObjectKey{Namespace: s.ns, Name: name}, kcp); err != nil {
+		s.t.Fatal(err)
+	}
+	return kcp
+}
+
+// kcpOf returns the name of the cluster's KubeadmControlPlane.
+func (s *scenario) kcpOf(cluster string) string {
+	s.t.Helper()
+	c := &clusterv1.Cluster{}
+	if err := s.stack.Client.Get(s.ctx, client.ObjectKey{Namespace: s.ns, Name: cluster}, c); err != nil {
+		s.t.Fatal(err)
+	}
+	if c.Spec.ControlPlaneRef.Name == "" {
+		s.t.Fatalf("cluster %s has no controlPlaneRef yet", cluster)
+	}
+	return c.Spec.ControlPlaneRef.Name
+}
+
+// kcpWatch records every state of the KubeadmControlPlanes of the namespace: the
+// evidence that KCP never saw the new version unpaused.
+type kcpWatch struct {
+	mu     sync.Mutex
+	states []kcpState
+}
+
+type kcpState struct {
+	at      time.Time
+	version string
+	paused  bool
+	held    bool
+}
+
+func (s *scenario) watchKCPs() *kcpWatch {
+	s.t.Helper()
+	wc, err := client.NewWithWatch(s.stack.Config, client.Options{Scheme: s.stack.Client.Scheme()})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	w, err := wc.Watch(s.ctx, &controlplanev1.KubeadmControlPlaneList{}, client.InNamespace(s.ns))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	kw := &kcpWatch{}
+	go func() {
+		for ev := range w.ResultChan() {
+			kcp, ok := ev.Object.(*controlplanev1.KubeadmControlPlane)
+			if !ok || ev.Type == watch.Deleted {
+				continue
+			}
+			_, paused := kcp.Annotations[clusterv1.PausedAnnotation]
+			_, held := kcp.Annotations[inplacev1.HoldAnnotation]
+			kw.mu.Lock()
+			kw.states = append(kw.states, kcpState{at: time.Now(), version: kcp.Spec.Version, paused: paused, held: held})
+			kw.mu.Unlock()
+		}
+	}()
+	s.t.Cleanup(w.Stop)
+	return kw
+}
+
+// unpausedAt returns the states in which KCP had version but no pause, before the
+// Machines were aligned (alignedAt).
+func (w *kcpWatch) unpausedAt(version string, alignedAt time.Time) []kcpState {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []kcpState
+	for _, st := range w.states {
+		if st.version == version && !st.paused && st.at.Before(alignedAt) {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+func (w *kcpWatch) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.states)
+}
+
+// waitReleased waits until the KCP carries no hold and no pause.
+func (s *scenario) waitReleased(kcpName string, timeout time.Duration) {
+	s.t.Helper()
+	s.eventually(timeout, "KubeadmControlPlane "+kcpName+" released", func() error {
+		kcp := s.kcp(kcpName)
+		if _, ok := kcp.Annotations[inplacev1.HoldAnnotation]; ok {
+			return fmt.Errorf("still held (%v)", kcp.Annotations)
+		}
+		if _, ok := kcp.Annotations[clusterv1.PausedAnnotation]; ok {
+			return fmt.Errorf("still paused")
+		}
+		return nil
+	})
+}
+
+// singleNodeClusterClassRound is the ClusterClass scenario on stack (shared when nil):
+// one control-plane node, no workers, spec.topology.version one minor up.
+func singleNodeClusterClassRound(t *testing.T, stack *localstack.Stack, ext *localstack.Extension, ns string) {
+	s := newSingleNodeScenario(t, stack, ext, ns)
+	const cluster, class = "sn", "inplace-sn"
+	s.createSingleNodeClass(class)
+	if err := s.stack.CreateCluster(s.ctx, localstack.ClusterSpec{
+		Namespace: s.ns, Name: cluster, Class: class, Version: fromVersion,
+		ControlPlaneReplicas: 1, WorkerReplicas: 0,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s.optIn(cluster)
+	s.waitClusterReady(cluster, 1)
+	agents := s.startAgents(cluster, 1)
+	kcpName := s.kcpOf(cluster)
+	before := machineIDs(s.machines(cluster))
+	watch := s.watchMachines()
+	kcps := s.watchKCPs()
+
+	roundStart := time.Now()
+	s.setTopology(cluster, toVersion, nil)
+	s.logf("changed spec.topology.version %s -> %s on a single control-plane node", fromVersion, toVersion)
+	nodes := s.nodesAt(agents.Kubeconfig(), toVersion)
+	var alignedAt time.Time
+	s.waitRolledOut(cluster, toVersion, 1, false, rolloutTimeout, func(ms []clusterv1.Machine) error {
+		if alignedAt.IsZero() && ms[0].Spec.Version == toVersion {
+			alignedAt = time.Now()
+		}
+		if err := sameMachines(before, ms); err != nil {
+			return err
+		}
+		if err := nodes(); err != nil {
+			return err
+		}
+		kcp := s.kcp(kcpName)
+		if _, held := kcp.Annotations[inplacev1.HoldAnnotation]; held {
+			return fmt.Errorf("KCP still held")
+		}
+		if err := conditionTrue(kcp.Status.Conditions, controlplanev1.KubeadmControlPlaneMachinesUpToDateCondition); err != nil {
+			return fmt.Errorf("KCP: %w", err)
+		}
+		c := &clusterv1.Cluster{}
+		if err := s.stack.Client.Get(s.ctx, client.ObjectKey{Namespace: s.ns, Name: cluster}, c); err != nil {
+			return err
+		}
+		if err := conditionTrue(c.Status.Conditions, clusterv1.ClusterTopologyReconciledCondition); err != nil {
+			return fmt.Errorf("topology upgrade not complete: %w", err)
+		}
+		if kcp.Status.Version != toVersion {
+			return fmt.Errorf("KCP status.version %q", kcp.Status.Version)
+		}
+		return conditionTrue(c.Status.Conditions, inplacev1.InPlaceUpdateCondition)
+	})
+	round := time.Since(roundStart)
+	s.assertNoMachineChurn(watch)
+	if bad := kcps.unpausedAt(toVersion, alignedAt); len(bad) > 0 {
+		t.Fatalf("KCP was observed at %s without the pause before its Machine was aligned: %v", toVersion, bad)
+	}
+	s.logf("EVIDENCE KubeadmControlPlane %s: %d states watched, never at %s unpaused before the Machine was aligned; released afterwards", kcpName, kcps.count(), toVersion)
+	s.logf("EVIDENCE machines kept name and UID: %v", before)
+	vs, _ := s.nodeVersions(s.workloadClient(agents.Kubeconfig()))
+	s.logf("EVIDENCE node kubelet versions: %v", vs)
+	s.logf("EVIDENCE round: single-node ClusterClass in-place round (%s -> %s) took %s", fromVersion, toVersion, round.Round(time.Second))
+}
+
+// TestSingleNodeClusterClassInPlace: a ClusterClass cluster with one control-plane
+// node (KCP maxSurge 1, KCP's minimum below three replicas) and no workers moves
+// spec.topology.version one minor up. No Machine is created at any moment (watched),
+// the Machine keeps name and UID, the Node reports the new kubelet version, KCP was
+// never at the new version unpaused before alignment, and KCP and the Cluster report
+// the control plane up to date and the topology reconciled.
+func TestSingleNodeClusterClassInPlace(t *testing.T) {
+	ext := ourExtension(t)
+	singleNodeClusterClassRound(t, nil, ext, "sn-cc")
+}
+
+// TestSingleNodePlainClusterWithWorkers: a plain cluster, KCP 1 replica plus a
+// MachineDeployment of 2 workers (maxSurge 0, maxUnavailable 1), version one minor up
+// and a files change: the control plane goes in place through the single-node path,
+// the workers through upstream's MachineDeployment in-place path; no Machine is created.
+func TestSingleNodePlainClusterWithWorkers(t *testing.T) {
+	ext := ourExtension(t)
+	s := newSingleNodeScenario(t, nil, ext, "sn-plain")
+	const cluster = "snp"
+	if err := s.stack.CreateCluster(s.ctx, localstack.ClusterSpec{
+		Namespace: s.ns, Name: cluster, Version: fromVersion,
+		ControlPlaneReplicas: 1, WorkerReplicas: 2, MDMaxSurge: 0, MDMaxUnavailable: 1,
+		Files: []localstack.File{{Path: "/etc/capi-inplace-e2e/round", Content: "0"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s.optIn(cluster)
+	s.waitClusterReady(cluster, 3)
+	agents := s.startAgents(cluster, 3)
+	before := machineIDs(s.machines(cluster))
+	watch := s.watchMachines()
+	file := localstack.File{Path: "/etc/capi-inplace-e2e/round", Content: "1"}
+
+	roundStart := time.Now()
+	kcpName := cluster + "-control-plane"
+	kcp := s.kcp(kcpName)
+	base := kcp.DeepCopy()
+	kcp.Spec.Version = toVersion
+	for i := range kcp.Spec.KubeadmConfigSpec.Files {
+		if kcp.Spec.KubeadmConfigSpec.Files[i].Path == file.Path {
+			kcp.Spec.KubeadmConfigSpec.Files[i].Content = file.Content
+		}
+	}
+	if err := s.stack.Client.Patch(s.ctx, kcp, client.MergeFrom(base)); err != nil {
+		t.Fatalf("patch KCP: %v", err)
+	}
+	if _, held := kcp.Annotations[inplacev1.HoldAnnotation]; !held {
+		t.Fatalf("the KCP write that changed the version was not held: %v", kcp.Annotations)
+	}
+	s.logf("EVIDENCE the KCP write that changed version and files came back held: %s=%s", inplacev1.HoldAnnotation, kcp.Annotations[inplacev1.HoldAnnotation])
+	s.waitReleased(kcpName, rolloutTimeout)
+	cpDone := time.Since(roundStart)
+
+	s.setMDVersion(cluster, toVersion)
+	s.setWorkerFiles(cluster, "v2", file)
+	s.waitInPlace(cluster, toVersion, 3, true, before, file, agents)
+	round := time.Since(roundStart)
+	s.assertNoMachineChurn(watch)
+	s.logf("EVIDENCE round: plain single-node control plane + 2 workers (%s -> %s + files) took %s (control plane %s)",
+		fromVersion, toVersion, round.Round(time.Second), cpDone.Round(time.Second))
+}
+
+// TestSingleNodeInPlaceWithGateOff: the same single-node ClusterClass upgrade on a second
+// stack whose managers run with InPlaceUpdates=false: the single-node path does not
+// depend on CAPI calling the in-place hooks.
+func TestSingleNodeInPlaceWithGateOff(t *testing.T) {
+	requireBinary(t)
+	dir := filepath.Join(suite.artifacts, "gate-off")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stack, err := localstack.Start(suite.ctx, localstack.Options{
+		BinDir: suite.stack.BinDir(), ArtifactsDir: dir, Out: os.Stdout,
+		KeepTemp: os.Getenv("E2E_KEEP_TEMP") != "", DisableInPlaceUpdatesGate: true,
+	})
+	if err != nil {
+		t.Fatalf("start the gate-off stack: %v", err)
+	}
+	t.Cleanup(stack.Stop)
+	ext, err := stack.StartExtension(suite.ctx, localstack.OurExtension(stack.BinDir(), "capi-inplace", map[string]string{extensionLabel: extOurs}, nil))
+	if err != nil {
+		t.Fatalf("start our extension on the gate-off stack: %v", err)
+	}
+	t.Logf("EVIDENCE gate-off stack feature gates: %s", localstack.Options{DisableInPlaceUpdatesGate: true}.FeatureGates())
+	singleNodeClusterClassRound(t, stack, ext, "sn-gate-off")
+}
+
+// TestSingleNodeHealthGateFailure: a failing health gate on the only control-plane
+// node. The node is rolled back, no Machine is created or deleted, the Machine stays at
+// the old spec, the cause is visible on the KCP and the Cluster (InPlaceUpdate
+// condition) and in Events, and KCP stays paused at the new spec (released, it would
+// create a surge Machine). Reverting spec.topology.version releases it.
+func TestSingleNodeHealthGateFailure(t *testing.T) {
+	ext := ourExtension(t)
+	s := newSingleNodeScenario(t, nil, ext, "sn-fail")
+	const cluster, class = "snf", "inplace-snf"
+	s.createSingleNodeClass(class)
+	if err := s.stack.CreateCluster(s.ctx, localstack.ClusterSpec{
+		Namespace: s.ns, Name: cluster, Class: class, Version: fromVersion,
+		ControlPlaneReplicas: 1, WorkerReplicas: 0,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s.optIn(cluster)
+	s.waitClusterReady(cluster, 1)
+	agents := s.startAgents(cluster, 1)
+	kcpName := s.kcpOf(cluster)
+	before := machineIDs(s.machines(cluster))
+	watch := s.watchMachines()
+	node := agents.Nodes()[0]
+	if err := writeHostFile(agents, node, ".sim/fail-gate", "etcd-health"); err != nil {
+		t.Fatal(err)
+	}
+	s.logf("armed a failing etcd-health gate on node %s", node)
+
+	s.setTopology(cluster, toVersion, nil)
+	var cause string
+	s.eventually(rolloutTimeout, "the failure reported on the KCP", func() error {
+		kcp := s.kcp(kcpName)
+		if kcp.Annotations[inplacev1.HoldFailedAnnotation] == "" {
+			return fmt.Errorf("no %s yet", inplacev1.HoldFailedAnnotation)
+		}
+		for _, c := range kcp.Status.Conditions {
+			if c.Type == inplacev1.InPlaceUpdateCondition && c.Status == metav1.ConditionFalse && c.Reason == inplacev1.ReasonRolledBack {
+				cause = c.Message
+				return nil
+			}
+		}
+		return fmt.Errorf("no InPlaceUpdate=False/%s condition", inplacev1.ReasonRolledBack)
+	})
+	kcp := s.kcp(kcpName)
+	if _, paused := kcp.Annotations[clusterv1.PausedAnnotation]; !paused {
+		t.Fatal("KCP released with an outdated Machine: it would create a surge Machine")
+	}
+	ms := s.machines(cluster)
+	if err := sameMachines(before, ms); err != nil {
+		t.Fatal(err)
+	}
+	if ms[0].Spec.Version != fromVersion {
+		t.Fatalf("Machine %s aligned to %s after a rollback", ms[0].Name, ms[0].Spec.Version)
+	}
+	if err := s.nodesAt(agents.Kubeconfig(), fromVersion)(); err != nil {
+		t.Fatalf("node not rolled back: %v", err)
+	}
+	ev, err := s.machineEvent(ms[0].Name, inplacev1.EventUpdateRolledBack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.logf("EVIDENCE KCP %s stays paused and held; InPlaceUpdate=False/%s: %s", kcpName, inplacev1.ReasonRolledBack, cause)
+	s.logf("EVIDENCE Machine %s Event %s: %s", ms[0].Name, ev.Reason, ev.Message)
+
+	// The operator reverts the version: every Machine is up to date, the hold goes.
+	if err := os.Remove(filepath.Join(agents.HostRoot(node), ".sim", "fail-gate")); err != nil {
+		t.Fatal(err)
+	}
+	s.setTopology(cluster, fromVersion, nil)
+	s.waitReleased(kcpName, 2*time.Minute)
+	s.assertNoMachineChurn(watch)
+	s.logf("EVIDENCE after reverting spec.topology.version to %s the KCP was released; machines kept: %v", fromVersion, before)
+}
