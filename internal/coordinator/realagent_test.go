@@ -201,3 +201,42 @@ func TestWithRealAgentRollback(t *testing.T) {
 	g.Expect(n.Spec.Unschedulable).To(BeFalse())
 	g.Expect(n.Status.NodeInfo.KubeletVersion).To(Equal("v1.35.0"), "rolled back to the old kubelet")
 }
+
+// TestWithRealAgentControlPlane: the first control-plane node of a version change
+// runs `kubeadm upgrade apply` after an etcd snapshot, and the static pods follow.
+func TestWithRealAgentControlPlane(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the agent binary")
+	}
+	g := NewWithT(t)
+	f := newFixture(t, nil)
+	cfg := testEnv.Require(t)
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	g.Expect(os.WriteFile(kubeconfig, kubeconfigFor(t, cfg, "agent"), 0o600)).To(Succeed())
+
+	f.node("rc1", "v1.35.0", true)
+	f.node("rc1-peer", "v1.35.0", true)
+	m := f.machine("m-rc1", "rc1", "v1.36.0", true)
+	req := f.request(m, &bootstrapv1.KubeadmConfig{Spec: bootstrapv1.KubeadmConfigSpec{
+		ClusterConfiguration: bootstrapv1.ClusterConfiguration{ControlPlaneEndpoint: "10.0.0.1:6443"},
+	}})
+	host := filepath.Join(dir, "host")
+	agent := &agentProcess{t: t, bin: bin, logPath: filepath.Join(dir, "agent.log"), args: []string{
+		"agent", "--simulate", "--host-root=" + host, "--node-name=rc1", "--kubeconfig=" + kubeconfig,
+		"--health-addr=0", "--gate-timeout=20s",
+	}}
+	agent.start()
+
+	c := f.coordinator()
+	resp := drive(t, func() *Coordinator { return c }, req, 90*time.Second, nil)
+	g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusSuccess), "agent log:\n%s", agent.log())
+	g.Expect(resp.RetryAfterSeconds).To(BeZero())
+	g.Expect(f.getNode("rc1").Status.NodeInfo.KubeletVersion).To(Equal("v1.36.0"))
+	commands, err := os.ReadFile(filepath.Join(host, ".sim", "commands.log"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(strings.Count(string(commands), "kubeadm upgrade apply v1.36.0")).To(Equal(1), "commands:\n%s", commands)
+	g.Expect(string(commands)).To(ContainSubstring("snapshot"), "etcd snapshot before the upgrade")
+	g.Expect(string(commands)).NotTo(ContainSubstring("kubeadm upgrade node"))
+}
