@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -143,7 +144,9 @@ func (x *Executor) Start(ctx context.Context, p *protocol.NodePlan) (state.State
 	if err != nil {
 		return state.State{}, err
 	}
-	st, _, err := state.Step(cur, state.PlanObserved{Hash: hash, Spec: state.SpecFor(p, b.Capabilities()), At: x.Now()})
+	spec := state.SpecFor(p, b.Capabilities())
+	spec.ControlPlaneConfig = clusterConfigChanged(e.Committed, p)
+	st, _, err := state.Step(cur, state.PlanObserved{Hash: hash, Spec: spec, At: x.Now()})
 	if err != nil {
 		return cur, err
 	}
@@ -264,6 +267,9 @@ func (x *Executor) Resume(ctx context.Context) (state.State, error) {
 			return st, err
 		}
 		e.Finish()
+		if st.Phase == protocol.PhaseCommitted {
+			e.Committed = e.Plan
+		}
 		if err := x.save(&e, st); err != nil {
 			return st, err
 		}
@@ -322,6 +328,8 @@ func (x *Executor) perform(ctx context.Context, hash string, p *protocol.NodePla
 		return x.Kube.ApplyNTP(ctx, p.NTP)
 	case state.ActKubeletConfig:
 		return x.Kube.KubeletFlags(ctx, p.KubeletExtraArgs)
+	case state.ActControlPlaneConfig:
+		return x.Kube.ControlPlaneConfig(ctx)
 	case state.ActInstallBinaries:
 		return x.Kube.InstallBinaries(ctx, p.Kubernetes.Version)
 	case state.ActKubeadmUpgrade:
@@ -379,4 +387,20 @@ func (x *Executor) Forget() error {
 	e.Reset("", nil)
 	e.State = nil
 	return x.Journal.Save(e)
+}
+
+// clusterConfigChanged reports whether the plan's ClusterConfiguration differs
+// from the last committed plan's; true when nothing was committed on this node yet.
+func clusterConfigChanged(committed json.RawMessage, p *protocol.NodePlan) bool {
+	if len(p.ClusterConfiguration) == 0 {
+		return false
+	}
+	if len(committed) == 0 {
+		return true
+	}
+	prev, err := protocol.DecodePlan(committed)
+	if err != nil {
+		return true
+	}
+	return !bytes.Equal(prev.ClusterConfiguration, p.ClusterConfiguration)
 }

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -247,4 +248,49 @@ func TestRejectAndForget(t *testing.T) {
 	st, _, err = f.x.Load()
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(st.PlanHash).To(BeEmpty())
+}
+
+func TestComponentConfigRerenderedOnlyWhenChanged(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t, nil)
+	plan := func(cc string) *protocol.NodePlan {
+		p := protocol.NewPlan("cp1")
+		p.Kubernetes = protocol.KubernetesPlan{Role: protocol.RoleControlPlane, Version: "v1.36.0", Action: protocol.KubeadmNone}
+		p.ClusterConfiguration = json.RawMessage(cc)
+		return p
+	}
+	count := func() int {
+		n := 0
+		for _, c := range f.runner.Calls() {
+			if c == "kubeadm upgrade node" {
+				n++
+			}
+		}
+		return n
+	}
+	// First plan on this node: nothing known, re-render.
+	st, err := f.x.Start(context.Background(), plan(`{"apiServer":{"extraArgs":[{"name":"v","value":"2"}]}}`))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(st.Phase).To(Equal(protocol.PhaseCommitted))
+	g.Expect(count()).To(Equal(1))
+	// Same ClusterConfiguration, another change: no re-render.
+	p := plan(`{"apiServer":{"extraArgs":[{"name":"v","value":"2"}]}}`)
+	p.Files = []protocol.File{{Path: "/etc/x", Content: []byte("x")}}
+	st, err = f.x.Start(context.Background(), p)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(st.Phase).To(Equal(protocol.PhaseCommitted))
+	g.Expect(count()).To(Equal(1))
+	// Changed component args: re-render.
+	st, err = f.x.Start(context.Background(), plan(`{"apiServer":{"extraArgs":[{"name":"v","value":"4"}]}}`))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(names(st.Actions)).To(ContainElement(state.ActControlPlaneConfig))
+	g.Expect(count()).To(Equal(2))
+}
+
+func names(as []state.Action) []state.ActionName {
+	out := make([]state.ActionName, len(as))
+	for i, a := range as {
+		out[i] = a.Name
+	}
+	return out
 }

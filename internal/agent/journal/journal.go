@@ -21,13 +21,16 @@ type Entry struct {
 	InFlight string `json:"inFlight,omitempty"`
 	// Runs counts how many times each action (by key) was started for this plan.
 	Runs map[string]int `json:"runs,omitempty"`
+	// Committed is the last plan this node committed; it survives Reset, so the
+	// agent can tell what changed since.
+	Committed json.RawMessage `json:"committed,omitempty"`
 	// Seq increases with every save; it orders entries for humans and tests.
 	Seq uint64 `json:"seq"`
 }
 
 // Reset starts an entry for another plan: run counters start over.
 func (e *Entry) Reset(key string, plan json.RawMessage) {
-	*e = Entry{Key: key, Plan: plan, Seq: e.Seq}
+	*e = Entry{Key: key, Plan: plan, Seq: e.Seq, Committed: e.Committed}
 }
 
 // Begin records the intent to run an action.

@@ -47,7 +47,9 @@ func TestJournals(t *testing.T) {
 			got, _ = j.Load()
 			g.Expect(got.Runs["gates"]).To(Equal(2))
 
+			got.Committed = json.RawMessage(`{"c":1}`)
 			got.Reset("h2", nil)
+			g.Expect(string(got.Committed)).To(Equal(`{"c":1}`), "the last committed plan survives a reset")
 			g.Expect(got.Runs).To(BeEmpty())
 			g.Expect(got.Key).To(Equal("h2"))
 			g.Expect(got.Seq).To(Equal(uint64(2)), "sequence survives a reset")

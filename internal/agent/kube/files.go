@@ -34,13 +34,13 @@ func (h *Host) BackupSet(p *protocol.NodePlan) []string {
 	out = append(out, KubeadmFlagsPath, KubeletConfig)
 	if p.Kubernetes.Action != protocol.KubeadmNone {
 		out = append(out, KubeadmBinary, KubeletBinary)
-		if p.Kubernetes.Role == protocol.RoleControlPlane {
-			for _, c := range StaticPods {
-				out = append(out, ManifestsDir+"/"+c+".yaml")
-			}
-			for _, c := range []string{"admin", "super-admin", "controller-manager", "scheduler", "kubelet"} {
-				out = append(out, "/etc/kubernetes/"+c+".conf")
-			}
+	}
+	if p.Kubernetes.Role == protocol.RoleControlPlane && (p.Kubernetes.Action != protocol.KubeadmNone || len(p.ClusterConfiguration) > 0) {
+		for _, c := range StaticPods {
+			out = append(out, ManifestsDir+"/"+c+".yaml")
+		}
+		for _, c := range []string{"admin", "super-admin", "controller-manager", "scheduler", "kubelet"} {
+			out = append(out, "/etc/kubernetes/"+c+".conf")
 		}
 	}
 	seen := map[string]bool{}

@@ -168,6 +168,17 @@ func (h *Host) KubeadmUpgrade(ctx context.Context, k protocol.KubernetesPlan) er
 	return nil
 }
 
+// ControlPlaneConfig re-renders this control-plane node's static pods (component
+// args and volumes, local etcd) from the cluster's kubeadm-config, which
+// KubeadmControlPlane updates before it rolls machines: `kubeadm upgrade node` at
+// the running version does exactly that, and the kubelet restarts the changed pods.
+func (h *Host) ControlPlaneConfig(ctx context.Context) error {
+	if _, err := h.run(ctx, "kubeadm", "upgrade", "node"); err != nil {
+		return fmt.Errorf("re-render control-plane static pods: %w", err)
+	}
+	return nil
+}
+
 // RestartKubelet reloads units and restarts the kubelet.
 func (h *Host) RestartKubelet(ctx context.Context) error {
 	if _, err := h.run(ctx, "systemctl", "daemon-reload"); err != nil {

@@ -34,6 +34,10 @@ const (
 	ActApplyNTP ActionName = "apply-ntp"
 	// ActKubeletConfig writes the kubelet extra args (kubeadm-flags.env).
 	ActKubeletConfig ActionName = "kubelet-config"
+	// ActControlPlaneConfig re-renders the control-plane static pods from the
+	// cluster's kubeadm-config (which KubeadmControlPlane updated) when the plan's
+	// ClusterConfiguration changed without a version change.
+	ActControlPlaneConfig ActionName = "control-plane-config"
 	// ActInstallBinaries makes sure kubeadm and kubelet of the target version are on
 	// the node (from the OS image or a package source).
 	ActInstallBinaries ActionName = "install-binaries"
@@ -85,8 +89,11 @@ type Spec struct {
 	KubeletArgs  bool                   `json:"kubeletArgs,omitempty"`
 	Users        bool                   `json:"users,omitempty"`
 	NTP          bool                   `json:"ntp,omitempty"`
-	OS           bool                   `json:"os,omitempty"`
-	Caps         backend.Capabilities   `json:"caps"`
+	// ControlPlaneConfig: the ClusterConfiguration differs from the last committed
+	// plan's (or none was committed yet); set by the executor, which knows it.
+	ControlPlaneConfig bool                 `json:"controlPlaneConfig,omitempty"`
+	OS                 bool                 `json:"os,omitempty"`
+	Caps               backend.Capabilities `json:"caps"`
 }
 
 // SpecFor extracts the Spec of a plan for a backend with the given capabilities.
@@ -123,7 +130,8 @@ func Derive(s Spec) []Action {
 		}
 		names = append(names, ActBackendVerify)
 	}
-	if s.Files || s.Users || s.NTP || s.KubeletArgs || s.kubeadm() {
+	cpConfig := s.ControlPlane && s.ControlPlaneConfig && !s.kubeadm()
+	if s.Files || s.Users || s.NTP || s.KubeletArgs || cpConfig || s.kubeadm() {
 		names = append(names, ActBackupFiles)
 	}
 	if s.Files {
@@ -137,6 +145,9 @@ func Derive(s Spec) []Action {
 	}
 	if s.KubeletArgs {
 		names = append(names, ActKubeletConfig)
+	}
+	if cpConfig {
+		names = append(names, ActControlPlaneConfig)
 	}
 	if s.kubeadm() {
 		names = append(names, ActInstallBinaries, ActKubeadmUpgrade)
@@ -171,12 +182,12 @@ func DeriveRollback(s Spec, forward []Action, failed ActionName) []Action {
 		}
 	}
 	var names []ActionName
-	restoreFiles := started[ActWriteFiles] || started[ActApplyUsers] || started[ActApplyNTP] || started[ActKubeletConfig] || started[ActInstallBinaries] ||
+	restoreFiles := started[ActWriteFiles] || started[ActApplyUsers] || started[ActApplyNTP] || started[ActKubeletConfig] || started[ActControlPlaneConfig] || started[ActInstallBinaries] ||
 		started[ActKubeadmUpgrade] || started[ActRestartKubelet]
 	if restoreFiles {
 		names = append(names, ActRestoreFiles)
 	}
-	if done[ActEtcdSnapshot] && started[ActKubeadmUpgrade] {
+	if done[ActEtcdSnapshot] && (started[ActKubeadmUpgrade] || started[ActControlPlaneConfig]) {
 		names = append(names, ActRestoreEtcd)
 	}
 	if started[ActBackendStage] {

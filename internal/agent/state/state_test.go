@@ -46,6 +46,11 @@ func TestDerive(t *testing.T) {
 		{"worker, snapshot flag ignored (no etcd on workers)", Spec{EtcdSnapshot: true, Kubeadm: protocol.KubeadmNone, Files: true}, []ActionName{ActBackupFiles, ActWriteFiles, ActGates}},
 		{"OS live-applied, no reboot", Spec{Kubeadm: protocol.KubeadmNone, OS: true, Caps: backend.Capabilities{SupportsRollback: true}}, []ActionName{ActBackendStage, ActBackendActivate, ActBackendVerify, ActGates, ActBackendCommit}},
 		{"kubelet args only", Spec{Kubeadm: protocol.KubeadmNone, KubeletArgs: true}, []ActionName{ActBackupFiles, ActKubeletConfig, ActRestartKubelet, ActGates}},
+		{"control plane, component config changed, same version", Spec{ControlPlane: true, EtcdSnapshot: true, Kubeadm: protocol.KubeadmNone, ControlPlaneConfig: true},
+			[]ActionName{ActEtcdSnapshot, ActBackupFiles, ActControlPlaneConfig, ActGates}},
+		{"control plane, component config changed with an upgrade: kubeadm upgrade covers it", Spec{ControlPlane: true, Kubeadm: protocol.KubeadmUpgradeNode, ControlPlaneConfig: true},
+			[]ActionName{ActEtcdSnapshot, ActBackupFiles, ActInstallBinaries, ActKubeadmUpgrade, ActRestartKubelet, ActGates}},
+		{"worker ignores component config", Spec{Kubeadm: protocol.KubeadmNone, ControlPlaneConfig: true}, []ActionName{ActGates}},
 		{"users and NTP", Spec{Kubeadm: protocol.KubeadmNone, Users: true, NTP: true}, []ActionName{ActBackupFiles, ActApplyUsers, ActApplyNTP, ActGates}},
 		{"nothing to change still gates", Spec{Kubeadm: protocol.KubeadmNone}, []ActionName{ActGates}},
 	}
@@ -93,6 +98,7 @@ func TestDeriveRollback(t *testing.T) {
 		{"commit fails", cpFull, ActBackendCommit, []ActionName{ActRestoreFiles, ActRestoreEtcd, ActBackendRollback, ActReboot}},
 		{"worker gates fail: files, kubelet restart", workerK8s, ActGates, []ActionName{ActRestoreFiles, ActRestartKubelet}},
 		{"worker write-files fails: restore, restart", Spec{Kubeadm: protocol.KubeadmNone, Files: true}, ActWriteFiles, []ActionName{ActRestoreFiles, ActRestartKubelet}},
+		{"control-plane-config fails: files and etcd", Spec{ControlPlane: true, EtcdSnapshot: true, Kubeadm: protocol.KubeadmNone, ControlPlaneConfig: true}, ActControlPlaneConfig, []ActionName{ActRestoreFiles, ActRestoreEtcd}},
 		{"apply-users fails: restore passwd and friends", Spec{Kubeadm: protocol.KubeadmNone, Users: true, NTP: true}, ActApplyUsers, []ActionName{ActRestoreFiles}},
 		{"worker backup fails: nothing changed", workerK8s, ActBackupFiles, []ActionName{}},
 	}
