@@ -12,10 +12,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/agent/executor"
+	"github.com/capi-inplace/capi-inplace/internal/agent/journal"
 	"github.com/capi-inplace/capi-inplace/internal/agent/state"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
@@ -63,7 +65,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer secrets.Shutdown()
 
 	// The journal first: a plan in progress continues even with no API server.
-	if st, err := a.Executor.Resume(ctx); err != nil {
+	if st, err := a.Executor.Resume(ctx); errors.Is(err, journal.ErrCorrupt) {
+		return a.refuse(ctx, nodeInformer.Lister(), nodeInformer.Informer().HasSynced, err)
+	} else if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -191,4 +195,30 @@ func (a *Agent) ensureReported(node *corev1.Node, st state.State) {
 func pending(hash, msg string) protocol.NodeStatus {
 	return protocol.NodeStatus{V: protocol.StatusVersion, PlanHash: hash, Phase: protocol.PhasePending, Message: msg,
 		UpdatedAt: time.Now().UTC().Truncate(time.Second)}
+}
+
+// refuse is the agent's answer to a corrupt journal: it cannot know what was done,
+// so it changes nothing and reports Failed for whatever plan is desired, until a
+// human repairs or removes the journal and restarts it.
+func (a *Agent) refuse(ctx context.Context, nodes corelisters.NodeLister, synced cache.InformerSynced, cause error) error {
+	a.Log.Error(cause, "Journal is corrupt: refusing to act", "node", a.NodeName)
+	if !cache.WaitForCacheSync(ctx.Done(), synced) {
+		return nil
+	}
+	reported := ""
+	for {
+		if node, err := nodes.Get(a.NodeName); err == nil {
+			if desired := node.Annotations[inplacev1.DesiredPlanAnnotation]; desired != "" && desired != reported {
+				a.Reporter.Report(protocol.NodeStatus{V: protocol.StatusVersion, PlanHash: desired, Phase: protocol.PhaseFailed,
+					Reason: state.ReasonJournalCorrupt, UpdatedAt: time.Now().UTC().Truncate(time.Second),
+					Message: fmt.Sprintf("the agent's journal is corrupt (%v); the agent changes nothing until it is repaired or removed and the agent restarted", cause)})
+				reported = desired
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-a.kick:
+		}
+	}
 }

@@ -18,6 +18,9 @@ const (
 	ReasonArtifactRefused = "ArtifactRefused"
 	// ReasonRollbackFailed: a rollback action failed; the node needs a human.
 	ReasonRollbackFailed = "RollbackFailed"
+	// ReasonJournalCorrupt: the agent's journal on the host cannot be read; the
+	// agent changes nothing until a human looks at the node.
+	ReasonJournalCorrupt = "JournalCorrupt"
 	// ReasonInvalidPlan: the plan object could not be decoded or validated.
 	ReasonInvalidPlan = "InvalidPlan"
 	// ReasonPlanForAnotherNode: the plan names another node.
