@@ -25,6 +25,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/coordinator/coordinatortest"
@@ -111,6 +112,20 @@ func newFixture(t *testing.T, workload *rest.Config) *fixture {
 		Spec:       clusterv1.ClusterSpec{ControlPlaneEndpoint: clusterv1.APIEndpoint{Host: "10.0.0.1", Port: 6443}},
 	})).To(Succeed())
 	return f
+}
+
+// dedicatedWorkload starts a second API server to serve as a workload cluster of
+// its own, for tests that look at all the cluster's Nodes.
+func dedicatedWorkload(t *testing.T) *rest.Config {
+	t.Helper()
+	testEnv.Require(t)
+	env := &envtest.Environment{}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start workload envtest: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	return cfg
 }
 
 func (f *fixture) coordinator(mutate ...func(*Options)) *Coordinator {

@@ -209,8 +209,8 @@ func TestWithRealAgentControlPlane(t *testing.T) {
 		t.Skip("builds and runs the agent binary")
 	}
 	g := NewWithT(t)
-	f := newFixture(t, nil)
-	cfg := testEnv.Require(t)
+	cfg := dedicatedWorkload(t) // see TestControlPlaneRollback
+	f := newFixture(t, cfg)
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")

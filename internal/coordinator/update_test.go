@@ -13,7 +13,6 @@ import (
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/coordinator/agentinstall"
@@ -152,7 +151,9 @@ func TestWorkerUpdateEndToEnd(t *testing.T) {
 // gets a Warning event once, and every call answers Failure with the cause.
 func TestControlPlaneRollback(t *testing.T) {
 	g := NewWithT(t)
-	f := newFixture(t, nil)
+	// Which node runs `kubeadm upgrade apply` depends on every control-plane Node of
+	// the workload cluster: this one must not see other tests' nodes.
+	f := newFixture(t, dedicatedWorkload(t))
 	f.node("cp1", "v1.35.0", true)
 	f.node("cp1-peer", "v1.35.0", true)
 	m := f.machine("m-cp1", "cp1", "v1.36.0", true)
@@ -244,13 +245,7 @@ func TestOperatorCordonIsKept(t *testing.T) {
 // with one node: its pods stay (nowhere to go), the plan is published right away.
 func TestSingleNodeClusterSkipsEviction(t *testing.T) {
 	g := NewWithT(t)
-	testEnv.Require(t)
-	wlEnv := &envtest.Environment{}
-	wlCfg, err := wlEnv.Start()
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = wlEnv.Stop() })
-
-	f := newFixture(t, wlCfg)
+	f := newFixture(t, dedicatedWorkload(t))
 	f.node("solo", "v1.35.0", true)
 	f.pod("db-0", "solo", map[string]string{"app": "db"}, controllerRef("StatefulSet", "db", "33333333-3333-3333-3333-333333333333"), nil)
 	f.blockingPDB("db", map[string]string{"app": "db"})
