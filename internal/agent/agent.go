@@ -9,8 +9,6 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -40,33 +38,28 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.kick = make(chan struct{}, 1)
 	go a.Reporter.Run(ctx)
 
-	nodes := informers.NewSharedInformerFactoryWithOptions(a.Client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + a.NodeName }))
-	secrets := informers.NewSharedInformerFactoryWithOptions(a.Client, 0, informers.WithNamespace(inplacev1.AgentNamespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = "metadata.name=" + inplacev1.PlanSecretName(a.NodeName)
-		}))
-	nodeInformer := nodes.Core().V1().Nodes()
-	secretInformer := secrets.Core().V1().Secrets()
+	nodeInformer := cache.NewSharedIndexInformer(byName(a.Client.CoreV1().Nodes(), a.NodeName), &corev1.Node{}, 0, cache.Indexers{})
+	secretInformer := cache.NewSharedIndexInformer(byName(a.Client.CoreV1().Secrets(inplacev1.AgentNamespace), inplacev1.PlanSecretName(a.NodeName)),
+		&corev1.Secret{}, 0, cache.Indexers{})
+	nodeLister := corelisters.NewNodeLister(nodeInformer.GetIndexer())
+	secretLister := corelisters.NewSecretLister(secretInformer.GetIndexer())
 	handler := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { a.trigger() },
 		UpdateFunc: func(any, any) { a.trigger() },
 		DeleteFunc: func(any) { a.trigger() },
 	}
-	if _, err := nodeInformer.Informer().AddEventHandler(handler); err != nil {
+	if _, err := nodeInformer.AddEventHandler(handler); err != nil {
 		return fmt.Errorf("watch node: %w", err)
 	}
-	if _, err := secretInformer.Informer().AddEventHandler(handler); err != nil {
+	if _, err := secretInformer.AddEventHandler(handler); err != nil {
 		return fmt.Errorf("watch plan secret: %w", err)
 	}
-	nodes.Start(ctx.Done())
-	secrets.Start(ctx.Done())
-	defer nodes.Shutdown()
-	defer secrets.Shutdown()
+	go nodeInformer.Run(ctx.Done())
+	go secretInformer.Run(ctx.Done())
 
 	// The journal first: a plan in progress continues even with no API server.
 	if st, err := a.Executor.Resume(ctx); errors.Is(err, journal.ErrCorrupt) {
-		return a.refuse(ctx, nodeInformer.Lister(), nodeInformer.Informer().HasSynced, err)
+		return a.refuse(ctx, nodeLister, nodeInformer.HasSynced, err)
 	} else if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -76,15 +69,15 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.Log.Info("Journal plan is finished", "plan", st.PlanHash, "phase", st.Phase)
 	}
 
-	if !cache.WaitForCacheSync(ctx.Done(), nodeInformer.Informer().HasSynced, secretInformer.Informer().HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), nodeInformer.HasSynced, secretInformer.HasSynced) {
 		return nil
 	}
 	for {
-		node, err := nodeInformer.Lister().Get(a.NodeName)
+		node, err := nodeLister.Get(a.NodeName)
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("read node: %w", err)
 		}
-		secret, err := secretInformer.Lister().Secrets(inplacev1.AgentNamespace).Get(inplacev1.PlanSecretName(a.NodeName))
+		secret, err := secretLister.Secrets(inplacev1.AgentNamespace).Get(inplacev1.PlanSecretName(a.NodeName))
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("read plan secret: %w", err)
 		}

@@ -141,14 +141,18 @@ func (c *Checker) staticPods(ctx context.Context, node, version string) error {
 		if pod.Status.Phase != corev1.PodRunning {
 			return fmt.Errorf("static pod %s is %s, not Running", pod.Name, pod.Status.Phase)
 		}
+		image := ""
 		for _, ctr := range pod.Spec.Containers {
-			if ctr.Name != name {
-				continue
+			if ctr.Name == name {
+				image = ctr.Image
 			}
-			i := strings.LastIndex(ctr.Image, ":")
-			if i < 0 || !sameVersion(ctr.Image[i+1:], version) {
-				return fmt.Errorf("static pod %s runs %s, want tag %s", pod.Name, ctr.Image, version)
-			}
+		}
+		if image == "" {
+			return fmt.Errorf("static pod %s has no container %s", pod.Name, name)
+		}
+		i := strings.LastIndex(image, ":")
+		if i < 0 || !sameVersion(image[i+1:], version) {
+			return fmt.Errorf("static pod %s runs %s, want tag %s", pod.Name, image, version)
 		}
 	}
 	return nil

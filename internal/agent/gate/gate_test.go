@@ -88,6 +88,11 @@ func TestGates(t *testing.T) {
 		{"not ready", cp, &fakeNodes{node: node("v1.36.0", "False"), pods: pods("v1.36.0", corev1.PodRunning)}, nil, nil, NodeReady, "node is not Ready"},
 		{"old static pods", cp, &fakeNodes{node: node("v1.36.0", "True"), pods: pods("v1.35.2", corev1.PodRunning)}, nil, nil, StaticPods, "runs registry.k8s.io/kube-apiserver:v1.35.2, want tag v1.36.0"},
 		{"static pods pending", cp, &fakeNodes{node: node("v1.36.0", "True"), pods: pods("v1.36.0", corev1.PodPending)}, nil, nil, StaticPods, "is Pending, not Running"},
+		{"static pod without its container", cp, &fakeNodes{node: node("v1.36.0", "True"), pods: func() map[string]*corev1.Pod {
+			ps := pods("v1.36.0", corev1.PodRunning)
+			ps["kube-system/kube-scheduler-cp-1"].Spec.Containers = nil
+			return ps
+		}()}, nil, nil, StaticPods, "has no container kube-scheduler"},
 		{"missing static pods", cp, &fakeNodes{node: node("v1.36.0", "True")}, nil, nil, StaticPods, "not found"},
 		{"etcd unhealthy", cp, &fakeNodes{node: node("v1.36.0", "True"), pods: pods("v1.36.0", corev1.PodRunning)}, errors.New("etcd member health: unhealthy"), nil, EtcdHealth, "unhealthy"},
 		{"user gate fails", &withUser, &fakeNodes{node: node("v1.36.0", "True"), pods: pods("v1.36.0", corev1.PodRunning)}, nil, errors.New("connection refused"), "app-health", "connection refused"},

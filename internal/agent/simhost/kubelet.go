@@ -54,8 +54,18 @@ func (h *Host) SyncKubelet(ctx context.Context, reported string) (string, error)
 		return reported, nil
 	}
 	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"nodeInfo": map[string]any{"kubeletVersion": version}}})
-	if _, err := h.Client.CoreV1().Nodes().PatchStatus(ctx, h.NodeName, patch); err != nil {
+	nodes := h.Client.CoreV1().Nodes()
+	n, err := nodes.PatchStatus(ctx, h.NodeName, patch)
+	if apierrors.IsNotFound(err) || apierrors.IsMethodNotSupported(err) {
+		// API servers without the status subresource (Cluster API's in-memory
+		// one) take status in a patch of the object itself.
+		n, err = nodes.Patch(ctx, h.NodeName, types.MergePatchType, patch, metav1.PatchOptions{})
+	}
+	if err != nil {
 		return reported, fmt.Errorf("patch node status: %w", err)
+	}
+	if n.Status.NodeInfo.KubeletVersion != version {
+		return reported, fmt.Errorf("patch node status: the API server kept kubeletVersion %s", n.Status.NodeInfo.KubeletVersion)
 	}
 	h.Log.Info("Simulated kubelet reported its version", "node", h.NodeName, "kubeletVersion", version)
 	return version, nil
@@ -84,18 +94,32 @@ func (h *Host) syncMirrorPods(ctx context.Context) error {
 		} else if err != nil {
 			return fmt.Errorf("get mirror pod %s: %w", name, err)
 		}
-		if len(pod.Spec.Containers) > 0 && pod.Spec.Containers[0].Image != image {
-			patch, _ := json.Marshal([]map[string]any{{"op": "replace", "path": "/spec/containers/0/image", "value": image}})
-			if pod, err = pods.Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+		if containerImage(pod, c) != image {
+			// Strategic merge keys containers by name: only the image changes.
+			patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"containers": []map[string]any{{"name": c, "image": image}}}})
+			if pod, err = pods.Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
 				return fmt.Errorf("update mirror pod %s: %w", name, err)
 			}
 		}
 		if pod.Status.Phase != corev1.PodRunning {
 			patch, _ := json.Marshal(map[string]any{"status": map[string]any{"phase": corev1.PodRunning}})
-			if _, err := pods.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+			_, err := pods.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+			if apierrors.IsNotFound(err) || apierrors.IsMethodNotSupported(err) {
+				_, err = pods.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+			}
+			if err != nil {
 				return fmt.Errorf("update mirror pod status %s: %w", name, err)
 			}
 		}
 	}
 	return nil
+}
+
+func containerImage(pod *corev1.Pod, name string) string {
+	for _, c := range pod.Spec.Containers {
+		if c.Name == name {
+			return c.Image
+		}
+	}
+	return ""
 }

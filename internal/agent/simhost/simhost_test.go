@@ -11,8 +11,11 @@ import (
 	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/capi-inplace/capi-inplace/internal/agent/executor"
 	"github.com/capi-inplace/capi-inplace/internal/agent/kube"
@@ -136,4 +139,35 @@ func TestAPIOutage(t *testing.T) {
 	// One-shot: the next upgrade does not start another outage.
 	_, _ = h.Runner().Run(ctx, cmd("kubeadm", "upgrade", "node"))
 	g.Expect(h.APIDown()).To(BeFalse())
+}
+
+// TestKubeletOnAnInMemoryStyleAPIServer: no status subresource, mirror pods
+// created by the infrastructure provider without containers.
+func TestKubeletOnAnInMemoryStyleAPIServer(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	h, client := newHost(t, true)
+	for _, c := range staticPods {
+		_, err := client.CoreV1().Pods("kube-system").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: c + "-n1", Namespace: "kube-system"},
+			Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}, metav1.CreateOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	client.PrependReactor("patch", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "status" {
+			return true, nil, apierrors.NewNotFound(corev1.Resource("nodes"), "n1")
+		}
+		return false, nil, nil
+	})
+	g.Expect(h.Install(ctx, "v1.36.0")).To(Succeed())
+	_, err := h.Runner().Run(ctx, cmd("systemctl", "restart", "kubelet"))
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = h.Runner().Run(ctx, cmd("kubeadm", "upgrade", "node"))
+	g.Expect(err).NotTo(HaveOccurred())
+	v, err := h.SyncKubelet(ctx, "")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(v).To(Equal("v1.36.0"))
+	n, _ := client.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+	g.Expect(n.Status.NodeInfo.KubeletVersion).To(Equal("v1.36.0"))
+	pod, _ := client.CoreV1().Pods("kube-system").Get(ctx, "kube-controller-manager-n1", metav1.GetOptions{})
+	g.Expect(containerImage(pod, "kube-controller-manager")).To(Equal("registry.k8s.io/kube-controller-manager:v1.36.0"))
 }

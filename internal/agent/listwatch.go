@@ -1,0 +1,62 @@
+package agent
+
+import (
+	"context"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+)
+
+// lister is the List and Watch of a typed client (Nodes(), Secrets(ns)).
+type lister[L runtime.Object] interface {
+	List(ctx context.Context, opts metav1.ListOptions) (L, error)
+	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+}
+
+// byName lists and watches one object by name with the field selector
+// metadata.name, which RBAC's resourceNames honour for list and watch, so the
+// agent needs no access to any other object. Some API servers do not implement
+// field selectors (Cluster API's in-memory workload clusters answer with an
+// internal error): then the list falls back to no selector, keeping only the
+// named object, and the watch's extra events only cost a cheap reconcile.
+func byName[L runtime.Object](c lister[L], name string) *cache.ListWatch {
+	sel := "metadata.name=" + name
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			l, err := c.List(ctx, o)
+			if err == nil || !fieldSelectorUnsupported(err) {
+				return l, err
+			}
+			o.FieldSelector = ""
+			l, err = c.List(ctx, o)
+			if err != nil {
+				return l, err
+			}
+			items, err := meta.ExtractList(l)
+			if err != nil {
+				return l, err
+			}
+			kept := items[:0]
+			for _, it := range items {
+				if m, err := meta.Accessor(it); err == nil && m.GetName() == name {
+					kept = append(kept, it)
+				}
+			}
+			return l, meta.SetList(l, kept)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return c.Watch(ctx, o)
+		},
+	}
+}
+
+func fieldSelectorUnsupported(err error) bool {
+	return apierrors.IsInternalError(err) && strings.Contains(err.Error(), "field selector")
+}

@@ -1,0 +1,59 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+func TestByName(t *testing.T) {
+	tests := []struct {
+		name      string
+		listErr   error
+		wantCalls []string
+		wantErr   bool
+	}{
+		{"field selector honoured", nil, []string{"metadata.name=n1"}, false},
+		{"in-memory API server without field selectors", apierrors.NewInternalError(errors.New("support for field selectors on /v1, Kind=Node is not implemented")),
+			[]string{"metadata.name=n1", ""}, false},
+		{"other errors are not retried", apierrors.NewForbidden(corev1.Resource("nodes"), "", errors.New("no")), []string{"metadata.name=n1"}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			client := fake.NewClientset(
+				&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}},
+				&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}},
+			)
+			var calls []string
+			client.PrependReactor("list", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				sel := a.(k8stesting.ListAction).GetListRestrictions().Fields.String()
+				calls = append(calls, sel)
+				if sel != "" && tt.listErr != nil {
+					return true, nil, tt.listErr
+				}
+				return false, nil, nil
+			})
+			obj, err := byName(client.CoreV1().Nodes(), "n1").ListWithContext(context.Background(), metav1.ListOptions{})
+			g.Expect(calls).To(Equal(tt.wantCalls))
+			if tt.wantErr {
+				g.Expect(err).To(HaveOccurred())
+				return
+			}
+			g.Expect(err).NotTo(HaveOccurred())
+			list := obj.(*corev1.NodeList)
+			if len(calls) == 2 {
+				g.Expect(list.Items).To(HaveLen(1))
+				g.Expect(list.Items[0].Name).To(Equal("n1"))
+			}
+		})
+	}
+}
