@@ -399,7 +399,7 @@ func TestSingleNodeInPlaceWithGateOff(t *testing.T) {
 	if err != nil {
 		t.Fatalf("start the gate-off stack: %v", err)
 	}
-	// TestMain stops suite.stack at the end; it is this stack from here on.
+	t.Cleanup(stack.Stop)
 	suite.stack = stack
 	ext, err := stack.StartExtension(suite.ctx, localstack.OurExtension(stack.BinDir(), "capi-inplace", map[string]string{extensionLabel: extOurs}, nil))
 	if err != nil {
