@@ -49,8 +49,8 @@ func TestUpstreamFakeExtensionBaseline(t *testing.T) {
 	})
 	round := time.Since(roundStart)
 	added, deleted := watch.result()
-	s.logf("EVIDENCE baseline: upstream fake extension in-place round (files change, 3 CP + 2 workers) took %s; machines %v; created during round %v; deleted %v",
-		round.Round(time.Second), keys(before), added, deleted)
+	s.logf("EVIDENCE baseline: upstream fake extension in-place round (files change, 3 CP + 2 workers) took %s; per machine %v; created during round %v; deleted %v",
+		round.Round(time.Second), watch.durations(), added, deleted)
 	if len(added) > 0 || len(deleted) > 0 {
 		t.Fatalf("machines created %v / deleted %v during an in-place round", added, deleted)
 	}

@@ -48,6 +48,16 @@ func TestClusterClassVersionAndFilesInPlace(t *testing.T) {
 	s.assertNoMachineChurn(watch)
 	s.logf("EVIDENCE round: ClusterClass in-place round (version %s -> %s + files, 3 CP + 2 workers) took %s; per machine %v",
 		fromVersion, toVersion, round.Round(time.Second), watch.durations())
+
+	// The same round as TestUpstreamFakeExtensionBaseline (files only), for comparison.
+	watch2 := s.watchMachines()
+	file2 := localstack.File{Path: "/etc/capi-inplace-e2e/round", Content: "2"}
+	roundStart = time.Now()
+	s.setTopology(cluster, "", []localstack.File{file2})
+	s.waitInPlace(cluster, toVersion, 5, true, before, file2, agents)
+	s.assertNoMachineChurn(watch2)
+	s.logf("EVIDENCE round: ClusterClass in-place round (files only, 3 CP + 2 workers; compare with the baseline) took %s; per machine %v",
+		time.Since(roundStart).Round(time.Second), watch2.durations())
 }
 
 // TestPlainClusterVersionInPlaceThroughAPIOutage: a plain cluster (KubeadmControlPlane
