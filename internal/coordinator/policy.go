@@ -15,6 +15,8 @@ type policyResolver interface {
 	ResolveOSImage(obj *unstructured.Unstructured) (*protocol.OSImage, bool, error)
 }
 
+var _ policyResolver = (*policy.Policy)(nil)
+
 // OSImagesFromPolicy adapts the extension's policy to OSImageResolver.
 //
 // An infrastructure kind the policy does not know, an object without an image field,
