@@ -61,10 +61,14 @@ func TestHealthGateFailureRollsBackAndHalts(t *testing.T) {
 	// The failing node reports RolledBack and its Machine gets our Event.
 	wc := s.workloadClient(agents.Kubeconfig())
 	var ev corev1.Event
+	changed := time.Now()
 	s.eventually(rolloutTimeout, "worker "+bad.Name+" rolled back with a visible cause", func() error {
 		node := &corev1.Node{}
 		if err := wc.Get(s.ctx, client.ObjectKey{Name: badNode}, node); err != nil {
 			return err
+		}
+		if node.Annotations[inplacev1.DesiredPlanAnnotation] == "" && time.Since(changed) > 4*time.Minute {
+			t.Fatalf("no plan published to node %s 4 minutes after the change; extension says:\n%s", badNode, extensionFailures(8))
 		}
 		if st := node.Annotations[inplacev1.StateAnnotation]; st != "RolledBack" {
 			return fmt.Errorf("node %s state %q", badNode, st)

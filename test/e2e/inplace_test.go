@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"fmt"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,7 +133,9 @@ func (s *scenario) waitInPlace(cluster, version string, want int, workers bool, 
 	s.t.Helper()
 	done := s.inPlaceDone(cluster, file)
 	nodes := s.nodesAt(agents.Kubeconfig(), version)
+	failing := s.failFastOnHookFailure()
 	s.waitRolledOut(cluster, version, want, workers, rolloutTimeout, func(ms []clusterv1.Machine) error {
+		failing(ms)
 		if err := sameMachines(before, ms); err != nil {
 			return err
 		}
@@ -170,4 +174,54 @@ func trim(s string) string {
 		s = s[:len(s)-1]
 	}
 	return s
+}
+
+// failFastOnHookFailure returns a check that ends the test when a Machine has shown
+// CAPI's InPlaceUpdateFailed (UpdateMachine answering Failure) for 2 minutes: CAPI
+// retries a Failure forever, so waiting for the full time-out only hides the cause.
+// The extension's last failure lines go into the test output.
+func (s *scenario) failFastOnHookFailure() func([]clusterv1.Machine) {
+	since := map[string]time.Time{}
+	return func(ms []clusterv1.Machine) {
+		s.t.Helper()
+		for _, m := range ms {
+			failed := false
+			for _, c := range m.Status.Conditions {
+				if c.Type == clusterv1.MachineUpdatingCondition && c.Reason == clusterv1.MachineInPlaceUpdateFailedReason {
+					failed = true
+				}
+			}
+			if !failed {
+				delete(since, m.Name)
+				continue
+			}
+			if _, ok := since[m.Name]; !ok {
+				since[m.Name] = time.Now()
+			}
+			if time.Since(since[m.Name]) > 2*time.Minute {
+				s.t.Fatalf("Machine %s: UpdateMachine has failed for 2 minutes; extension says:\n%s", m.Name, extensionFailures(8))
+			}
+		}
+	}
+}
+
+// extensionFailures returns the last n "Hook call failed" lines of our extension's log.
+func extensionFailures(n int) string {
+	if ours.ext == nil {
+		return "(extension not started)"
+	}
+	b, err := os.ReadFile(ours.ext.Process().LogPath)
+	if err != nil {
+		return err.Error()
+	}
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "Hook call failed") || strings.Contains(l, "E1") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
