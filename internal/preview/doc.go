@@ -1,0 +1,44 @@
+// Package preview is the data behind `capi-inplace plan`: for every Machine of a
+// Cluster, what a change of its owner's desired state would do to it — updated in
+// place, replaced, or left alone — and why, whether its node is drained and rebooted,
+// and which OS backend would run. Nothing is written: the proposed change is applied
+// in memory.
+//
+// It is split like internal/status so that everything but the API reads is pure:
+//
+//	Gather (I/O)   -> Snapshot (live)    gather.go: Cluster, KubeadmControlPlane,
+//	                                     MachineDeployments, MachineSets, Machines and the
+//	                                     bootstrap / infrastructure objects and templates
+//	                                     they reference, through a client.Reader only
+//	Apply (pure)   -> Snapshot (proposed) change.go: a proposed change (YAML objects)
+//	                                     merged over the live objects
+//	Build (pure)   -> Report              build.go: per Machine, the same comparison Cluster
+//	                                     API makes (KCP: CanUpdateMachine on the Machine,
+//	                                     its KubeadmConfig and InfraMachine against KCP's
+//	                                     desired ones; MachineDeployment: CanUpdateMachineSet
+//	                                     on the Machine's MachineSet and its templates
+//	                                     against the MachineDeployment's), decided by the
+//	                                     real internal/planner, then the rollout settings
+//	                                     that make Cluster API surge a new machine anyway
+//	Render (pure)  -> table or JSON       render.go
+//
+// How close to Cluster API it is: the desired KubeadmConfig of a control-plane Machine
+// is computed by KCP's own exported functions (desiredstate.ComputeDesiredKubeadmConfig
+// and PrepareKubeadmConfigsForDiff), so version-derived kubeadm settings appear exactly
+// as KCP will compute them. Where Cluster API normalizes with a server-side-apply dry
+// run (a write, which plan never issues), the desired InfraMachine is approximated by
+// merging the new template over the current object and dropping what the old template
+// set and the new one does not.
+//
+// Invariants:
+//   - No writes: Gather takes a client.Reader; the CLI test also wraps the client with an
+//     interceptor that fails every write and checks that no object's resourceVersion moved.
+//   - The JSON field names of Report are a public interface (CI pipelines parse them):
+//     only add fields, never rename or remove them.
+//   - Report.Summary.Replace counts the machines Cluster API would delete and recreate;
+//     the CLI turns a non-zero count into its own exit code.
+//
+// Imports: api/v1alpha1, internal/planner, internal/policy, internal/backend (for
+// Capabilities only), Cluster API API types and KCP's public desired-state package,
+// apimachinery; controller-runtime's client only in gather.go.
+package preview

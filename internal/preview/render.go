@@ -1,0 +1,153 @@
+package preview
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// RenderJSON writes the Report as one indented JSON document.
+func RenderJSON(w io.Writer, r Report) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode plan: %w", err)
+	}
+	b = append(b, '\n')
+	if _, err := w.Write(b); err != nil {
+		return fmt.Errorf("write plan: %w", err)
+	}
+	return nil
+}
+
+// RenderTable writes the Report as text: a header, one row per Machine, then why,
+// with Machines that share the same explanation grouped, and a summary line.
+func RenderTable(w io.Writer, r Report) error {
+	var buf bytes.Buffer
+	fmt.Fprintf(&buf, "CLUSTER %s/%s\n", r.Namespace, r.Cluster)
+	if r.Change != "" {
+		fmt.Fprintf(&buf, "  change: %s\n", r.Change)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(&buf, "  note: %s\n", n)
+	}
+	if len(r.Machines) == 0 {
+		buf.WriteString("  no machines\n")
+	} else {
+		var tbl bytes.Buffer
+		tw := tabwriter.NewWriter(&tbl, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "MACHINE\tROLE\tOWNER\tVERSION\tVERDICT\tDRAIN\tREBOOT\tBACKEND")
+		for _, m := range r.Machines {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, m.Role, dash(m.Owner), versionCell(m),
+				m.Verdict, drainCell(m), rebootCell(m), backendCell(m))
+		}
+		_ = tw.Flush() // writes to a bytes.Buffer, which cannot fail
+		for line := range strings.Lines(tbl.String()) {
+			buf.WriteString(strings.TrimRight(line, " \n"))
+			buf.WriteByte('\n')
+		}
+		renderWhy(&buf, r.Machines)
+	}
+	fmt.Fprintf(&buf, "\n%d machines: %d in place, %d replaced, %d unchanged.\n", r.Summary.Machines, r.Summary.InPlace, r.Summary.Replace, r.Summary.Unchanged)
+	if _, err := w.Write(buf.Bytes()); err != nil {
+		return fmt.Errorf("write plan table: %w", err)
+	}
+	return nil
+}
+
+// renderWhy explains every Machine that changes. Machines with the same explanation
+// (the Machines of one MachineSet, usually) share one block, in table order.
+func renderWhy(buf *bytes.Buffer, machines []MachinePlan) {
+	var order []string
+	names := map[string][]string{}
+	for _, m := range machines {
+		block := why(m)
+		if block == "" {
+			continue
+		}
+		if _, seen := names[block]; !seen {
+			order = append(order, block)
+		}
+		names[block] = append(names[block], m.Name)
+	}
+	if len(order) == 0 {
+		return
+	}
+	buf.WriteString("\nWHY\n")
+	for _, block := range order {
+		fmt.Fprintf(buf, "%s: %s", strings.Join(names[block], ", "), block)
+	}
+}
+
+// why is a Machine's explanation: its verdict, then one line per reason.
+func why(m MachinePlan) string {
+	var b strings.Builder
+	switch m.Verdict {
+	case VerdictInPlace:
+		fmt.Fprintf(&b, "in place (%s)\n", m.Path)
+		for _, d := range m.Changes {
+			fmt.Fprintf(&b, "  + %s %s: %s\n", d.Object, d.Field, d.Reason)
+		}
+		if img := m.OSImage; img != nil && img.Artifact != "" {
+			fmt.Fprintf(&b, "  os image %s -> %s: artifact %s@%s, backend %s\n", img.From, img.To, img.Artifact, img.Digest, m.Backend.Name)
+		}
+	case VerdictReplace:
+		b.WriteString("replace\n")
+		for _, r := range m.Reasons {
+			fmt.Fprintf(&b, "  - %s\n", r)
+		}
+	default:
+		return ""
+	}
+	return b.String()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func versionCell(m MachinePlan) string {
+	if m.DesiredVersion == "" || m.DesiredVersion == m.Version {
+		return dash(m.Version)
+	}
+	return dash(m.Version) + "->" + m.DesiredVersion
+}
+
+func drainCell(m MachinePlan) string {
+	switch {
+	case m.Verdict == VerdictUnchanged:
+		return "-"
+	case m.Drain.By == DrainByClusterAPI:
+		return "yes (by Cluster API)"
+	case m.Drain.Needed:
+		return "yes"
+	case m.Drain.By == DrainByInPlace:
+		return "no (single node)"
+	}
+	return "-"
+}
+
+func rebootCell(m MachinePlan) string {
+	switch {
+	case m.Verdict != VerdictInPlace:
+		return "-"
+	case m.Reboot.Needed:
+		return "yes"
+	}
+	return "no"
+}
+
+func backendCell(m MachinePlan) string {
+	if m.Verdict != VerdictInPlace {
+		return "-"
+	}
+	if m.Backend.Runs || m.Backend.Name == "none" {
+		return m.Backend.Name
+	}
+	return m.Backend.Name + " (no OS change)"
+}

@@ -1,0 +1,135 @@
+package preview
+
+import (
+	"github.com/capi-inplace/capi-inplace/internal/planner"
+)
+
+// ReportAPIVersion and ReportKind identify the JSON document printed by
+// `capi-inplace plan -o json`.
+const (
+	ReportAPIVersion = "plan.inplace.capi-inplace.dev/v1alpha1"
+	ReportKind       = "InPlacePlan"
+)
+
+// Verdict is what happens to one Machine.
+type Verdict string
+
+// Verdicts.
+const (
+	// VerdictUnchanged: the Machine already matches what its owner desires.
+	VerdictUnchanged Verdict = "unchanged"
+	// VerdictInPlace: capi-inplace updates the Machine's node where it stands; the
+	// Machine keeps its name and UID.
+	VerdictInPlace Verdict = "in-place"
+	// VerdictReplace: Cluster API deletes the Machine and creates a new one.
+	VerdictReplace Verdict = "replace"
+)
+
+// Roles of MachinePlan.Role.
+const (
+	RoleControlPlane = "control-plane"
+	RoleWorker       = "worker"
+)
+
+// Who drains, in Drain.By.
+const (
+	DrainByInPlace    = "capi-inplace"
+	DrainByClusterAPI = "cluster-api"
+)
+
+// Report is the whole plan, the document behind both the table and `-o json`. Its
+// JSON field names are a stable interface: fields are only ever added.
+type Report struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Namespace  string `json:"namespace"`
+	Cluster    string `json:"cluster"`
+	// Change is the file the proposed change came from; empty when the plan compares
+	// the Machines with what their owners desire now.
+	Change string `json:"change,omitempty"`
+	// Notes are facts about the change that affect how to read the plan.
+	Notes    []string      `json:"notes,omitempty"`
+	Summary  Summary       `json:"summary"`
+	Machines []MachinePlan `json:"machines"`
+}
+
+// Summary counts the machines of a Report by verdict.
+type Summary struct {
+	Machines  int `json:"machines"`
+	InPlace   int `json:"inPlace"`
+	Replace   int `json:"replace"`
+	Unchanged int `json:"unchanged"`
+}
+
+// MachinePlan is the verdict on one Machine.
+type MachinePlan struct {
+	Name string `json:"name"`
+	UID  string `json:"uid"`
+	// Role is "control-plane" or "worker".
+	Role string `json:"role"`
+	// Owner is what rolls the Machine out: "KubeadmControlPlane/<name>",
+	// "MachineDeployment/<name>", or empty for a Machine nothing rolls out.
+	Owner string `json:"owner,omitempty"`
+	// Node is the Machine's status.nodeRef.name; empty until the node joined.
+	Node string `json:"node,omitempty"`
+	// Version is the Machine's Kubernetes version; DesiredVersion its owner's.
+	Version        string `json:"version,omitempty"`
+	DesiredVersion string `json:"desiredVersion,omitempty"`
+
+	Verdict Verdict `json:"verdict"`
+	// Path says how an in-place update is driven: Cluster API's hooks through
+	// KubeadmControlPlane (CanUpdateMachine) or the MachineDeployment
+	// (CanUpdateMachineSet), or capi-inplace's single-node control-plane path.
+	Path string `json:"path,omitempty"`
+	// Reasons say why the Machine is replaced: one per refused field (the planner's
+	// reason) and one per rollout setting that makes Cluster API surge.
+	Reasons []string `json:"reasons,omitempty"`
+	// Changes are the planner's decisions, one per differing field, covered or not.
+	Changes []planner.Decision `json:"changes,omitempty"`
+
+	Drain  Drain  `json:"drain"`
+	Reboot Reboot `json:"reboot"`
+	// OSImage is set when the Machine's infrastructure OS image changes.
+	OSImage *OSImageChange `json:"osImage,omitempty"`
+	// Backend is the OS backend that would run on the node.
+	Backend Backend `json:"backend"`
+}
+
+// Drain says whether the node is drained before it changes.
+type Drain struct {
+	// Needed is true when pods are evicted from the node.
+	Needed bool `json:"needed"`
+	// By is who drains: capi-inplace (in place) or cluster-api (before deleting a
+	// replaced Machine); empty when the Machine is unchanged.
+	By     string `json:"by,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Reboot says whether the node reboots during an in-place update.
+type Reboot struct {
+	Needed bool   `json:"needed"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// OSImageChange is a change of the infrastructure OS image field.
+type OSImageChange struct {
+	// Field is the image field's path in the infrastructure object.
+	Field string `json:"field"`
+	From  string `json:"from"`
+	To    string `json:"to"`
+	// Artifact and Digest are the node-side artifact the policy maps To to; empty
+	// when it maps to none (the change is then refused).
+	Artifact string `json:"artifact,omitempty"`
+	Digest   string `json:"digest,omitempty"`
+}
+
+// Backend is the OS backend of a Machine's node.
+type Backend struct {
+	// Name is the backend ("none": Kubernetes-only updates).
+	Name string `json:"name"`
+	// Source says where the name comes from: "policy artifact", "<Kind> annotation",
+	// "Cluster annotation", "policy cluster entry", "policy default" or "none".
+	Source string `json:"source"`
+	// Runs is true when the backend swaps the OS image in this update.
+	Runs bool `json:"runs"`
+}
