@@ -11,12 +11,15 @@ import (
 
 // RenderJSON writes the Report as one indented JSON document.
 func RenderJSON(w io.Writer, r Report) error {
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	// Reasons hold "->" and "<": keep them readable for people and jq alike.
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(r); err != nil {
 		return fmt.Errorf("encode plan: %w", err)
 	}
-	b = append(b, '\n')
-	if _, err := w.Write(b); err != nil {
+	if _, err := w.Write(buf.Bytes()); err != nil {
 		return fmt.Errorf("write plan: %w", err)
 	}
 	return nil
@@ -89,9 +92,6 @@ func why(m MachinePlan) string {
 		fmt.Fprintf(&b, "in place (%s)\n", m.Path)
 		for _, d := range m.Changes {
 			fmt.Fprintf(&b, "  + %s %s: %s\n", d.Object, d.Field, d.Reason)
-		}
-		if img := m.OSImage; img != nil && img.Artifact != "" {
-			fmt.Fprintf(&b, "  os image %s -> %s: artifact %s@%s, backend %s\n", img.From, img.To, img.Artifact, img.Digest, m.Backend.Name)
 		}
 	case VerdictReplace:
 		b.WriteString("replace\n")
