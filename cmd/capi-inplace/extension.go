@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -15,11 +16,13 @@ import (
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/capi-inplace/capi-inplace/internal/coordinator"
 	"github.com/capi-inplace/capi-inplace/internal/extension"
 	"github.com/capi-inplace/capi-inplace/internal/policy"
 )
@@ -120,14 +123,28 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 		return err
 	}
 
-	// ---- coordinator wiring (owned by the lead) ---------------------------------
-	// The coordinator implements extension.MachineUpdater. Construct it here from
-	// mgr (client, cache, event recorder), pol (drain, backends, ResolveOSImage),
-	// o.manageAgents and o.agentImage, register its controllers with mgr, and assign
-	// it to updater. While updater is nil, UpdateMachine answers Failure
-	// (extension.MessageNoCoordinator): never Success for work not done.
-	var updater extension.MachineUpdater
-	// -------------------------------------------------------------------------------
+	// The coordinator reads through an uncached client: a cache would hold every
+	// Secret of the management cluster in memory, and each hook call reads only a few.
+	direct, err := client.New(mgr.GetConfig(), client.Options{Scheme: scheme, Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return fmt.Errorf("create management client: %w", err)
+	}
+	clusters, err := coordinator.NewKubeconfigClusters(direct, scheme, 4*time.Second)
+	if err != nil {
+		return fmt.Errorf("create workload cluster clients: %w", err)
+	}
+	updater, err := coordinator.New(coordinator.Options{
+		Client:       direct,
+		Clusters:     clusters,
+		OSImages:     coordinator.OSImagesFromPolicy(pol),
+		Recorder:     mgr.GetEventRecorder("capi-inplace"),
+		Drain:        coordinator.DrainOptionsFromPolicy(pol.Drain()),
+		ManageAgents: o.manageAgents,
+		AgentImage:   o.agentImage,
+	})
+	if err != nil {
+		return fmt.Errorf("create coordinator: %w", err)
+	}
 
 	handlers, err := extension.NewHandlers(extension.Options{Policy: pol, Updater: updater, Metrics: metrics})
 	if err != nil {
@@ -154,7 +171,7 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 	}
 
 	log.Info("Starting extension", "webhookPort", o.webhookPort, "certDir", o.webhookCertDir,
-		"policyFile", o.policyFile, "coordinator", updater != nil, "manageAgents", o.manageAgents)
+		"policyFile", o.policyFile, "manageAgents", o.manageAgents)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("run manager: %w", err)
 	}

@@ -64,6 +64,7 @@ artifacts:
 		"--insecure-diagnostics",
 		"--health-addr", fmt.Sprintf("127.0.0.1:%d", healthPort),
 		"--policy-file", policyFile,
+		"--manage-agents=false",
 	})
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx) }()
@@ -174,13 +175,15 @@ artifacts:
 		NewWithT(t).Expect(resp.GetStatus()).To(Equal(runtimehooksv1.ResponseStatusSuccess))
 	})
 
-	t.Run("UpdateMachine without a coordinator is a Failure", func(t *testing.T) {
+	t.Run("UpdateMachine reaches the coordinator and fails clearly on an empty request", func(t *testing.T) {
 		g := NewWithT(t)
 		resp := &runtimehooksv1.UpdateMachineResponse{}
 		_, err := extensiontest.Call(ctx, client, base, runtimehooksv1.UpdateMachine, extension.HandlerUpdateMachine, &runtimehooksv1.UpdateMachineRequest{}, resp)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(resp.GetStatus()).To(Equal(runtimehooksv1.ResponseStatusFailure))
-		g.Expect(resp.GetMessage()).To(Equal(extension.MessageNoCoordinator))
+		g.Expect(resp.GetMessage()).NotTo(Equal(extension.MessageNoCoordinator))
+		g.Expect(resp.GetMessage()).To(ContainSubstring("achine"))
+		g.Expect(resp.GetRetryAfterSeconds()).To(BeZero())
 	})
 
 	t.Run("metrics are served", func(t *testing.T) {
