@@ -1,17 +1,269 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/capi-inplace/capi-inplace/internal/backend"
+	"github.com/capi-inplace/capi-inplace/internal/backend/none"
+	"github.com/capi-inplace/capi-inplace/internal/backend/registry"
+	"github.com/capi-inplace/capi-inplace/internal/backend/simulated"
+	"github.com/capi-inplace/capi-inplace/internal/backend/swupdate"
+	"github.com/capi-inplace/capi-inplace/internal/planner"
+	"github.com/capi-inplace/capi-inplace/internal/preview"
 )
 
+// exitReplace is plan's exit code when at least one Machine would be replaced, so
+// that a CI pipeline can refuse a change that would recreate machines. Any other
+// error (flags, policy file, change file, management cluster, unknown Cluster) exits 1.
+const exitReplace = 2
+
+// newManagementClient connects to the management cluster. plan only reads through
+// it; the test wraps it with an interceptor that fails every write.
+type newManagementClient func(cfg *rest.Config, scheme *runtime.Scheme) (client.Client, error)
+
+type planOptions struct {
+	kubeconfig  string
+	kubeContext string
+	namespace   string
+	policyFile  string
+	filename    string
+	output      string
+	newClient   newManagementClient
+}
+
 func newPlanCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "plan",
-		Short: "Not implemented yet",
-		RunE: func(*cobra.Command, []string) error {
-			return errors.New("plan: not implemented yet")
+	return newPlanCommandWith(func(cfg *rest.Config, scheme *runtime.Scheme) (client.Client, error) {
+		return client.New(cfg, client.Options{Scheme: scheme})
+	})
+}
+
+func newPlanCommandWith(newClient newManagementClient) *cobra.Command {
+	o := &planOptions{newClient: newClient}
+	cmd := &cobra.Command{
+		Use:   "plan [cluster]",
+		Short: "Say, per machine, whether a change would go in place or replace it (no writes)",
+		Long: `plan compares each Machine of a Cluster with what its owner desires and says, per
+Machine, whether Cluster API with capi-inplace would update it in place or replace it,
+why (the planner's reason for every field it refuses, and the rollout settings that
+make Cluster API create a new machine anyway), whether its node is drained and
+rebooted, and which OS backend would run.
+
+Without -f it compares with what the KubeadmControlPlane and MachineDeployments desire
+now. With -f it first merges a proposed change over the live objects, in memory: a
+Cluster with a new spec.topology.version, a KubeadmControlPlane, a MachineDeployment,
+a KubeadmConfigTemplate or an infrastructure template. Each object is merged like a
+JSON merge patch (maps merge, lists replace); new objects (a new template) are added.
+
+plan never writes to the management cluster. It assumes Cluster API runs with the
+InPlaceUpdates and RuntimeSDK feature gates and that capi-inplace answers the in-place
+hooks for the Cluster's namespace; --policy-file should be the extension's policy.
+
+-o json prints one document (apiVersion plan.inplace.capi-inplace.dev/v1alpha1, kind
+InPlacePlan; see README.md).
+
+Exit codes: 0 no machine would be replaced; 2 at least one machine would be
+replaced; 1 the command failed.`,
+		Example: `  capi-inplace plan my-cluster -n clusters
+  capi-inplace plan -n clusters -f upgrade.yaml --policy-file policy.yaml
+  capi-inplace plan my-cluster -f upgrade.yaml -o json | jq '.machines[] | {name, verdict, reasons}'`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cluster := ""
+			if len(args) == 1 {
+				cluster = args[0]
+			}
+			return o.run(cmd.Context(), cmd.OutOrStdout(), cmd.InOrStdin(), cluster)
 		},
 	}
+	f := cmd.Flags()
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the management cluster (default: $KUBECONFIG or ~/.kube/config)")
+	f.StringVar(&o.kubeContext, "context", "", "kubeconfig context to use")
+	f.StringVarP(&o.namespace, "namespace", "n", "", "namespace of the Cluster (default: the change's namespace, else the context's, else \"default\")")
+	f.StringVar(&o.policyFile, "policy-file", "", "the extension's policy file (YAML or JSON); empty means the built-in policy")
+	f.StringVarP(&o.filename, "filename", "f", "", "proposed change: a YAML file of one or more objects (- reads stdin)")
+	f.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
+	return cmd
+}
+
+func (o *planOptions) run(ctx context.Context, out io.Writer, in io.Reader, cluster string) error {
+	if o.output != "table" && o.output != "json" {
+		return fmt.Errorf("--output must be table or json, not %q", o.output)
+	}
+	pol, err := loadPolicy(o.policyFile)
+	if err != nil {
+		return err
+	}
+	pl, err := planner.New(pol)
+	if err != nil {
+		return fmt.Errorf("planner: %w", err)
+	}
+	change, err := o.readChange(in)
+	if err != nil {
+		return err
+	}
+	if cluster == "" {
+		if cluster = preview.ClusterNameOf(change); cluster == "" {
+			return errors.New("name the Cluster: capi-inplace plan <cluster> [-f change.yaml]")
+		}
+	}
+	c, namespace, err := o.connect(change)
+	if err != nil {
+		return err
+	}
+
+	g := preview.Gatherer{Reader: c}
+	live, notes, err := g.Gather(ctx, namespace, cluster)
+	if err != nil {
+		return err
+	}
+	proposed := live
+	if change != nil {
+		var changeNotes []string
+		if proposed, changeNotes, err = g.Propose(ctx, &live, change); err != nil {
+			return err
+		}
+		notes = append(notes, changeNotes...)
+	}
+	r, err := preview.Build(preview.Input{
+		Live: live, Proposed: proposed, Planner: pl, Policy: pol,
+		Backends: planBackendCapabilities(ctx), Now: time.Now(), Change: o.filename, Notes: notes,
+	})
+	if err != nil {
+		return err
+	}
+	if o.output == "json" {
+		err = preview.RenderJSON(out, r)
+	} else {
+		err = preview.RenderTable(out, r)
+	}
+	if err != nil {
+		return err
+	}
+	return exitForPlan(r)
+}
+
+func (o *planOptions) readChange(in io.Reader) ([]*unstructured.Unstructured, error) {
+	var (
+		data []byte
+		err  error
+	)
+	switch o.filename {
+	case "":
+		return nil, nil
+	case "-":
+		data, err = io.ReadAll(in)
+	default:
+		data, err = os.ReadFile(o.filename)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read change %s: %w", o.filename, err)
+	}
+	change, err := preview.ParseChange(data)
+	if err != nil {
+		return nil, fmt.Errorf("change %s: %w", o.filename, err)
+	}
+	return change, nil
+}
+
+// exitForPlan turns replaced machines into exitReplace.
+func exitForPlan(r preview.Report) error {
+	var replaced []string
+	for _, m := range r.Machines {
+		if m.Verdict == preview.VerdictReplace {
+			replaced = append(replaced, m.Name)
+		}
+	}
+	if len(replaced) == 0 {
+		return nil
+	}
+	return &exitError{code: exitReplace, err: fmt.Errorf("%d machine(s) would be replaced: %s", len(replaced), strings.Join(replaced, ", "))}
+}
+
+// connect builds the management cluster client the way kubectl does and returns the
+// namespace to look at.
+func (o *planOptions) connect(change []*unstructured.Unstructured) (client.Reader, string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = o.kubeconfig
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: o.kubeContext})
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		return nil, "", fmt.Errorf("load kubeconfig of the management cluster: %w", err)
+	}
+	cfg.UserAgent = "capi-inplace-plan"
+	namespace := o.namespace
+	for _, u := range change {
+		if namespace == "" {
+			namespace = u.GetNamespace()
+		}
+	}
+	if namespace == "" {
+		if namespace, _, err = cc.Namespace(); err != nil {
+			return nil, "", fmt.Errorf("namespace from kubeconfig: %w", err)
+		}
+	}
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clusterv1.AddToScheme, controlplanev1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			return nil, "", fmt.Errorf("scheme: %w", err)
+		}
+	}
+	c, err := o.newClient(cfg, scheme)
+	if err != nil {
+		return nil, "", fmt.Errorf("client for the management cluster: %w", err)
+	}
+	// Only a reader goes further: the plan has no way to write.
+	return c, namespace, nil
+}
+
+// planBackendCapabilities returns the capabilities of the OS backends, built the way
+// the agent builds them (registry.Build) but with placeholder settings and a runner
+// that refuses to run anything: Capabilities is a property of the mechanism, not of
+// a node. The script backend is left out: its capabilities are declared per node.
+func planBackendCapabilities(ctx context.Context) map[string]backend.Capabilities {
+	cfg := registry.Config{
+		StateDir: "/var/lib/capi-inplace/os-backends",
+		OSTree:   &registry.OSTreeConfig{OSName: "default", Flavor: "ostree"},
+		Bootc:    &registry.BootcConfig{},
+		RAUC:     &registry.RAUCConfig{},
+		SWUpdate: &registry.SWUpdateConfig{Slots: []swupdate.Slot{
+			{Name: "a", Device: "/dev/slot-a", Selection: "stable,a"}, {Name: "b", Device: "/dev/slot-b", Selection: "stable,b"},
+		}},
+		Mender:   &registry.MenderConfig{},
+		Packages: &registry.PackagesConfig{Manager: "apt"},
+	}
+	// os.DevNull as the host root: no node file is read (rauc looks for its system.conf).
+	built := registry.Build(ctx, cfg, registry.Env{HostRoot: os.DevNull, Runner: refusingRunner{}})
+	out := map[string]backend.Capabilities{
+		none.Name:      none.New().Capabilities(),
+		simulated.Name: simulated.New(os.DevNull).Capabilities(),
+	}
+	for name, b := range built {
+		if _, unavailable := b.(registry.Unavailable); unavailable {
+			continue
+		}
+		out[name] = b.Capabilities()
+	}
+	return out
+}
+
+// refusingRunner runs nothing: plan never touches a host.
+type refusingRunner struct{}
+
+func (refusingRunner) Run(_ context.Context, cmd backend.Command) (backend.Result, error) {
+	return backend.Result{}, fmt.Errorf("plan runs no commands (asked to run %s)", cmd)
 }

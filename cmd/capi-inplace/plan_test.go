@@ -1,0 +1,411 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/rest"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/capi-inplace/capi-inplace/internal/preview"
+	"github.com/capi-inplace/capi-inplace/internal/preview/previewtest"
+)
+
+// TestPlanCommand runs `capi-inplace plan` in-process against a real kube-apiserver
+// holding Cluster API's CRDs (core, KCP, kubeadm bootstrap, the Dev provider) and a
+// ClusterClass cluster: 3 control-plane Machines (KCP maxSurge 0), 2 workers
+// (MachineDeployment maxUnavailable 1), their KubeadmConfigs, DevMachines and
+// templates. Every write through the command's client fails the test, and no
+// object's resourceVersion may move.
+func TestPlanCommand(t *testing.T) {
+	requireEnvtestAssets(t)
+	g := NewWithT(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	env := &envtest.Environment{CRDInstallOptions: envtest.CRDInstallOptions{CRDs: planCRDs(t)}}
+	cfg, err := env.Start()
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Logf("stop envtest: %v", err)
+		}
+	})
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, clusterv1.AddToScheme, controlplanev1.AddToScheme, bootstrapv1.AddToScheme} {
+		g.Expect(add(scheme)).To(Succeed())
+	}
+	admin, err := client.New(cfg, client.Options{Scheme: scheme})
+	g.Expect(err).NotTo(HaveOccurred())
+	kubeconfigPath := filepath.Join(t.TempDir(), "kubeconfig")
+	g.Expect(os.WriteFile(kubeconfigPath, env.KubeConfig, 0o600)).To(Succeed())
+
+	fx := previewtest.Default()
+	g.Expect(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fx.Namespace}})).To(Succeed())
+	createFixture(ctx, t, admin, fx)
+	before := resourceVersions(ctx, t, admin, fx.Namespace)
+
+	var (
+		mu     sync.Mutex
+		writes []string
+	)
+	refuse := func(verb string, obj any) error {
+		mu.Lock()
+		defer mu.Unlock()
+		writes = append(writes, fmt.Sprintf("%s %T", verb, obj))
+		return fmt.Errorf("plan must not write: %s", verb)
+	}
+	readOnly := func(cfg *rest.Config, scheme *runtime.Scheme) (client.Client, error) {
+		c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+		if err != nil {
+			return nil, err
+		}
+		return interceptor.NewClient(c, interceptor.Funcs{
+			Create: func(_ context.Context, _ client.WithWatch, obj client.Object, _ ...client.CreateOption) error {
+				return refuse("create", obj)
+			},
+			Update: func(_ context.Context, _ client.WithWatch, obj client.Object, _ ...client.UpdateOption) error {
+				return refuse("update", obj)
+			},
+			Patch: func(_ context.Context, _ client.WithWatch, obj client.Object, _ client.Patch, _ ...client.PatchOption) error {
+				return refuse("patch", obj)
+			},
+			Apply: func(_ context.Context, _ client.WithWatch, obj runtime.ApplyConfiguration, _ ...client.ApplyOption) error {
+				return refuse("apply", obj)
+			},
+			Delete: func(_ context.Context, _ client.WithWatch, obj client.Object, _ ...client.DeleteOption) error {
+				return refuse("delete", obj)
+			},
+			DeleteAllOf: func(_ context.Context, _ client.WithWatch, obj client.Object, _ ...client.DeleteAllOfOption) error {
+				return refuse("deleteAllOf", obj)
+			},
+			SubResourceCreate: func(_ context.Context, _ client.Client, sub string, obj client.Object, _ client.Object, _ ...client.SubResourceCreateOption) error {
+				return refuse("create/"+sub, obj)
+			},
+			SubResourceUpdate: func(_ context.Context, _ client.Client, sub string, obj client.Object, _ ...client.SubResourceUpdateOption) error {
+				return refuse("update/"+sub, obj)
+			},
+			SubResourcePatch: func(_ context.Context, _ client.Client, sub string, obj client.Object, _ client.Patch, _ ...client.SubResourcePatchOption) error {
+				return refuse("patch/"+sub, obj)
+			},
+			SubResourceApply: func(_ context.Context, _ client.Client, sub string, obj runtime.ApplyConfiguration, _ ...client.SubResourceApplyOption) error {
+				return refuse("apply/"+sub, obj)
+			},
+		}), nil
+	}
+
+	dir := t.TempDir()
+	file := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		g.Expect(os.WriteFile(p, []byte(content), 0o600)).To(Succeed())
+		return p
+	}
+	topology := func(v string) string {
+		return "apiVersion: cluster.x-k8s.io/v1beta2\nkind: Cluster\nmetadata: {name: demo, namespace: fleet}\nspec: {topology: {version: " + v + "}}\n"
+	}
+	minor := file("minor.yaml", topology("v1.36.0"))
+	twoMinors := file("two-minors.yaml", topology("v1.37.0"))
+	kcpOnly := file("kcp.yaml", "apiVersion: controlplane.cluster.x-k8s.io/v1beta2\nkind: KubeadmControlPlane\nmetadata: {name: demo-cp, namespace: fleet}\nspec: {version: v1.35.2}\n")
+	files := file("files.yaml", `apiVersion: bootstrap.cluster.x-k8s.io/v1beta2
+kind: KubeadmConfigTemplate
+metadata: {name: demo-md-0-v2, namespace: fleet}
+spec:
+  template:
+    spec:
+      joinConfiguration:
+        nodeRegistration:
+          kubeletExtraArgs: [{name: eviction-hard, value: "nodefs.available<0%"}]
+      files:
+      - {path: /etc/motd, content: "worker\n"}
+      - {path: /etc/sysctl.d/90-inplace.conf, content: "vm.swappiness=10\n"}
+---
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: MachineDeployment
+metadata: {name: demo-md-0, namespace: fleet}
+spec:
+  template:
+    spec:
+      bootstrap:
+        configRef: {apiGroup: bootstrap.cluster.x-k8s.io, kind: KubeadmConfigTemplate, name: demo-md-0-v2}
+`)
+
+	run := func(args ...string) (string, error) {
+		cmd := newPlanCommandWith(readOnly)
+		var out, errOut bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&errOut)
+		cmd.SilenceUsage, cmd.SilenceErrors = true, true
+		cmd.SetArgs(append([]string{"--kubeconfig", kubeconfigPath}, args...))
+		err := cmd.ExecuteContext(ctx)
+		return out.String(), err
+	}
+	rows := func(out string) map[string]string {
+		got := map[string]string{}
+		for line := range strings.Lines(out) {
+			f := strings.Fields(line)
+			if len(f) >= 5 && strings.HasPrefix(f[0], "demo-") && !strings.HasSuffix(f[0], ":") && !strings.HasSuffix(f[0], ",") {
+				got[f[0]] = strings.Join(f[3:], " ")
+			}
+		}
+		return got
+	}
+	cp := []string{"demo-cp-0", "demo-cp-1", "demo-cp-2"}
+	workers := []string{"demo-md-0-v1-0", "demo-md-0-v1-1"}
+
+	t.Run("no change: every machine unchanged, exit 0", func(t *testing.T) {
+		g := NewWithT(t)
+		out, err := run("demo", "-n", "fleet")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(out).To(HavePrefix("CLUSTER fleet/demo\nMACHINE "))
+		for _, m := range append(cp, workers...) {
+			g.Expect(rows(out)).To(HaveKeyWithValue(m, "v1.35.0 unchanged - - -"))
+		}
+		g.Expect(out).To(HaveSuffix("\n5 machines: 0 in place, 0 replaced, 5 unchanged.\n"))
+	})
+
+	t.Run("one minor up via the Cluster topology: all in place, exit 0", func(t *testing.T) {
+		g := NewWithT(t)
+		out, err := run("-f", minor) // Cluster and namespace come from the file
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, m := range append(cp, workers...) {
+			g.Expect(rows(out)).To(HaveKeyWithValue(m, "v1.35.0->v1.36.0 in-place yes no none"))
+		}
+		g.Expect(out).To(ContainSubstring("+ KubeadmConfig spec.clusterConfiguration.featureGates.ControlPlaneKubeletLocalMode:"))
+		g.Expect(out).To(HaveSuffix("\n5 machines: 5 in place, 0 replaced, 0 unchanged.\n"))
+	})
+
+	t.Run("a KubeadmControlPlane patch version: control plane in place, workers unchanged", func(t *testing.T) {
+		g := NewWithT(t)
+		out, err := run("demo", "-n", "fleet", "-f", kcpOnly)
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, m := range cp {
+			g.Expect(rows(out)).To(HaveKeyWithValue(m, "v1.35.0->v1.35.2 in-place yes no none"))
+		}
+		for _, m := range workers {
+			g.Expect(rows(out)).To(HaveKeyWithValue(m, "v1.35.0 unchanged - - -"))
+		}
+	})
+
+	t.Run("two minors up: all replaced with the reason, exit 2", func(t *testing.T) {
+		g := NewWithT(t)
+		out, err := run("demo", "-n", "fleet", "-f", twoMinors)
+		var coded interface{ ExitCode() int }
+		g.Expect(errors.As(err, &coded)).To(BeTrue(), "err: %v", err)
+		g.Expect(coded.ExitCode()).To(Equal(exitReplace))
+		g.Expect(err).To(MatchError(ContainSubstring("5 machine(s) would be replaced")))
+		for _, m := range append(cp, workers...) {
+			g.Expect(rows(out)).To(HaveKeyWithValue(m, "v1.35.0->v1.37.0 replace yes (by Cluster API) - -"))
+		}
+		g.Expect(strings.Count(out, "skips a minor version: kubeadm upgrades one minor at a time")).To(Equal(2), "one block for the control plane, one for the workers")
+	})
+
+	t.Run("files change in a new KubeadmConfigTemplate: workers in place", func(t *testing.T) {
+		g := NewWithT(t)
+		out, err := run("demo", "-n", "fleet", "-f", files)
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, m := range workers {
+			g.Expect(rows(out)).To(HaveKeyWithValue(m, "v1.35.0 in-place yes no none"))
+		}
+		for _, m := range cp {
+			g.Expect(rows(out)).To(HaveKeyWithValue(m, "v1.35.0 unchanged - - -"))
+		}
+		g.Expect(out).To(ContainSubstring("demo-md-0-v1-0, demo-md-0-v1-1: in place (MachineDeployment: CanUpdateMachineSet)\n  + KubeadmConfigTemplate spec.template.spec.files:"))
+	})
+
+	t.Run("json output", func(t *testing.T) {
+		g := NewWithT(t)
+		out, err := run("demo", "-n", "fleet", "-f", minor, "-o", "json")
+		g.Expect(err).NotTo(HaveOccurred())
+		var r preview.Report
+		g.Expect(json.Unmarshal([]byte(out), &r)).To(Succeed())
+		g.Expect(r.APIVersion).To(Equal(preview.ReportAPIVersion))
+		g.Expect(r.Kind).To(Equal(preview.ReportKind))
+		g.Expect(r.Change).To(Equal(minor))
+		g.Expect(r.Summary).To(Equal(preview.Summary{Machines: 5, InPlace: 5}))
+		for _, m := range r.Machines {
+			live := &clusterv1.Machine{}
+			g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: fx.Namespace, Name: m.Name}, live)).To(Succeed())
+			g.Expect(m.UID).To(Equal(string(live.UID)))
+			g.Expect(m.Verdict).To(Equal(preview.VerdictInPlace))
+			g.Expect(m.DesiredVersion).To(Equal("v1.36.0"))
+			g.Expect(m.Drain.Needed).To(BeTrue())
+			g.Expect(m.Reboot.Needed).To(BeFalse())
+		}
+	})
+
+	t.Run("unknown cluster: exit 1", func(t *testing.T) {
+		g := NewWithT(t)
+		_, err := run("nope", "-n", "fleet")
+		g.Expect(err).To(MatchError(preview.ErrClusterNotFound))
+		g.Expect(exitCode(err)).To(Equal(1))
+	})
+
+	t.Run("no writes", func(t *testing.T) {
+		g := NewWithT(t)
+		mu.Lock()
+		defer mu.Unlock()
+		g.Expect(writes).To(BeEmpty())
+		g.Expect(resourceVersions(ctx, t, admin, fx.Namespace)).To(Equal(before))
+	})
+}
+
+// TestPlanBackendCapabilities checks the capability table plan builds from the real
+// backends: every backend name the policy accepts but script, with the reboot
+// behaviour each mechanism documents.
+func TestPlanBackendCapabilities(t *testing.T) {
+	g := NewWithT(t)
+	caps := planBackendCapabilities(context.Background())
+	var names []string
+	for n := range caps {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	g.Expect(names).To(Equal([]string{"bootc", "mender", "none", "ostree", "packages", "rauc", "simulated", "swupdate"}))
+	for _, reboots := range []string{"bootc", "mender", "ostree", "rauc", "simulated", "swupdate"} {
+		g.Expect(caps[reboots].NeedsReboot).To(BeTrue(), reboots)
+	}
+	g.Expect(caps["packages"].NeedsReboot).To(BeFalse())
+	g.Expect(caps["none"].NeedsReboot).To(BeFalse())
+}
+
+// createFixture creates the fixture's objects as their owners would, then writes the
+// Machines' status (nodeRef) through the status subresource.
+func createFixture(ctx context.Context, t *testing.T, c client.Client, fx previewtest.Options) {
+	t.Helper()
+	objs, err := fx.Objects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range objs {
+		obj.SetUID("")
+		var status *clusterv1.MachineStatus
+		if m, ok := obj.(*clusterv1.Machine); ok {
+			status = m.Status.DeepCopy()
+		}
+		if err := c.Create(ctx, obj); err != nil {
+			t.Fatalf("create %T %s: %v", obj, obj.GetName(), err)
+		}
+		if status != nil {
+			m := obj.(*clusterv1.Machine)
+			m.Status = *status
+			if err := c.Status().Update(ctx, m); err != nil {
+				t.Fatalf("write status of Machine %s: %v", m.Name, err)
+			}
+		}
+	}
+}
+
+// resourceVersions returns "<kind>/<name>" -> resourceVersion for every object of the
+// kinds the fixture uses in namespace.
+func resourceVersions(ctx context.Context, t *testing.T, c client.Client, namespace string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, gvk := range []schema.GroupVersionKind{
+		clusterv1.GroupVersion.WithKind("ClusterList"), clusterv1.GroupVersion.WithKind("MachineDeploymentList"),
+		clusterv1.GroupVersion.WithKind("MachineSetList"), clusterv1.GroupVersion.WithKind("MachineList"),
+		controlplanev1.GroupVersion.WithKind("KubeadmControlPlaneList"),
+		bootstrapv1.GroupVersion.WithKind("KubeadmConfigList"), bootstrapv1.GroupVersion.WithKind("KubeadmConfigTemplateList"),
+		{Group: previewtest.InfraGroup, Version: "v1beta2", Kind: "DevMachineList"},
+		{Group: previewtest.InfraGroup, Version: "v1beta2", Kind: "DevMachineTemplateList"},
+	} {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(gvk)
+		if err := c.List(ctx, list, client.InNamespace(namespace)); err != nil {
+			t.Fatalf("list %s: %v", gvk.Kind, err)
+		}
+		for _, item := range list.Items {
+			out[item.GetKind()+"/"+item.GetName()] = item.GetResourceVersion()
+		}
+	}
+	if len(out) < 20 {
+		t.Fatalf("expected the fixture's objects, found %d", len(out))
+	}
+	return out
+}
+
+// planCRDs returns Cluster API's CRDs (core, KCP, kubeadm bootstrap) and the Dev
+// provider's, from the module cache, with the contract labels clusterctl adds: plan
+// finds a reference's served version through them, as Cluster API does.
+func planCRDs(t *testing.T) []*apiextensionsv1.CustomResourceDefinition {
+	t.Helper()
+	capi := capiModuleDir(t)
+	dirs := []string{
+		filepath.Join(capi, "core", "config", "crd", "bases"),
+		filepath.Join(capi, "controlplane", "kubeadm", "config", "crd", "bases"),
+		filepath.Join(capi, "bootstrap", "kubeadm", "config", "crd", "bases"),
+		filepath.Join(capiTestModuleDir(t), "infrastructure", "docker", "config", "crd", "bases"),
+	}
+	var out []*apiextensionsv1.CustomResourceDefinition
+	for _, dir := range dirs {
+		paths, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+		if err != nil || len(paths) == 0 {
+			t.Fatalf("no CRDs in %s: %v", dir, err)
+		}
+		for _, p := range paths {
+			data, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+			for {
+				var raw map[string]any
+				if err := dec.Decode(&raw); err != nil {
+					break
+				}
+				if raw["kind"] != "CustomResourceDefinition" {
+					continue
+				}
+				b, _ := sigsyaml.Marshal(raw)
+				crd := &apiextensionsv1.CustomResourceDefinition{}
+				if err := sigsyaml.Unmarshal(b, crd); err != nil {
+					t.Fatalf("decode CRD in %s: %v", p, err)
+				}
+				if crd.Labels == nil {
+					crd.Labels = map[string]string{}
+				}
+				crd.Labels["cluster.x-k8s.io/v1beta1"] = "v1beta1"
+				crd.Labels["cluster.x-k8s.io/v1beta2"] = "v1beta2"
+				out = append(out, crd)
+			}
+		}
+	}
+	return out
+}
+
+// capiTestModuleDir is Cluster API's test module (the Dev provider's CRDs), pinned by
+// hack/tools/capi/go.mod and present in the module cache once `make tools` ran.
+func capiTestModuleDir(t *testing.T) string {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/cluster-api/test")
+	cmd.Dir = filepath.Join("..", "..", "hack", "tools", "capi")
+	out, err := cmd.Output()
+	if err != nil || strings.TrimSpace(string(out)) == "" {
+		t.Fatalf("locate sigs.k8s.io/cluster-api/test (hack/tools/capi; run make tools): %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
