@@ -205,6 +205,10 @@ func (o *planOptions) connect(change []*unstructured.Unstructured) (client.Reade
 		return nil, "", fmt.Errorf("load kubeconfig of the management cluster: %w", err)
 	}
 	cfg.UserAgent = "capi-inplace-plan"
+	if cfg.QPS == 0 {
+		// One Get per referenced object: allow what kubectl allows, not client-go's 5/s.
+		cfg.QPS, cfg.Burst = 50, 300
+	}
 	namespace := o.namespace
 	for _, u := range change {
 		if namespace == "" {

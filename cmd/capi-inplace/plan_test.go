@@ -154,9 +154,28 @@ spec:
         configRef: {apiGroup: bootstrap.cluster.x-k8s.io, kind: KubeadmConfigTemplate, name: demo-md-0-v2}
 `)
 
+	policyFile := file("policy.yaml", `backends: {default: rauc}
+artifacts:
+- image: registry.example/node-os:2.0
+  ref: https://artifacts.example/node-os-2.0.raucb
+  digest: sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
+`)
+	osImage := file("os-image.yaml", `apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+kind: DevMachineTemplate
+metadata: {name: demo-md-0-v2, namespace: fleet}
+spec: {template: {spec: {backend: {docker: {customImage: "registry.example/node-os:2.0"}}}}}
+---
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: MachineDeployment
+metadata: {name: demo-md-0, namespace: fleet}
+spec: {template: {spec: {infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: DevMachineTemplate, name: demo-md-0-v2}}}}
+`)
+
+	var stdin string
 	run := func(args ...string) (string, error) {
 		cmd := newPlanCommandWith(readOnly)
 		var out, errOut bytes.Buffer
+		cmd.SetIn(strings.NewReader(stdin))
 		cmd.SetOut(&out)
 		cmd.SetErr(&errOut)
 		cmd.SilenceUsage, cmd.SilenceErrors = true, true
@@ -235,6 +254,28 @@ spec:
 			g.Expect(rows(out)).To(HaveKeyWithValue(m, "v1.35.0 unchanged - - -"))
 		}
 		g.Expect(out).To(ContainSubstring("demo-md-0-v1-0, demo-md-0-v1-1: in place (MachineDeployment: CanUpdateMachineSet)\n  + KubeadmConfigTemplate spec.template.spec.files:"))
+	})
+
+	t.Run("OS image change with the extension's policy: workers in place with a rauc reboot", func(t *testing.T) {
+		g := NewWithT(t)
+		out, err := run("demo", "-n", "fleet", "-f", osImage, "--policy-file", policyFile)
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, m := range workers {
+			g.Expect(rows(out)).To(HaveKeyWithValue(m, "v1.35.0 in-place yes yes rauc"))
+		}
+		// Without the policy the image maps to no artifact: replaced, exit 2.
+		out, err = run("demo", "-n", "fleet", "-f", osImage)
+		g.Expect(exitCode(err)).To(Equal(exitReplace))
+		g.Expect(out).To(ContainSubstring("is not mapped to a node-side OS artifact in the policy"))
+	})
+
+	t.Run("change from stdin", func(t *testing.T) {
+		g := NewWithT(t)
+		stdin = topology("v1.36.0")
+		defer func() { stdin = "" }()
+		out, err := run("-f", "-")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(out).To(HaveSuffix("\n5 machines: 5 in place, 0 replaced, 0 unchanged.\n"))
 	})
 
 	t.Run("json output", func(t *testing.T) {

@@ -66,6 +66,9 @@ func Build(in Input) (Report, error) {
 		Namespace: in.Live.Cluster.Namespace, Cluster: in.Live.Cluster.Name,
 		Change: in.Change, Notes: slices.Clone(in.Notes), Machines: []MachinePlan{},
 	}
+	if in.Proposed.Cluster.Annotations[inplacev1.PausedAnnotation] == "true" {
+		r.Notes = append(r.Notes, fmt.Sprintf("the Cluster is annotated %s=true: capi-inplace starts no node update until it is removed", inplacev1.PausedAnnotation))
+	}
 	nodes := nodeCount(in.Live.Machines)
 	for i := range in.Live.Machines {
 		m := &in.Live.Machines[i]

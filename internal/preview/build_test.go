@@ -181,6 +181,25 @@ func TestBuild(t *testing.T) {
 			},
 		},
 		{
+			name: "a MachineDeployment version change: workers in place", opts: def,
+			change:   "apiVersion: cluster.x-k8s.io/v1beta2\nkind: MachineDeployment\nmetadata: {name: demo-md-0}\nspec: {template: {spec: {version: v1.35.4}}}\n",
+			verdicts: want(preview.VerdictInPlace, workers...),
+			check: func(g *WithT, r preview.Report) {
+				w := machine(t, r, workers[0])
+				g.Expect(w.DesiredVersion).To(Equal("v1.35.4"))
+				g.Expect(w.Changes).To(ConsistOf(HaveField("Reason", ContainSubstring("is a patch upgrade"))))
+			},
+		},
+		{
+			name: "a paused Cluster is noted", opts: with(func(o *previewtest.Options) {
+				o.ClusterAnnotations = map[string]string{inplacev1.PausedAnnotation: "true"}
+			}),
+			verdicts: want(preview.VerdictUnchanged),
+			check: func(g *WithT, r preview.Report) {
+				g.Expect(r.Notes).To(HaveExactElements(ContainSubstring("starts no node update")))
+			},
+		},
+		{
 			name: "two minors up: all replaced, reason named", opts: def, change: topologyVersion("v1.37.0"),
 			verdicts: want(preview.VerdictReplace, all...),
 			check: func(g *WithT, r preview.Report) {
@@ -380,6 +399,7 @@ func TestApply(t *testing.T) {
 	tests := []struct {
 		name    string
 		change  string
+		plain   bool // a Cluster without spec.topology
 		wantErr string
 		check   func(g *WithT, live, proposed preview.Snapshot, notes []string)
 	}{
@@ -431,6 +451,15 @@ func TestApply(t *testing.T) {
 				g.Expect(notes).To(HaveExactElements(ContainSubstring("MachineDeployment md-new does not exist yet")))
 			},
 		},
+		{
+			name:   "a topology version on a Cluster without topology changes nothing",
+			change: topologyVersion("v1.36.0"),
+			plain:  true,
+			check: func(g *WithT, _, proposed preview.Snapshot, notes []string) {
+				g.Expect(proposed.ControlPlane.Spec.Version).To(Equal("v1.35.0"))
+				g.Expect(notes).To(HaveExactElements(ContainSubstring("not a ClusterClass cluster")))
+			},
+		},
 		{name: "another namespace", change: "apiVersion: cluster.x-k8s.io/v1beta2\nkind: Cluster\nmetadata: {name: demo, namespace: other}\n", wantErr: "namespace other"},
 		{name: "another cluster", change: "apiVersion: cluster.x-k8s.io/v1beta2\nkind: Cluster\nmetadata: {name: other}\n", wantErr: "names Cluster other"},
 		{name: "another control plane", change: "apiVersion: controlplane.cluster.x-k8s.io/v1beta2\nkind: KubeadmControlPlane\nmetadata: {name: other}\n", wantErr: "is not the control plane"},
@@ -440,7 +469,9 @@ func TestApply(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
-			live := previewtest.MustSnapshot(t, previewtest.Default())
+			o := previewtest.Default()
+			o.Topology = !tt.plain
+			live := previewtest.MustSnapshot(t, o)
 			objs, err := preview.ParseChange([]byte(tt.change))
 			g.Expect(err).NotTo(HaveOccurred())
 			proposed, notes, err := preview.Apply(live, objs)

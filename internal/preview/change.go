@@ -161,7 +161,11 @@ func (s *Snapshot) applyCluster(change *unstructured.Unstructured) ([]string, er
 
 	var notes []string
 	oldTopo, newTopo := before.Spec.Topology, updated.Spec.Topology
-	if !newTopo.IsDefined() {
+	if !oldTopo.IsDefined() {
+		if newTopo.IsDefined() {
+			notes = append(notes, "the Cluster has no spec.topology (it is not a ClusterClass cluster): spec.topology changes nothing here; "+
+				"change the KubeadmControlPlane and MachineDeployments instead")
+		}
 		return notes, nil
 	}
 	if newTopo.Version != oldTopo.Version {

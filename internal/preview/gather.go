@@ -7,6 +7,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/external"
@@ -83,12 +84,29 @@ func (g Gatherer) Gather(ctx context.Context, namespace, name string) (Snapshot,
 // Fetch reads the objects with the given keys that s does not hold yet into
 // s.Objects; one that does not exist is left out.
 func (g Gatherer) Fetch(ctx context.Context, s *Snapshot, keys []ObjectKey) error {
+	// The served version of a kind comes from its CRD's contract labels, as Cluster API
+	// finds it; read it once per kind, then Get the other objects directly.
+	versions := map[schema.GroupKind]string{}
 	for _, k := range keys {
 		if _, ok := s.Objects[k]; ok {
 			continue
 		}
-		ref := clusterv1.ContractVersionedObjectReference{APIGroup: k.Group, Kind: k.Kind, Name: k.Name}
-		u, err := external.GetObjectFromContractVersionedRef(ctx, g.Reader, ref, s.Cluster.Namespace)
+		var (
+			u   *unstructured.Unstructured
+			err error
+		)
+		gk := schema.GroupKind{Group: k.Group, Kind: k.Kind}
+		if v, known := versions[gk]; known {
+			u = &unstructured.Unstructured{}
+			u.SetGroupVersionKind(gk.WithVersion(v))
+			err = g.Reader.Get(ctx, client.ObjectKey{Namespace: s.Cluster.Namespace, Name: k.Name}, u)
+		} else {
+			ref := clusterv1.ContractVersionedObjectReference{APIGroup: k.Group, Kind: k.Kind, Name: k.Name}
+			u, err = external.GetObjectFromContractVersionedRef(ctx, g.Reader, ref, s.Cluster.Namespace)
+			if err == nil {
+				versions[gk] = u.GroupVersionKind().Version
+			}
+		}
 		switch {
 		case apierrors.IsNotFound(err):
 			// The object, or its kind's CRD, does not exist.
