@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -70,54 +71,8 @@ func TestPlanCommand(t *testing.T) {
 	createFixture(ctx, t, admin, fx)
 	before := resourceVersions(ctx, t, admin, fx.Namespace)
 
-	var (
-		mu     sync.Mutex
-		writes []string
-	)
-	refuse := func(verb string, obj any) error {
-		mu.Lock()
-		defer mu.Unlock()
-		writes = append(writes, fmt.Sprintf("%s %T", verb, obj))
-		return fmt.Errorf("plan must not write: %s", verb)
-	}
-	readOnly := func(cfg *rest.Config, scheme *runtime.Scheme) (client.Client, error) {
-		c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
-		if err != nil {
-			return nil, err
-		}
-		return interceptor.NewClient(c, interceptor.Funcs{
-			Create: func(_ context.Context, _ client.WithWatch, obj client.Object, _ ...client.CreateOption) error {
-				return refuse("create", obj)
-			},
-			Update: func(_ context.Context, _ client.WithWatch, obj client.Object, _ ...client.UpdateOption) error {
-				return refuse("update", obj)
-			},
-			Patch: func(_ context.Context, _ client.WithWatch, obj client.Object, _ client.Patch, _ ...client.PatchOption) error {
-				return refuse("patch", obj)
-			},
-			Apply: func(_ context.Context, _ client.WithWatch, obj runtime.ApplyConfiguration, _ ...client.ApplyOption) error {
-				return refuse("apply", obj)
-			},
-			Delete: func(_ context.Context, _ client.WithWatch, obj client.Object, _ ...client.DeleteOption) error {
-				return refuse("delete", obj)
-			},
-			DeleteAllOf: func(_ context.Context, _ client.WithWatch, obj client.Object, _ ...client.DeleteAllOfOption) error {
-				return refuse("deleteAllOf", obj)
-			},
-			SubResourceCreate: func(_ context.Context, _ client.Client, sub string, obj client.Object, _ client.Object, _ ...client.SubResourceCreateOption) error {
-				return refuse("create/"+sub, obj)
-			},
-			SubResourceUpdate: func(_ context.Context, _ client.Client, sub string, obj client.Object, _ ...client.SubResourceUpdateOption) error {
-				return refuse("update/"+sub, obj)
-			},
-			SubResourcePatch: func(_ context.Context, _ client.Client, sub string, obj client.Object, _ client.Patch, _ ...client.SubResourcePatchOption) error {
-				return refuse("patch/"+sub, obj)
-			},
-			SubResourceApply: func(_ context.Context, _ client.Client, sub string, obj runtime.ApplyConfiguration, _ ...client.SubResourceApplyOption) error {
-				return refuse("apply/"+sub, obj)
-			},
-		}), nil
-	}
+	guard := &writeGuard{}
+	readOnly := guard.newClient
 
 	dir := t.TempDir()
 	file := func(name, content string) string {
@@ -173,25 +128,7 @@ spec: {template: {spec: {infrastructureRef: {apiGroup: infrastructure.cluster.x-
 
 	var stdin string
 	run := func(args ...string) (string, error) {
-		cmd := newPlanCommandWith(readOnly)
-		var out, errOut bytes.Buffer
-		cmd.SetIn(strings.NewReader(stdin))
-		cmd.SetOut(&out)
-		cmd.SetErr(&errOut)
-		cmd.SilenceUsage, cmd.SilenceErrors = true, true
-		cmd.SetArgs(append([]string{"--kubeconfig", kubeconfigPath}, args...))
-		err := cmd.ExecuteContext(ctx)
-		return out.String(), err
-	}
-	rows := func(out string) map[string]string {
-		got := map[string]string{}
-		for line := range strings.Lines(out) {
-			f := strings.Fields(line)
-			if len(f) >= 5 && strings.HasPrefix(f[0], "demo-") && !strings.HasSuffix(f[0], ":") && !strings.HasSuffix(f[0], ",") {
-				got[f[0]] = strings.Join(f[3:], " ")
-			}
-		}
-		return got
+		return runPlan(ctx, readOnly, stdin, append([]string{"--kubeconfig", kubeconfigPath}, args...)...)
 	}
 	cp := []string{"demo-cp-0", "demo-cp-1", "demo-cp-2"}
 	workers := []string{"demo-md-0-v1-0", "demo-md-0-v1-1"}
@@ -308,11 +245,98 @@ spec: {template: {spec: {infrastructureRef: {apiGroup: infrastructure.cluster.x-
 
 	t.Run("no writes", func(t *testing.T) {
 		g := NewWithT(t)
-		mu.Lock()
-		defer mu.Unlock()
-		g.Expect(writes).To(BeEmpty())
+		g.Expect(guard.attempts()).To(BeEmpty())
 		g.Expect(resourceVersions(ctx, t, admin, fx.Namespace)).To(Equal(before))
 	})
+}
+
+// runPlan runs the plan command in-process and returns what it printed.
+func runPlan(ctx context.Context, newClient newManagementClient, stdin string, args ...string) (string, error) {
+	cmd := newPlanCommandWith(newClient)
+	var out, errOut bytes.Buffer
+	cmd.SetIn(strings.NewReader(stdin))
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	cmd.SetArgs(args)
+	err := cmd.ExecuteContext(ctx)
+	return out.String(), err
+}
+
+// rows maps each Machine row of a plan table to its cells from VERSION on.
+func rows(out string) map[string]string {
+	got := map[string]string{}
+	inTable := false
+	for line := range strings.Lines(out) {
+		f := strings.Fields(line)
+		switch {
+		case len(f) > 0 && f[0] == "MACHINE":
+			inTable = true
+		case len(f) == 0:
+			inTable = false
+		case inTable && len(f) >= 5:
+			got[f[0]] = strings.Join(f[3:], " ")
+		}
+	}
+	return got
+}
+
+// writeGuard hands out management clients whose every write fails and is recorded.
+type writeGuard struct {
+	mu     sync.Mutex
+	writes []string
+}
+
+func (w *writeGuard) refuse(verb string, obj any) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.writes = append(w.writes, fmt.Sprintf("%s %T", verb, obj))
+	return fmt.Errorf("plan must not write: %s", verb)
+}
+
+func (w *writeGuard) attempts() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.writes)
+}
+
+func (w *writeGuard) newClient(cfg *rest.Config, scheme *runtime.Scheme) (client.Client, error) {
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, err
+	}
+	return interceptor.NewClient(c, interceptor.Funcs{
+		Create: func(_ context.Context, _ client.WithWatch, obj client.Object, _ ...client.CreateOption) error {
+			return w.refuse("create", obj)
+		},
+		Update: func(_ context.Context, _ client.WithWatch, obj client.Object, _ ...client.UpdateOption) error {
+			return w.refuse("update", obj)
+		},
+		Patch: func(_ context.Context, _ client.WithWatch, obj client.Object, _ client.Patch, _ ...client.PatchOption) error {
+			return w.refuse("patch", obj)
+		},
+		Apply: func(_ context.Context, _ client.WithWatch, obj runtime.ApplyConfiguration, _ ...client.ApplyOption) error {
+			return w.refuse("apply", obj)
+		},
+		Delete: func(_ context.Context, _ client.WithWatch, obj client.Object, _ ...client.DeleteOption) error {
+			return w.refuse("delete", obj)
+		},
+		DeleteAllOf: func(_ context.Context, _ client.WithWatch, obj client.Object, _ ...client.DeleteAllOfOption) error {
+			return w.refuse("deleteAllOf", obj)
+		},
+		SubResourceCreate: func(_ context.Context, _ client.Client, sub string, obj client.Object, _ client.Object, _ ...client.SubResourceCreateOption) error {
+			return w.refuse("create/"+sub, obj)
+		},
+		SubResourceUpdate: func(_ context.Context, _ client.Client, sub string, obj client.Object, _ ...client.SubResourceUpdateOption) error {
+			return w.refuse("update/"+sub, obj)
+		},
+		SubResourcePatch: func(_ context.Context, _ client.Client, sub string, obj client.Object, _ client.Patch, _ ...client.SubResourcePatchOption) error {
+			return w.refuse("patch/"+sub, obj)
+		},
+		SubResourceApply: func(_ context.Context, _ client.Client, sub string, obj runtime.ApplyConfiguration, _ ...client.SubResourceApplyOption) error {
+			return w.refuse("apply/"+sub, obj)
+		},
+	}), nil
 }
 
 // TestPlanBackendCapabilities checks the capability table plan builds from the real

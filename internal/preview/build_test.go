@@ -390,6 +390,11 @@ func TestBuildMachineAnnotations(t *testing.T) {
 			m := machine(t, r, live.Machines[0].Name)
 			g.Expect(m.Verdict).To(Equal(preview.VerdictReplace))
 			g.Expect(m.Reasons).To(ContainElement(ContainSubstring(tt.want)))
+
+			// Without a change the annotation alone changes nothing here.
+			r, err = preview.Build(preview.Input{Live: live, Proposed: live, Planner: pl, Policy: policy.Builtin(), Now: now})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(machine(t, r, live.Machines[0].Name).Verdict).To(Equal(preview.VerdictUnchanged))
 		})
 	}
 }

@@ -42,9 +42,8 @@ func compareControlPlaneMachine(in Input, m *clusterv1.Machine, kcpName string) 
 	}
 	c.ownerAnnotations = des.Annotations
 	c.desiredVersion = des.Spec.Version
-	c.blocked = append(c.blocked, eligibility(m)...)
-	c.rollout = controlPlaneRollout(in, m)
-	if len(c.rollout) == 0 && ptr.Deref(des.Spec.Replicas, 1) < kcpMinReplicasForMaxSurge0 {
+	c.rollout = append(eligibility(m), controlPlaneRollout(in, m)...)
+	if ptr.Deref(des.Spec.Replicas, 1) < kcpMinReplicasForMaxSurge0 && optedIn(in.Proposed.Cluster) {
 		c.path = PathSingleNode
 	}
 
@@ -128,7 +127,7 @@ func controlPlaneRollout(in Input, m *clusterv1.Machine) []string {
 	var out []string
 	replicas := ptr.Deref(kcp.Spec.Replicas, 1)
 	if replicas < kcpMinReplicasForMaxSurge0 {
-		if in.Proposed.Cluster.Annotations[inplacev1.SingleNodeControlPlaneAnnotation] != "true" {
+		if !optedIn(in.Proposed.Cluster) {
 			out = append(out, fmt.Sprintf("KubeadmControlPlane %s has %d replica(s): KCP allows maxSurge 0 only from %d replicas, so it creates a new control-plane Machine first; "+
 				"annotate the Cluster with %s=true to update it in place", kcp.Name, replicas, kcpMinReplicasForMaxSurge0, inplacev1.SingleNodeControlPlaneAnnotation))
 		}
@@ -141,6 +140,12 @@ func controlPlaneRollout(in Input, m *clusterv1.Machine) []string {
 		out = append(out, fmt.Sprintf("KubeadmControlPlane %s rollout.after %s has passed: KCP replaces Machines created before it", kcp.Name, after.UTC().Format("2006-01-02T15:04:05Z")))
 	}
 	return out
+}
+
+// optedIn reports whether a Cluster opted into capi-inplace's single-node
+// control-plane path (the same test as internal/singlenode.OptedIn).
+func optedIn(c *clusterv1.Cluster) bool {
+	return c.Annotations[inplacev1.SingleNodeControlPlaneAnnotation] == "true"
 }
 
 // kcpMaxSurge is KCP's maxSurge: 0 or 1, default 1.
