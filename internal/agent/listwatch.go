@@ -24,9 +24,13 @@ type lister[L runtime.Object] interface {
 // field selectors (Cluster API's in-memory workload clusters answer with an
 // internal error): then the list falls back to no selector, keeping only the
 // named object, and the watch's extra events only cost a cheap reconcile.
-func byName[L runtime.Object](c lister[L], name string) *cache.ListWatch {
+//
+// It also opts out of client-go's streaming lists (WatchListClient, on by default
+// since 1.35): a server that ignores sendInitialEvents never ends the initial
+// stream, and for one object a plain list costs nothing.
+func byName[L runtime.Object](c lister[L], name string) cache.ListerWatcher {
 	sel := "metadata.name=" + name
-	return &cache.ListWatch{
+	return plainListWatch{&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = sel
 			l, err := c.List(ctx, o)
@@ -54,8 +58,14 @@ func byName[L runtime.Object](c lister[L], name string) *cache.ListWatch {
 			o.FieldSelector = sel
 			return c.Watch(ctx, o)
 		},
-	}
+	}}
 }
+
+// plainListWatch is a ListWatch that asks reflectors for list-then-watch.
+type plainListWatch struct{ *cache.ListWatch }
+
+// IsWatchListSemanticsUnSupported is what client-go's reflector looks for.
+func (plainListWatch) IsWatchListSemanticsUnSupported() bool { return true }
 
 func fieldSelectorUnsupported(err error) bool {
 	return apierrors.IsInternalError(err) && strings.Contains(err.Error(), "field selector")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 )
 
 func TestByName(t *testing.T) {
@@ -42,7 +44,7 @@ func TestByName(t *testing.T) {
 				}
 				return false, nil, nil
 			})
-			obj, err := byName(client.CoreV1().Nodes(), "n1").ListWithContext(context.Background(), metav1.ListOptions{})
+			obj, err := byName(client.CoreV1().Nodes(), "n1").(plainListWatch).ListWithContext(context.Background(), metav1.ListOptions{})
 			g.Expect(calls).To(Equal(tt.wantCalls))
 			if tt.wantErr {
 				g.Expect(err).To(HaveOccurred())
@@ -56,4 +58,26 @@ func TestByName(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestInformerListsFirst: the reflector lists, then watches (no streaming list,
+// which servers that ignore sendInitialEvents never finish).
+func TestInformerListsFirst(t *testing.T) {
+	g := NewWithT(t)
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	inf := cache.NewSharedIndexInformer(byName(client.CoreV1().Nodes(), "n1"), &corev1.Node{}, 0, cache.Indexers{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go inf.Run(ctx.Done())
+	// With a streaming list the fake server never ends the initial events, and
+	// this sync would hang until the deadline.
+	syncCtx, stop := context.WithTimeout(ctx, 10*time.Second)
+	defer stop()
+	g.Expect(cache.WaitForCacheSync(syncCtx.Done(), inf.HasSynced)).To(BeTrue())
+	actions := client.Actions()
+	g.Expect(actions).NotTo(BeEmpty())
+	g.Expect(actions[0].GetVerb()).To(Equal("list"))
+	_, exists, err := inf.GetIndexer().GetByKey("n1")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(exists).To(BeTrue())
 }
