@@ -252,6 +252,7 @@ func singleNodeClusterClassRound(t *testing.T, stack *localstack.Stack, ext *loc
 	if err := s.stack.CreateCluster(s.ctx, localstack.ClusterSpec{
 		Namespace: s.ns, Name: cluster, Class: class, Version: fromVersion,
 		ControlPlaneReplicas: 1, WorkerReplicas: 0,
+		Files: []localstack.File{{Path: "/etc/capi-inplace-e2e/round", Content: "0"}},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -422,6 +423,7 @@ func TestSingleNodeHealthGateFailure(t *testing.T) {
 	if err := s.stack.CreateCluster(s.ctx, localstack.ClusterSpec{
 		Namespace: s.ns, Name: cluster, Class: class, Version: fromVersion,
 		ControlPlaneReplicas: 1, WorkerReplicas: 0,
+		Files: []localstack.File{{Path: "/etc/capi-inplace-e2e/round", Content: "0"}},
 	}); err != nil {
 		t.Fatal(err)
 	}
