@@ -3,7 +3,9 @@ package simhost
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,11 +22,11 @@ func (h *Host) RunKubelet(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		if v, err := h.SyncKubelet(ctx, reported); err != nil {
+		v, err := h.SyncKubelet(ctx, reported)
+		if err != nil {
 			h.Log.V(1).Info("Simulated kubelet could not report", "node", h.NodeName, "error", err.Error())
-		} else {
-			reported = v
 		}
+		reported = v
 		select {
 		case <-ctx.Done():
 			return
@@ -45,13 +47,14 @@ func (h *Host) SyncKubelet(ctx context.Context, reported string) (string, error)
 	if version == "" {
 		return reported, nil
 	}
+	// The version report does not wait for the mirror pods: each is retried on
+	// its own at the next sync.
+	var podErr error
 	if h.ControlPlane() {
-		if err := h.syncMirrorPods(ctx); err != nil {
-			return reported, err
-		}
+		podErr = h.syncMirrorPods(ctx)
 	}
 	if version == reported {
-		return reported, nil
+		return reported, podErr
 	}
 	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"nodeInfo": map[string]any{"kubeletVersion": version}}})
 	nodes := h.Client.CoreV1().Nodes()
@@ -62,13 +65,13 @@ func (h *Host) SyncKubelet(ctx context.Context, reported string) (string, error)
 		n, err = nodes.Patch(ctx, h.NodeName, types.MergePatchType, patch, metav1.PatchOptions{})
 	}
 	if err != nil {
-		return reported, fmt.Errorf("patch node status: %w", err)
+		return reported, errors.Join(fmt.Errorf("patch node status: %w", err), podErr)
 	}
 	if n.Status.NodeInfo.KubeletVersion != version {
-		return reported, fmt.Errorf("patch node status: the API server kept kubeletVersion %s", n.Status.NodeInfo.KubeletVersion)
+		return reported, errors.Join(fmt.Errorf("patch node status: the API server kept kubeletVersion %s", n.Status.NodeInfo.KubeletVersion), podErr)
 	}
 	h.Log.Info("Simulated kubelet reported its version", "node", h.NodeName, "kubeletVersion", version)
-	return version, nil
+	return version, podErr
 }
 
 // syncMirrorPods keeps kube-system/<component>-<node> in line with the manifests.
@@ -81,7 +84,8 @@ func (h *Host) syncMirrorPods(ctx context.Context) error {
 		}
 		name := c + "-" + h.NodeName
 		pod, err := pods.Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
+		// The in-memory API server reports a missing object as an internal error.
+		if apierrors.IsNotFound(err) || (err != nil && strings.Contains(err.Error(), "not found")) {
 			pod = &corev1.Pod{
 				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-system",
 					Labels:      map[string]string{"component": c, "tier": "control-plane"},
