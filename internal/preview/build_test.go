@@ -6,6 +6,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
@@ -365,6 +366,58 @@ func TestBuild(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestBuildControlPlaneSpecifics covers what only KCP does: comparing the first
+// Machine's config as kubeadm init, and rollout.after.
+func TestBuildControlPlaneSpecifics(t *testing.T) {
+	pl, err := planner.New(policy.Builtin())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("init and join configurations differ: the init Machine is compared as init", func(t *testing.T) {
+		g := NewWithT(t)
+		o := previewtest.Default()
+		o.InitKubeletArg = "memory.available<100Mi"
+		live := previewtest.MustSnapshot(t, o)
+		r, err := preview.Build(preview.Input{Live: live, Proposed: live, Planner: pl, Policy: policy.Builtin(), Now: now})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(r.Summary.Unchanged).To(Equal(5))
+
+		// A real change to the init configuration is still seen on the init Machine.
+		kcp := "apiVersion: controlplane.cluster.x-k8s.io/v1beta2\nkind: KubeadmControlPlane\nmetadata: {name: demo-cp}\n" +
+			"spec: {kubeadmConfigSpec: {initConfiguration: {nodeRegistration: {kubeletExtraArgs: [{name: eviction-hard, value: x}]}}}}\n"
+		objs, err := preview.ParseChange([]byte(kcp))
+		g.Expect(err).NotTo(HaveOccurred())
+		proposed, _, err := preview.Apply(live, objs)
+		g.Expect(err).NotTo(HaveOccurred())
+		r, err = preview.Build(preview.Input{Live: live, Proposed: proposed, Planner: pl, Policy: policy.Builtin(), Now: now})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(verdicts(r)).To(HaveKeyWithValue("demo-cp-0", preview.VerdictInPlace))
+		g.Expect(machine(t, r, "demo-cp-0").Changes).To(ConsistOf(HaveField("Field", "spec.joinConfiguration.nodeRegistration.kubeletExtraArgs")))
+	})
+
+	t.Run("a passed rollout.after replaces Machines created before it", func(t *testing.T) {
+		g := NewWithT(t)
+		live := previewtest.MustSnapshot(t, previewtest.Default())
+		for i := range live.Machines {
+			live.Machines[i].CreationTimestamp = metav1.NewTime(now.Add(-48 * time.Hour))
+		}
+		objs, err := preview.ParseChange([]byte(topologyVersion("v1.36.0")))
+		g.Expect(err).NotTo(HaveOccurred())
+		proposed, _, err := preview.Apply(live, objs)
+		g.Expect(err).NotTo(HaveOccurred())
+		proposed.ControlPlane.Spec.Rollout.After = metav1.NewTime(now.Add(-time.Hour))
+		r, err := preview.Build(preview.Input{Live: live, Proposed: proposed, Planner: pl, Policy: policy.Builtin(), Now: now})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(machine(t, r, "demo-cp-0").Reasons).To(HaveExactElements(ContainSubstring("rollout.after 2026-11-30T08:00:00Z has passed")))
+
+		proposed.ControlPlane.Spec.Rollout.After = metav1.NewTime(now.Add(time.Hour))
+		r, err = preview.Build(preview.Input{Live: live, Proposed: proposed, Planner: pl, Policy: policy.Builtin(), Now: now})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(machine(t, r, "demo-cp-0").Verdict).To(Equal(preview.VerdictInPlace))
+	})
 }
 
 // TestBuildMachineAnnotations covers the Machine-level reasons for replacement.

@@ -9,6 +9,7 @@
 package previewtest
 
 import (
+	"cmp"
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,6 +50,9 @@ type Options struct {
 	Topology bool
 	// ClusterAnnotations are set on the Cluster.
 	ClusterAnnotations map[string]string
+	// InitKubeletArg, when set, is the init configuration's eviction-hard kubelet
+	// argument, so that KCP's init and join configurations differ.
+	InitKubeletArg string
 }
 
 // Default returns the cluster of the brief: 3 control-plane Machines (KCP maxSurge
@@ -113,7 +117,7 @@ func (o Options) Objects() ([]client.Object, error) {
 					APIServer: bootstrapv1.APIServer{CertSANs: []string{"localhost", "127.0.0.1"}},
 				},
 				InitConfiguration: bootstrapv1.InitConfiguration{NodeRegistration: bootstrapv1.NodeRegistrationOptions{
-					KubeletExtraArgs: []bootstrapv1.Arg{{Name: "eviction-hard", Value: ptr.To("nodefs.available<0%")}},
+					KubeletExtraArgs: []bootstrapv1.Arg{{Name: "eviction-hard", Value: ptr.To(cmp.Or(o.InitKubeletArg, "nodefs.available<0%"))}},
 				}},
 				JoinConfiguration: bootstrapv1.JoinConfiguration{NodeRegistration: bootstrapv1.NodeRegistrationOptions{
 					KubeletExtraArgs: []bootstrapv1.Arg{{Name: "eviction-hard", Value: ptr.To("nodefs.available<0%")}},
