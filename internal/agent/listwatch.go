@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -21,24 +22,29 @@ type lister[L runtime.Object] interface {
 // byName lists and watches one object by name with the field selector
 // metadata.name, which RBAC's resourceNames honour for list and watch, so the
 // agent needs no access to any other object. Some API servers do not implement
-// field selectors (Cluster API's in-memory workload clusters answer with an
-// internal error): then the list falls back to no selector, keeping only the
-// named object, and the watch's extra events only cost a cheap reconcile.
+// field selectors (Cluster API's in-memory workload clusters answer a list with an
+// internal error, and a watch with a stream that ends at once): then the list
+// falls back to no selector, keeping only the named object, and the watch to no
+// selector too; its extra events only cost a cheap reconcile.
 //
 // It also opts out of client-go's streaming lists (WatchListClient, on by default
 // since 1.35): a server that ignores sendInitialEvents never ends the initial
 // stream, and for one object a plain list costs nothing.
 func byName[L runtime.Object](c lister[L], name string) cache.ListerWatcher {
 	sel := "metadata.name=" + name
+	var unsupported atomic.Bool
 	return plainListWatch{&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = sel
-			l, err := c.List(ctx, o)
-			if err == nil || !fieldSelectorUnsupported(err) {
-				return l, err
+			if !unsupported.Load() {
+				o.FieldSelector = sel
+				l, err := c.List(ctx, o)
+				if err == nil || !fieldSelectorUnsupported(err) {
+					return l, err
+				}
+				unsupported.Store(true)
 			}
 			o.FieldSelector = ""
-			l, err = c.List(ctx, o)
+			l, err := c.List(ctx, o)
 			if err != nil {
 				return l, err
 			}
@@ -55,7 +61,11 @@ func byName[L runtime.Object](c lister[L], name string) cache.ListerWatcher {
 			return l, meta.SetList(l, kept)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = sel
+			// The reflector always lists before it watches, so the list has
+			// found out whether the server takes field selectors.
+			if !unsupported.Load() {
+				o.FieldSelector = sel
+			}
 			return c.Watch(ctx, o)
 		},
 	}}

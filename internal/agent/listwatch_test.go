@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
@@ -44,18 +45,28 @@ func TestByName(t *testing.T) {
 				}
 				return false, nil, nil
 			})
-			obj, err := byName(client.CoreV1().Nodes(), "n1").(plainListWatch).ListWithContext(context.Background(), metav1.ListOptions{})
+			var watched []string
+			client.PrependWatchReactor("nodes", func(a k8stesting.Action) (bool, watch.Interface, error) {
+				watched = append(watched, a.(k8stesting.WatchAction).GetWatchRestrictions().Fields.String())
+				return true, watch.NewFake(), nil
+			})
+			lw := byName(client.CoreV1().Nodes(), "n1").(plainListWatch)
+			obj, err := lw.ListWithContext(context.Background(), metav1.ListOptions{})
 			g.Expect(calls).To(Equal(tt.wantCalls))
 			if tt.wantErr {
 				g.Expect(err).To(HaveOccurred())
 				return
 			}
 			g.Expect(err).NotTo(HaveOccurred())
-			list := obj.(*corev1.NodeList)
-			if len(calls) == 2 {
+			if len(calls) == 2 { // the fake ignores field selectors; the fallback filters itself
+				list := obj.(*corev1.NodeList)
 				g.Expect(list.Items).To(HaveLen(1))
 				g.Expect(list.Items[0].Name).To(Equal("n1"))
 			}
+			_, err = lw.WatchWithContext(context.Background(), metav1.ListOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			// The watch uses the selector exactly when the list could.
+			g.Expect(watched).To(Equal(tt.wantCalls[len(tt.wantCalls)-1:]))
 		})
 	}
 }
