@@ -34,6 +34,7 @@ type Agents struct {
 	// Options.DirectWorkloadAPI is set.
 	agentKubeconfig string
 	proxy           *apiProxy
+	marker          *staticPodMarker
 	hostsDir        string
 
 	mu      sync.Mutex
@@ -81,8 +82,16 @@ func (s *Stack) StartAgents(ctx context.Context, namespace, cluster string) (*Ag
 		}
 		s.logf("agents of %s/%s reach the in-memory API server through the gap-filling proxy %s", namespace, cluster, proxy.addr)
 	}
+	marker, err := newStaticPodMarker(kc)
+	if err != nil {
+		if proxy != nil {
+			proxy.close()
+		}
+		return nil, err
+	}
 	actx, cancel := context.WithCancel(context.Background())
 	a := &Agents{
+		marker: marker,
 		stack: s, namespace: namespace, cluster: cluster, kubeconfig: kcPath,
 		agentKubeconfig: agentKC, proxy: proxy,
 		hostsDir: filepath.Join(s.TempRoot, "hosts", namespace, cluster),
@@ -173,6 +182,10 @@ func (a *Agents) loop(ctx context.Context) {
 				node := m.Status.NodeRef.Name
 				if node == "" {
 					continue
+				}
+				_, cp := m.Labels[clusterv1.MachineControlPlaneLabel]
+				if err := a.marker.mark(ctx, node, cp); err != nil {
+					a.stack.logf("mark static pods of %s: %v", node, err)
 				}
 				a.mu.Lock()
 				_, seen := a.procs[node]
