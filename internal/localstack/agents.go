@@ -92,7 +92,7 @@ func (s *Stack) StartAgents(ctx context.Context, namespace, cluster string) (*Ag
 	actx, cancel := context.WithCancel(context.Background())
 	a := &Agents{
 		marker: marker,
-		stack: s, namespace: namespace, cluster: cluster, kubeconfig: kcPath,
+		stack:  s, namespace: namespace, cluster: cluster, kubeconfig: kcPath,
 		agentKubeconfig: agentKC, proxy: proxy,
 		hostsDir: filepath.Join(s.TempRoot, "hosts", namespace, cluster),
 		procs:    map[string]*Process{}, cancel: cancel, done: make(chan struct{}),
