@@ -29,8 +29,10 @@ const (
 	EtcdHealth     = "etcd-health"
 )
 
-// ControlPlanePods are the static pods whose image tag is the Kubernetes version.
-var ControlPlanePods = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+// ControlPlanePods returns the static pods whose image tag is the Kubernetes version.
+func ControlPlanePods() []string {
+	return []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+}
 
 // NodeReader reads the agent's own Node and the mirror pods of its static pods.
 type NodeReader interface {
@@ -133,7 +135,7 @@ func (c *Checker) Gates(p *protocol.NodePlan) []Gate {
 }
 
 func (c *Checker) staticPods(ctx context.Context, node, version string) error {
-	for _, name := range ControlPlanePods {
+	for _, name := range ControlPlanePods() {
 		pod, err := c.Nodes.Pod(ctx, "kube-system", name+"-"+node)
 		if err != nil {
 			return fmt.Errorf("static pod %s: %w", name, err)

@@ -55,7 +55,7 @@ func node(version string, ready corev1.ConditionStatus) *corev1.Node {
 
 func pods(tag string, phase corev1.PodPhase) map[string]*corev1.Pod {
 	out := map[string]*corev1.Pod{}
-	for _, c := range ControlPlanePods {
+	for _, c := range ControlPlanePods() {
 		out["kube-system/"+c+"-cp-1"] = &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: c + "-cp-1", Namespace: "kube-system"},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: c, Image: "registry.k8s.io/" + c + ":" + tag}}},

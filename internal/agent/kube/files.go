@@ -36,7 +36,7 @@ func (h *Host) BackupSet(p *protocol.NodePlan) []string {
 		out = append(out, KubeadmBinary, KubeletBinary)
 	}
 	if p.Kubernetes.Role == protocol.RoleControlPlane && (p.Kubernetes.Action != protocol.KubeadmNone || len(p.ClusterConfiguration) > 0) {
-		for _, c := range StaticPods {
+		for _, c := range StaticPods() {
 			out = append(out, ManifestsDir+"/"+c+".yaml")
 		}
 		for _, c := range []string{"admin", "super-admin", "controller-manager", "scheduler", "kubelet"} {

@@ -26,8 +26,10 @@ const (
 	WorkDir = "/var/lib/capi-inplace"
 )
 
-// StaticPods are the control-plane static pods kubeadm manages.
-var StaticPods = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd"}
+// StaticPods returns the control-plane static pods kubeadm manages.
+func StaticPods() []string {
+	return []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd"}
+}
 
 // BinarySource puts kubeadm and kubelet of a version on the host (a package
 // manager, or the simulated host). Nil means the binaries must already be there,

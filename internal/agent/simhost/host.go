@@ -21,7 +21,9 @@ import (
 )
 
 // Control-plane static pods and the image tags the simulated kubeadm writes.
-var staticPods = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+func staticPods() []string {
+	return []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+}
 
 // Host is one simulated node.
 type Host struct {
@@ -90,7 +92,7 @@ func (h *Host) Init(ctx context.Context, o Options) error {
 		"var/lib/capi-inplace-sim/README.md": "Simulated node; see internal/agent/simhost.\n",
 	}
 	if o.ControlPlane {
-		for _, c := range staticPods {
+		for _, c := range staticPods() {
 			files["etc/kubernetes/manifests/"+c+".yaml"] = manifest(c, "registry.k8s.io/"+c+":"+o.KubernetesVersion)
 		}
 		files["etc/kubernetes/manifests/etcd.yaml"] = manifest("etcd", "registry.k8s.io/etcd:3.6.8-0")

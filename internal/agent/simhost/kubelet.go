@@ -77,7 +77,7 @@ func (h *Host) SyncKubelet(ctx context.Context, reported string) (string, error)
 // syncMirrorPods keeps kube-system/<component>-<node> in line with the manifests.
 func (h *Host) syncMirrorPods(ctx context.Context) error {
 	pods := h.Client.CoreV1().Pods("kube-system")
-	for _, c := range staticPods {
+	for _, c := range staticPods() {
 		image, err := h.manifestImage(c)
 		if err != nil {
 			return err

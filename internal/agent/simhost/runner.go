@@ -89,7 +89,7 @@ func (h *Host) kubeadm(args []string) (string, error) {
 // manifests (control plane) and the kubelet configuration.
 func (h *Host) upgrade(version string) (string, error) {
 	if h.ControlPlane() {
-		for _, c := range staticPods {
+		for _, c := range staticPods() {
 			if err := writeFile(h.path("etc/kubernetes/manifests/"+c+".yaml"), []byte(manifest(c, "registry.k8s.io/"+c+":"+version))); err != nil {
 				return "", err
 			}

@@ -147,7 +147,7 @@ func TestKubeletOnAnInMemoryStyleAPIServer(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	h, client := newHost(t, true)
-	for _, c := range staticPods {
+	for _, c := range staticPods() {
 		_, err := client.CoreV1().Pods("kube-system").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: c + "-n1", Namespace: "kube-system"},
 			Spec: corev1.PodSpec{NodeName: "n1"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}, metav1.CreateOptions{})
 		g.Expect(err).NotTo(HaveOccurred())
