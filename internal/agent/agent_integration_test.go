@@ -142,7 +142,7 @@ func (n *node) kill() {
 	if n.proc != nil && n.proc.ProcessState == nil {
 		_ = n.proc.Process.Signal(syscall.SIGKILL)
 		_ = n.proc.Wait()
-		if n.t.Failed() {
+		if n.t.Failed() || os.Getenv("AGENT_LOGS") != "" {
 			n.t.Logf("agent %s log:\n%s", n.name, n.log.String())
 		}
 	}
