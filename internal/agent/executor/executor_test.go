@@ -262,7 +262,7 @@ func TestComponentConfigRerenderedOnlyWhenChanged(t *testing.T) {
 	count := func() int {
 		n := 0
 		for _, c := range f.runner.Calls() {
-			if c == "kubeadm upgrade node" {
+			if c == "kubeadm upgrade node --certificate-renewal=false" {
 				n++
 			}
 		}

@@ -174,8 +174,9 @@ func (h *Host) KubeadmUpgrade(ctx context.Context, k protocol.KubernetesPlan) er
 // args and volumes, local etcd) from the cluster's kubeadm-config, which
 // KubeadmControlPlane updates before it rolls machines: `kubeadm upgrade node` at
 // the running version does exactly that, and the kubelet restarts the changed pods.
+// Certificates are left alone: this is a configuration change, not an upgrade.
 func (h *Host) ControlPlaneConfig(ctx context.Context) error {
-	if _, err := h.run(ctx, "kubeadm", "upgrade", "node"); err != nil {
+	if _, err := h.run(ctx, "kubeadm", "upgrade", "node", "--certificate-renewal=false"); err != nil {
 		return fmt.Errorf("re-render control-plane static pods: %w", err)
 	}
 	return nil
