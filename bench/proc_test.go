@@ -1,0 +1,53 @@
+package bench
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+)
+
+func TestParseStatCPU(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		stat    string
+		want    time.Duration
+		wantErr bool
+	}{
+		{"plain", "42 (capi-inplace) S 1 42 42 0 -1 4194560 100 0 0 0 150 50 0 0 20 0 8 0 100 0 0", 2 * time.Second, false},
+		{"name with spaces and parens", "42 (a (b) c) S 1 42 42 0 -1 4194560 100 0 0 0 3 7 0 0", 100 * time.Millisecond, false},
+		{"short", "42 (x) S 1", 0, true},
+		{"no name", "garbage", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			got, err := parseStatCPU(tc.stat)
+			if tc.wantErr {
+				g.Expect(err).To(HaveOccurred())
+				return
+			}
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(got).To(Equal(tc.want))
+		})
+	}
+}
+
+func TestReadProcSelf(t *testing.T) {
+	g := NewWithT(t)
+	s, err := ReadProc(os.Getpid())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s.RSS).To(BeNumerically(">", 1<<20))
+	g.Expect(s.HWM).To(BeNumerically(">=", s.RSS))
+}
+
+func TestFindMetric(t *testing.T) {
+	g := NewWithT(t)
+	text := "# HELP go_memstats_mallocs_total x\n# TYPE go_memstats_mallocs_total counter\ngo_memstats_mallocs_total_extra 1\ngo_memstats_mallocs_total 1.234e+06\n"
+	v, err := findMetric(strings.NewReader(text), "go_memstats_mallocs_total")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(v).To(Equal(1.234e6))
+	_, err = findMetric(strings.NewReader(text), "missing_total")
+	g.Expect(err).To(MatchError(ContainSubstring("not found")))
+}
