@@ -30,8 +30,11 @@ import (
 //     500, or an empty watch): forwarded without it and filtered here;
 //   - the status subresource (404 there): forwarded to the main resource, where the
 //     fake server keeps status;
-//   - JSON patch (415 there): applied here to the current object, then PUT with its
-//     resourceVersion (optimistic concurrency as on a real server);
+//   - every PATCH (JSON patch is 415 there; a merge patch is accepted but the fake
+//     server then stores the object as unstructured, after which its own typed lists
+//     of that kind fail, e.g. its etcd emulation listing Pods): applied here to the
+//     current object and sent as a PUT, which the fake server decodes into the typed
+//     object; retried on a conflict, as a server-side patch would not conflict;
 //   - control-plane static pods: the fake server creates kube-system/<component>-<node>
 //     without the kubernetes.io/config.mirror annotation a real kubelet's mirror pods
 //     carry, so a drain would treat them as unmanaged pods; the proxy adds it.
@@ -102,8 +105,8 @@ func (p *apiProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		(parts[len(parts)-3] == "nodes" || parts[len(parts)-3] == "pods") {
 		r.URL.Path = strings.TrimSuffix(r.URL.Path, "/status")
 	}
-	if r.Method == http.MethodPatch && strings.HasPrefix(r.Header.Get("Content-Type"), "application/json-patch+json") {
-		p.jsonPatch(w, r)
+	if r.Method == http.MethodPatch {
+		p.patch(w, r)
 		return
 	}
 	q := r.URL.Query()
@@ -242,53 +245,72 @@ func (p *apiProxy) watch(w http.ResponseWriter, r *http.Request, name string) {
 	}
 }
 
-// jsonPatch applies an RFC 6902 patch to the current object and PUTs the result.
-func (p *apiProxy) jsonPatch(w http.ResponseWriter, r *http.Request) {
+// patch applies a JSON, merge or strategic merge patch (the last as a merge patch,
+// as the fake server itself does) to the current object and PUTs the result.
+func (p *apiProxy) patch(w http.ResponseWriter, r *http.Request) {
 	patchBody, err := io.ReadAll(r.Body)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	patch, err := jsonpatch.DecodePatch(patchBody)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+	ct := r.Header.Get("Content-Type")
+	var apply func([]byte) ([]byte, error)
+	switch {
+	case strings.HasPrefix(ct, "application/json-patch+json"):
+		jp, err := jsonpatch.DecodePatch(patchBody)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		apply = jp.Apply
+	case strings.HasPrefix(ct, "application/merge-patch+json"), strings.HasPrefix(ct, "application/strategic-merge-patch+json"):
+		apply = func(doc []byte) ([]byte, error) { return jsonpatch.MergePatch(doc, patchBody) }
+	default:
+		http.Error(w, "unsupported patch type "+ct, http.StatusUnsupportedMediaType)
 		return
 	}
-	get := r.Clone(r.Context())
-	get.Method = http.MethodGet
-	get.Header = http.Header{"Accept": []string{"application/json"}}
-	get.URL.RawQuery = ""
-	resp, err := p.forward(get, nil)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
-		return
-	}
-	current, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != http.StatusOK {
+	for attempt := 0; ; attempt++ {
+		get := r.Clone(r.Context())
+		get.Method = http.MethodGet
+		get.Header = http.Header{"Accept": []string{"application/json"}}
+		get.URL.RawQuery = ""
+		resp, err := p.forward(get, nil)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		current, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			copyHeader(w, resp)
+			w.WriteHeader(resp.StatusCode)
+			_, _ = w.Write(current)
+			return
+		}
+		patched, err := apply(current)
+		if err != nil {
+			http.Error(w, fmt.Sprintf("apply patch: %v", err), http.StatusUnprocessableEntity)
+			return
+		}
+		put := r.Clone(r.Context())
+		put.Method = http.MethodPut
+		put.Header = http.Header{"Content-Type": []string{"application/json"}, "Accept": []string{"application/json"}}
+		put.URL.RawQuery = ""
+		resp, err = p.forward(put, bytes.NewReader(patched))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		if resp.StatusCode == http.StatusConflict && attempt < 5 {
+			resp.Body.Close()
+			continue
+		}
+		defer resp.Body.Close()
 		copyHeader(w, resp)
 		w.WriteHeader(resp.StatusCode)
-		_, _ = w.Write(current)
+		_, _ = io.Copy(w, resp.Body)
 		return
 	}
-	patched, err := patch.Apply(current)
-	if err != nil {
-		http.Error(w, fmt.Sprintf("apply JSON patch: %v", err), http.StatusUnprocessableEntity)
-		return
-	}
-	put := r.Clone(r.Context())
-	put.Method = http.MethodPut
-	put.Header = http.Header{"Content-Type": []string{"application/json"}, "Accept": []string{"application/json"}}
-	put.URL.RawQuery = ""
-	resp, err = p.forward(put, bytes.NewReader(patched))
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
-		return
-	}
-	defer resp.Body.Close()
-	copyHeader(w, resp)
-	w.WriteHeader(resp.StatusCode)
-	_, _ = io.Copy(w, resp.Body)
 }
 
 func objName(m map[string]any) string {

@@ -58,12 +58,15 @@ func (m *staticPodMarker) mark(ctx context.Context, node string, controlPlane bo
 			continue
 		}
 		if _, ok := p.Annotations[mirrorAnnotation]; !ok {
-			base := p.DeepCopy()
 			if p.Annotations == nil {
 				p.Annotations = map[string]string{}
 			}
 			p.Annotations[mirrorAnnotation] = "capi-in-memory-static-pod"
-			if err := m.client.Patch(ctx, p, client.MergeFrom(base)); err != nil {
+			// An update, not a patch: the fake server stores a patched object as
+			// unstructured, after which its own etcd emulation can no longer list
+			// Pods ("can't assign or convert unstructured.Unstructured into v1.Pod")
+			// and KCP's etcd checks fail. An update is decoded into the typed object.
+			if err := m.client.Update(ctx, p); err != nil {
 				return fmt.Errorf("mark pod %s as mirror pod: %w", p.Name, err)
 			}
 		}
