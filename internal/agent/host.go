@@ -1,10 +1,13 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
+	"syscall"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,10 +17,12 @@ import (
 )
 
 // HostRunner runs commands on the host: directly when the host root is "/", and
-// through chroot into the host root otherwise (the DaemonSet mounts the host's /
-// at /host), so kubeadm, systemctl and etcdctl are the host's own.
+// chrooted into the host root otherwise (the DaemonSet mounts the host's / at
+// /host), so kubeadm, systemctl and etcdctl are the host's own. The chroot is a
+// process attribute, so the agent's image needs no chroot binary.
 type HostRunner struct {
 	Root string
+	// Exec runs commands when Root is "/" (backend.ExecRunner).
 	Exec backend.Runner
 }
 
@@ -26,7 +31,25 @@ func (r HostRunner) Run(ctx context.Context, c backend.Command) (backend.Result,
 	if r.Root == "" || r.Root == "/" {
 		return r.Exec.Run(ctx, c)
 	}
-	return r.Exec.Run(ctx, backend.Command{Name: "chroot", Args: append([]string{r.Root, c.Name}, c.Args...), Env: c.Env, Stdin: c.Stdin})
+	cmd := exec.CommandContext(ctx, c.Name, c.Args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: r.Root}
+	cmd.Dir = "/"
+	if c.Dir != "" {
+		cmd.Dir = c.Dir
+	}
+	// The host's PATH, not the container's.
+	cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, c.Env...)
+	if c.Stdin != nil {
+		cmd.Stdin = bytes.NewReader(c.Stdin)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	res := backend.Result{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), ExitCode: cmd.ProcessState.ExitCode()}
+	if err != nil {
+		return res, &backend.CommandError{Command: c, Result: res, Err: err}
+	}
+	return res, nil
 }
 
 // Rebooter reboots the real host with systemd.
