@@ -48,9 +48,14 @@ test: tools lint ## Unit and integration tests (real kube-apiserver and etcd via
 e2e: tools-capi build ## End-to-end scenarios against real upstream Cluster API.
 	$(GO) test $(E2E_FLAGS) -tags e2e ./test/e2e/...
 
+# BENCH_FLAGS are passed to the driver, e.g. BENCH_FLAGS='-sections hooks,agent -rounds 5'.
+BENCH_FLAGS ?=
+
 .PHONY: bench
-bench: tools ## Benchmarks; prints a table.
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+bench: tools-capi build ## Performance suite (hooks vs upstream, rollout vs a null extension, agent, scale); one table, also in _artifacts/bench.md.
+	$(GO) build -o $(BIN)/capi-inplace-nullext ./bench/cmd/capi-inplace-nullext
+	$(GO) build -o $(BIN)/capi-inplace-bench ./bench/cmd/capi-inplace-bench
+	$(BIN)/capi-inplace-bench -bin $(BIN) -null-extension $(BIN)/capi-inplace-nullext -out _artifacts/bench.md $(BENCH_FLAGS)
 
 .PHONY: demo
 demo: tools-capi build ## The whole in-place upgrade on this machine, with live progress.

@@ -59,7 +59,7 @@ func MeasureAgent(ctx context.Context, env *Env, binDir, dir, logDir string, idl
 	p, err := localstack.StartProcess(localstack.ProcessSpec{
 		Name: "agent-" + node, Path: filepath.Join(binDir, "capi-inplace"), LogDir: logDir,
 		Args: []string{"agent", "--simulate", "--host-root", filepath.Join(dir, "agent-host"), "--node-name", node,
-			"--kubeconfig", env.Kubeconfig, "--health-addr=0"},
+			"--kubeconfig", env.Kubeconfig, "--health-addr=0", "--v=1"},
 	})
 	if err != nil {
 		return res, err

@@ -14,8 +14,11 @@ import (
 
 // ProcStat is a process's memory and CPU time, from /proc.
 type ProcStat struct {
-	RSS, HWM int64         // bytes: VmRSS, VmHWM (peak RSS)
-	CPU      time.Duration // utime + stime
+	RSS, HWM int64 // bytes: VmRSS, VmHWM (peak RSS)
+	// RSS split: anonymous memory (Go heap, stacks) and file-backed pages (the
+	// binary's text and data as mapped from disk).
+	Anon, File int64
+	CPU        time.Duration // utime + stime
 }
 
 // clockTick is USER_HZ, 100 on every Linux this runs on.
@@ -30,7 +33,18 @@ func ReadProc(pid int) (ProcStat, error) {
 	}
 	for _, line := range strings.Split(string(status), "\n") {
 		k, v, ok := strings.Cut(line, ":")
-		if !ok || (k != "VmRSS" && k != "VmHWM") {
+		var dst *int64
+		switch k {
+		case "VmRSS":
+			dst = &s.RSS
+		case "VmHWM":
+			dst = &s.HWM
+		case "RssAnon":
+			dst = &s.Anon
+		case "RssFile":
+			dst = &s.File
+		}
+		if !ok || dst == nil {
 			continue
 		}
 		f := strings.Fields(v)
@@ -41,11 +55,7 @@ func ReadProc(pid int) (ProcStat, error) {
 		if err != nil {
 			return s, fmt.Errorf("parse %s of pid %d: %w", k, pid, err)
 		}
-		if k == "VmRSS" {
-			s.RSS = kb * 1024
-		} else {
-			s.HWM = kb * 1024
-		}
+		*dst = kb * 1024
 	}
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {

@@ -40,6 +40,8 @@ func TestReadProcSelf(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s.RSS).To(BeNumerically(">", 1<<20))
 	g.Expect(s.HWM).To(BeNumerically(">=", s.RSS))
+	g.Expect(s.Anon + s.File).To(BeNumerically("<=", s.RSS))
+	g.Expect(s.Anon).To(BeNumerically(">", 0))
 }
 
 func TestFindMetric(t *testing.T) {

@@ -33,7 +33,9 @@ func main() {
 	flag.IntVar(&o.machinesPerCluster, "scale-machines", 10, "Machines per cluster of the scale section.")
 	flag.DurationVar(&o.agentIdle, "agent-idle", 30*time.Second, "Idle window of the agent footprint.")
 	flag.IntVar(&o.publications, "publications", 20, "Plan publications for the agent's pick-up delay.")
-	flag.IntVar(&o.rolloutWorkers, "rollout-workers", 30, "Workers of the MachineDeployment rollout.")
+	flag.IntVar(&o.rolloutWorkers, "rollout-workers", 30, "Workers of the MachineDeployment rollout (0: skip it).")
+	flag.IntVar(&o.rolloutRounds, "rollout-rounds", 1, "Rounds per rollout pair; the order alternates.")
+	flag.StringVar(&o.nullExt, "null-extension", "bin/capi-inplace-nullext", "The null extension binary (bench/cmd/capi-inplace-nullext).")
 	flag.Parse()
 	// The in-process hook servers log through controller-runtime; the measured
 	// binaries log to their files under the artifacts directory.
@@ -59,6 +61,8 @@ type options struct {
 	agentIdle             time.Duration
 	publications          int
 	rolloutWorkers        int
+	rolloutRounds         int
+	nullExt               string
 }
 
 func (o options) has(section string) bool {

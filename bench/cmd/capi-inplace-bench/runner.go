@@ -233,5 +233,3 @@ func updateCalls(machines []*clusterv1.Machine) ([]bench.Call, error) {
 	}
 	return calls, nil
 }
-
-func (r *runner) rollout(ctx context.Context) error { return nil }

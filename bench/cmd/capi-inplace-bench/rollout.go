@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/capi-inplace/capi-inplace/bench"
+)
+
+// rollout: section 2, the in-place round on the local upstream stack with
+// capi-inplace against the null extension (same CanUpdate answers, UpdateMachine
+// done at once): the ratio is our orchestration overhead.
+func (r *runner) rollout(ctx context.Context) error {
+	if _, err := os.Stat(r.o.nullExt); err != nil {
+		return fmt.Errorf("null extension binary (make bench builds it): %w", err)
+	}
+	t0 := time.Now()
+	stack, err := bench.StartRolloutStack(ctx, r.bin, r.o.nullExt, r.logDir)
+	if err != nil {
+		return err
+	}
+	defer stack.Stop()
+	logf("rollout: stack and extensions up in %s", time.Since(t0).Round(time.Second))
+
+	type pair struct {
+		what       string
+		ours, null *bench.RolloutCluster
+	}
+	mk := func(ns, ext string, cp, w, maxUnavailable int) *bench.RolloutCluster {
+		return &bench.RolloutCluster{Stack: stack, Namespace: ns, Extension: ext, Name: "c", ControlPlane: cp, Workers: w, MaxUnavailable: maxUnavailable}
+	}
+	pairs := []pair{{
+		what: "ClusterClass 3 CP + 2 workers (MD maxUnavailable 1), files round",
+		ours: mk("roll-cc-ours", "capi-inplace", 3, 2, 1), null: mk("roll-cc-null", "null", 3, 2, 1),
+	}}
+	if w := r.o.rolloutWorkers; w > 0 {
+		pairs = append(pairs, pair{
+			what: fmt.Sprintf("ClusterClass 3 CP + %d workers (MD maxUnavailable 10), files round", w),
+			ours: mk("roll-md-ours", "capi-inplace", 3, w, 10), null: mk("roll-md-null", "null", 3, w, 10),
+		})
+	}
+	// Provision everything at once: the clusters' creation is not measured.
+	var all []*bench.RolloutCluster
+	for _, p := range pairs {
+		all = append(all, p.ours, p.null)
+	}
+	for _, c := range all {
+		if err := c.Create(ctx); err != nil {
+			return err
+		}
+	}
+	errs := make([]error, len(all))
+	var wg sync.WaitGroup
+	for i, c := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = c.WaitReady(ctx, 8*time.Minute, c.Extension == "capi-inplace")
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	logf("rollout: %d clusters ready after %s", len(all), time.Since(t0).Round(time.Second))
+	for _, p := range pairs {
+		var ours, null []time.Duration
+		for round := range r.o.rolloutRounds {
+			order := []*bench.RolloutCluster{p.null, p.ours}
+			if round%2 == 1 {
+				order = []*bench.RolloutCluster{p.ours, p.null}
+			}
+			for _, c := range order {
+				d, err := c.Round(ctx, 10*time.Minute)
+				if err != nil {
+					r.rows = append(r.rows, bench.Row{Section: "2", Measurement: p.what, Ours: "failed", Target: "a/b ≤ 1.25", Verdict: "MISSED"})
+					return err
+				}
+				logf("rollout: %s on %s: %s", p.what, c.Extension, d.Round(100*time.Millisecond))
+				if c == p.ours {
+					ours = append(ours, d)
+				} else {
+					null = append(null, d)
+				}
+			}
+		}
+		a, b := mean(ours), mean(null)
+		r.rows = append(r.rows, bench.Row{Section: "2", Measurement: fmt.Sprintf("%s: wall time (a) capi-inplace vs (b) null extension, %d round(s)", p.what, len(ours)),
+			Ours: a.Round(100 * time.Millisecond).String(), Baseline: b.Round(100 * time.Millisecond).String(),
+			Ratio: bench.Ratio(float64(a), float64(b)), Target: "a/b ≤ 1.25", Verdict: bench.Verdict(float64(a) <= 1.25*float64(b))})
+	}
+	return nil
+}
+
+func mean(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return sum / time.Duration(len(ds))
+}
