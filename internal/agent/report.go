@@ -28,6 +28,9 @@ type Reporter struct {
 
 	mu      sync.Mutex
 	pending *protocol.NodeStatus
+	// sent is the last status on the Node; a status that differs from it only in
+	// UpdatedAt is not sent again (every patch is a Node event the agent reacts to).
+	sent *protocol.NodeStatus
 	kick    chan struct{}
 	once    sync.Once
 }
@@ -69,6 +72,14 @@ func (r *Reporter) Run(ctx context.Context) {
 		if s == nil {
 			continue
 		}
+		if r.sent != nil && sameStatus(*r.sent, *s) {
+			r.mu.Lock()
+			if r.pending == s {
+				r.pending = nil
+			}
+			r.mu.Unlock()
+			continue
+		}
 		if err := r.patch(ctx, *s); err != nil {
 			r.Log.V(1).Info("Status report failed, will retry", "node", r.NodeName, "phase", s.Phase, "error", err.Error(), "retryIn", backoff)
 			retry = time.After(backoff)
@@ -76,6 +87,7 @@ func (r *Reporter) Run(ctx context.Context) {
 			continue
 		}
 		backoff = 500 * time.Millisecond
+		r.sent = s
 		r.mu.Lock()
 		if r.pending == s {
 			r.pending = nil
@@ -105,4 +117,9 @@ func (r *Reporter) patch(ctx context.Context, s protocol.NodeStatus) error {
 	}
 	r.Log.V(1).Info("Reported status", "node", r.NodeName, "plan", s.PlanHash, "phase", s.Phase, "step", s.Step, "steps", s.Steps)
 	return nil
+}
+
+func sameStatus(a, b protocol.NodeStatus) bool {
+	a.UpdatedAt, b.UpdatedAt = time.Time{}, time.Time{}
+	return a == b
 }

@@ -52,3 +52,30 @@ func TestReporterRetriesUntilTheAPIServerAnswers(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(st.Phase).To(Equal(protocol.PhaseCommitted))
 }
+
+// TestReporterSkipsRepeats: a status that differs only in UpdatedAt is not sent
+// again, so the agent's own Node events cannot make it patch in a loop.
+func TestReporterSkipsRepeats(t *testing.T) {
+	g := NewWithT(t)
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	var patches atomic.Int32
+	client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		patches.Add(1)
+		return false, nil, nil
+	})
+	r := &Reporter{Client: client, NodeName: "n1", Log: logr.Discard()}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Run(ctx)
+	s := protocol.NodeStatus{PlanHash: "h1", Phase: protocol.PhasePending, Message: "waiting"}
+	for i := 0; i < 5; i++ {
+		s.UpdatedAt = time.Unix(int64(1000+i), 0)
+		r.Report(s)
+		time.Sleep(20 * time.Millisecond)
+	}
+	g.Eventually(patches.Load).Should(Equal(int32(1)))
+	g.Consistently(patches.Load, 200*time.Millisecond).Should(Equal(int32(1)))
+	s.Phase = protocol.PhaseStaging
+	r.Report(s)
+	g.Eventually(patches.Load).Should(Equal(int32(2)))
+}
