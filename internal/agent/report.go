@@ -31,8 +31,8 @@ type Reporter struct {
 	// sent is the last status on the Node; a status that differs from it only in
 	// UpdatedAt is not sent again (every patch is a Node event the agent reacts to).
 	sent *protocol.NodeStatus
-	kick    chan struct{}
-	once    sync.Once
+	kick chan struct{}
+	once sync.Once
 }
 
 func (r *Reporter) init() { r.once.Do(func() { r.kick = make(chan struct{}, 1) }) }
