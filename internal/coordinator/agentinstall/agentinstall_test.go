@@ -173,4 +173,21 @@ func TestAgentConfinedToOwnNode(t *testing.T) {
 		_, err = agentA.CoreV1().Secrets(inplacev1.AgentNamespace).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
 		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
 	})
+
+	t.Run("pods: control-plane mirror pods readable for the static-pod gate, nothing more", func(t *testing.T) {
+		g := NewWithT(t)
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "kube-apiserver-node-a"},
+			Spec:       corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/kube-apiserver:v1.36.0"}}},
+		}
+		g.Expect(client.IgnoreAlreadyExists(c.Create(ctx, pod))).To(Succeed())
+		_, err := agentA.CoreV1().Pods(metav1.NamespaceSystem).Get(ctx, pod.Name, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		_, err = agentA.CoreV1().Pods(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{})
+		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
+		_, err = agentA.CoreV1().Pods("elsewhere").Get(ctx, "p", metav1.GetOptions{})
+		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
+		err = agentA.CoreV1().Pods(metav1.NamespaceSystem).Delete(ctx, pod.Name, metav1.DeleteOptions{})
+		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
+	})
 }
