@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -132,6 +133,38 @@ func (s *scenario) createSingleNodeClass(class string) {
 	s.eventually(30*time.Second, "KubeadmControlPlaneTemplate recreated", func() error {
 		return s.stack.Client.Create(s.ctx, fresh)
 	})
+}
+
+// createControlPlaneOnlyCluster creates an opted-in ClusterClass cluster with one
+// control-plane node and no MachineDeployment (localstack's template always lists
+// workers), with the same network and files variable as localstack's clusters.
+func (s *scenario) createControlPlaneOnlyCluster(cluster, class string) {
+	s.t.Helper()
+	files, err := jsonValue([]localstack.File{{Path: "/etc/capi-inplace-e2e/round", Content: "0"}})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	c := &clusterv1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: cluster,
+			Annotations: map[string]string{inplacev1.SingleNodeControlPlaneAnnotation: "true"}},
+		Spec: clusterv1.ClusterSpec{
+			ClusterNetwork: clusterv1.ClusterNetwork{
+				Pods:          clusterv1.NetworkRanges{CIDRBlocks: []string{"192.168.0.0/16"}},
+				Services:      clusterv1.NetworkRanges{CIDRBlocks: []string{"10.128.0.0/12"}},
+				ServiceDomain: "cluster.local",
+			},
+			Topology: clusterv1.Topology{
+				ClassRef:     clusterv1.ClusterClassRef{Name: class},
+				Version:      fromVersion,
+				ControlPlane: clusterv1.ControlPlaneTopology{Replicas: ptr.To[int32](1)},
+				Variables:    []clusterv1.ClusterVariable{{Name: "files", Value: files}},
+			},
+		},
+	}
+	if err := s.stack.Client.Create(s.ctx, c); err != nil {
+		s.t.Fatalf("create cluster %s: %v", cluster, err)
+	}
+	s.logf("created cluster %s/%s (class %s, %s, 1 control-plane node, no workers, opted in)", s.ns, cluster, class, fromVersion)
 }
 
 // optIn annotates the Cluster for the single-node control-plane path.
@@ -249,14 +282,7 @@ func singleNodeClusterClassRound(t *testing.T, stack *localstack.Stack, ext *loc
 	s := newSingleNodeScenario(t, stack, ext, ns)
 	const cluster, class = "sn", "inplace-sn"
 	s.createSingleNodeClass(class)
-	if err := s.stack.CreateCluster(s.ctx, localstack.ClusterSpec{
-		Namespace: s.ns, Name: cluster, Class: class, Version: fromVersion,
-		ControlPlaneReplicas: 1, WorkerReplicas: 0,
-		Files: []localstack.File{{Path: "/etc/capi-inplace-e2e/round", Content: "0"}},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	s.optIn(cluster)
+	s.createControlPlaneOnlyCluster(cluster, class)
 	s.waitClusterReady(cluster, 1)
 	agents := s.startAgents(cluster, 1)
 	kcpName := s.kcpOf(cluster)
@@ -420,14 +446,7 @@ func TestSingleNodeHealthGateFailure(t *testing.T) {
 	s := newSingleNodeScenario(t, nil, ext, "sn-fail")
 	const cluster, class = "snf", "inplace-snf"
 	s.createSingleNodeClass(class)
-	if err := s.stack.CreateCluster(s.ctx, localstack.ClusterSpec{
-		Namespace: s.ns, Name: cluster, Class: class, Version: fromVersion,
-		ControlPlaneReplicas: 1, WorkerReplicas: 0,
-		Files: []localstack.File{{Path: "/etc/capi-inplace-e2e/round", Content: "0"}},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	s.optIn(cluster)
+	s.createControlPlaneOnlyCluster(cluster, class)
 	s.waitClusterReady(cluster, 1)
 	agents := s.startAgents(cluster, 1)
 	kcpName := s.kcpOf(cluster)
