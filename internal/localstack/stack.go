@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -182,6 +183,11 @@ func Start(ctx context.Context, opts Options) (_ *Stack, retErr error) {
 			return nil, fmt.Errorf("install webhooks of %s: %w", p, err)
 		}
 		s.webhooks[p] = w
+		if p == ProviderDev {
+			if err := waitPortFree(ctx, s, inMemoryDebugPort, 5*time.Minute); err != nil {
+				return nil, err
+			}
+		}
 		health, err := freePort()
 		if err != nil {
 			return nil, err
@@ -323,4 +329,35 @@ func tlsDial(addr string) error {
 		return err
 	}
 	return conn.Close()
+}
+
+// inMemoryDebugPort is the fixed port the Dev provider's in-memory backend listens on
+// (CAPI v1.14.2 inmemory/pkg/server DefaultDebugPort, not configurable; workload API
+// servers take ports from 20000 up). Only one in-memory provider can run per machine.
+const inMemoryDebugPort = 19000
+
+// waitPortFree waits until nothing listens on port (another stack on this machine,
+// for example a demo, holds it), or fails after timeout with a clear message.
+func waitPortFree(ctx context.Context, s *Stack, port int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	logged := false
+	for {
+		l, err := net.Listen("tcp", fmt.Sprintf(":%d", port))
+		if err == nil {
+			_ = l.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("port %d stays in use: another in-memory Cluster API provider runs on this machine (only one can): %w", port, err)
+		}
+		if !logged {
+			s.logf("waiting for port %d: another in-memory provider runs on this machine", port)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
 }
