@@ -3,11 +3,11 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
@@ -290,10 +290,34 @@ func TestRestartSafety(t *testing.T) {
 			t.Errorf("node %s ran kubeadm upgrade %d times, want exactly once", n, c)
 		}
 	}
+	// The agent's journal counts how often each action was started for the plan: the
+	// killed node resumed after kubeadm-upgrade, so every action ran once everywhere.
 	for _, n := range agents.Nodes() {
-		if j := findJournal(agents.HostRoot(n)); j != "" {
-			b, _ := os.ReadFile(j)
-			s.logf("EVIDENCE journal of %s (%s): %s", n, j, oneLine(string(b), 600))
+		j := findJournal(agents.HostRoot(n))
+		if j == "" {
+			t.Errorf("node %s: no journal under %s", n, agents.HostRoot(n))
+			continue
+		}
+		b, err := os.ReadFile(j)
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		var journal struct {
+			Runs map[string]int `json:"runs"`
+		}
+		if err := json.Unmarshal(b, &journal); err != nil {
+			t.Errorf("journal of %s: %v", n, err)
+			continue
+		}
+		s.logf("EVIDENCE journal runs of %s: %v", n, journal.Runs)
+		if len(journal.Runs) == 0 {
+			t.Errorf("journal of %s counts no action runs", n)
+		}
+		for action, runs := range journal.Runs {
+			if runs != 1 {
+				t.Errorf("node %s: action %s ran %d times, want once", n, action, runs)
+			}
 		}
 	}
 }
@@ -302,7 +326,7 @@ func TestRestartSafety(t *testing.T) {
 func findJournal(root string) string {
 	var found string
 	_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && strings.Contains(d.Name(), "journal") {
+		if err == nil && !d.IsDir() && d.Name() == "journal.json" {
 			found = p
 		}
 		return nil
