@@ -37,7 +37,11 @@ type AgentResult struct {
 // MeasureAgent runs `capi-inplace agent --simulate` for one Node of env (the
 // workload cluster here), measures it idle, then publishes plans one after the
 // other as the coordinator does and times the agent's pick-up.
-func MeasureAgent(ctx context.Context, env *Env, binDir, dir, logDir string, idle time.Duration, publications int) (AgentResult, error) {
+// Publications are pause apart: a rollout publishes one plan per node, minutes
+// apart, and back-to-back plans would measure the agent's client-side rate limit
+// (client-go's default 5 QPS, burst 10, shared by its status reports and the
+// simulated kubelet) instead of its pick-up.
+func MeasureAgent(ctx context.Context, env *Env, binDir, dir, logDir string, idle time.Duration, publications int, pause time.Duration) (AgentResult, error) {
 	var res AgentResult
 	cs, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
@@ -104,6 +108,11 @@ func MeasureAgent(ctx context.Context, env *Env, binDir, dir, logDir string, idl
 		}
 		res.PickUp = append(res.PickUp, pick)
 		res.Apply = append(res.Apply, apply)
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-time.After(pause):
+		}
 	}
 	if res.After, err = ReadProc(p.Pid()); err != nil {
 		return res, err

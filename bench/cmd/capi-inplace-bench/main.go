@@ -25,14 +25,15 @@ func main() {
 	flag.StringVar(&o.out, "out", "_artifacts/bench.md", "Markdown file the table is written to.")
 	flag.StringVar(&o.sections, "sections", "hooks,agent,scale,rollout", "Comma-separated sections to run.")
 	flag.Float64Var(&o.rate, "rate", 200, "Open-loop rate of the hook latency runs (requests/s).")
-	flag.DurationVar(&o.duration, "duration", 5*time.Second, "Length of one open-loop run (per round and server).")
+	flag.DurationVar(&o.duration, "duration", 4*time.Second, "Length of one open-loop run (per round and server).")
 	flag.IntVar(&o.rounds, "rounds", 3, "Rounds per hook; the servers' order alternates.")
 	flag.IntVar(&o.satWorkers, "sat-workers", 16, "Closed-loop workers of the saturation runs.")
-	flag.DurationVar(&o.satDuration, "sat-duration", 3*time.Second, "Length of one saturation run.")
+	flag.DurationVar(&o.satDuration, "sat-duration", 2*time.Second, "Length of one saturation run.")
 	flag.IntVar(&o.clusters, "scale-clusters", 50, "Clusters of the scale section.")
 	flag.IntVar(&o.machinesPerCluster, "scale-machines", 10, "Machines per cluster of the scale section.")
 	flag.DurationVar(&o.agentIdle, "agent-idle", 30*time.Second, "Idle window of the agent footprint.")
 	flag.IntVar(&o.publications, "publications", 20, "Plan publications for the agent's pick-up delay.")
+	flag.DurationVar(&o.publishPause, "publish-pause", 2*time.Second, "Pause between plan publications (0: back to back, which measures the agent's client rate limit).")
 	flag.IntVar(&o.rolloutWorkers, "rollout-workers", 30, "Workers of the MachineDeployment rollout (0: skip it).")
 	flag.IntVar(&o.rolloutRounds, "rollout-rounds", 1, "Rounds per rollout pair; the order alternates.")
 	flag.StringVar(&o.nullExt, "null-extension", "bin/capi-inplace-nullext", "The null extension binary (bench/cmd/capi-inplace-nullext).")
@@ -60,6 +61,7 @@ type options struct {
 	machinesPerCluster    int
 	agentIdle             time.Duration
 	publications          int
+	publishPause          time.Duration
 	rolloutWorkers        int
 	rolloutRounds         int
 	nullExt               string
@@ -107,6 +109,9 @@ func run(ctx context.Context, o options) error {
 	step("hooks", r.hooks)
 	step("scale", r.scale)
 	step("agent", r.agent)
+	// The rollout runs a stack of its own: stop the idle API server and extensions
+	// first, so that they take no CPU from it.
+	r.stop()
 	step("rollout", r.rollout)
 
 	var b strings.Builder

@@ -35,15 +35,18 @@ type runner struct {
 
 func numCPU() int { return runtime.NumCPU() }
 
+// stop stops the extension processes and the API server; safe to call again.
 func (r *runner) stop() {
 	for _, s := range []*bench.Server{r.ours, r.up} {
 		if s != nil {
 			s.Stop()
 		}
 	}
+	r.ours, r.up = nil, nil
 	if r.env != nil {
 		r.env.Stop()
 	}
+	r.env = nil
 }
 
 // ensureEnv starts the management API server once.
@@ -140,7 +143,12 @@ func (r *runner) hooks(ctx context.Context) error {
 		{"UpdateMachine", upd, false},
 	} {
 		logf("hooks: %s", h.name)
-		res, err := bench.MeasureHook(ctx, h.name, servers, map[string][]bench.Call{r.ours.Name: h.calls, r.up.Name: h.calls}, r.loadOptions())
+		opts := r.loadOptions()
+		if h.name == "UpdateMachine" {
+			// The binary's throttled calls take up to its 8 s call timeout: fewer rounds.
+			opts.Rounds = min(opts.Rounds, 2)
+		}
+		res, err := bench.MeasureHook(ctx, h.name, servers, map[string][]bench.Call{r.ours.Name: h.calls, r.up.Name: h.calls}, opts)
 		if err != nil {
 			return err
 		}

@@ -78,6 +78,7 @@ func (r *runner) scale(ctx context.Context) error {
 	}
 	opts := r.loadOptions()
 	opts.SatWorkers = 0
+	opts.Rounds = min(opts.Rounds, 2)
 	label := fmt.Sprintf("%d clusters, %d machines", r.o.clusters, n)
 	// CAPI calls UpdateMachine again after retryAfterSeconds (5 s while waiting):
 	// n machines mid-update make n/5 calls per second.
@@ -117,9 +118,10 @@ func (r *runner) scale(ctx context.Context) error {
 	}
 	r.rows = append(r.rows, bench.Row{Section: "4",
 		Measurement: fmt.Sprintf("extension RSS: idle at start → before seeding → after the %s loads (peak)", label),
-		Ours:        fmt.Sprintf("%s → %s → %s (%s)", bench.MiB(r.oursIdle.RSS), bench.MiB(before.RSS), bench.MiB(after.RSS), bench.MiB(after.HWM)),
-		Baseline:    fmt.Sprintf("upstream idle %s, now %s (peak %s)", bench.MiB(r.upIdle.RSS), bench.MiB(upNow.RSS), bench.MiB(upNow.HWM)),
-		Ratio:       bench.Ratio(float64(after.RSS), float64(upNow.RSS))})
+		Ours: fmt.Sprintf("%s → %s → %s (peak %s; anon %s)", bench.MiB(r.oursIdle.RSS), bench.MiB(before.RSS), bench.MiB(after.RSS),
+			bench.MiB(after.HWM), bench.MiB(after.Anon)),
+		Baseline: fmt.Sprintf("upstream idle %s, now %s (peak %s)", bench.MiB(r.upIdle.RSS), bench.MiB(upNow.RSS), bench.MiB(upNow.HWM)),
+		Ratio:    bench.Ratio(float64(after.RSS), float64(upNow.RSS))})
 	return nil
 }
 
