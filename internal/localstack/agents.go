@@ -13,13 +13,20 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
+// AgentOptions tune the simulated agents of one workload cluster.
+type AgentOptions struct {
+	// GateTimeout is the agent's --gate-timeout (default 2m: longer than the API
+	// outages the scenarios inject, shorter than the agent's 5m default so that a
+	// failing gate rolls back within a test's patience).
+	GateTimeout time.Duration
+}
+
 // AgentArgs returns the command line of one simulated agent: the real agent binary
 // in its simulated-host mode, talking only to the workload cluster's API. Many agents
-// share this machine, so none serves a health port; health gates give up after 30 s
-// (not 5 min) so that a failing gate rolls back within a test's patience.
-func AgentArgs(hostRoot, nodeName, kubeconfig string) []string {
+// share this machine, so none serves a health port.
+func AgentArgs(hostRoot, nodeName, kubeconfig string, gateTimeout time.Duration) []string {
 	return []string{"agent", "--simulate", "--host-root", hostRoot, "--node-name", nodeName, "--kubeconfig", kubeconfig,
-		"--health-addr=0", "--gate-timeout=30s", "--v=1"}
+		"--health-addr=0", "--gate-timeout=" + gateTimeout.String(), "--v=1"}
 }
 
 // Agents runs one simulated agent process per Node of a workload cluster: it polls
@@ -36,6 +43,7 @@ type Agents struct {
 	proxy           *apiProxy
 	marker          *staticPodMarker
 	hostsDir        string
+	opts            AgentOptions
 
 	mu      sync.Mutex
 	procs   map[string]*Process
@@ -48,7 +56,10 @@ type Agents struct {
 // StartAgents writes the workload kubeconfig (from the <cluster>-kubeconfig Secret,
 // waiting for it) and starts the supervisor. Each node's simulated host is
 // <TempRoot>/hosts/<namespace>/<cluster>/<node>.
-func (s *Stack) StartAgents(ctx context.Context, namespace, cluster string) (*Agents, error) {
+func (s *Stack) StartAgents(ctx context.Context, namespace, cluster string, opts AgentOptions) (*Agents, error) {
+	if opts.GateTimeout == 0 {
+		opts.GateTimeout = 2 * time.Minute
+	}
 	var kc []byte
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
@@ -91,8 +102,8 @@ func (s *Stack) StartAgents(ctx context.Context, namespace, cluster string) (*Ag
 	}
 	actx, cancel := context.WithCancel(context.Background())
 	a := &Agents{
-		marker: marker,
-		stack:  s, namespace: namespace, cluster: cluster, kubeconfig: kcPath,
+		marker: marker, opts: opts,
+		stack: s, namespace: namespace, cluster: cluster, kubeconfig: kcPath,
 		agentKubeconfig: agentKC, proxy: proxy,
 		hostsDir: filepath.Join(s.TempRoot, "hosts", namespace, cluster),
 		procs:    map[string]*Process{}, cancel: cancel, done: make(chan struct{}),
@@ -159,7 +170,7 @@ func (a *Agents) start(node string) error {
 	p, err := a.stack.StartProcess(ProcessSpec{
 		Name: fmt.Sprintf("agent-%s-%s", a.namespace, node),
 		Path: filepath.Join(a.stack.BinDir(), "capi-inplace"),
-		Args: AgentArgs(root, node, a.agentKubeconfig),
+		Args: AgentArgs(root, node, a.agentKubeconfig, a.opts.GateTimeout),
 	})
 	if err != nil {
 		return err

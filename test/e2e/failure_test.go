@@ -39,7 +39,7 @@ func TestHealthGateFailureRollsBackAndHalts(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.waitClusterReady(cluster, 4)
-	agents := s.startAgents(cluster, 4)
+	agents := s.startAgentsWith(cluster, 4, localstack.AgentOptions{GateTimeout: 20 * time.Second})
 	before := machineIDs(s.machines(cluster))
 	var workers []clusterv1.Machine
 	for _, m := range s.machines(cluster) {

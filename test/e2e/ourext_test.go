@@ -70,7 +70,13 @@ func ourExtension(t *testing.T) *localstack.Extension {
 // cluster has one.
 func (s *scenario) startAgents(cluster string, want int) *localstack.Agents {
 	s.t.Helper()
-	a, err := s.stack.StartAgents(s.ctx, s.ns, cluster)
+	return s.startAgentsWith(cluster, want, localstack.AgentOptions{})
+}
+
+// startAgentsWith is startAgents with agent options (e.g. a short gate time-out).
+func (s *scenario) startAgentsWith(cluster string, want int, opts localstack.AgentOptions) *localstack.Agents {
+	s.t.Helper()
+	a, err := s.stack.StartAgents(s.ctx, s.ns, cluster, opts)
 	if err != nil {
 		s.t.Fatal(err)
 	}
