@@ -97,8 +97,11 @@ func TestPlainClusterVersionInPlaceThroughAPIOutage(t *testing.T) {
 
 	roundStart := time.Now()
 	s.setKCPVersion(cluster, toVersion)
+	failing := s.failFastOnHookFailure()
 	s.eventually(rolloutTimeout, "control plane at "+toVersion, func() error {
-		for _, m := range s.machines(cluster) {
+		ms := s.machines(cluster)
+		failing(ms)
+		for _, m := range ms {
 			if _, cp := m.Labels[clusterv1.MachineControlPlaneLabel]; cp {
 				if m.Spec.Version != toVersion {
 					return fmt.Errorf("machine %s at %s", m.Name, m.Spec.Version)
