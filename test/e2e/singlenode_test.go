@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -199,33 +200,46 @@ func (s *scenario) kcpOf(cluster string) string {
 	return c.Spec.ControlPlaneRef.Name
 }
 
-// kcpWatch records every state of the KubeadmControlPlanes of the namespace: the
-// evidence that KCP never saw the new version unpaused.
+// kcpWatch records every state of the namespace's KubeadmControlPlanes and the
+// resourceVersion at which a control-plane Machine first reached the target version:
+// the evidence that KCP never saw the new version unpaused while a Machine was
+// outdated. resourceVersions are etcd revisions in kube-apiserver, so they order events
+// of the two watches exactly, unlike arrival times.
 type kcpWatch struct {
-	mu     sync.Mutex
-	states []kcpState
+	mu        sync.Mutex
+	target    string
+	states    []kcpState
+	alignedRV int64
 }
 
 type kcpState struct {
-	at      time.Time
+	rv      int64
 	version string
 	paused  bool
 	held    bool
 }
 
-func (s *scenario) watchKCPs() *kcpWatch {
+func (s *scenario) watchKCPs(target string) *kcpWatch {
 	s.t.Helper()
 	wc, err := client.NewWithWatch(s.stack.Config, client.Options{Scheme: s.stack.Client.Scheme()})
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	w, err := wc.Watch(s.ctx, &controlplanev1.KubeadmControlPlaneList{}, client.InNamespace(s.ns))
+	kw := &kcpWatch{target: target}
+	kcps, err := wc.Watch(s.ctx, &controlplanev1.KubeadmControlPlaneList{}, client.InNamespace(s.ns))
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	kw := &kcpWatch{}
+	machines, err := wc.Watch(s.ctx, &clusterv1.MachineList{}, client.InNamespace(s.ns), client.HasLabels{clusterv1.MachineControlPlaneLabel})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	rv := func(o metav1.Object) int64 {
+		n, _ := strconv.ParseInt(o.GetResourceVersion(), 10, 64)
+		return n
+	}
 	go func() {
-		for ev := range w.ResultChan() {
+		for ev := range kcps.ResultChan() {
 			kcp, ok := ev.Object.(*controlplanev1.KubeadmControlPlane)
 			if !ok || ev.Type == watch.Deleted {
 				continue
@@ -233,26 +247,53 @@ func (s *scenario) watchKCPs() *kcpWatch {
 			_, paused := kcp.Annotations[clusterv1.PausedAnnotation]
 			_, held := kcp.Annotations[inplacev1.HoldAnnotation]
 			kw.mu.Lock()
-			kw.states = append(kw.states, kcpState{at: time.Now(), version: kcp.Spec.Version, paused: paused, held: held})
+			kw.states = append(kw.states, kcpState{rv: rv(kcp), version: kcp.Spec.Version, paused: paused, held: held})
 			kw.mu.Unlock()
 		}
 	}()
-	s.t.Cleanup(w.Stop)
+	go func() {
+		for ev := range machines.ResultChan() {
+			m, ok := ev.Object.(*clusterv1.Machine)
+			if !ok || m.Spec.Version != target {
+				continue
+			}
+			kw.mu.Lock()
+			if kw.alignedRV == 0 {
+				kw.alignedRV = rv(m)
+			}
+			kw.mu.Unlock()
+		}
+	}()
+	s.t.Cleanup(kcps.Stop)
+	s.t.Cleanup(machines.Stop)
 	return kw
 }
 
-// unpausedAt returns the states in which KCP had version but no pause, before the
-// Machines were aligned (alignedAt).
-func (w *kcpWatch) unpausedAt(version string, alignedAt time.Time) []kcpState {
+// check fails when KCP was at the target version without the pause before a Machine
+// was aligned, or when its first state at the target was not held.
+func (w *kcpWatch) check() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var out []kcpState
+	if w.alignedRV == 0 {
+		return fmt.Errorf("no control-plane Machine was seen at %s", w.target)
+	}
+	first := true
 	for _, st := range w.states {
-		if st.version == version && !st.paused && st.at.Before(alignedAt) {
-			out = append(out, st)
+		if st.version != w.target {
+			continue
+		}
+		if first && !(st.paused && st.held) {
+			return fmt.Errorf("KCP's first state at %s (rv %d) was not held: %+v", w.target, st.rv, st)
+		}
+		first = false
+		if !st.paused && st.rv < w.alignedRV {
+			return fmt.Errorf("KCP at %s unpaused at rv %d, before the Machine was aligned at rv %d", w.target, st.rv, w.alignedRV)
 		}
 	}
-	return out
+	if first {
+		return fmt.Errorf("KCP was never seen at %s", w.target)
+	}
+	return nil
 }
 
 func (w *kcpWatch) count() int {
@@ -288,17 +329,13 @@ func singleNodeClusterClassRound(t *testing.T, stack *localstack.Stack, ext *loc
 	kcpName := s.kcpOf(cluster)
 	before := machineIDs(s.machines(cluster))
 	watch := s.watchMachines()
-	kcps := s.watchKCPs()
+	kcps := s.watchKCPs(toVersion)
 
 	roundStart := time.Now()
 	s.setTopology(cluster, toVersion, nil)
 	s.logf("changed spec.topology.version %s -> %s on a single control-plane node", fromVersion, toVersion)
 	nodes := s.nodesAt(agents.Kubeconfig(), toVersion)
-	var alignedAt time.Time
 	s.waitRolledOut(cluster, toVersion, 1, false, rolloutTimeout, func(ms []clusterv1.Machine) error {
-		if alignedAt.IsZero() && ms[0].Spec.Version == toVersion {
-			alignedAt = time.Now()
-		}
 		if err := sameMachines(before, ms); err != nil {
 			return err
 		}
@@ -326,8 +363,8 @@ func singleNodeClusterClassRound(t *testing.T, stack *localstack.Stack, ext *loc
 	})
 	round := time.Since(roundStart)
 	s.assertNoMachineChurn(watch)
-	if bad := kcps.unpausedAt(toVersion, alignedAt); len(bad) > 0 {
-		t.Fatalf("KCP was observed at %s without the pause before its Machine was aligned: %v", toVersion, bad)
+	if err := kcps.check(); err != nil {
+		t.Fatal(err)
 	}
 	s.logf("EVIDENCE KubeadmControlPlane %s: %d states watched, never at %s unpaused before the Machine was aligned; released afterwards", kcpName, kcps.count(), toVersion)
 	s.logf("EVIDENCE machines kept name and UID: %v", before)
