@@ -113,7 +113,7 @@ func (c *RolloutCluster) WaitReady(ctx context.Context, timeout time.Duration, w
 	if !withAgents {
 		return nil
 	}
-	if c.Agents, err = c.Stack.StartAgents(ctx, c.Namespace, c.Name); err != nil {
+	if c.Agents, err = c.Stack.StartAgents(ctx, c.Namespace, c.Name, localstack.AgentOptions{}); err != nil {
 		return err
 	}
 	return poll(ctx, 2*time.Minute, 500*time.Millisecond, func() error {

@@ -36,6 +36,7 @@ func main() {
 	flag.DurationVar(&o.publishPause, "publish-pause", 2*time.Second, "Pause between plan publications (0: back to back, which measures the agent's client rate limit).")
 	flag.IntVar(&o.rolloutWorkers, "rollout-workers", 30, "Workers of the MachineDeployment rollout (0: skip it).")
 	flag.IntVar(&o.rolloutRounds, "rollout-rounds", 1, "Rounds per rollout pair; the order alternates.")
+	flag.DurationVar(&o.waitStack, "wait-stack", 20*time.Minute, "How long the rollout waits for another local stack to free the in-memory provider's port.")
 	flag.StringVar(&o.nullExt, "null-extension", "bin/capi-inplace-nullext", "The null extension binary (bench/cmd/capi-inplace-nullext).")
 	flag.Parse()
 	// The in-process hook servers log through controller-runtime; the measured
@@ -65,6 +66,7 @@ type options struct {
 	rolloutWorkers        int
 	rolloutRounds         int
 	nullExt               string
+	waitStack             time.Duration
 }
 
 func (o options) has(section string) bool {
@@ -106,13 +108,12 @@ func run(ctx context.Context, o options) error {
 		}
 		logf("section %s: done in %s", name, time.Since(t0).Round(time.Second))
 	}
+	// The rollout first: its stack (fixed ports of the in-memory provider) is the
+	// section that can collide with another local stack on this machine.
+	step("rollout", r.rollout)
 	step("hooks", r.hooks)
 	step("scale", r.scale)
 	step("agent", r.agent)
-	// The rollout runs a stack of its own: stop the idle API server and extensions
-	// first, so that they take no CPU from it.
-	r.stop()
-	step("rollout", r.rollout)
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "Measured %s on %s (%d CPUs shared), `%s`, in %s. Logs: `%s`.\n\n",

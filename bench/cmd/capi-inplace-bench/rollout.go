@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"sync"
 	"time"
@@ -17,6 +18,9 @@ import (
 func (r *runner) rollout(ctx context.Context) error {
 	if _, err := os.Stat(r.o.nullExt); err != nil {
 		return fmt.Errorf("null extension binary (make bench builds it): %w", err)
+	}
+	if err := waitPortFree(ctx, inMemoryDebugPort, r.o.waitStack); err != nil {
+		return err
 	}
 	t0 := time.Now()
 	stack, err := bench.StartRolloutStack(ctx, r.bin, r.o.nullExt, r.logDir)
@@ -105,4 +109,33 @@ func mean(ds []time.Duration) time.Duration {
 		sum += d
 	}
 	return sum / time.Duration(len(ds))
+}
+
+// inMemoryDebugPort is the fixed port of the in-memory provider's workload cluster
+// mux (upstream's DefaultDebugPort): one local stack per machine at a time.
+const inMemoryDebugPort = 19000
+
+// waitPortFree waits until nothing listens on port (another local stack, e.g. the
+// end-to-end tests), polling every 5 s for at most timeout.
+func waitPortFree(ctx context.Context, port int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	logged := false
+	for {
+		l, err := net.Listen("tcp", fmt.Sprintf(":%d", port))
+		if err == nil {
+			return l.Close()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("port %d still in use after %s (another local stack is running): %w", port, timeout, err)
+		}
+		if !logged {
+			logf("rollout: port %d is in use (another local stack?): waiting up to %s", port, timeout)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Second):
+		}
+	}
 }
