@@ -35,6 +35,11 @@ func StartEnv(binDir, dir string) (*Env, error) {
 	for _, p := range []string{"core", "bootstrap", "kcp", "dev"} {
 		crds = append(crds, filepath.Join(binDir, "capi-config", p, "crd"))
 	}
+	return StartEnvWithCRDs(binDir, crds, dir)
+}
+
+// StartEnvWithCRDs is StartEnv with the CRD directories given.
+func StartEnvWithCRDs(binDir string, crds []string, dir string) (*Env, error) {
 	e := &Env{env: &envtest.Environment{
 		BinaryAssetsDirectory: binDir,
 		CRDDirectoryPaths:     crds,

@@ -30,6 +30,9 @@ type ClusterObjects struct {
 	Namespace, Cluster string
 	Machines           int
 	Kubeconfig         []byte
+	// NoInfraObjects skips the DevMachines (for API servers without the Dev
+	// provider's CRDs); the coordinator never reads them.
+	NoInfraObjects bool
 }
 
 // NodeName is the workload Node of machine i of the cluster.
@@ -97,7 +100,11 @@ func (o ClusterObjects) createMachine(ctx context.Context, c client.Client, crea
 	infra.SetNamespace(o.Namespace)
 	infra.SetLabels(map[string]string{clusterv1.ClusterNameLabel: o.Cluster})
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Labels: map[string]string{"kubernetes.io/hostname": node}}}
-	for _, obj := range []client.Object{cfg, infra, n} {
+	objs := []client.Object{cfg, n}
+	if !o.NoInfraObjects {
+		objs = append(objs, infra)
+	}
+	for _, obj := range objs {
 		if err := create(obj); err != nil {
 			return nil, err
 		}
