@@ -5,7 +5,22 @@
 // registered through ExtensionConfigs, our own ClusterClass with inline patches, and
 // one simulated node agent process per Node of an in-memory workload cluster.
 //
-// The end-to-end tests (test/e2e) and the demo command both build on it.
+// The end-to-end tests (test/e2e) and the demo command both build on it:
+//
+//	stack, err := localstack.Start(ctx, localstack.Options{BinDir: "bin"})
+//	defer stack.Stop()
+//	ext, err := stack.StartExtension(ctx, localstack.OurExtension(bin, "capi-inplace", labels, nil))
+//	err = stack.CreateNamespace(ctx, ns, labels)
+//	err = stack.CreateClusterClass(ctx, ns, "inplace")
+//	err = stack.CreateCluster(ctx, localstack.ClusterSpec{...})
+//	agents, err := stack.StartAgents(ctx, ns, cluster, localstack.AgentOptions{})
+//
+// Upstream's in-memory workload API server lacks parts of the Kubernetes API (see
+// test/e2e/README.md). The agents therefore reach it through apiProxy, which adds field
+// selectors on metadata.name, the status subresource and PATCH-as-PUT, and the
+// provider's control-plane pods are marked as mirror pods (staticPodMarker), as a
+// kubelet would; Options.DirectWorkloadAPI turns the proxy off. The in-memory provider
+// binds the fixed port 19000, so one stack runs per machine (Start waits for it).
 //
 // Allowed imports: standard library, controller-runtime (client, envtest), k8s.io/*,
 // sigs.k8s.io/cluster-api/api types, api/v1alpha1. Never the extension, coordinator or
