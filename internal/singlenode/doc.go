@@ -13,7 +13,10 @@
 //     infrastructureRef, so KCP never observes an outdated spec unpaused and never
 //     surges. While held, every later write (the topology controller's server-side
 //     apply that omits the annotations, a kubectl edit that deletes them) gets them back,
-//     re-derived from the old object; only the controller's own user may release.
+//     re-derived from the old object. Only a write carrying v1alpha1.HoldReleaseAnnotation
+//     with the current hold value (the controller's release; optionally also checked
+//     against the controller's username) drops the hold, and the webhook never stores
+//     that marker.
 //  2. Update. The controller (Reconciler) runs KCP's own up-to-date comparison
 //     (sigs.k8s.io/cluster-api/controlplane/kubeadm/pkg.UpToDate, which also computes the
 //     desired Machine, KubeadmConfig and InfraMachine with desiredstate.ComputeDesired*),
