@@ -200,7 +200,7 @@ func (r *runner) handlerBench(ctx context.Context, ms, m bench.Call, upd []bench
 	for _, c := range []struct {
 		name  string
 		calls []bench.Call
-	}{{"CanUpdateMachineSet", []bench.Call{ms}}, {"CanUpdateMachine", []bench.Call{m}}, {"UpdateMachine (waiting; 5 reads)", upd}} {
+	}{{"CanUpdateMachineSet", []bench.Call{ms}}, {"CanUpdateMachine", []bench.Call{m}}, {"UpdateMachine (waiting: 6 GETs)", upd}} {
 		if err := bench.HandlerPath(ctx, pure, c.calls[0]); err != nil {
 			return err
 		}
