@@ -25,6 +25,7 @@ import (
 	"github.com/capi-inplace/capi-inplace/internal/coordinator"
 	"github.com/capi-inplace/capi-inplace/internal/extension"
 	"github.com/capi-inplace/capi-inplace/internal/policy"
+	"github.com/capi-inplace/capi-inplace/internal/singlenode"
 )
 
 // extensionOptions are the flags of `capi-inplace extension`.
@@ -158,6 +159,12 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 	})
 	if err != nil {
 		return err
+	}
+	// The single-node control-plane path: its hold webhook is served by the hook
+	// server (same port and certificate as the hooks), and its controller drives
+	// held KubeadmControlPlanes through the same coordinator.
+	if err := singlenode.SetupWithManager(mgr, singlenode.Options{Updater: updater, WebhookServer: hookServer}); err != nil {
+		return fmt.Errorf("set up single-node control-plane path: %w", err)
 	}
 	// The hook server needs no leader election: every replica answers hooks.
 	if err := mgr.Add(hookServer); err != nil {
