@@ -212,5 +212,10 @@ func loadRESTConfig(kubeconfig string) (*rest.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load kubeconfig %s: %w", kubeconfig, err)
 	}
+	// As ctrl.GetConfig does for $KUBECONFIG: leave throttling to the API server's
+	// priority and fairness rather than client-go's default of 5 requests/s.
+	if cfg.QPS == 0 {
+		cfg.QPS, cfg.Burst = -1, -1
+	}
 	return cfg, nil
 }

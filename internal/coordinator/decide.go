@@ -25,8 +25,6 @@ const (
 // Retry intervals, in seconds, by what the coordinator waits for.
 const (
 	retryDrain       = 2
-	retryAgent       = 5
-	retryGates       = 5
 	retryUnreachable = 10
 	retryNoNodeRef   = 10
 	retryPaused      = 30
@@ -53,6 +51,26 @@ type Observation struct {
 	Paused bool
 	// Started is true when the node carries our update-started marker.
 	Started bool
+	// Elapsed is the time since the update started (the marker's age); zero when
+	// unknown. It only sets how soon CAPI calls again, never what is decided.
+	Elapsed time.Duration
+}
+
+// waitRetry is how soon CAPI should call again while the agent works or the node
+// settles. Most node updates finish in seconds once the agent has the plan, and CAPI
+// does not call back before retryAfterSeconds: a fixed 5 s would make every short
+// update wait for it (measured: the rollout's whole overhead against the floor was
+// this wait). Long updates back off so that a kubeadm upgrade of minutes does not
+// cost six management reads a second per node.
+func waitRetry(elapsed time.Duration) int32 {
+	switch {
+	case elapsed < 30*time.Second:
+		return 1
+	case elapsed < 2*time.Minute:
+		return 2
+	default:
+		return 5
+	}
 }
 
 // Action is what the shell must do next.
@@ -107,18 +125,18 @@ func Decide(o Observation) Decision {
 			// status annotation (the agent forgets a withdrawn failed plan).
 			return failed(o, st)
 		default:
-			return Decision{Action: ActAwaitAgent, RetryAfterSeconds: retryAgent, Message: stepMsg(stepApply, "waiting for the agent on node %s to apply plan %s: %s", o.Node, short(o.PlanHash), agentProgress(st))}
+			return Decision{Action: ActAwaitAgent, RetryAfterSeconds: waitRetry(o.Elapsed), Message: stepMsg(stepApply, "waiting for the agent on node %s to apply plan %s: %s", o.Node, short(o.PlanHash), agentProgress(st))}
 		}
 	}
 	if o.CurrentPlan == o.PlanHash && o.PlanHash != "" {
 		return gates(o)
 	}
 	if o.Published == o.PlanHash {
-		return Decision{Action: ActAwaitAgent, RetryAfterSeconds: retryAgent, Message: stepMsg(stepApply, "waiting for the agent on node %s to pick up plan %s", o.Node, short(o.PlanHash))}
+		return Decision{Action: ActAwaitAgent, RetryAfterSeconds: waitRetry(o.Elapsed), Message: stepMsg(stepApply, "waiting for the agent on node %s to pick up plan %s", o.Node, short(o.PlanHash))}
 	}
 	if o.Published != "" && st != nil && st.PlanHash == o.Published && !st.Phase.Terminal() {
 		// Replacing a plan under a working agent could leave the node half-changed.
-		return Decision{Action: ActWait, RetryAfterSeconds: retryAgent, Message: stepMsg(stepPublish, "waiting for the agent on node %s to finish plan %s before publishing plan %s", o.Node, short(o.Published), short(o.PlanHash))}
+		return Decision{Action: ActWait, RetryAfterSeconds: waitRetry(o.Elapsed), Message: stepMsg(stepPublish, "waiting for the agent on node %s to finish plan %s before publishing plan %s", o.Node, short(o.Published), short(o.PlanHash))}
 	}
 	if o.Paused && !o.Started {
 		return Decision{Action: ActWait, RetryAfterSeconds: retryPaused, Message: stepMsg(stepAgent, "cluster is paused for in-place updates; node %s not started", o.Node)}
@@ -128,10 +146,10 @@ func Decide(o Observation) Decision {
 
 func gates(o Observation) Decision {
 	if o.TargetVersion != "" && !nodeplan.SameVersion(o.TargetVersion, o.KubeletVersion) {
-		return Decision{Action: ActWait, RetryAfterSeconds: retryGates, Message: stepMsg(stepVerify, "waiting for node %s to report kubelet %s (reports %q)", o.Node, o.TargetVersion, o.KubeletVersion)}
+		return Decision{Action: ActWait, RetryAfterSeconds: waitRetry(o.Elapsed), Message: stepMsg(stepVerify, "waiting for node %s to report kubelet %s (reports %q)", o.Node, o.TargetVersion, o.KubeletVersion)}
 	}
 	if !o.Ready {
-		return Decision{Action: ActWait, RetryAfterSeconds: retryGates, Message: stepMsg(stepVerify, "waiting for node %s to be Ready", o.Node)}
+		return Decision{Action: ActWait, RetryAfterSeconds: waitRetry(o.Elapsed), Message: stepMsg(stepVerify, "waiting for node %s to be Ready", o.Node)}
 	}
 	return Decision{Action: ActSucceed, EventReason: inplacev1.EventUpdateSucceeded, Message: fmt.Sprintf("node %s runs plan %s", o.Node, short(o.PlanHash))}
 }

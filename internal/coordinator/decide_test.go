@@ -36,13 +36,13 @@ func TestDecide(t *testing.T) {
 		{
 			name: "published, agent silent: wait for pickup",
 			obs:  with(func(o *Observation) { o.Published = hashA }),
-			want: ActAwaitAgent, retry: 5,
+			want: ActAwaitAgent, retry: 1,
 			msg: "step 5/6: waiting for the agent on node n1 to pick up plan aaaaaaaaaaaa",
 		},
 		{
 			name: "agent applying this plan",
 			obs:  with(func(o *Observation) { o.Published = hashA; o.Status = status(hashA, protocol.PhaseApplying) }),
-			want: ActAwaitAgent, retry: 5,
+			want: ActAwaitAgent, retry: 1,
 			msg: "step 5/6: waiting for the agent on node n1 to apply plan aaaaaaaaaaaa: Applying (2/5 kubeadm-upgrade)",
 		},
 		{
@@ -52,7 +52,7 @@ func TestDecide(t *testing.T) {
 				o.Status = status(hashA, protocol.PhaseCommitted)
 				o.Ready = true
 			}),
-			want: ActWait, retry: 5,
+			want: ActWait, retry: 1,
 			msg: `step 6/6: waiting for node n1 to report kubelet v1.36.0 (reports "v1.35.0")`,
 		},
 		{
@@ -61,7 +61,7 @@ func TestDecide(t *testing.T) {
 				o.Status = status(hashA, protocol.PhaseCommitted)
 				o.KubeletVersion = "v1.36.0"
 			}),
-			want: ActWait, retry: 5, msg: "step 6/6: waiting for node n1 to be Ready",
+			want: ActWait, retry: 1, msg: "step 6/6: waiting for node n1 to be Ready",
 		},
 		{
 			name: "committed and gates pass: succeed",
@@ -117,8 +117,28 @@ func TestDecide(t *testing.T) {
 		{
 			name: "older plan still in progress: do not replace it",
 			obs:  with(func(o *Observation) { o.Published = hashB; o.Status = status(hashB, protocol.PhaseRebooting) }),
-			want: ActWait, retry: 5,
+			want: ActWait, retry: 1,
 			msg: "step 4/6: waiting for the agent on node n1 to finish plan bbbbbbbbbbbb before publishing plan aaaaaaaaaaaa",
+		},
+		{
+			name: "agent applying for 45 s: CAPI calls back less often",
+			obs: with(func(o *Observation) {
+				o.Published = hashA
+				o.Status = status(hashA, protocol.PhaseApplying)
+				o.Elapsed = 45 * time.Second
+			}),
+			want: ActAwaitAgent, retry: 2,
+			msg: "step 5/6: waiting for the agent on node n1 to apply plan aaaaaaaaaaaa: Applying (2/5 kubeadm-upgrade)",
+		},
+		{
+			name: "agent applying for 5 min: slowest cadence, same message",
+			obs: with(func(o *Observation) {
+				o.Published = hashA
+				o.Status = status(hashA, protocol.PhaseApplying)
+				o.Elapsed = 5 * time.Minute
+			}),
+			want: ActAwaitAgent, retry: 5,
+			msg: "step 5/6: waiting for the agent on node n1 to apply plan aaaaaaaaaaaa: Applying (2/5 kubeadm-upgrade)",
 		},
 		{
 			name: "paused before starting",

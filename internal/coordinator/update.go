@@ -51,7 +51,7 @@ func (c *Coordinator) update(ctx context.Context, req *runtimehooksv1.UpdateMach
 	if !ok {
 		return out
 	}
-	d := Decide(observe(s))
+	d := Decide(observe(s, c.opts.Now()))
 	switch d.Action {
 	case ActWait:
 		return inProgress(d.RetryAfterSeconds, d.Message)
@@ -99,7 +99,7 @@ func (c *Coordinator) start(ctx context.Context, s *scope) outcome {
 		c.opts.Recorder.Eventf(s.machine, nil, corev1.EventTypeNormal, inplacev1.EventPlanPublished, "PublishPlan",
 			"published plan %s for node %s (kubernetes %s, kubeadm %s)", short(s.planHash), s.node.Name, s.plan.Kubernetes.Version, s.plan.Kubernetes.Action)
 	}
-	return inProgress(retryAgent, stepMsg(stepApply, "waiting for the agent on node %s to pick up plan %s", s.node.Name, short(s.planHash)))
+	return inProgress(waitRetry(0), stepMsg(stepApply, "waiting for the agent on node %s to pick up plan %s", s.node.Name, short(s.planHash)))
 }
 
 func (c *Coordinator) ensureAgent(ctx context.Context, s *scope) (outcome, bool) {
@@ -492,8 +492,8 @@ func decodeKubeadmConfig(raw runtime.RawExtension) (*bootstrapv1.KubeadmConfig, 
 	return cfg, nil
 }
 
-// observe turns the scope into the pure Observation.
-func observe(s *scope) Observation {
+// observe turns the scope into the pure Observation; now dates the update's start marker.
+func observe(s *scope, now time.Time) Observation {
 	ann := s.node.GetAnnotations()
 	o := Observation{
 		Node:           s.node.Name,
@@ -504,6 +504,9 @@ func observe(s *scope) Observation {
 		KubeletVersion: s.node.Status.NodeInfo.KubeletVersion,
 		Paused:         s.cluster.Annotations[inplacev1.PausedAnnotation] == "true",
 		Started:        ann[inplacev1.UpdateStartedAnnotation] != "",
+	}
+	if started, err := time.Parse(time.RFC3339, ann[inplacev1.UpdateStartedAnnotation]); err == nil && now.After(started) {
+		o.Elapsed = now.Sub(started)
 	}
 	if v, ok := ann[inplacev1.StatusAnnotation]; ok && v != "" {
 		st, err := protocol.DecodeStatus(v)

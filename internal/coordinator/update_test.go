@@ -71,7 +71,7 @@ func TestWorkerUpdateEndToEnd(t *testing.T) {
 	// The operator relaxes the budget: the pod is evicted, DaemonSet and mirror pods stay.
 	g.Expect(f.wl.Delete(f.ctx, &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "web-pdb"}})).To(Succeed())
 	resp = callUntil(t, c, req, "pick up plan", 5)
-	g.Expect(resp.RetryAfterSeconds).To(Equal(int32(5)))
+	g.Expect(resp.RetryAfterSeconds).To(Equal(int32(1)))
 	g.Expect(f.podExists("web-1")).To(BeFalse())
 	g.Expect(f.podExists("logs-w1")).To(BeTrue())
 	g.Expect(f.podExists("static-w1")).To(BeTrue())
@@ -111,7 +111,7 @@ func TestWorkerUpdateEndToEnd(t *testing.T) {
 	f.agentReports("w1", protocol.NodeStatus{PlanHash: hash, Phase: protocol.PhaseCommitted, Step: 4, Steps: 4}, true)
 	resp = call(c, req)
 	g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusSuccess))
-	g.Expect(resp.RetryAfterSeconds).To(Equal(int32(5)))
+	g.Expect(resp.RetryAfterSeconds).To(Equal(int32(1)))
 	g.Expect(resp.Message).To(Equal(`step 6/6: waiting for node w1 to report kubelet v1.36.0 (reports "v1.35.0")`))
 	g.Expect(f.getNode("w1").Spec.Unschedulable).To(BeTrue())
 

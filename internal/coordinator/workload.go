@@ -97,6 +97,12 @@ func (k *KubeconfigClusters) Invalidate(cluster client.ObjectKey) {
 func NewWorkloadCluster(cfg *rest.Config, scheme *runtime.Scheme, timeout time.Duration) (*WorkloadCluster, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.UserAgent = "capi-inplace-coordinator"
+	// client-go's default of 5 requests/s per cluster throttled UpdateMachine to a
+	// few calls a second under load (measured in bench/); CAPI's own workload
+	// clients allow far more.
+	if cfg.QPS == 0 {
+		cfg.QPS, cfg.Burst = 100, 200
+	}
 	if timeout > 0 {
 		cfg.Timeout = timeout
 	}
