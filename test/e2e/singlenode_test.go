@@ -426,13 +426,42 @@ func TestSingleNodePlainClusterWithWorkers(t *testing.T) {
 	s.waitReleased(kcpName, rolloutTimeout)
 	cpDone := time.Since(roundStart)
 
-	s.setMDVersion(cluster, toVersion)
-	s.setWorkerFiles(cluster, "v2", file)
+	s.setWorkerVersionAndFiles(cluster, toVersion, "v2", file)
 	s.waitInPlace(cluster, toVersion, 3, true, before, file, agents)
 	round := time.Since(roundStart)
 	s.assertNoMachineChurn(watch)
 	s.logf("EVIDENCE round: plain single-node control plane + 2 workers (%s -> %s + files) took %s (control plane %s)",
 		fromVersion, toVersion, round.Round(time.Second), cpDone.Round(time.Second))
+}
+
+// setWorkerVersionAndFiles moves a plain cluster's MachineDeployment to version and to a
+// new KubeadmConfigTemplate (<cluster>-worker-<suffix>) holding file in ONE write: two
+// successive template changes make upstream's rollout planner replace a Machine that
+// is in the middle of moving to the intermediate MachineSet.
+func (s *scenario) setWorkerVersionAndFiles(cluster, version, suffix string, file localstack.File) {
+	s.t.Helper()
+	tmpl := &unstructured.Unstructured{}
+	tmpl.SetAPIVersion("bootstrap.cluster.x-k8s.io/v1beta2")
+	tmpl.SetKind("KubeadmConfigTemplate")
+	tmpl.SetNamespace(s.ns)
+	tmpl.SetName(cluster + "-worker-" + suffix)
+	tmpl.Object["spec"] = map[string]any{"template": map[string]any{"spec": map[string]any{
+		"files": []any{map[string]any{"path": file.Path, "content": file.Content}},
+	}}}
+	if err := s.stack.Client.Create(s.ctx, tmpl); err != nil {
+		s.t.Fatal(err)
+	}
+	md := &clusterv1.MachineDeployment{}
+	if err := s.stack.Client.Get(s.ctx, client.ObjectKey{Namespace: s.ns, Name: cluster + "-md-0"}, md); err != nil {
+		s.t.Fatal(err)
+	}
+	base := md.DeepCopy()
+	md.Spec.Template.Spec.Version = version
+	md.Spec.Template.Spec.Bootstrap.ConfigRef.Name = tmpl.GetName()
+	if err := s.stack.Client.Patch(s.ctx, md, client.MergeFrom(base)); err != nil {
+		s.t.Fatalf("patch MachineDeployment: %v", err)
+	}
+	s.logf("workers: version %s and KubeadmConfigTemplate %s (%s = %q) in one write", version, tmpl.GetName(), file.Path, file.Content)
 }
 
 // TestSingleNodeInPlaceWithGateOff: the same single-node ClusterClass upgrade on a stack
