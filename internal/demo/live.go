@@ -1,0 +1,96 @@
+package demo
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/capi-inplace/capi-inplace/internal/status"
+)
+
+// Live decides what each tick of the rollout prints, from internal/status's Report and
+// its rendered table. On a terminal it redraws the table in place (ANSI: cursor up to
+// the first line of the previous frame, clear to the end of the screen); otherwise it
+// prints only the rows whose state changed, as log lines, so that a CI log stays short.
+type Live struct {
+	TTY bool
+
+	prevLines int
+	header    bool
+	rows      map[string]string
+}
+
+// Frame returns the text to write for one tick. since is the time since the rollout
+// began; table is status.RenderTable's output for r.
+func (l *Live) Frame(r status.Report, table string, since time.Duration) string {
+	stamp := status.FormatSeconds(int64(since / time.Second))
+	if l.TTY {
+		var b strings.Builder
+		if l.prevLines > 0 {
+			fmt.Fprintf(&b, "\x1b[%dF\x1b[J", l.prevLines)
+		}
+		text := fmt.Sprintf("rollout +%s (Ctrl-C tears everything down)\n%s", stamp, table)
+		b.WriteString(text)
+		l.prevLines = strings.Count(text, "\n")
+		return b.String()
+	}
+
+	if l.rows == nil {
+		l.rows = map[string]string{}
+	}
+	lines := rowLines(table, r)
+	var b strings.Builder
+	if !l.header {
+		for line := range strings.Lines(table) {
+			if strings.HasPrefix(line, "MACHINE") {
+				fmt.Fprintf(&b, "%-7s %s", "", line)
+				l.header = true
+				break
+			}
+		}
+	}
+	for _, c := range r.Clusters {
+		for _, m := range c.Machines {
+			sig := signature(m)
+			if l.rows[m.Name] == sig {
+				continue
+			}
+			l.rows[m.Name] = sig
+			fmt.Fprintf(&b, "%-7s %s\n", "+"+stamp, lines[m.Name])
+		}
+	}
+	return b.String()
+}
+
+// signature is what makes a row worth printing again: everything but the clock.
+func signature(m status.MachineView) string {
+	cond := func(c *status.Condition) string {
+		if c == nil {
+			return ""
+		}
+		return c.Status + "/" + c.Reason
+	}
+	return strings.Join([]string{
+		m.UID, m.Version, m.KubeletVersion, string(m.Phase), fmt.Sprint(m.Step, "/", m.Steps), m.Action,
+		m.Drain.State, cond(m.Conditions.Updating), cond(m.Conditions.UpToDate), m.Failure,
+	}, "|")
+}
+
+// rowLines maps each Machine of r to its row in table (rows start with the name).
+func rowLines(table string, r status.Report) map[string]string {
+	out := map[string]string{}
+	for _, c := range r.Clusters {
+		for _, m := range c.Machines {
+			for line := range strings.Lines(table) {
+				if strings.HasPrefix(line, m.Name+" ") {
+					out[m.Name] = strings.TrimRight(line, "\n")
+					break
+				}
+			}
+			if _, ok := out[m.Name]; !ok {
+				out[m.Name] = m.Name
+			}
+		}
+	}
+	return out
+}
