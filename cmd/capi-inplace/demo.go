@@ -51,5 +51,8 @@ Only one local stack can run per machine (upstream's in-memory provider binds po
 	f.DurationVar(&o.Timeout, "timeout", 15*time.Minute, "give up (and tear down) after this long")
 	f.StringVar(&o.ArtifactsDir, "artifacts", "", "directory for every process's log (default _artifacts/demo-<time>)")
 	f.StringVar(&o.BinDir, "bin-dir", "", "directory of kube-apiserver, etcd, the capi-* managers and capi-inplace (default: this binary's directory)")
+	// Tests wait for another local stack to end instead of failing fast.
+	f.DurationVar(&o.PortWait, "port-wait", 0, "wait this long for port 19000 when another local stack holds it (default: fail at once)")
+	_ = f.MarkHidden("port-wait")
 	return cmd
 }

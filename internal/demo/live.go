@@ -94,3 +94,48 @@ func rowLines(table string, r status.Report) map[string]string {
 	}
 	return out
 }
+
+// Timeline times each Machine's update from the live view: from the first look at
+// which it had started (Cluster API's Updating, the agent working or done on a plan
+// begun after the rollout started, or a new version on either side) to the first look
+// at which it was done (both versions new, up to date, nothing in progress). Its
+// resolution is the live view's interval.
+type Timeline struct {
+	From       time.Time
+	ToVersion  string
+	start, end map[string]time.Time
+}
+
+// Observe records one look at time now.
+func (t *Timeline) Observe(r status.Report, now time.Time) {
+	if t.start == nil {
+		t.start, t.end = map[string]time.Time{}, map[string]time.Time{}
+	}
+	for _, c := range r.Clusters {
+		for _, m := range c.Machines {
+			updating := m.Conditions.Updating != nil && m.Conditions.Updating.Status == "True"
+			done := m.Version == t.ToVersion && m.KubeletVersion == t.ToVersion && !updating && !m.InProgress() &&
+				m.Conditions.UpToDate != nil && m.Conditions.UpToDate.Status == "True"
+			planAfter := m.StartedAt != nil && !m.StartedAt.Before(t.From)
+			started := updating || m.InProgress() || planAfter || m.Version == t.ToVersion || m.KubeletVersion == t.ToVersion
+			if _, ok := t.start[m.Name]; !ok && (started || done) {
+				t.start[m.Name] = now
+			}
+			if _, ok := t.end[m.Name]; !ok && done {
+				t.end[m.Name] = now
+			}
+		}
+	}
+}
+
+// Durations returns the update time of every Machine seen both start and finish. A
+// Machine that did both between two looks gets zero.
+func (t *Timeline) Durations() map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for n, e := range t.end {
+		if s, ok := t.start[n]; ok {
+			out[n] = e.Sub(s)
+		}
+	}
+	return out
+}

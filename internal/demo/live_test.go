@@ -75,3 +75,62 @@ func TestLiveRedrawsInPlaceOnATerminal(t *testing.T) {
 	g.Expect(second).To(HavePrefix(fmt.Sprintf("\x1b[%dF\x1b[J", n)))
 	g.Expect(second).To(ContainSubstring("rollout +4s"))
 }
+
+func TestTimeline(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	upToDate := &status.Condition{Status: "True"}
+	outdated := &status.Condition{Status: "False"}
+	updating := &status.Condition{Status: "True"}
+	look := func(ms ...status.MachineView) status.Report {
+		return status.Report{Clusters: []status.ClusterView{{Machines: ms}}}
+	}
+	idle := func(name, version, kubelet string, upd, utd *status.Condition) status.MachineView {
+		return status.MachineView{Name: name, Version: version, KubeletVersion: kubelet,
+			Conditions: status.MachineConds{Updating: upd, UpToDate: utd}}
+	}
+	cases := []struct {
+		name  string
+		looks []status.Report
+		want  map[string]time.Duration
+	}{
+		{
+			name: "queued worker counts from Updating, not from going outdated",
+			looks: []status.Report{
+				look(idle("w", "v1.35.0", "v1.35.0", nil, outdated)),
+				look(idle("w", "v1.35.0", "v1.35.0", updating, outdated)),
+				look(idle("w", "v1.36.0", "v1.36.0", updating, outdated)),
+				look(idle("w", "v1.36.0", "v1.36.0", nil, upToDate)),
+			},
+			want: map[string]time.Duration{"w": 2 * time.Second},
+		},
+		{
+			name: "the agent working counts as started (single-node control plane: no Updating)",
+			looks: []status.Report{
+				look(status.MachineView{Name: "cp", Version: "v1.35.0", KubeletVersion: "v1.35.0", Phase: protocol.PhaseApplying, Steps: 4}),
+				look(idle("cp", "v1.35.0", "v1.36.0", nil, upToDate)),
+				look(idle("cp", "v1.36.0", "v1.36.0", nil, upToDate)),
+			},
+			want: map[string]time.Duration{"cp": 2 * time.Second},
+		},
+		{
+			name:  "started and done between two looks",
+			looks: []status.Report{look(idle("w", "v1.36.0", "v1.36.0", nil, upToDate))},
+			want:  map[string]time.Duration{"w": 0},
+		},
+		{
+			name:  "never done: no duration",
+			looks: []status.Report{look(idle("w", "v1.36.0", "v1.35.0", updating, outdated))},
+			want:  map[string]time.Duration{},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			tl := &Timeline{From: t0, ToVersion: "v1.36.0"}
+			for i, r := range tc.looks {
+				tl.Observe(r, t0.Add(time.Duration(i+1)*time.Second))
+			}
+			g.Expect(tl.Durations()).To(Equal(tc.want))
+		})
+	}
+}

@@ -221,11 +221,12 @@ func (r *run) demo(ctx, outer context.Context) error {
 	if err := r.changeTopology(ctx); err != nil {
 		return err
 	}
-	durations, rolloutErr := r.live(ctx, rolloutStart, w)
+	tl := &Timeline{From: rolloutStart, ToVersion: o.ToVersion}
+	agentDur, rolloutErr := r.live(ctx, rolloutStart, w, tl)
 	rollout := time.Since(rolloutStart)
 
 	r.phase(6, "checks")
-	out := r.outcome(context.WithoutCancel(ctx), before, w, durations)
+	out := r.outcome(context.WithoutCancel(ctx), before, w, tl.Durations(), agentDur)
 	out.RolloutErr, out.Rollout, out.Total = rolloutErr, rollout, time.Since(r.start)
 	checks := Evaluate(out)
 	if err := RenderSummary(o.Out, out, checks); err != nil {
@@ -524,14 +525,11 @@ func (r *run) changeTopology(ctx context.Context) error {
 	return nil
 }
 
-// machineWatch counts Machines created and deleted after it started, and times each
-// Machine's in-place update by Cluster API's update-in-progress annotation.
+// machineWatch counts Machines created and deleted after it started.
 type machineWatch struct {
 	mu      sync.Mutex
 	created []string
 	deleted []string
-	started map[string]time.Time
-	took    map[string]time.Duration
 	stop    func()
 }
 
@@ -558,7 +556,7 @@ func (r *run) watchMachines(ctx context.Context) (*machineWatch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("watch machines: %w", err)
 	}
-	mw := &machineWatch{stop: w.Stop, started: map[string]time.Time{}, took: map[string]time.Duration{}}
+	mw := &machineWatch{stop: w.Stop}
 	go func() {
 		for ev := range w.ResultChan() {
 			m, ok := ev.Object.(*clusterv1.Machine)
@@ -574,13 +572,6 @@ func (r *run) watchMachines(ctx context.Context) (*machineWatch, error) {
 			case watch.Deleted:
 				mw.deleted = append(mw.deleted, m.Name)
 			}
-			_, updating := m.Annotations[clusterv1.UpdateInProgressAnnotation]
-			if t0, ok := mw.started[m.Name]; ok && !updating {
-				mw.took[m.Name] = time.Since(t0)
-				delete(mw.started, m.Name)
-			} else if !ok && updating {
-				mw.started[m.Name] = time.Now()
-			}
 			mw.mu.Unlock()
 		}
 	}()
@@ -588,8 +579,9 @@ func (r *run) watchMachines(ctx context.Context) (*machineWatch, error) {
 }
 
 // live re-renders the status table every Interval until the rollout is done, a node
-// fails or ctx ends. It returns each Machine's update duration as the agent reported it.
-func (r *run) live(ctx context.Context, since time.Time, w *machineWatch) (map[string]time.Duration, error) {
+// fails or ctx ends, feeding tl. It returns each node's plan time as its agent reported it
+// (plan start to commit).
+func (r *run) live(ctx context.Context, since time.Time, w *machineWatch, tl *Timeline) (map[string]time.Duration, error) {
 	g := status.Gatherer{Management: r.stack.Client, Workload: status.KubeconfigWorkload{Management: r.stack.Client}}
 	view := &Live{TTY: r.o.TTY}
 	durations := map[string]time.Duration{}
@@ -599,7 +591,9 @@ func (r *run) live(ctx context.Context, since time.Time, w *machineWatch) (map[s
 	for {
 		snap, err := g.Gather(ctx, Namespace, ClusterName)
 		if err == nil {
-			rep := status.Build(snap, time.Now())
+			now := time.Now()
+			rep := status.Build(snap, now)
+			tl.Observe(rep, now)
 			var buf bytes.Buffer
 			_ = status.RenderTable(&buf, rep)
 			lastTable = buf.String()
@@ -691,10 +685,10 @@ func (r *run) rolledOut(ctx context.Context, rep status.Report) error {
 }
 
 // outcome collects what the summary checks.
-func (r *run) outcome(ctx context.Context, before []MachineID, w *machineWatch, agentDur map[string]time.Duration) Outcome {
+func (r *run) outcome(ctx context.Context, before []MachineID, w *machineWatch, durations, agentDur map[string]time.Duration) Outcome {
 	o := Outcome{
 		FromVersion: r.o.FromVersion, ToVersion: r.o.ToVersion, FilePath: FilePath, FileContent: fileAfter,
-		Before: before, Durations: map[string]time.Duration{}, Kubelets: map[string]string{},
+		Before: before, Durations: durations, AgentDurations: agentDur, Kubelets: map[string]string{},
 		HostFiles: map[string]string{}, HostErrs: map[string]string{},
 	}
 	if after, err := r.machineIDs(ctx); err == nil {
@@ -705,15 +699,7 @@ func (r *run) outcome(ctx context.Context, before []MachineID, w *machineWatch, 
 	w.mu.Lock()
 	o.Created = append([]string(nil), w.created...)
 	o.Deleted = append([]string(nil), w.deleted...)
-	for n, d := range w.took {
-		o.Durations[n] = d
-	}
 	w.mu.Unlock()
-	// The agent's own timing (plan start to commit) is the node's duration; Cluster
-	// API's annotation timing is the fallback.
-	for n, d := range agentDur {
-		o.Durations[n] = d
-	}
 	if kubelets, err := r.kubelets(ctx); err == nil {
 		o.Kubelets = kubelets
 	}

@@ -31,8 +31,9 @@ type Outcome struct {
 	Before, After          []MachineID
 	// Created and Deleted are the Machines the watch saw appear or go during the rollout.
 	Created, Deleted []string
-	// Durations is each Machine's in-place update time (agent's plan start to commit).
-	Durations map[string]time.Duration
+	// Durations is each Machine's update time as the live view saw it (Timeline);
+	// AgentDurations the part its node's agent spent on the plan (start to commit).
+	Durations, AgentDurations map[string]time.Duration
 	// Kubelets maps Node name to the kubelet version it reports.
 	Kubelets map[string]string
 	// HostFiles maps Node name to FilePath's content on its simulated host, or to the
@@ -137,13 +138,9 @@ func RenderSummary(w io.Writer, o Outcome, checks []Check) error {
 		}
 		fmt.Fprintf(&b, "  %s %s\n", mark, c.Text)
 	}
-	b.WriteString("  per-node in-place durations:\n")
+	b.WriteString("  per-node durations (update seen starting -> up to date; agent: plan start -> commit):\n")
 	for _, m := range o.Before {
-		d := "-"
-		if v, ok := o.Durations[m.Name]; ok {
-			d = status.FormatSeconds(int64(v.Round(time.Second) / time.Second))
-		}
-		fmt.Fprintf(&b, "    %-40s %-14s %s\n", m.Name, m.Role, d)
+		fmt.Fprintf(&b, "    %-40s %-14s %-6s agent %s\n", m.Name, m.Role, seconds(o.Durations, m.Name), seconds(o.AgentDurations, m.Name))
 	}
 	fmt.Fprintf(&b, "  total time %s (rollout %s)\n", o.Total.Round(time.Second), o.Rollout.Round(time.Second))
 	if Passed(checks) {
@@ -153,6 +150,14 @@ func RenderSummary(w io.Writer, o Outcome, checks []Check) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+func seconds(ds map[string]time.Duration, name string) string {
+	d, ok := ds[name]
+	if !ok {
+		return "-"
+	}
+	return status.FormatSeconds(int64(d.Round(time.Second) / time.Second))
 }
 
 func sortedKeys[V any](m map[string]V) []string {

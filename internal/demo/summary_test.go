@@ -17,11 +17,12 @@ func goodOutcome() Outcome {
 	return Outcome{
 		FromVersion: "v1.35.0", ToVersion: "v1.36.0", FilePath: "/etc/motd", FileContent: "new\n",
 		Before: ms, After: append([]MachineID(nil), ms...),
-		Durations: map[string]time.Duration{"demo-cp-a": 42 * time.Second},
-		Kubelets:  map[string]string{"demo-cp-a": "v1.36.0", "demo-md-0-b": "v1.36.0"},
-		HostFiles: map[string]string{"demo-cp-a": "new\n", "demo-md-0-b": "new\n"},
-		HostErrs:  map[string]string{},
-		Rollout:   90 * time.Second, Total: 3 * time.Minute,
+		Durations:      map[string]time.Duration{"demo-cp-a": 42 * time.Second},
+		AgentDurations: map[string]time.Duration{"demo-cp-a": 30 * time.Second},
+		Kubelets:       map[string]string{"demo-cp-a": "v1.36.0", "demo-md-0-b": "v1.36.0"},
+		HostFiles:      map[string]string{"demo-cp-a": "new\n", "demo-md-0-b": "new\n"},
+		HostErrs:       map[string]string{},
+		Rollout:        90 * time.Second, Total: 3 * time.Minute,
 	}
 }
 
@@ -70,8 +71,8 @@ func TestRenderSummary(t *testing.T) {
 	out := buf.String()
 	g.Expect(out).To(ContainSubstring("✓ machine demo-cp-a (control-plane) kept: uid u1 -> u1\n"))
 	g.Expect(out).To(ContainSubstring("✓ machine demo-md-0-b (worker) kept: uid u2 -> u2\n"))
-	g.Expect(out).To(MatchRegexp(`demo-cp-a\s+control-plane\s+42s\n`))
-	g.Expect(out).To(MatchRegexp(`demo-md-0-b\s+worker\s+-\n`))
+	g.Expect(out).To(MatchRegexp(`demo-cp-a\s+control-plane\s+42s\s+agent 30s\n`))
+	g.Expect(out).To(MatchRegexp(`demo-md-0-b\s+worker\s+-\s+agent -\n`))
 	g.Expect(out).To(ContainSubstring("total time 3m0s (rollout 1m30s)\n"))
 	g.Expect(out).To(HaveSuffix("RESULT: PASS\n"))
 
