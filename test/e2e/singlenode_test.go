@@ -17,6 +17,7 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -506,7 +507,8 @@ func TestSingleNodeInPlaceWithGateOff(t *testing.T) {
 // node. The node is rolled back, no Machine is created or deleted, the Machine stays at
 // the old spec, the cause is visible on the KCP and the Cluster (InPlaceUpdate
 // condition) and in Events, and KCP stays paused at the new spec (released, it would
-// create a surge Machine). Reverting spec.topology.version releases it.
+// create a surge Machine). Cluster API refuses to lower spec.topology.version, so the
+// operator retries (cause fixed, verdicts cleared): the update succeeds, KCP is released.
 func TestSingleNodeHealthGateFailure(t *testing.T) {
 	ext := ourExtension(t)
 	s := newSingleNodeScenario(t, nil, ext, "sn-fail")
@@ -560,12 +562,34 @@ func TestSingleNodeHealthGateFailure(t *testing.T) {
 	s.logf("EVIDENCE KCP %s stays paused and held; InPlaceUpdate=False/%s: %s", kcpName, inplacev1.ReasonRolledBack, cause)
 	s.logf("EVIDENCE Machine %s Event %s: %s", ms[0].Name, ev.Reason, ev.Message)
 
-	// The operator reverts the version: every Machine is up to date, the hold goes.
+	// Cluster API refuses to lower spec.topology.version, so the way on is a retry: the
+	// operator fixes the cause, clears the node's verdict (the coordinator's documented
+	// retry) and the KCP's hold-failed marker. The retry succeeds and KCP is released.
 	if err := os.Remove(filepath.Join(agents.HostRoot(node), ".sim", "fail-gate")); err != nil {
 		t.Fatal(err)
 	}
-	s.setTopology(cluster, fromVersion, nil)
-	s.waitReleased(kcpName, 2*time.Minute)
+	wc := s.workloadClient(agents.Kubeconfig())
+	nodePatch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null,%q:null}}}`, inplacev1.DesiredPlanAnnotation, inplacev1.StatusAnnotation))
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	if err := wc.Patch(s.ctx, n, client.RawPatch("application/merge-patch+json", nodePatch)); err != nil {
+		t.Fatalf("clear the node's verdict: %v", err)
+	}
+	kcpPatch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, inplacev1.HoldFailedAnnotation))
+	if err := s.stack.Client.Patch(s.ctx, kcp, client.RawPatch("application/merge-patch+json", kcpPatch)); err != nil {
+		t.Fatalf("clear hold-failed: %v", err)
+	}
+	s.logf("retry: fail-gate removed, node verdict and %s cleared", inplacev1.HoldFailedAnnotation)
+	s.waitReleased(kcpName, rolloutTimeout)
+	ms = s.machines(cluster)
+	if err := sameMachines(before, ms); err != nil {
+		t.Fatal(err)
+	}
+	if ms[0].Spec.Version != toVersion {
+		t.Fatalf("Machine %s at %s after a successful retry", ms[0].Name, ms[0].Spec.Version)
+	}
+	if err := s.nodesAt(agents.Kubeconfig(), toVersion)(); err != nil {
+		t.Fatal(err)
+	}
 	s.assertNoMachineChurn(watch)
-	s.logf("EVIDENCE after reverting spec.topology.version to %s the KCP was released; machines kept: %v", fromVersion, before)
+	s.logf("EVIDENCE after the retry the node runs %s, the Machine was aligned and the KCP released; machines kept: %v", toVersion, before)
 }
