@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/capi-inplace/capi-inplace/internal/demo"
 )
@@ -35,6 +36,11 @@ Only one local stack can run per machine (upstream's in-memory provider binds po
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Out = cmd.OutOrStdout()
 			o.TTY = isTerminal(o.Out)
+			if o.TTY {
+				if w, _, err := term.GetSize(int(o.Out.(*os.File).Fd())); err == nil {
+					o.Width = w
+				}
+			}
 			if o.BinDir == "" {
 				exe, err := os.Executable()
 				if err != nil {

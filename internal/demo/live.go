@@ -14,6 +14,9 @@ import (
 // prints only the rows whose state changed, as log lines, so that a CI log stays short.
 type Live struct {
 	TTY bool
+	// Width is the terminal's width: redrawn lines are cut to it, because a wrapped
+	// line would make the next redraw move the cursor up too little.
+	Width int
 
 	prevLines int
 	header    bool
@@ -30,6 +33,9 @@ func (l *Live) Frame(r status.Report, table string, since time.Duration) string 
 			fmt.Fprintf(&b, "\x1b[%dF\x1b[J", l.prevLines)
 		}
 		text := fmt.Sprintf("rollout +%s (Ctrl-C tears everything down)\n%s", stamp, table)
+		if l.Width > 0 {
+			text = cut(text, l.Width-1)
+		}
 		b.WriteString(text)
 		l.prevLines = strings.Count(text, "\n")
 		return b.String()
@@ -138,4 +144,20 @@ func (t *Timeline) Durations() map[string]time.Duration {
 		}
 	}
 	return out
+}
+
+// cut shortens every line of text to at most width runes.
+func cut(text string, width int) string {
+	var b strings.Builder
+	for line := range strings.Lines(text) {
+		body := strings.TrimSuffix(line, "\n")
+		if r := []rune(body); len(r) > width {
+			body = string(r[:max(width, 0)])
+		}
+		b.WriteString(body)
+		if strings.HasSuffix(line, "\n") {
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
 }

@@ -71,7 +71,11 @@ func TestLiveRedrawsInPlaceOnATerminal(t *testing.T) {
 	g.Expect(first).To(HaveSuffix(tbl))
 	n := strings.Count(first, "\n")
 
+	l.Width = 30
 	second := l.Frame(r, tbl, 4*time.Second)
+	for line := range strings.Lines(second[strings.Index(second, "rollout"):]) {
+		g.Expect(len([]rune(strings.TrimSuffix(line, "\n")))).To(BeNumerically("<=", 29), "a wrapped line breaks the next redraw")
+	}
 	g.Expect(second).To(HavePrefix(fmt.Sprintf("\x1b[%dF\x1b[J", n)))
 	g.Expect(second).To(ContainSubstring("rollout +4s"))
 }

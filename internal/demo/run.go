@@ -49,6 +49,8 @@ type Options struct {
 	// Out receives the demo's output; TTY makes the live view redraw in place.
 	Out io.Writer
 	TTY bool
+	// Width is the terminal's width when TTY (0: unknown).
+	Width int
 	// Interval between two live frames (default 1s).
 	Interval time.Duration
 	// PortWait is how long to wait for the in-memory provider's port when another stack
@@ -583,7 +585,7 @@ func (r *run) watchMachines(ctx context.Context) (*machineWatch, error) {
 // (plan start to commit).
 func (r *run) live(ctx context.Context, since time.Time, w *machineWatch, tl *Timeline) (map[string]time.Duration, error) {
 	g := status.Gatherer{Management: r.stack.Client, Workload: status.KubeconfigWorkload{Management: r.stack.Client}}
-	view := &Live{TTY: r.o.TTY}
+	view := &Live{TTY: r.o.TTY, Width: r.o.Width}
 	durations := map[string]time.Duration{}
 	tick := time.NewTicker(r.o.Interval)
 	defer tick.Stop()
@@ -597,7 +599,9 @@ func (r *run) live(ctx context.Context, since time.Time, w *machineWatch, tl *Ti
 			var buf bytes.Buffer
 			_ = status.RenderTable(&buf, rep)
 			lastTable = buf.String()
-			r.printf("%s", view.Frame(rep, lastTable, time.Since(since)))
+			if frame := view.Frame(rep, lastTable, time.Since(since)); frame != "" {
+				r.printf("%s", frame)
+			}
 			for _, c := range rep.Clusters {
 				for _, m := range c.Machines {
 					if m.StartedAt != nil && !m.StartedAt.Before(since.Add(-5*time.Second)) && m.Phase.Terminal() {
@@ -618,7 +622,7 @@ func (r *run) live(ctx context.Context, since time.Time, w *machineWatch, tl *Ti
 				}
 				return durations, nil
 			}
-		} else if ctx.Err() == nil {
+		} else if ctx.Err() == nil && !r.o.TTY {
 			r.printf("    %s status: %v\n", time.Now().Format(time.TimeOnly), err)
 		}
 		select {
