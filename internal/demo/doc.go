@@ -11,9 +11,11 @@
 //
 // Split:
 //
-//	run.go      (I/O)  the stack, the cluster, the rollout, the watch
+//	run.go      (I/O)  Options, the phases in order, the fail-fast port check, teardown
+//	cluster.go  (I/O)  hold webhook, ClusterClass and Cluster, waiting for nodes and agents
+//	rollout.go  (I/O)  the update, the Machine watch, the live loop, collecting the outcome
 //	live.go     (pure) what to print each tick: an in-place redraw for a terminal, or
-//	                   the changed rows as log lines otherwise
+//	                   the changed rows as log lines otherwise; Timeline (per-node times)
 //	summary.go  (pure) Outcome -> checks -> summary text
 //
 // Allowed imports: internal/localstack, internal/status, internal/singlenode (webhook
