@@ -47,6 +47,8 @@ test: tools lint ## Unit and integration tests (real kube-apiserver and etcd via
 .PHONY: e2e
 e2e: tools-capi build ## End-to-end scenarios against real upstream Cluster API.
 	$(GO) test $(E2E_FLAGS) -tags e2e ./test/e2e/...
+	@# The single-node path with CAPI's InPlaceUpdates gate off needs a stack of its own.
+	E2E_SINGLENODE_GATE_OFF=1 $(GO) test $(E2E_FLAGS) -tags e2e ./test/e2e/ -run TestSingleNodeInPlaceWithGateOff
 	@# A second run, not a second package in the same run: packages run in parallel and
 	@# only one local stack fits on a machine (the in-memory provider's fixed port).
 	$(GO) test $(E2E_FLAGS) -tags e2e ./cmd/capi-inplace/ -run 'TestDemo|TestPlanOnLocalStack'
