@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"github.com/capi-inplace/capi-inplace/internal/atomicfile"
 )
 
 // Entry is one journal record.
@@ -102,56 +104,8 @@ func (f *File) Save(e Entry) error {
 	if err != nil {
 		return fmt.Errorf("encode journal: %w", err)
 	}
-	if err := WriteFileAtomic(f.path, b, 0o600); err != nil {
+	if err := atomicfile.Write(f.path, b, 0o600); err != nil {
 		return fmt.Errorf("save journal: %w", err)
-	}
-	return nil
-}
-
-// WriteFileAtomic writes data to path so that a crash leaves either the old or
-// the new content: temporary file in the same directory, fsync, rename, fsync of
-// the directory.
-func WriteFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("create temporary file: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			_ = os.Remove(tmp.Name())
-		}
-	}()
-	if _, err = tmp.Write(data); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("write %s: %w", tmp.Name(), err)
-	}
-	if err = tmp.Chmod(perm); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("chmod %s: %w", tmp.Name(), err)
-	}
-	if err = tmp.Sync(); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("fsync %s: %w", tmp.Name(), err)
-	}
-	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", tmp.Name(), err)
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("rename into %s: %w", path, err)
-	}
-	return SyncDir(dir)
-}
-
-// SyncDir fsyncs a directory so that a rename in it is durable.
-func SyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open directory %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync directory %s: %w", dir, err)
 	}
 	return nil
 }

@@ -7,20 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
-	"github.com/capi-inplace/capi-inplace/internal/agent/journal"
+	"github.com/capi-inplace/capi-inplace/internal/atomicfile"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
-
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("create %s: %w", filepath.Dir(path), err)
-	}
-	return journal.WriteFileAtomic(path, data, perm)
-}
 
 // BackupSet returns the host paths the Kubernetes part of a plan may change
 // (users' files depend on the host's /etc/passwd, hence a method).
@@ -90,7 +82,7 @@ func (h *Host) Backup(_ context.Context, hash string, paths []string) error {
 			}
 			e.Existed, e.Mode = true, info.Mode().Perm()
 			e.UID, e.GID = owner(info)
-			if err := writeFileAtomic(h.path(h.backupDir(hash)+"/files"+p), data, 0o600); err != nil {
+			if err := atomicfile.Write(h.path(h.backupDir(hash)+"/files"+p), data, 0o600); err != nil {
 				return fmt.Errorf("back up %s: %w", p, err)
 			}
 		}
@@ -100,7 +92,7 @@ func (h *Host) Backup(_ context.Context, hash string, paths []string) error {
 	if err != nil {
 		return fmt.Errorf("encode backup manifest: %w", err)
 	}
-	return writeFileAtomic(manifest, raw, 0o600)
+	return atomicfile.Write(manifest, raw, 0o600)
 }
 
 // Restore puts every backed-up path back as it was: content, mode and owner, or
@@ -128,7 +120,7 @@ func (h *Host) Restore(_ context.Context, hash string) error {
 		if err != nil {
 			return fmt.Errorf("restore %s: %w", e.Path, err)
 		}
-		if err := writeFileAtomic(h.path(e.Path), data, e.Mode); err != nil {
+		if err := atomicfile.Write(h.path(e.Path), data, e.Mode); err != nil {
 			return fmt.Errorf("restore %s: %w", e.Path, err)
 		}
 		if err := chown(h.path(e.Path), e.UID, e.GID); err != nil {
@@ -153,7 +145,7 @@ func (h *Host) WriteFiles(_ context.Context, files []protocol.File) error {
 		if err != nil {
 			return fmt.Errorf("file %s: %w", f.Path, err)
 		}
-		if err := writeFileAtomic(h.path(f.Path), f.Content, mode.Perm()); err != nil {
+		if err := atomicfile.Write(h.path(f.Path), f.Content, mode.Perm()); err != nil {
 			return fmt.Errorf("file %s: %w", f.Path, err)
 		}
 		if uid >= 0 {
@@ -228,7 +220,7 @@ func (h *Host) KubeletFlags(_ context.Context, args []protocol.Arg) error {
 	if info, err := os.Stat(path); err == nil {
 		mode = info.Mode().Perm()
 	}
-	if err := writeFileAtomic(path, []byte(merged), mode); err != nil {
+	if err := atomicfile.Write(path, []byte(merged), mode); err != nil {
 		return fmt.Errorf("write %s: %w", KubeadmFlagsPath, err)
 	}
 	return nil

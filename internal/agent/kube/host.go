@@ -10,6 +10,7 @@ import (
 
 	"github.com/blang/semver/v4"
 
+	"github.com/capi-inplace/capi-inplace/internal/atomicfile"
 	"github.com/capi-inplace/capi-inplace/internal/backend"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
@@ -113,7 +114,7 @@ func (h *Host) RestoreEtcd(ctx context.Context, hash string) error {
 	if err := os.Rename(h.path(restore), h.path(EtcdDataDir)); err != nil {
 		return fmt.Errorf("move the restored etcd data in place: %w", err)
 	}
-	return writeFileAtomic(done, []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o600)
+	return atomicfile.Write(done, []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o600)
 }
 
 // EtcdHealthy checks the local etcd member.

@@ -10,6 +10,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/capi-inplace/capi-inplace/internal/atomicfile"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
@@ -167,7 +168,7 @@ func (h *Host) ApplyUsers(ctx context.Context, raw json.RawMessage) error {
 			}
 		}
 		if u.Sudo != "" {
-			if err := writeFileAtomic(h.path(sudoersFile(u.Name)), []byte(u.Name+" "+u.Sudo+"\n"), 0o440); err != nil {
+			if err := atomicfile.Write(h.path(sudoersFile(u.Name)), []byte(u.Name+" "+u.Sudo+"\n"), 0o440); err != nil {
 				return fmt.Errorf("user %s: sudoers: %w", u.Name, err)
 			}
 		}
@@ -187,7 +188,7 @@ func (h *Host) writeAuthorizedKeys(u User) error {
 	}
 	keys := strings.Join(u.SSHAuthorizedKeys, "\n") + "\n"
 	file := path.Join(dir, "authorized_keys")
-	if err := writeFileAtomic(h.path(file), []byte(keys), 0o600); err != nil {
+	if err := atomicfile.Write(h.path(file), []byte(keys), 0o600); err != nil {
 		return fmt.Errorf("write %s: %w", file, err)
 	}
 	uid, gid, err := h.lookupOwner(u.Name)
@@ -243,7 +244,7 @@ func (h *Host) ApplyNTP(ctx context.Context, raw json.RawMessage) error {
 	} else {
 		content = "[Time]\nNTP=" + strings.Join(n.Servers, " ") + "\n"
 	}
-	if err := writeFileAtomic(h.path(file), []byte("# written by capi-inplace from the KubeadmConfig ntp section\n"+content), 0o644); err != nil {
+	if err := atomicfile.Write(h.path(file), []byte("# written by capi-inplace from the KubeadmConfig ntp section\n"+content), 0o644); err != nil {
 		return fmt.Errorf("write %s: %w", file, err)
 	}
 	if _, err := h.run(ctx, "systemctl", "restart", service); err != nil {

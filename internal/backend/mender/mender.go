@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/capi-inplace/capi-inplace/internal/atomicfile"
 	"github.com/capi-inplace/capi-inplace/internal/backend"
 )
 
@@ -138,7 +139,7 @@ func (b *Backend) verify(ctx context.Context, a backend.Artifact) (string, error
 		return "", fmt.Errorf("%w: %w", backend.ErrArtifactRefused, err)
 	}
 	data, _ := json.Marshal(map[string]string{"name": name})
-	if err := writeFileAtomic(b.namePath(hex), data); err != nil {
+	if err := atomicfile.Write(b.namePath(hex), data, 0o600); err != nil {
 		return "", fmt.Errorf("remember artifact name: %w", err)
 	}
 	return name, nil
@@ -215,7 +216,7 @@ func (b *Backend) Activate(ctx context.Context, a backend.Artifact) error {
 	if _, err := b.client(ctx, "install", a.Ref); err != nil {
 		return fmt.Errorf("activate %s: %w", a.Ref, err)
 	}
-	if err := writeFileAtomic(marker, []byte(name)); err != nil {
+	if err := atomicfile.Write(marker, []byte(name), 0o600); err != nil {
 		return fmt.Errorf("activate %s: record install: %w", a.Ref, err)
 	}
 	return nil
@@ -335,27 +336,4 @@ func (b *Backend) Status(ctx context.Context) (backend.Status, error) {
 		return backend.Status{}, err
 	}
 	return backend.Status{Booted: cur}, nil
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }

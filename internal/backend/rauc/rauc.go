@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/capi-inplace/capi-inplace/internal/atomicfile"
 	"github.com/capi-inplace/capi-inplace/internal/backend"
 )
 
@@ -129,7 +130,7 @@ func (b *Backend) verify(ctx context.Context, a backend.Artifact) (Images, error
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(b.statePath(hex), data); err != nil {
+	if err := atomicfile.Write(b.statePath(hex), data, 0o600); err != nil {
 		return nil, fmt.Errorf("remember bundle images: %w", err)
 	}
 	return imgs, nil
@@ -315,27 +316,4 @@ func (b *Backend) Status(ctx context.Context) (backend.Status, error) {
 		out.Rollback = name(prev)
 	}
 	return out, nil
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/capi-inplace/capi-inplace/internal/atomicfile"
 	"github.com/capi-inplace/capi-inplace/internal/backend"
 )
 
@@ -92,7 +93,7 @@ func (b *Backend) load() (store, error) {
 
 func (b *Backend) save(s store) error {
 	raw, _ := json.Marshal(s)
-	return writeAtomic(b.dir("state.json"), raw)
+	return atomicfile.Write(b.dir("state.json"), raw, 0o644)
 }
 
 func (b *Backend) slotMeta(slot string) (meta, error) {
@@ -111,11 +112,11 @@ func (b *Backend) slotMeta(slot string) (meta, error) {
 }
 
 func (b *Backend) writeSlot(slot string, m meta, image []byte) error {
-	if err := writeAtomic(b.dir("slots", slot, "image"), image); err != nil {
+	if err := atomicfile.Write(b.dir("slots", slot, "image"), image, 0o644); err != nil {
 		return err
 	}
 	raw, _ := json.Marshal(m)
-	return writeAtomic(b.dir("slots", slot, "meta.json"), raw)
+	return atomicfile.Write(b.dir("slots", slot, "meta.json"), raw, 0o644)
 }
 
 // content reads an artifact's bytes.
@@ -271,35 +272,4 @@ func (b *Backend) Boot() error {
 		s.Fallback = ""
 	}
 	return b.save(s)
-}
-
-func writeAtomic(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("create %s: %w", filepath.Dir(path), err)
-	}
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("fsync %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("rename %s: %w", path, err)
-	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return fmt.Errorf("open %s: %w", filepath.Dir(path), err)
-	}
-	defer d.Close()
-	return d.Sync()
 }

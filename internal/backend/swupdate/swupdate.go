@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/capi-inplace/capi-inplace/internal/atomicfile"
 	"github.com/capi-inplace/capi-inplace/internal/backend"
 )
 
@@ -131,7 +132,7 @@ func (b *Backend) saveState(s state) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(b.statePath(), data); err != nil {
+	if err := atomicfile.Write(b.statePath(), data, 0o600); err != nil {
 		return fmt.Errorf("write slot state: %w", err)
 	}
 	return nil
@@ -371,27 +372,4 @@ func (b *Backend) Status(ctx context.Context) (backend.Status, error) {
 		out.Rollback = name(other)
 	}
 	return out, nil
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
