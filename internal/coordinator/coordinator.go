@@ -71,6 +71,11 @@ type Options struct {
 	AgentArgs []string
 	// CallTimeout bounds one hook call. Zero: 8 s (CAPI's default hook timeout is 10 s).
 	CallTimeout time.Duration
+	// Linger is how long one call keeps re-checking a node update that started less
+	// than 30 s ago before it answers "in progress": most updates finish within a
+	// second or two once the agent has the plan, and CAPI would otherwise only learn
+	// it on its next call. Zero: 1.5 s; negative: never linger.
+	Linger time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -108,6 +113,9 @@ func New(opts Options) (*Coordinator, error) {
 	if opts.Drain.AttemptBudget == 0 {
 		opts.Drain.AttemptBudget = 3 * time.Second
 	}
+	if opts.Linger == 0 {
+		opts.Linger = 1500 * time.Millisecond
+	}
 	if opts.CallTimeout == 0 {
 		opts.CallTimeout = 8 * time.Second
 	}
@@ -127,7 +135,7 @@ func (c *Coordinator) UpdateMachine(ctx context.Context, req *runtimehooksv1.Upd
 	log := ctrl.LoggerFrom(ctx).WithValues("Machine", client.ObjectKeyFromObject(m).String())
 	ctx = ctrl.LoggerInto(ctx, log)
 
-	out := c.update(ctx, req)
+	out := c.lingerUpdate(ctx, req)
 	resp.Message = out.message
 	resp.RetryAfterSeconds = out.retry
 	if out.failure {
@@ -138,6 +146,29 @@ func (c *Coordinator) UpdateMachine(ctx context.Context, req *runtimehooksv1.Upd
 	}
 	resp.Status = runtimehooksv1.ResponseStatusSuccess
 	log.V(1).Info("In-place update step", "message", out.message, "retryAfterSeconds", out.retry)
+}
+
+// lingerPoll is the pause between two checks of a lingering call.
+const lingerPoll = 250 * time.Millisecond
+
+// lingerUpdate runs update and, while the answer is the short-update "call back in
+// 1 s" (waitRetry's first window: the agent or the node's gates are being waited
+// for), repeats it until Linger has passed. Every repetition is the same idempotent
+// step, so lingering changes how soon an answer comes, never what it is.
+func (c *Coordinator) lingerUpdate(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest) outcome {
+	// Wall time, not Options.Now: lingering is about how long the call takes.
+	deadline := time.Now().Add(c.opts.Linger)
+	for {
+		out := c.update(ctx, req)
+		if out.failure || out.retry != waitRetry(0) || !time.Now().Add(lingerPoll).Before(deadline) {
+			return out
+		}
+		select {
+		case <-ctx.Done():
+			return out
+		case <-time.After(lingerPoll):
+		}
+	}
 }
 
 // outcome is the hook's answer.

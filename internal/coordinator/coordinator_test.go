@@ -130,7 +130,9 @@ func dedicatedWorkload(t *testing.T) *rest.Config {
 
 func (f *fixture) coordinator(mutate ...func(*Options)) *Coordinator {
 	f.t.Helper()
-	opts := Options{Client: f.mgmt, Clusters: StaticClusters{Cluster: f.wc}, Recorder: f.rec}
+	// Tests script the agent between calls, so calls answer at once unless a test
+	// asks for lingering (TestLingerAnswersDoneWithinTheCall).
+	opts := Options{Client: f.mgmt, Clusters: StaticClusters{Cluster: f.wc}, Recorder: f.rec, Linger: -1}
 	for _, m := range mutate {
 		m(&opts)
 	}

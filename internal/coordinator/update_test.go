@@ -374,3 +374,64 @@ func TestPlanRepublishedWhenDeleted(t *testing.T) {
 	g.Expect(again.UID).NotTo(Equal(sec.UID))
 	g.Expect(again.Data).To(Equal(sec.Data))
 }
+
+// TestLingerAnswersDoneWithinTheCall: a call made while the agent works keeps checking
+// for up to Linger and answers done as soon as the agent committed and the kubelet
+// reports the version, instead of "call back in 1 s".
+func TestLingerAnswersDoneWithinTheCall(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t, nil)
+	f.node("w9", "v1.35.0", false)
+	m := f.machine("m-w9", "w9", "v1.36.0", false)
+	req := f.request(m, &bootstrapv1.KubeadmConfig{})
+
+	scripted := f.coordinator()
+	resp := callUntil(t, scripted, req, "pick up plan", 5)
+	g.Expect(resp.RetryAfterSeconds).To(Equal(int32(1)))
+	hash := f.getNode("w9").Annotations[inplacev1.DesiredPlanAnnotation]
+	g.Expect(hash).NotTo(BeEmpty())
+
+	// Without the agent, a lingering call gives up after Linger with the same answer.
+	lingering := f.coordinator(func(o *Options) { o.Linger = 600 * time.Millisecond })
+	start := time.Now()
+	resp = call(lingering, req)
+	g.Expect(time.Since(start)).To(BeNumerically(">=", 500*time.Millisecond))
+	g.Expect(resp.RetryAfterSeconds).To(Equal(int32(1)))
+	g.Expect(resp.Message).To(ContainSubstring("pick up plan"))
+
+	// The agent commits and the kubelet reports v1.36.0 400 ms into the call.
+	agentDone := make(chan error, 1)
+	go func() {
+		time.Sleep(400 * time.Millisecond)
+		v, err := protocol.EncodeStatus(protocol.NodeStatus{PlanHash: hash, Phase: protocol.PhaseCommitted, Step: 1, Steps: 1})
+		if err != nil {
+			agentDone <- err
+			return
+		}
+		n := &corev1.Node{}
+		if err := f.wl.Get(f.ctx, client.ObjectKey{Name: "w9"}, n); err != nil {
+			agentDone <- err
+			return
+		}
+		before := n.DeepCopy()
+		n.Annotations[inplacev1.StatusAnnotation] = v
+		n.Annotations[inplacev1.CurrentPlanAnnotation] = hash
+		if err := f.wl.Patch(f.ctx, n, client.MergeFrom(before)); err != nil {
+			agentDone <- err
+			return
+		}
+		before = n.DeepCopy()
+		n.Status.NodeInfo.KubeletVersion = "v1.36.0"
+		agentDone <- f.wl.Status().Patch(f.ctx, n, client.MergeFrom(before))
+	}()
+	lingering = f.coordinator(func(o *Options) { o.Linger = 5 * time.Second })
+	start = time.Now()
+	resp = call(lingering, req)
+	elapsed := time.Since(start)
+	g.Expect(<-agentDone).To(Succeed())
+	g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusSuccess))
+	g.Expect(resp.RetryAfterSeconds).To(BeZero(), resp.Message)
+	g.Expect(resp.Message).To(Equal("node w9 runs plan " + hash[:12]))
+	g.Expect(elapsed).To(BeNumerically("<", 3*time.Second), "answered once the node was done, not at the end of Linger")
+	g.Expect(f.getNode("w9").Spec.Unschedulable).To(BeFalse())
+}
