@@ -41,7 +41,7 @@ lint: ## gofmt and go vet.
 	$(GO) vet ./...
 
 .PHONY: test
-test: tools lint ## Unit and integration tests (real kube-apiserver and etcd via envtest).
+test: tools deps lint ## Unit and integration tests (real kube-apiserver and etcd via envtest).
 	$(GO) test $(TEST_FLAGS) ./...
 
 .PHONY: e2e

@@ -24,7 +24,13 @@ if [[ ${#packages[@]} -eq 0 ]]; then
 fi
 if [[ $(id -u) -ne 0 ]]; then
 	echo "install-deps: need root to install: ${packages[*]}" >&2
-	exit 1
+	# In CI the backend tests must run, so a missing tool is an error there; on a
+	# developer's machine the tests that need it skip and say so.
+	if [[ -n ${CI:-} ]]; then
+		exit 1
+	fi
+	echo "install-deps: continuing; the backend tests that need them will skip" >&2
+	exit 0
 fi
 echo "install-deps: installing ${packages[*]}"
 export DEBIAN_FRONTEND=noninteractive
