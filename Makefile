@@ -39,6 +39,7 @@ deps: ## Install the Debian packages the backend tests use (ostree, rauc, ...).
 lint: ## gofmt and go vet.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags e2e ./test/... ./cmd/...
 
 .PHONY: test
 test: tools deps lint ## Unit and integration tests (real kube-apiserver and etcd via envtest).
