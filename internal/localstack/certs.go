@@ -1,18 +1,12 @@
 package localstack
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
-	"time"
+
+	"github.com/capi-inplace/capi-inplace/internal/extension/extensiontest"
 )
 
 // servingCert is a self-made CA and a serving certificate it signed for 127.0.0.1
@@ -22,64 +16,19 @@ type servingCert struct {
 	CAPEM []byte
 }
 
-// newServingCert creates dir and writes a fresh CA and serving certificate into it.
-func newServingCert(dir string, now time.Time) (servingCert, error) {
+// newServingCert creates dir and writes a fresh CA (ca.crt) and a serving certificate
+// it signed (tls.crt, tls.key) into it: the same certificates the extension's own
+// tests use, plus the CA as a file for the manager flags that want one.
+func newServingCert(dir string) (servingCert, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return servingCert{}, fmt.Errorf("create cert dir: %w", err)
 	}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caPEM, err := extensiontest.WriteSelfSignedCert(dir)
 	if err != nil {
-		return servingCert{}, fmt.Errorf("generate CA key: %w", err)
+		return servingCert{}, err
 	}
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "capi-inplace localstack CA"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
-		IsCA:                  true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		return servingCert{}, fmt.Errorf("sign CA: %w", err)
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return servingCert{}, fmt.Errorf("parse CA: %w", err)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return servingCert{}, fmt.Errorf("generate serving key: %w", err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
-		Subject:      pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:     []string{"localhost"},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		return servingCert{}, fmt.Errorf("sign serving cert: %w", err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return servingCert{}, fmt.Errorf("encode serving key: %w", err)
-	}
-	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
-	files := map[string][]byte{
-		"ca.crt":  caPEM,
-		"tls.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		"tls.key": pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
-	}
-	for name, data := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
-			return servingCert{}, fmt.Errorf("write %s: %w", name, err)
-		}
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), caPEM, 0o600); err != nil {
+		return servingCert{}, fmt.Errorf("write ca.crt: %w", err)
 	}
 	return servingCert{Dir: dir, CAPEM: caPEM}, nil
 }

@@ -95,7 +95,7 @@ func (s *Stack) StartExtension(ctx context.Context, spec ExtensionSpec) (*Extens
 	if err != nil {
 		return nil, err
 	}
-	cert, err := newServingCert(filepath.Join(s.TempRoot, "extensions", spec.Name), time.Now())
+	cert, err := newServingCert(filepath.Join(s.TempRoot, "extensions", spec.Name))
 	if err != nil {
 		return nil, fmt.Errorf("certificate for extension %s: %w", spec.Name, err)
 	}

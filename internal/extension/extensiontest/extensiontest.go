@@ -3,7 +3,9 @@
 // trusts only that CA, and a call helper that posts a hook request to the
 // handler's path.
 //
-// Imports: standard library, cluster-api hook and catalog types. Test code only.
+// Imports: standard library, cluster-api hook and catalog types. For tests and the
+// local stack (internal/localstack, which the demo runs); never on the extension's
+// serving path.
 package extensiontest
 
 import (
