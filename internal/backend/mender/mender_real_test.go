@@ -12,6 +12,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/capi-inplace/capi-inplace/internal/backend"
+	"github.com/capi-inplace/capi-inplace/internal/backend/backendtest"
 )
 
 const slotSize = 64 * 1024
@@ -30,7 +31,7 @@ type device struct {
 
 func newDevice(t *testing.T) *device {
 	t.Helper()
-	needTool(t, "mender", "mender-artifact", "fw_setenv", "losetup", "unshare", "openssl")
+	backendtest.NeedTools(t, "mender", "mender-artifact", "fw_setenv", "losetup", "unshare", "openssl")
 	if os.Geteuid() != 0 && os.Getenv("CI") == "" {
 		t.Skip("the mender client writes block devices: needs root for loop devices")
 	}

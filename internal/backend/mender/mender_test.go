@@ -12,19 +12,8 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/capi-inplace/capi-inplace/internal/backend"
+	"github.com/capi-inplace/capi-inplace/internal/backend/backendtest"
 )
-
-func needTool(t *testing.T, names ...string) {
-	t.Helper()
-	for _, name := range names {
-		if _, err := exec.LookPath(name); err != nil {
-			if os.Getenv("CI") == "" {
-				t.Skipf("%s not installed (run hack/install-deps.sh)", name)
-			}
-			t.Fatalf("%s not installed in CI: hack/install-deps.sh must install it", name)
-		}
-	}
-}
 
 func testdata(t *testing.T, name string) string {
 	t.Helper()
@@ -86,7 +75,7 @@ func TestRealArtifactToolRefusesBeforeChanging(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
-			needTool(t, "mender-artifact", "openssl")
+			backendtest.NeedTools(t, "mender-artifact", "openssl")
 			keys := makeKeys(t)
 			o := Options{}
 			if tt.opts != nil {
@@ -104,7 +93,7 @@ func TestRealArtifactToolRefusesBeforeChanging(t *testing.T) {
 	}
 	t.Run("signed artifact with the right key is accepted", func(t *testing.T) {
 		g := NewWithT(t)
-		needTool(t, "mender-artifact", "openssl")
+		backendtest.NeedTools(t, "mender-artifact", "openssl")
 		keys := makeKeys(t)
 		d := newDevice(t)
 		b := d.backend(t, Options{VerifyKey: filepath.Join(keys, "public.pem")})

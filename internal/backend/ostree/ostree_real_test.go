@@ -11,19 +11,8 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/capi-inplace/capi-inplace/internal/backend"
+	"github.com/capi-inplace/capi-inplace/internal/backend/backendtest"
 )
-
-// needTool skips when a tool is missing outside CI; in CI hack/install-deps.sh
-// installs it, so a missing tool is a failure there.
-func needTool(t *testing.T, name string) {
-	t.Helper()
-	if _, err := exec.LookPath(name); err != nil {
-		if os.Getenv("CI") == "" {
-			t.Skipf("%s not installed (run hack/install-deps.sh)", name)
-		}
-		t.Fatalf("%s not installed in CI: hack/install-deps.sh must install it", name)
-	}
-}
 
 func run(t *testing.T, name string, args ...string) string {
 	t.Helper()
@@ -43,7 +32,7 @@ type world struct {
 
 func newWorld(t *testing.T) world {
 	t.Helper()
-	needTool(t, "ostree")
+	backendtest.NeedTools(t, "ostree")
 	dir := t.TempDir()
 	w := world{src: filepath.Join(dir, "src"), sysroot: filepath.Join(dir, "sysroot")}
 	// ostree marks deployment roots immutable; undo it so that TempDir can clean up.

@@ -15,19 +15,8 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/capi-inplace/capi-inplace/internal/backend"
+	"github.com/capi-inplace/capi-inplace/internal/backend/backendtest"
 )
-
-func needTool(t *testing.T, names ...string) {
-	t.Helper()
-	for _, name := range names {
-		if _, err := exec.LookPath(name); err != nil {
-			if os.Getenv("CI") == "" {
-				t.Skipf("%s not installed (run hack/install-deps.sh)", name)
-			}
-			t.Fatalf("%s not installed in CI: hack/install-deps.sh must install it", name)
-		}
-	}
-}
 
 func run(t *testing.T, name string, args ...string) {
 	t.Helper()
@@ -93,7 +82,7 @@ type device struct {
 
 func newDevice(t *testing.T, activateInstalled bool) *device {
 	t.Helper()
-	needTool(t, "rauc", "openssl", "dbus-daemon", "mksquashfs")
+	backendtest.NeedTools(t, "rauc", "openssl", "dbus-daemon", "mksquashfs")
 	if os.Geteuid() != 0 && os.Getenv("CI") == "" {
 		t.Skip("rauc install mounts the bundle: needs root")
 	}

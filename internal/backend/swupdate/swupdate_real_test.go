@@ -16,19 +16,8 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/capi-inplace/capi-inplace/internal/backend"
+	"github.com/capi-inplace/capi-inplace/internal/backend/backendtest"
 )
-
-func needTool(t *testing.T, names ...string) {
-	t.Helper()
-	for _, name := range names {
-		if _, err := exec.LookPath(name); err != nil {
-			if os.Getenv("CI") == "" {
-				t.Skipf("%s not installed (run hack/install-deps.sh)", name)
-			}
-			t.Fatalf("%s not installed in CI: hack/install-deps.sh must install it", name)
-		}
-	}
-}
 
 func run(t *testing.T, name string, args ...string) string {
 	t.Helper()
@@ -88,7 +77,7 @@ type device struct {
 
 func newDevice(t *testing.T) *device {
 	t.Helper()
-	needTool(t, "swupdate", "fw_setenv", "fw_printenv", "openssl")
+	backendtest.NeedTools(t, "swupdate", "fw_setenv", "fw_printenv", "openssl")
 	dir := t.TempDir()
 	d := &device{dir: dir, cert: filepath.Join(dir, "cert.pem"), key: filepath.Join(dir, "key.pem"),
 		envCfg: filepath.Join(dir, "fw_env.config"), cmdline: filepath.Join(dir, "cmdline")}
