@@ -1,0 +1,63 @@
+package etcd_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/capi-inplace/capi-inplace/internal/agent/etcd"
+	"github.com/capi-inplace/capi-inplace/internal/agent/etcd/etcdtest"
+)
+
+// TestLocalAgainstARealMember: status, health, snapshot, the data directory lock
+// and an offline restore, against a real etcd process.
+func TestLocalAgainstARealMember(t *testing.T) {
+	g := NewWithT(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	m := etcdtest.NewMember(t, t.TempDir(), "solo")
+	m.Start(t)
+	l := &etcd.Local{Endpoints: []string{m.ClientURL}}
+	g.Eventually(func() error { return l.Healthy(ctx) }, 20*time.Second, 200*time.Millisecond).Should(Succeed())
+
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{m.ClientURL}})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer c.Close()
+	_, err = c.Put(ctx, "/k", "before")
+	g.Expect(err).NotTo(HaveOccurred())
+
+	st, err := l.Status(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(st.Members).To(HaveLen(1))
+	g.Expect(st.Members[0].Name).To(Equal("solo"))
+	g.Expect(st.DBSize).To(BeNumerically(">", 0))
+
+	var snap bytes.Buffer
+	g.Expect(l.Snapshot(ctx, &snap)).To(Succeed())
+	g.Expect(int64(snap.Len())).To(BeNumerically(">=", st.DBSize-4096))
+	path := filepath.Join(t.TempDir(), "snap.db")
+	g.Expect(os.WriteFile(path, snap.Bytes(), 0o600)).To(Succeed())
+
+	stopped, err := l.Stopped(ctx, m.DataDir)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(stopped).To(BeFalse(), "a running etcd holds its database lock")
+	m.Stop()
+	stopped, err = l.Stopped(ctx, m.DataDir)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(stopped).To(BeTrue())
+
+	out := filepath.Join(t.TempDir(), "restored")
+	g.Expect(l.Restore(ctx, etcd.RestoreConfig{SnapshotPath: path, DataDir: out, Name: "solo", PeerURLs: []string{m.PeerURL},
+		InitialCluster: m.InitialCluster, InitialClusterToken: etcd.DefaultInitialClusterToken})).To(Succeed())
+	g.Expect(filepath.Join(out, "member", "snap", "db")).To(BeARegularFile())
+	g.Expect(l.Restore(ctx, etcd.RestoreConfig{SnapshotPath: path, DataDir: out, Name: "solo", PeerURLs: []string{m.PeerURL},
+		InitialCluster: m.InitialCluster})).To(MatchError(ContainSubstring("already exists")))
+
+	g.Expect(l.Healthy(ctx)).NotTo(Succeed(), "the member is stopped")
+}
