@@ -18,14 +18,24 @@ import (
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
-// maxFileBytes bounds one resolved file; CABPK bounds rendered templates the same way,
-// and a plan Secret must stay well below the 1 MiB object limit anyway.
+// maxFileBytes bounds one resolved file; CABPK bounds rendered templates the same way
+// (bootstrap/kubeadm/reconcilers/kubeadmconfig/template.go: maxRenderedTemplateBytes,
+// enforced by a writer that fails once the limit is crossed).
 const maxFileBytes = 1 << 20
+
+// maxPlanBytes bounds the encoded plan: it is published in one Secret, which the API
+// server caps at 1 MiB, and file contents travel base64-encoded inside it (4/3), so
+// the headroom is left for that Secret's own overhead and any sealing of the plan.
+const maxPlanBytes = 768 << 10
 
 // ErrInput is wrapped by every error caused by the desired objects themselves (a
 // missing Secret key, undecodable content, an impossible version): retrying the same
 // input cannot succeed, so the coordinator answers Failure with the message.
 var ErrInput = errors.New("cannot build node plan")
+
+// ErrTooLarge is wrapped (together with ErrInput) when a file, a rendered template or
+// the whole plan would exceed its size limit; rendering stops at the limit.
+var ErrTooLarge = errors.New("size limit exceeded")
 
 // NodeFacts are what the coordinator observed in the workload cluster.
 type NodeFacts struct {
@@ -161,6 +171,13 @@ func Build(in Input) (*protocol.NodePlan, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
+	encoded, err := protocol.EncodePlan(p)
+	if err != nil {
+		return nil, err
+	}
+	if len(encoded) > maxPlanBytes {
+		return nil, fmt.Errorf("%w: %w: encoded plan is %d bytes, more than the %d a plan Secret can carry", ErrInput, ErrTooLarge, len(encoded), maxPlanBytes)
+	}
 	return p, nil
 }
 
@@ -261,6 +278,9 @@ func resolveFiles(in []bootstrapv1.File, secrets map[string]map[string][]byte, c
 		if err != nil {
 			return nil, fmt.Errorf("%w: file %s: %w", ErrInput, f.Path, err)
 		}
+		if len(decoded) > maxFileBytes {
+			return nil, fmt.Errorf("%w: file %s: %w: content is %d bytes, more than %d", ErrInput, f.Path, ErrTooLarge, len(decoded), maxFileBytes)
+		}
 		out = append(out, protocol.File{Path: f.Path, Content: decoded, Permissions: f.Permissions, Owner: f.Owner})
 	}
 	return out, nil
@@ -271,16 +291,16 @@ func renderTemplate(name, text, cpVersion string) (string, error) {
 	if cpVersion != "" {
 		data["controlPlane"] = map[string]any{"version": cpVersion}
 	}
-	tpl, err := template.New(name).Option("missingkey=zero").Parse(text)
+	tpl, err := template.New(name).Option("missingkey=zero").Funcs(boundedFuncs()).Parse(text)
 	if err != nil {
 		return "", fmt.Errorf("parse template: %w", err)
 	}
-	var buf bytes.Buffer
-	if err := tpl.Execute(&buf, data); err != nil {
-		return "", fmt.Errorf("render template: %w", err)
+	if err := checkTemplateWork(tpl); err != nil {
+		return "", err
 	}
-	if buf.Len() > maxFileBytes {
-		return "", fmt.Errorf("rendered template exceeds %d bytes", maxFileBytes)
+	var buf bytes.Buffer
+	if err := tpl.Execute(&limitedWriter{w: &buf, remaining: maxFileBytes}, data); err != nil {
+		return "", fmt.Errorf("render template: %w", err)
 	}
 	return buf.String(), nil
 }
@@ -322,7 +342,7 @@ func gunzip(content []byte) ([]byte, error) {
 		return nil, fmt.Errorf("decode gzip: %w", err)
 	}
 	if len(out) > maxFileBytes {
-		return nil, fmt.Errorf("decoded content exceeds %d bytes", maxFileBytes)
+		return nil, fmt.Errorf("%w: decoded content exceeds %d bytes", ErrTooLarge, maxFileBytes)
 	}
 	return out, nil
 }
