@@ -26,6 +26,12 @@ const (
 	// (see protocol.NodeStatus). Written only by the agent.
 	StatusAnnotation = GroupName + "/status"
 
+	// AgentKeyAnnotation holds the public key (protocol.FormatAgentKey) the agent
+	// generated on its host, whose private half never leaves the node: the
+	// coordinator seals the node's plan to it, so no other node can read the plan.
+	// Written only by the agent, on its own Node (see agentinstall's policy).
+	AgentKeyAnnotation = GroupName + "/agent-key"
+
 	// CordonedByAnnotation is set by the coordinator when it cordoned the node, so that
 	// it uncordons only nodes it cordoned itself and never undoes an operator's cordon.
 	CordonedByAnnotation = GroupName + "/cordoned-by"
