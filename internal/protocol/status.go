@@ -40,6 +40,13 @@ func (p Phase) Known() bool {
 	return false
 }
 
+// ReasonDiskFull is the Reason of a status whose plan cannot go on because the
+// host's disk is full (the journal or the agent's work directory cannot be
+// written, or there is no room for the etcd snapshot). It may come with a
+// non-terminal phase: the agent keeps retrying and the plan resumes once there
+// is room, but the node must not be left waiting without saying why.
+const ReasonDiskFull = "DiskFull"
+
 // StatusVersion is the version of the NodeStatus envelope.
 const StatusVersion = 1
 

@@ -55,7 +55,13 @@ const (
 const (
 	// ActRestoreFiles restores everything backup-files saved, binaries included.
 	ActRestoreFiles ActionName = "restore-files"
-	// ActRestoreEtcd restores the etcd snapshot taken before the node was touched.
+	// ActRestoreEtcd restores the etcd snapshot taken before the node was touched,
+	// on a one-member etcd only: the member is stopped, restored with its own name,
+	// peer URLs and cluster token, and started again. A member of a larger cluster
+	// is never restored from a snapshot (that would make it a new one-member
+	// cluster on stale data beside the real one: split brain); its rollback
+	// restores binaries, manifests and configuration and it catches up from its
+	// peers through raft.
 	ActRestoreEtcd ActionName = "restore-etcd"
 	// ActBackendRollback returns the OS backend to the image that ran before.
 	ActBackendRollback ActionName = "backend-rollback"
@@ -171,8 +177,9 @@ func Derive(s Spec) []Action {
 // the node). Order: Kubernetes files and binaries first, then the etcd data that
 // belongs to them, then the OS image, then the reboot into it, so the node comes
 // up once on a fully restored state; the kubelet is restarted last when no reboot
-// does it.
-func DeriveRollback(s Spec, forward []Action, failed ActionName) []Action {
+// does it. etcdMembers is the member count the etcd-snapshot action saw: the etcd
+// data is restored only when it was exactly one (0, unknown, restores nothing).
+func DeriveRollback(s Spec, forward []Action, failed ActionName, etcdMembers int) []Action {
 	started := map[ActionName]bool{failed: true}
 	done := map[ActionName]bool{}
 	for _, a := range forward {
@@ -187,7 +194,7 @@ func DeriveRollback(s Spec, forward []Action, failed ActionName) []Action {
 	if restoreFiles {
 		names = append(names, ActRestoreFiles)
 	}
-	if done[ActEtcdSnapshot] && (started[ActKubeadmUpgrade] || started[ActControlPlaneConfig]) {
+	if done[ActEtcdSnapshot] && etcdMembers == 1 && (started[ActKubeadmUpgrade] || started[ActControlPlaneConfig]) {
 		names = append(names, ActRestoreEtcd)
 	}
 	if started[ActBackendStage] {

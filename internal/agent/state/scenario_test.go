@@ -94,6 +94,9 @@ func scenarioStep(t *testing.T, s State, cmd string) (State, string) {
 		ev = PlanRejected{Hash: "rejected", Reason: f[1], Message: rest(2)}
 	case "ok":
 		ev = ActionSucceeded{Name: current(s)}
+		if current(s) == ActEtcdSnapshot {
+			ev = ActionSucceeded{Name: ActEtcdSnapshot, EtcdMembers: 1}
+		}
 	case "fail":
 		ev = ActionFailed{Name: current(s), Reason: f[1], Message: rest(2)}
 	case "reboot":

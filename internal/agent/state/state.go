@@ -27,6 +27,9 @@ const (
 	ReasonPlanForAnotherNode = "PlanForAnotherNode"
 	// ReasonUnknownBackend: the plan names an OS backend this agent does not have.
 	ReasonUnknownBackend = "UnknownBackend"
+	// ReasonDiskFull: the host's disk has no room for the journal or the work
+	// directory (see protocol.ReasonDiskFull).
+	ReasonDiskFull = protocol.ReasonDiskFull
 	// ReasonVersionUnreachable: the target version cannot be reached from the
 	// node's current kubelet version (downgrade or a skew of more than one minor).
 	ReasonVersionUnreachable = "VersionUnreachable"
@@ -42,6 +45,9 @@ type State struct {
 	Actions []Action `json:"actions,omitempty"`
 	// Rollback is set once, at the first failure, and never re-derived.
 	Rollback []Action `json:"rollback,omitempty"`
+	// EtcdMembers is the number of members etcd had when the snapshot was taken
+	// (0 before, or without, a snapshot); see DeriveRollback.
+	EtcdMembers int `json:"etcdMembers,omitempty"`
 	// RebootFrom is the boot ID the node had when the pending reboot was issued.
 	RebootFrom string `json:"rebootFrom,omitempty"`
 	// Reason, FailedAction and Message are the cause of a rollback or failure.
@@ -72,8 +78,12 @@ type PlanRejected struct {
 	At      time.Time
 }
 
-// ActionSucceeded: the current action finished.
-type ActionSucceeded struct{ Name ActionName }
+// ActionSucceeded: the current action finished. EtcdMembers is set by
+// etcd-snapshot: the member count of the cluster it snapshotted.
+type ActionSucceeded struct {
+	Name        ActionName
+	EtcdMembers int
+}
 
 // ActionFailed: the current action failed. Reason is one of the Reason constants.
 type ActionFailed struct {
@@ -141,6 +151,9 @@ func Step(s State, e Event) (State, Output, error) {
 			return s, s.output(), fmt.Errorf("%w: %s succeeded while the current action is %s", ErrUnexpected, e.Name, s.currentName())
 		}
 		cur.Done = true
+		if cur.Name == ActEtcdSnapshot && !cur.Rollback {
+			s.EtcdMembers = e.EtcdMembers
+		}
 		s.Phase = s.phase()
 		return s, s.output(), nil
 	case ActionFailed:
@@ -155,7 +168,7 @@ func Step(s State, e Event) (State, Output, error) {
 			return s, Output{}, nil
 		}
 		s.Reason, s.FailedAction, s.Message = e.Reason, e.Name, e.Message
-		s.Rollback = DeriveRollback(s.Spec, s.Actions, e.Name)
+		s.Rollback = DeriveRollback(s.Spec, s.Actions, e.Name, s.EtcdMembers)
 		s.Phase = s.phase()
 		return s, s.output(), nil
 	case RebootIssued:

@@ -102,13 +102,33 @@ func TestDeriveRollback(t *testing.T) {
 		{"apply-users fails: restore passwd and friends", Spec{Kubeadm: protocol.KubeadmNone, Users: true, NTP: true}, ActApplyUsers, []ActionName{ActRestoreFiles}},
 		{"worker backup fails: nothing changed", workerK8s, ActBackupFiles, []ActionName{}},
 	}
+	// What a three-member control plane gets: never an etcd restore (split brain).
+	multi := []struct {
+		name    string
+		spec    Spec
+		failed  ActionName
+		members int
+		want    []ActionName
+	}{
+		{"three members, gates fail: files, image, reboot; no etcd restore", cpFull, ActGates, 3, []ActionName{ActRestoreFiles, ActBackendRollback, ActReboot}},
+		{"three members, control-plane-config fails: files only", Spec{ControlPlane: true, EtcdSnapshot: true, Kubeadm: protocol.KubeadmNone, ControlPlaneConfig: true}, ActControlPlaneConfig, 3, []ActionName{ActRestoreFiles}},
+		{"member count unknown: no etcd restore", cpFull, ActKubeadmUpgrade, 0, []ActionName{ActRestoreFiles, ActBackendRollback, ActReboot}},
+		{"one member: restore", cpFull, ActKubeadmUpgrade, 1, []ActionName{ActRestoreFiles, ActRestoreEtcd, ActBackendRollback, ActReboot}},
+	}
+	for _, tt := range multi {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			fwd := done(tt.spec, indexOf(Derive(tt.spec), tt.failed))
+			g.Expect(names(DeriveRollback(tt.spec, fwd, tt.failed, tt.members))).To(Equal(tt.want))
+		})
+	}
 	_ = full
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
 			fwd := Derive(tt.spec)
 			fwd = done(tt.spec, indexOf(fwd, tt.failed))
-			rb := DeriveRollback(tt.spec, fwd, tt.failed)
+			rb := DeriveRollback(tt.spec, fwd, tt.failed, 1)
 			g.Expect(names(rb)).To(Equal(tt.want))
 			for _, a := range rb {
 				g.Expect(a.Rollback).To(BeTrue())
@@ -120,13 +140,17 @@ func TestDeriveRollback(t *testing.T) {
 // host is a scripted world for the state machine: it performs actions (counting
 // runs), fails the ones listed, and reboots by changing the boot ID.
 type host struct {
-	boot   int
-	runs   map[string]int
-	order  []string
-	failOn map[string]string
+	// etcdMembers is what etcd-snapshot reports; 1 unless a test sets it.
+	etcdMembers int
+	boot        int
+	runs        map[string]int
+	order       []string
+	failOn      map[string]string
 }
 
-func newHost() *host { return &host{boot: 1, runs: map[string]int{}, failOn: map[string]string{}} }
+func newHost() *host {
+	return &host{etcdMembers: 1, boot: 1, runs: map[string]int{}, failOn: map[string]string{}}
+}
 
 func (h *host) bootID() string { return string(rune('a' + h.boot)) }
 
@@ -140,6 +164,9 @@ func (h *host) perform(a Action) Event {
 			reason = ReasonGateFailed
 		}
 		return ActionFailed{Name: a.Name, Reason: reason, Message: msg}
+	}
+	if a.Name == ActEtcdSnapshot {
+		return ActionSucceeded{Name: a.Name, EtcdMembers: h.etcdMembers}
 	}
 	return ActionSucceeded{Name: a.Name}
 }
@@ -501,4 +528,20 @@ func TestAdmit(t *testing.T) {
 			g.Expect(r.Message).To(ContainSubstring(tt.wantMsg))
 		})
 	}
+}
+
+// TestThreeMemberRollbackNeverRestoresEtcd: the member count seen by the
+// snapshot survives a crash (journal round trip) and keeps the etcd restore out of
+// a control-plane rollback.
+func TestThreeMemberRollbackNeverRestoresEtcd(t *testing.T) {
+	g := NewWithT(t)
+	h := newHost()
+	h.etcdMembers = 3
+	h.failOn["gates"] = "kube-apiserver not Ready"
+	s, out := start(t, cpFull)
+	s = drive(t, h, s, out, 1, false)
+	g.Expect(s.Phase).To(Equal(protocol.PhaseRolledBack))
+	g.Expect(s.EtcdMembers).To(Equal(3))
+	g.Expect(h.runs).NotTo(HaveKey("rollback/restore-etcd"))
+	g.Expect(h.runs).To(HaveKeyWithValue("rollback/restore-files", 1))
 }
