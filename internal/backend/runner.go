@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"regexp"
 	"strings"
 )
 
@@ -15,11 +16,45 @@ type Command struct {
 	Env   []string // extra KEY=VALUE pairs on top of the agent's environment
 	Dir   string
 	Stdin []byte
+	// Secrets are values (a password hash, a key) that the command carries in
+	// Stdin, Env or, failing all else, Args. They never appear in text: String
+	// and CommandError render each as Redacted, also inside the tool's own output
+	// (a tool may echo its input in an error). Stdin is never rendered at all.
+	Secrets []string
 }
 
-// String renders the command for logs and errors.
+// Redacted stands for a secret value in every text the agent produces.
+const Redacted = "<redacted>"
+
+// String renders the command for logs and errors, secrets redacted.
 func (c Command) String() string {
-	return strings.TrimSpace(c.Name + " " + strings.Join(c.Args, " "))
+	return c.redact(strings.TrimSpace(c.Name + " " + strings.Join(c.Args, " ")))
+}
+
+func (c Command) redact(s string) string { return RedactSecrets(s, c.Secrets...) }
+
+// RedactSecrets replaces every occurrence of each secret in s with Redacted,
+// then every crypt(3) password hash (RedactKnownSecrets), so a secret the caller
+// forgot to name is still caught when it has a recognisable shape.
+func RedactSecrets(s string, secrets ...string) string {
+	for _, v := range secrets {
+		if v != "" {
+			s = strings.ReplaceAll(s, v, Redacted)
+		}
+	}
+	return RedactKnownSecrets(s)
+}
+
+// cryptHashRE matches crypt(3) hashes as /etc/shadow and KubeadmConfig passwd
+// hold them: MD5 ($1$), bcrypt ($2a$ $2b$ $2x$ $2y$), SHA-256/512 ($5$ $6$, with
+// rounds=), yescrypt ($y$), gost-yescrypt ($gy$), scrypt ($7$), sha1crypt and
+// argon2 variants.
+var cryptHashRE = regexp.MustCompile(`\$(?:1|2[abxy]|5|6|y|gy|7|sha1|md5|argon2(?:id|i|d))\$[A-Za-z0-9./$=,+-]+`)
+
+// RedactKnownSecrets replaces every crypt(3) password hash in s with Redacted.
+// It is the last line of defence where status text is built from errors.
+func RedactKnownSecrets(s string) string {
+	return cryptHashRE.ReplaceAllString(s, Redacted)
 }
 
 // Result is the outcome of a command that ran.
@@ -66,7 +101,8 @@ func (r ExecRunner) Run(ctx context.Context, c Command) (Result, error) {
 }
 
 // CommandError is returned when a command fails; its message carries the command
-// and the tail of its stderr, which is what an operator needs to see.
+// and the tail of its stderr, which is what an operator needs to see, with the
+// command's secrets redacted from both.
 type CommandError struct {
 	Command Command
 	Result  Result
@@ -74,18 +110,19 @@ type CommandError struct {
 }
 
 func (e *CommandError) Error() string {
-	msg := strings.TrimSpace(string(e.Result.Stderr))
+	msg := e.Command.redact(strings.TrimSpace(string(e.Result.Stderr)))
 	if msg == "" {
 		// Some tools (swupdate) report errors on stdout only.
-		msg = strings.TrimSpace(string(e.Result.Stdout))
+		msg = e.Command.redact(strings.TrimSpace(string(e.Result.Stdout)))
 	}
+	// Redacted before the cut, so the cut cannot leave half a secret unmatched.
 	if len(msg) > 512 {
 		msg = "..." + msg[len(msg)-512:]
 	}
 	if msg == "" {
-		return fmt.Sprintf("%s: %v", e.Command, e.Err)
+		return fmt.Sprintf("%s: %s", e.Command, e.Command.redact(fmt.Sprint(e.Err)))
 	}
-	return fmt.Sprintf("%s: %v: %s", e.Command, e.Err, msg)
+	return fmt.Sprintf("%s: %s: %s", e.Command, e.Command.redact(fmt.Sprint(e.Err)), msg)
 }
 
 func (e *CommandError) Unwrap() error { return e.Err }

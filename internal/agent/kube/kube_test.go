@@ -184,7 +184,7 @@ func TestUsersAndNTP(t *testing.T) {
 	write(t, root, "/etc/passwd", "root:x:0:0::/root:/bin/sh\nops:x:1000:1000::/srv/ops:/bin/sh\n", 0o644)
 	g.Expect(os.MkdirAll(filepath.Join(root, chronyConfDir), 0o755)).To(Succeed())
 	r := &backendtest.Runner{}
-	r.On("useradd", "", nil).On("usermod", "", nil).On("systemctl", "", nil)
+	r.On("useradd", "", nil).On("usermod", "", nil).On("chpasswd", "", nil).On("systemctl", "", nil)
 	h := &Host{Root: root, Runner: r}
 	yes := true
 	users, _ := json.Marshal([]User{
@@ -201,7 +201,8 @@ func TestUsersAndNTP(t *testing.T) {
 	g.Expect(h.ApplyUsers(ctx, users)).To(Succeed())
 	g.Expect(r.Calls()).To(Equal([]string{
 		"usermod -s /bin/bash ops",
-		"useradd -m -G docker,wheel -p $6$hash deploy",
+		"useradd -m -G docker,wheel deploy",
+		"chpasswd -e",
 		"usermod -L deploy",
 	}))
 	g.Expect(read(t, root, "/etc/sudoers.d/90-capi-inplace-ops")).To(Equal("ops ALL=(ALL) NOPASSWD:ALL\n"))

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/capi-inplace/capi-inplace/internal/atomicfile"
+	"github.com/capi-inplace/capi-inplace/internal/backend"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
@@ -147,7 +148,9 @@ func (h *Host) ApplyUsers(ctx context.Context, raw json.RawMessage) error {
 		add("-s", u.Shell)
 		add("-g", u.PrimaryGroup)
 		add("-G", u.Groups)
-		add("-p", u.Passwd)
+		// The password hash is never an argument: argv is readable by every process
+		// on the host (/proc/<pid>/cmdline) and ends up in error text. chpasswd
+		// reads it on stdin below.
 		if !exists {
 			if _, err := h.run(ctx, "useradd", append(append([]string{"-m"}, args...), u.Name)...); err != nil {
 				return fmt.Errorf("user %s: %w", u.Name, err)
@@ -155,6 +158,11 @@ func (h *Host) ApplyUsers(ctx context.Context, raw json.RawMessage) error {
 		} else if len(args) > 0 {
 			if _, err := h.run(ctx, "usermod", append(args, u.Name)...); err != nil {
 				return fmt.Errorf("user %s: %w", u.Name, err)
+			}
+		}
+		if u.Passwd != "" {
+			if err := h.setPasswordHash(ctx, u); err != nil {
+				return err
 			}
 		}
 		if u.LockPassword != nil && *u.LockPassword {
@@ -177,6 +185,18 @@ func (h *Host) ApplyUsers(ctx context.Context, raw json.RawMessage) error {
 				return fmt.Errorf("user %s: %w", u.Name, err)
 			}
 		}
+	}
+	return nil
+}
+
+// setPasswordHash sets a user's password hash with `chpasswd -e`, the hash on
+// stdin and named as the command's secret, so neither the host's process table
+// nor any error, status, event or log line can carry it.
+func (h *Host) setPasswordHash(ctx context.Context, u User) error {
+	cmd := backend.Command{Name: "chpasswd", Args: []string{"-e"},
+		Stdin: []byte(u.Name + ":" + u.Passwd + "\n"), Secrets: []string{u.Passwd}}
+	if _, err := h.Runner.Run(ctx, cmd); err != nil {
+		return fmt.Errorf("user %s: set password: %w", u.Name, err)
 	}
 	return nil
 }
@@ -247,7 +267,7 @@ func (h *Host) ApplyNTP(ctx context.Context, raw json.RawMessage) error {
 	if err := atomicfile.Write(h.path(file), []byte("# written by capi-inplace from the KubeadmConfig ntp section\n"+content), 0o644); err != nil {
 		return fmt.Errorf("write %s: %w", file, err)
 	}
-	if _, err := h.run(ctx, "systemctl", "restart", service); err != nil {
+	if err := h.services().Restart(ctx, service); err != nil {
 		return fmt.Errorf("restart %s: %w", service, err)
 	}
 	return nil

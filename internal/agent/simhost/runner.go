@@ -39,6 +39,8 @@ func (r runner) Run(ctx context.Context, c backend.Command) (backend.Result, err
 		out, err = h.etcdutl(c.Args)
 	case "useradd", "usermod":
 		out, err = h.user(filepath.Base(c.Name), c.Args)
+	case "chpasswd":
+		out, err = h.chpasswd(c.Args, c.Stdin)
 	default:
 		c.Dir = h.Root
 		c.Env = append(c.Env, "CAPI_INPLACE_HOST_ROOT="+h.Root)
@@ -198,6 +200,11 @@ func (h *Host) user(tool string, args []string) (string, error) {
 			i++
 		}
 	}
+	for _, g := range append(strings.Split(flags["-G"], ","), flags["-g"]) {
+		if g != "" && !h.hasGroup(g) {
+			return "", fmt.Errorf("%s: group '%s' does not exist", tool, g)
+		}
+	}
 	raw, err := os.ReadFile(h.path("etc/passwd"))
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", tool, err)
@@ -233,4 +240,57 @@ func (h *Host) user(tool string, args []string) (string, error) {
 	}
 	lines[idx] = strings.Join(f, ":")
 	return "", writeFile(h.path("etc/passwd"), []byte(strings.Join(lines, "\n")+"\n"))
+}
+
+func (h *Host) hasGroup(name string) bool {
+	raw, err := os.ReadFile(h.path("etc/group"))
+	if err != nil {
+		return false
+	}
+	for _, l := range strings.Split(string(raw), "\n") {
+		if f, _, _ := strings.Cut(l, ":"); f == name {
+			return true
+		}
+	}
+	return false
+}
+
+// chpasswd emulates `chpasswd -e`: each stdin line is name:hash for an existing
+// user; the hash is kept in <root>/etc/shadow (name:hash:...).
+func (h *Host) chpasswd(args []string, stdin []byte) (string, error) {
+	if len(args) != 1 || args[0] != "-e" {
+		return "", fmt.Errorf("simulated chpasswd: unsupported arguments %q", strings.Join(args, " "))
+	}
+	shadow, _ := os.ReadFile(h.path("etc/shadow"))
+	lines := strings.Split(strings.TrimRight(string(shadow), "\n"), "\n")
+	for i, in := range strings.Split(strings.TrimRight(string(stdin), "\n"), "\n") {
+		name, hash, ok := strings.Cut(in, ":")
+		if _, exists := h.passwdUser(name); !ok || !exists {
+			return "", fmt.Errorf("chpasswd: line %d: user '%s' does not exist", i+1, name)
+		}
+		entry := name + ":" + hash + ":::::::"
+		replaced := false
+		for j, l := range lines {
+			if f, _, _ := strings.Cut(l, ":"); f == name {
+				lines[j], replaced = entry, true
+			}
+		}
+		if !replaced {
+			lines = append(lines, entry)
+		}
+	}
+	return "", writeFile(h.path("etc/shadow"), []byte(strings.TrimLeft(strings.Join(lines, "\n"), "\n")+"\n"))
+}
+
+func (h *Host) passwdUser(name string) (string, bool) {
+	raw, err := os.ReadFile(h.path("etc/passwd"))
+	if err != nil {
+		return "", false
+	}
+	for _, l := range strings.Split(string(raw), "\n") {
+		if f, _, _ := strings.Cut(l, ":"); f == name && name != "" {
+			return l, true
+		}
+	}
+	return "", false
 }
