@@ -12,6 +12,10 @@
 //     another control-plane node already reached the target) that change as the update
 //     progresses. Pin keeps the action of an already published plan whose desired
 //     content is otherwise unchanged, so the hash of an update never moves under its feet.
+//   - Plans are published sealed to the node's key (publish.go: AgentKey, Seal,
+//     Holds), so only that node can read its files and password hashes. The
+//     coordinator cannot open what it published: PinPublished pins against the
+//     clear pin in the sealed plan's header instead.
 //   - File contents are fully resolved (Secret sources read, encodings decoded,
 //     templates rendered): the agent never needs management-cluster access.
 //
