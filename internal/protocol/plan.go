@@ -208,6 +208,7 @@ func (p *NodePlan) Validate() error {
 			add("gates[%d].timeoutSeconds is negative", i)
 		}
 	}
+	errs = append(errs, p.validateHostValues()...)
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrInvalidPlan, errors.Join(errs...))
 	}

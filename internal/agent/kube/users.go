@@ -47,8 +47,8 @@ func DecodeUsers(raw json.RawMessage) ([]User, error) {
 		return nil, fmt.Errorf("decode users: %w", err)
 	}
 	for _, u := range users {
-		if u.Name == "" || strings.ContainsAny(u.Name, ":/ \n") {
-			return nil, fmt.Errorf("user name %q is not valid", u.Name)
+		if errs := protocol.ValidateUser(u.Name, u.HomeDir, u.Passwd, u.Sudo); len(errs) > 0 {
+			return nil, errors.Join(errs...)
 		}
 	}
 	return users, nil
