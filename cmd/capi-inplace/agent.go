@@ -22,6 +22,7 @@ import (
 	"github.com/capi-inplace/capi-inplace/internal/agent/gate"
 	"github.com/capi-inplace/capi-inplace/internal/agent/journal"
 	"github.com/capi-inplace/capi-inplace/internal/agent/kube"
+	"github.com/capi-inplace/capi-inplace/internal/agent/service"
 	"github.com/capi-inplace/capi-inplace/internal/agent/simhost"
 	"github.com/capi-inplace/capi-inplace/internal/backend"
 )
@@ -34,6 +35,7 @@ type agentOptions struct {
 	stateDir    string
 	simulate    bool
 	gateTimeout time.Duration
+	nodeConfig  string
 	healthAddr  string
 	verbosity   int
 }
@@ -63,6 +65,7 @@ systemctl, etcd and reboots are emulated there, and fault files under
 	f.StringVar(&o.stateDir, "state-dir", "", "Directory of the journal (default <host-root>/var/lib/capi-inplace).")
 	f.BoolVar(&o.simulate, "simulate", false, "Emulate the host inside --host-root (tests, demos, CAPI's in-memory clusters).")
 	f.DurationVar(&o.gateTimeout, "gate-timeout", 5*time.Minute, "How long each health gate may take to pass before the update is rolled back.")
+	f.StringVar(&o.nodeConfig, "node-config", agent.NodeConfigPath, "Host path (under --host-root) of the node configuration: the service manager (see docs/agent-node.md); a missing file means systemd.")
 	f.StringVar(&o.healthAddr, "health-addr", ":9441", "Address of the health probe (/healthz); \"0\" disables it.")
 	f.IntVarP(&o.verbosity, "v", "v", 0, "Log verbosity (0 or 1).")
 	return cmd
@@ -86,8 +89,13 @@ func runAgent(ctx context.Context, o agentOptions) error {
 	}
 	cfg.UserAgent = "capi-inplace-agent/" + o.nodeName
 
+	nodeCfg, err := agent.LoadNodeConfig(root, o.nodeConfig)
+	if err != nil {
+		return err
+	}
 	var (
 		runner   backend.Runner
+		services service.Manager
 		rebooter executor.Rebooter
 		faults   executor.Faults
 		gFaults  gate.Faults
@@ -103,7 +111,12 @@ func runAgent(ctx context.Context, o agentOptions) error {
 		runner, rebooter, faults, gFaults, binaries = sim.Runner(), sim, sim, sim, sim
 	} else {
 		runner = agent.HostRunner{Root: root, Exec: backend.ExecRunner{}}
-		rebooter = agent.Rebooter{Runner: runner}
+	}
+	if services, err = service.New(nodeCfg.ServiceManager, runner); err != nil {
+		return fmt.Errorf("node configuration %s: %w", o.nodeConfig, err)
+	}
+	if rebooter == nil {
+		rebooter = agent.Rebooter{Services: services}
 	}
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -123,7 +136,7 @@ func runAgent(ctx context.Context, o agentOptions) error {
 	}
 	backends := newBackends(backendEnv{hostRoot: root, runner: runner, simulate: o.simulate})
 	reporter := &agent.Reporter{Client: client, NodeName: o.nodeName, Log: log}
-	kubeHost := &kube.Host{Root: root, Runner: runner, Binaries: binaries}
+	kubeHost := &kube.Host{Root: root, Runner: runner, Binaries: binaries, Services: services}
 	x := &executor.Executor{
 		Journal: jr,
 		Kube:    kubeHost,
@@ -149,7 +162,7 @@ func runAgent(ctx context.Context, o agentOptions) error {
 		}()
 		defer srv.Close()
 	}
-	log.Info("Agent starting", "node", o.nodeName, "hostRoot", root, "stateDir", o.stateDir, "simulate", o.simulate, "backends", backendNames(backends))
+	log.Info("Agent starting", "node", o.nodeName, "hostRoot", root, "stateDir", o.stateDir, "simulate", o.simulate, "serviceManager", serviceManagerType(nodeCfg.ServiceManager), "backends", backendNames(backends))
 	return a.Run(ctx)
 }
 
@@ -192,4 +205,11 @@ func initSimulatedHost(ctx context.Context, sim *simhost.Host, client kubernetes
 		case <-time.After(2 * time.Second):
 		}
 	}
+}
+
+func serviceManagerType(c service.Config) string {
+	if c.Type == "" {
+		return service.TypeSystemd
+	}
+	return c.Type
 }

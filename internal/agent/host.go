@@ -13,12 +13,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/capi-inplace/capi-inplace/internal/agent/service"
 	"github.com/capi-inplace/capi-inplace/internal/backend"
 )
 
 // HostRunner runs commands on the host: directly when the host root is "/", and
 // chrooted into the host root otherwise (the DaemonSet mounts the host's / at
-// /host), so kubeadm, systemctl and etcdctl are the host's own. The chroot is a
+// /host), so kubeadm and the service manager's commands are the host's own. The chroot is a
 // process attribute, so the agent's image needs no chroot binary.
 type HostRunner struct {
 	Root string
@@ -52,15 +53,15 @@ func (r HostRunner) Run(ctx context.Context, c backend.Command) (backend.Result,
 	return res, nil
 }
 
-// Rebooter reboots the real host with systemd.
+// Rebooter reboots the real host through its service manager.
 type Rebooter struct {
-	Runner backend.Runner
+	Services service.Manager
 }
 
-// Reboot implements executor.Rebooter; it returns once systemd accepted the
-// request, and the executor then waits to be stopped by the shutdown.
+// Reboot implements executor.Rebooter; it returns once the service manager
+// accepted the request, and the executor then waits to be stopped by the shutdown.
 func (r Rebooter) Reboot(ctx context.Context) error {
-	if _, err := r.Runner.Run(ctx, backend.Command{Name: "systemctl", Args: []string{"reboot"}}); err != nil {
+	if err := r.Services.Reboot(ctx); err != nil {
 		return fmt.Errorf("reboot: %w", err)
 	}
 	return nil
