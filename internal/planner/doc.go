@@ -28,5 +28,6 @@
 // change) with the expected decisions and patches.
 //
 // Imports: standard library, apimachinery (unstructured), blang/semver,
-// gomodules.xyz/jsonpatch/v2, internal/policy, api/v1alpha1.
+// gomodules.xyz/jsonpatch/v2, internal/policy, internal/protocol (the host-value
+// rules the agent applies too), api/v1alpha1.
 package planner

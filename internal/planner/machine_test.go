@@ -82,8 +82,8 @@ func TestCanUpdateMachine(t *testing.T) {
 			},
 			want: map[string]want{
 				"spec.clusterConfiguration.etcd.local.imageTag": {true, "etcd"},
-				"spec.clusterConfiguration.apiServer.certSANs":  {true, "certificate"},
-				"spec.files": {true, "files"},
+				"spec.clusterConfiguration.apiServer.certSANs":  {false, "certificate regenerated"},
+				"spec.files": {false, "does not delete files"},
 			},
 		},
 		{

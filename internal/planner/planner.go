@@ -344,6 +344,9 @@ func (p *Planner) planBootstrap(s shape, cur, des *unstructured.Unstructured, ve
 		var d Decision
 		if supported {
 			d = kubeadmDecision(p.kubeadm, kind, rel, f, versionCovered, p.policy.AcceptBootstrapOnlyFields())
+			if gap := nodeApplyGap(rel, bp.curSpec, bp.desSpec); d.Covered && gap != "" {
+				d.Covered, d.Reason = false, fmt.Sprintf("%s field %s: %s", kind, f, gap)
+			}
 		} else {
 			d = Decision{Object: kind, Field: f.String(), Reason: fmt.Sprintf(
 				"%s field %s: bootstrap kind %s %s is not supported, only %s %s", kind, f, des.GetAPIVersion(), kind, kubeadmConfigGroupV1, s.bootstrapKind)}
@@ -352,6 +355,9 @@ func (p *Planner) planBootstrap(s shape, cur, des *unstructured.Unstructured, ve
 			bp.covered = append(bp.covered, f)
 		}
 		res.Decisions = append(res.Decisions, d)
+	}
+	if supported && len(bp.covered) > 0 {
+		res.Decisions = append(res.Decisions, unsafeUnchanged(kind, bp.base, bp.desSpec, diffs)...)
 	}
 	return bp, nil
 }

@@ -192,7 +192,7 @@ func TestCanUpdateMachineSet(t *testing.T) {
 				"spec.template.spec.initConfiguration.nodeRegistration.kubeletExtraArgs": {true, "kubelet"},
 				"spec.template.spec.clusterConfiguration.apiServer.extraArgs":            {true, "static pod"},
 				"spec.template.spec.clusterConfiguration.apiServer.extraVolumes":         {true, "static pod"},
-				"spec.template.spec.clusterConfiguration.apiServer.certSANs":             {true, "certificate"},
+				"spec.template.spec.clusterConfiguration.apiServer.certSANs":             {false, "--certificate-renewal=false"},
 				"spec.template.spec.clusterConfiguration.controllerManager.extraArgs":    {true, "static pod"},
 				"spec.template.spec.clusterConfiguration.controllerManager.extraVolumes": {true, "static pod"},
 				"spec.template.spec.clusterConfiguration.scheduler.extraArgs":            {true, "static pod"},
@@ -207,8 +207,8 @@ func TestCanUpdateMachineSet(t *testing.T) {
 				des.kct.Spec.Template.Spec.NTP = bootstrapv1.NTP{}
 			},
 			want: map[string]want{
-				"spec.template.spec.ntp.servers": {true, "NTP"},
-				"spec.template.spec.ntp.enabled": {true, "NTP"},
+				"spec.template.spec.ntp.servers": {false, "does not turn the host's NTP client off"},
+				"spec.template.spec.ntp.enabled": {false, "does not turn the host's NTP client off"},
 			},
 		},
 		{
@@ -342,6 +342,112 @@ func TestCanUpdateMachineSet(t *testing.T) {
 				"spec.template.spec.version":                    {false, "skips a minor"},
 				"spec.template.spec.files":                      {true, "files"},
 				"spec.template.spec.backend.docker.customImage": {false, "not mapped"},
+			},
+		},
+		// What the planner covers is what the node gets (issue 12 section 8), and
+		// values the agent refuses are not covered (section 7).
+		{
+			name: "kubelet arg removed",
+			mutate: func(_, des *msObjects) {
+				des.kct.Spec.Template.Spec.JoinConfiguration.NodeRegistration.KubeletExtraArgs = nil
+			},
+			want: map[string]want{"spec.template.spec.joinConfiguration.nodeRegistration.kubeletExtraArgs": {false, "kubelet args eviction-hard are removed"}},
+		},
+		{
+			name: "kubelet arg value changed",
+			mutate: func(_, des *msObjects) {
+				des.kct.Spec.Template.Spec.JoinConfiguration.NodeRegistration.KubeletExtraArgs[0].Value = ptr.To("memory.available<1Gi")
+			},
+			want: map[string]want{"spec.template.spec.joinConfiguration.nodeRegistration.kubeletExtraArgs": {true, "kubelet"}},
+		},
+		{
+			name: "kubelet arg injecting a line into kubeadm-flags.env",
+			mutate: func(_, des *msObjects) {
+				des.kct.Spec.Template.Spec.JoinConfiguration.NodeRegistration.KubeletExtraArgs[0].Value = ptr.To("x\"\nEVIL=\"1")
+			},
+			want: map[string]want{"spec.template.spec.joinConfiguration.nodeRegistration.kubeletExtraArgs": {false, "kubeadm-flags.env"}},
+		},
+		{
+			name: "kubelet arg with a space",
+			mutate: func(_, des *msObjects) {
+				des.kct.Spec.Template.Spec.JoinConfiguration.NodeRegistration.KubeletExtraArgs[0].Value = ptr.To("a --anonymous-auth=true")
+			},
+			want: map[string]want{"spec.template.spec.joinConfiguration.nodeRegistration.kubeletExtraArgs": {false, "white space"}},
+		},
+		{
+			name:   "file removed",
+			mutate: func(_, des *msObjects) { des.kct.Spec.Template.Spec.Files = des.kct.Spec.Template.Spec.Files[:1] },
+			want:   map[string]want{"spec.template.spec.files": {false, "files /etc/kubernetes/audit-policy.yaml are removed"}},
+		},
+		{
+			name: "file added",
+			mutate: func(_, des *msObjects) {
+				des.kct.Spec.Template.Spec.Files = append(des.kct.Spec.Template.Spec.Files, bootstrapv1.File{Path: "/etc/new.conf", Content: "x"})
+			},
+			want: map[string]want{"spec.template.spec.files": {true, "files"}},
+		},
+		{
+			name: "append file added",
+			mutate: func(_, des *msObjects) {
+				des.kct.Spec.Template.Spec.Files = append(des.kct.Spec.Template.Spec.Files, bootstrapv1.File{Path: "/etc/hosts", Content: "10.0.0.1 a\n", Append: ptr.To(true)})
+			},
+			want: map[string]want{"spec.template.spec.files": {false, "file /etc/hosts has append: true"}},
+		},
+		{
+			name: "unchanged append file beside a changed file",
+			mutate: func(cur, des *msObjects) {
+				for _, o := range []*msObjects{cur, des} {
+					o.kct.Spec.Template.Spec.Files = append(o.kct.Spec.Template.Spec.Files, bootstrapv1.File{Path: "/etc/hosts", Content: "10.0.0.1 a\n", Append: ptr.To(true)})
+				}
+				des.kct.Spec.Template.Spec.Files[0].Content = "new motd\n"
+			},
+			want: map[string]want{"spec.template.spec.files": {true, "files"}},
+		},
+		{
+			name:   "setuid file",
+			mutate: func(_, des *msObjects) { des.kct.Spec.Template.Spec.Files[0].Permissions = "4755" },
+			want:   map[string]want{"spec.template.spec.files": {false, "setuid"}},
+		},
+		{
+			name:   "user removed",
+			mutate: func(_, des *msObjects) { des.kct.Spec.Template.Spec.Users = nil },
+			want:   map[string]want{"spec.template.spec.users": {false, "users ops are removed"}},
+		},
+		{
+			name: "sudo user with a dot in the name",
+			mutate: func(_, des *msObjects) {
+				des.kct.Spec.Template.Spec.Users = append(des.kct.Spec.Template.Spec.Users, bootstrapv1.User{Name: "jane.doe", Sudo: "ALL=(ALL) ALL"})
+			},
+			want: map[string]want{"spec.template.spec.users": {false, "sudo ignores files in /etc/sudoers.d"}},
+		},
+		{
+			name: "sudo rule with a line break",
+			mutate: func(_, des *msObjects) {
+				des.kct.Spec.Template.Spec.Users[0].Sudo = "ALL=(ALL) ALL\nALL ALL=(ALL) NOPASSWD:ALL"
+			},
+			want: map[string]want{"spec.template.spec.users": {false, "line break"}},
+		},
+		{
+			name:   "NTP disabled",
+			mutate: func(_, des *msObjects) { des.kct.Spec.Template.Spec.NTP.Enabled = ptr.To(false) },
+			want:   map[string]want{"spec.template.spec.ntp.enabled": {false, "does not turn the host's NTP client off"}},
+		},
+		{
+			name:   "NTP server injecting a line",
+			mutate: func(_, des *msObjects) { des.kct.Spec.Template.Spec.NTP.Servers = []string{"a.example.com\nallow all"} },
+			want:   map[string]want{"spec.template.spec.ntp.servers": {false, "not a host name"}},
+		},
+		{
+			name: "an unchanged unsafe kubelet arg makes the node refuse any plan",
+			mutate: func(cur, des *msObjects) {
+				for _, o := range []*msObjects{cur, des} {
+					o.kct.Spec.Template.Spec.JoinConfiguration.NodeRegistration.KubeletExtraArgs[0].Value = ptr.To("a b")
+				}
+				des.kct.Spec.Template.Spec.Files[0].Content = "new motd\n"
+			},
+			want: map[string]want{
+				"spec.template.spec.files": {true, "files"},
+				"spec.template.spec.joinConfiguration.nodeRegistration.kubeletExtraArgs": {false, "does not change, but the node plan carries it"},
 			},
 		},
 		{
