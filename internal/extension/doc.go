@@ -16,6 +16,7 @@
 // completed UpdateMachine.
 //
 // Imports: cluster-api hook and catalog types, the runtime server
-// (sigs.k8s.io/cluster-api/exp/runtime/server), controller-runtime logging,
+// (sigs.k8s.io/cluster-api/exp/runtime/server), controller-runtime logging and
+// webhook server, golang.org/x/sync/semaphore (the in-flight request budget),
 // prometheus, internal/planner, internal/policy.
 package extension

@@ -33,11 +33,18 @@ type ServerOptions struct {
 	CertDir string
 	// TLSOpts adjust the TLS configuration (e.g. minimum version).
 	TLSOpts []func(*tls.Config)
+	// MaxRequestBodyBytes bounds one request body (413 above it);
+	// 0 means DefaultMaxRequestBodyBytes.
+	MaxRequestBodyBytes int64
+	// MaxInFlightBodyBytes bounds the bodies handled at once, weighted by size (later
+	// requests wait); 0 means DefaultMaxInFlightBodyBytes.
+	MaxInFlightBodyBytes int64
 }
 
 // NewServer returns the runtime hook server (a controller-runtime Runnable that
 // needs no leader election) with the three handlers registered; discovery is added
-// when it starts.
+// when it starts. Every handler served on it, including ones registered later with
+// Register, is bounded by the request limits (see DefaultMaxRequestBodyBytes).
 func NewServer(h *Handlers, opts ServerOptions) (*server.Server, error) {
 	if h == nil {
 		return nil, errors.New("hook server needs handlers")
@@ -56,6 +63,13 @@ func NewServer(h *Handlers, opts ServerOptions) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create hook server: %w", err)
 	}
+	// Every handler registered on the server (the hooks when it starts, the hold
+	// webhook through Register) goes through the request limits.
+	limits, err := newRequestLimits(srv.Server, opts.MaxRequestBodyBytes, opts.MaxInFlightBodyBytes)
+	if err != nil {
+		return nil, fmt.Errorf("create hook server: %w", err)
+	}
+	srv.Server = limits
 	fail := ptr.To(runtimehooksv1.FailurePolicyFail)
 	for _, eh := range []server.ExtensionHandler{
 		{Hook: runtimehooksv1.CanUpdateMachine, Name: HandlerCanUpdateMachine, HandlerFunc: h.DoCanUpdateMachine, FailurePolicy: fail},
