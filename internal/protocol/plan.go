@@ -92,6 +92,10 @@ type KubernetesPlan struct {
 	Action KubeadmAction `json:"action"`
 	// EtcdSnapshot asks for an etcd snapshot before the node is touched.
 	EtcdSnapshot bool `json:"etcdSnapshot,omitempty"`
+	// Binaries are kubeadm and kubelet of Version to download and verify, from the
+	// policy; nil when the policy lists none for Version: the node's OS image or
+	// package source must bring them.
+	Binaries *KubernetesBinaries `json:"binaries,omitempty"`
 }
 
 // File is a file to write on the node.
@@ -130,7 +134,6 @@ type Gate struct {
 
 var (
 	versionRE = regexp.MustCompile(`^v\d+\.\d+\.\d+([-+][0-9A-Za-z.+-]+)?$`)
-	digestRE  = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 	// nodeNameRE is a DNS-1123 subdomain.
 	nodeNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 	modeRE     = regexp.MustCompile(`^0?[0-7]{3,4}$`)
@@ -170,6 +173,11 @@ func (p *NodePlan) Validate() error {
 		}
 	default:
 		add("kubernetes.action %q is not one of none, upgrade-apply, upgrade-node", p.Kubernetes.Action)
+	}
+	if b := p.Kubernetes.Binaries; b != nil {
+		if err := b.Validate(); err != nil {
+			add("kubernetes.binaries: %w", err)
+		}
 	}
 	seen := map[string]bool{}
 	for i, f := range p.Files {

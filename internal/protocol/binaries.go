@@ -1,0 +1,104 @@
+package protocol
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// KubernetesBinaries are the kubeadm and kubelet a node downloads for the plan's
+// Kubernetes version, for the node's platform only. The plan carries where to get
+// them and what they must hash to, never their content: the agent downloads each
+// one and refuses it unless its SHA-256 matches.
+type KubernetesBinaries struct {
+	// Platform is the node's "<os>/<architecture>" (Node.status.nodeInfo), e.g.
+	// "linux/amd64": an agent on another platform refuses the binaries.
+	Platform string         `json:"platform"`
+	Kubeadm  BinaryArtifact `json:"kubeadm"`
+	Kubelet  BinaryArtifact `json:"kubelet"`
+}
+
+// BinaryArtifact is one executable to download.
+type BinaryArtifact struct {
+	// URL is an http or https URL. Plain http is enough for integrity: the digest
+	// verifies the content whatever the transport.
+	URL string `json:"url"`
+	// Digest is "sha256:<64 lowercase hex>" of the file's content.
+	Digest string `json:"digest"`
+}
+
+// Platforms are the node platforms Kubernetes publishes kubeadm and kubelet for.
+var Platforms = []string{"linux/amd64", "linux/arm64", "linux/arm", "linux/ppc64le", "linux/s390x"}
+
+// digestRE is the one rule for an artifact digest, shared by the policy, the plan
+// and the agent.
+var digestRE = regexp.MustCompile(`^sha256:([0-9a-f]{64})$`)
+
+// ErrInvalidDigest is wrapped by DigestHex's errors.
+var ErrInvalidDigest = errors.New("digest is not sha256:<64 lowercase hex>")
+
+// DigestHex returns the hex part of a "sha256:<64 lowercase hex>" digest, or an
+// error wrapping ErrInvalidDigest.
+func DigestHex(digest string) (string, error) {
+	m := digestRE.FindStringSubmatch(digest)
+	if m == nil {
+		return "", fmt.Errorf("%q: %w", digest, ErrInvalidDigest)
+	}
+	return m[1], nil
+}
+
+// ValidDigest reports whether digest is "sha256:<64 lowercase hex>".
+func ValidDigest(digest string) bool { return digestRE.MatchString(digest) }
+
+// ValidVersion reports whether v is a Kubernetes version as plans carry it
+// ("v1.36.0", optionally with a pre-release or build suffix).
+func ValidVersion(v string) bool { return versionRE.MatchString(v) }
+
+// ValidateDownloadURL checks that raw is an absolute http or https URL with a host
+// and no user information (a password in a URL would travel in plans and logs).
+func ValidateDownloadURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("%q is not a URL: %w", raw, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("%q is not an http or https URL", raw)
+	}
+	if u.Host == "" {
+		return fmt.Errorf("%q has no host", raw)
+	}
+	if u.User != nil {
+		return fmt.Errorf("URL of host %s carries user information: serve the artifact without credentials", u.Host)
+	}
+	return nil
+}
+
+// Validate checks one artifact.
+func (a BinaryArtifact) Validate() error {
+	var errs []error
+	if err := ValidateDownloadURL(a.URL); err != nil {
+		errs = append(errs, fmt.Errorf("url: %w", err))
+	}
+	if !ValidDigest(a.Digest) {
+		errs = append(errs, fmt.Errorf("digest %q is not sha256:<64 lowercase hex>", a.Digest))
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks the platform and both artifacts.
+func (b *KubernetesBinaries) Validate() error {
+	var errs []error
+	if !slices.Contains(Platforms, b.Platform) {
+		errs = append(errs, fmt.Errorf("platform %q is not one of %s", b.Platform, strings.Join(Platforms, ", ")))
+	}
+	if err := b.Kubeadm.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("kubeadm: %w", err))
+	}
+	if err := b.Kubelet.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("kubelet: %w", err))
+	}
+	return errors.Join(errs...)
+}

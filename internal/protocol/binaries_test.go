@@ -1,0 +1,92 @@
+package protocol
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+)
+
+var testDigest = "sha256:" + strings.Repeat("0f", 32)
+
+func planWithBinaries() *NodePlan {
+	p := validPlan()
+	p.Kubernetes.Binaries = &KubernetesBinaries{
+		Platform: "linux/amd64",
+		Kubeadm:  BinaryArtifact{URL: "http://10.250.0.1:8080/v1.36.0/kubeadm", Digest: testDigest},
+		Kubelet:  BinaryArtifact{URL: "https://mirror.example/v1.36.0/kubelet", Digest: testDigest},
+	}
+	return p
+}
+
+func TestValidateBinaries(t *testing.T) {
+	tests := []struct {
+		name    string
+		mutate  func(b *KubernetesBinaries)
+		wantErr string
+	}{
+		{name: "valid", mutate: func(*KubernetesBinaries) {}},
+		{name: "arm64", mutate: func(b *KubernetesBinaries) { b.Platform = "linux/arm64" }},
+		{name: "architecture without os", mutate: func(b *KubernetesBinaries) { b.Platform = "amd64" }, wantErr: `kubernetes.binaries: platform "amd64" is not one of`},
+		{name: "unknown platform", mutate: func(b *KubernetesBinaries) { b.Platform = "windows/amd64" }, wantErr: "platform"},
+		{name: "ftp url", mutate: func(b *KubernetesBinaries) { b.Kubeadm.URL = "ftp://host/kubeadm" }, wantErr: "kubeadm: url: \"ftp://host/kubeadm\" is not an http or https URL"},
+		{name: "relative url", mutate: func(b *KubernetesBinaries) { b.Kubelet.URL = "/v1.36.0/kubelet" }, wantErr: "kubelet: url:"},
+		{name: "url without host", mutate: func(b *KubernetesBinaries) { b.Kubelet.URL = "http:///kubelet" }, wantErr: "has no host"},
+		{name: "url with a password", mutate: func(b *KubernetesBinaries) { b.Kubelet.URL = "https://u:secret@mirror/kubelet" }, wantErr: "carries user information"},
+		{name: "empty url", mutate: func(b *KubernetesBinaries) { b.Kubelet.URL = "" }, wantErr: "kubelet: url:"},
+		{name: "bare hex digest", mutate: func(b *KubernetesBinaries) { b.Kubeadm.Digest = strings.Repeat("0f", 32) }, wantErr: "kubeadm: digest"},
+		{name: "uppercase digest", mutate: func(b *KubernetesBinaries) { b.Kubeadm.Digest = strings.ToUpper(testDigest) }, wantErr: "kubeadm: digest"},
+		{name: "short digest", mutate: func(b *KubernetesBinaries) { b.Kubelet.Digest = "sha256:abc" }, wantErr: "kubelet: digest"},
+		{name: "missing digest", mutate: func(b *KubernetesBinaries) { b.Kubelet.Digest = "" }, wantErr: "kubelet: digest"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			p := planWithBinaries()
+			tt.mutate(p.Kubernetes.Binaries)
+			err := p.Validate()
+			if tt.wantErr == "" {
+				g.Expect(err).NotTo(HaveOccurred())
+				return
+			}
+			g.Expect(err).To(MatchError(ErrInvalidPlan))
+			g.Expect(err.Error()).To(ContainSubstring(tt.wantErr))
+		})
+	}
+}
+
+func TestBinariesRoundTrip(t *testing.T) {
+	g := NewWithT(t)
+	p := planWithBinaries()
+	data, err := EncodePlan(p)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(data)).To(ContainSubstring(`"binaries":{"platform":"linux/amd64","kubeadm":{"url":"http://10.250.0.1:8080/v1.36.0/kubeadm","digest":"` + testDigest + `"}`))
+	got, err := DecodePlan(data)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got).To(Equal(p))
+
+	// An unknown field inside binaries (say, inline content from a newer
+	// coordinator) is refused, never half-applied.
+	bad := strings.Replace(string(data), `"platform":`, `"content":"AAAA","platform":`, 1)
+	_, err = DecodePlan([]byte(bad))
+	g.Expect(err).To(MatchError(ErrInvalidPlan))
+	g.Expect(err.Error()).To(ContainSubstring(`unknown field "content"`))
+
+	// A plan without binaries encodes without the key: existing plans keep their hash.
+	p.Kubernetes.Binaries = nil
+	data, err = EncodePlan(p)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(data)).NotTo(ContainSubstring("binaries"))
+}
+
+func TestDigestHex(t *testing.T) {
+	g := NewWithT(t)
+	h, err := DigestHex(testDigest)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(h).To(Equal(strings.Repeat("0f", 32)))
+	for _, bad := range []string{"", "sha256:", "sha512:" + strings.Repeat("0f", 32), testDigest + "0", " " + testDigest} {
+		_, err := DigestHex(bad)
+		g.Expect(errors.Is(err, ErrInvalidDigest)).To(BeTrue(), bad)
+	}
+}
