@@ -1,0 +1,69 @@
+package protocol
+
+import (
+	"errors"
+	"testing"
+)
+
+// FuzzDecodePlan: the agent decodes whatever the plan Secret holds. Any bytes are
+// refused with ErrInvalidPlan or give a plan that validates, re-encodes, decodes to
+// the same hash; nothing panics. Seeds: testdata/fuzz/FuzzDecodePlan.
+func FuzzDecodePlan(f *testing.F) {
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := DecodePlan(data)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidPlan) {
+				t.Fatalf("decode error is not ErrInvalidPlan: %v", err)
+			}
+			return
+		}
+		if err := p.Validate(); err != nil {
+			t.Fatalf("decoded plan does not validate: %v", err)
+		}
+		hash, err := p.Hash()
+		if err != nil {
+			t.Fatalf("hash of a decoded plan: %v", err)
+		}
+		enc, err := EncodePlan(p)
+		if err != nil {
+			t.Fatalf("re-encode a decoded plan: %v", err)
+		}
+		again, err := DecodePlan(enc)
+		if err != nil {
+			t.Fatalf("decode a re-encoded plan: %v\n%s", err, enc)
+		}
+		if h, err := again.Hash(); err != nil || h != hash {
+			t.Fatalf("hash changed over a round trip: %s != %s (%v)", h, hash, err)
+		}
+	})
+}
+
+// FuzzDecodeStatus: the coordinator decodes whatever a Node's status annotation
+// holds (the agent writes it, and so can anyone who can write the Node). Any string
+// is refused with ErrInvalidStatus or gives a status that round-trips.
+func FuzzDecodeStatus(f *testing.F) {
+	f.Fuzz(func(t *testing.T, value string) {
+		s, err := DecodeStatus(value)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidStatus) {
+				t.Fatalf("decode error is not ErrInvalidStatus: %v", err)
+			}
+			return
+		}
+		if !s.Phase.Known() || s.PlanHash == "" || s.Step < 0 || s.Step > s.Steps {
+			t.Fatalf("accepted an invalid status: %+v", s)
+		}
+		enc, err := EncodeStatus(s)
+		if err != nil {
+			t.Fatalf("re-encode a decoded status: %v", err)
+		}
+		again, err := DecodeStatus(enc)
+		if err != nil {
+			t.Fatalf("decode a re-encoded status: %v\n%s", err, enc)
+		}
+		enc2, err := EncodeStatus(again)
+		if err != nil || enc2 != enc {
+			t.Fatalf("status changed over a round trip:\n%s\n%s (%v)", enc, enc2, err)
+		}
+	})
+}
