@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -34,6 +33,10 @@ type Config struct {
 
 	// Artifacts maps infrastructure image values to node-side OS artifacts.
 	Artifacts []ArtifactConfig `json:"artifacts,omitempty"`
+
+	// KubernetesBinaries maps Kubernetes versions to the kubeadm and kubelet each
+	// node platform downloads (see KubernetesBinariesConfig).
+	KubernetesBinaries KubernetesBinariesConfig `json:"kubernetesBinaries,omitempty"`
 }
 
 // DrainConfig configures draining.
@@ -122,12 +125,11 @@ type Policy struct {
 	clusterBackends     map[string]string
 	kinds               map[string]InfraKind // key: group + "/" + kind
 	artifacts           map[string][]Artifact
+	binaries            map[string]map[string]protocol.KubernetesBinaries // version -> platform
 }
 
 // Backends are the OS backend names the agent knows (see protocol.OSImage).
 var knownBackends = []string{"ostree", "bootc", "rauc", "swupdate", "mender", "packages", "script", "none", "simulated"}
-
-var digestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
 // ErrInvalid is wrapped by every validation error of a policy.
 var ErrInvalid = errors.New("invalid policy")
@@ -228,7 +230,7 @@ func New(cfg Config) (*Policy, error) {
 		if a.Ref == "" {
 			add("artifacts[%d].ref is empty", i)
 		}
-		if a.Digest != "" && !digestRE.MatchString(a.Digest) {
+		if a.Digest != "" && !protocol.ValidDigest(a.Digest) {
 			add("artifacts[%d].digest %q is not sha256:<64 lowercase hex>", i, a.Digest)
 		}
 		if a.Backend != "" && !slices.Contains(knownBackends, a.Backend) {
@@ -244,6 +246,10 @@ func New(cfg Config) (*Policy, error) {
 		}
 		p.artifacts[key] = append(p.artifacts[key], Artifact{Kind: a.Kind, Backend: a.Backend, Ref: a.Ref, Digest: a.Digest})
 	}
+
+	binaries, binErrs := compileBinaries(cfg.KubernetesBinaries)
+	p.binaries = binaries
+	errs = append(errs, binErrs...)
 
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))

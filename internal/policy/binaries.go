@@ -1,0 +1,94 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
+)
+
+// KubernetesBinariesConfig maps a Kubernetes version ("v1.36.3") to the kubeadm and
+// kubelet of each node platform ("linux/amd64", "linux/arm64", ...):
+//
+//	kubernetesBinaries:
+//	  v1.36.3:
+//	    linux/amd64:
+//	      kubeadm: {url: https://dl.k8s.io/v1.36.3/bin/linux/amd64/kubeadm, digest: "sha256:..."}
+//	      kubelet: {url: https://dl.k8s.io/v1.36.3/bin/linux/amd64/kubelet, digest: "sha256:..."}
+//
+// A version without an entry is planned as before: the node's OS image (or package
+// source) must bring its binaries.
+type KubernetesBinariesConfig map[string]map[string]BinariesConfig
+
+// BinariesConfig is the kubeadm and kubelet of one version and platform.
+type BinariesConfig struct {
+	Kubeadm BinaryConfig `json:"kubeadm"`
+	Kubelet BinaryConfig `json:"kubelet"`
+}
+
+// BinaryConfig is one executable: where to download it and its digest.
+type BinaryConfig struct {
+	// URL is an http or https URL; http is enough, the digest verifies the content.
+	URL string `json:"url"`
+	// Digest is "sha256:<64 lowercase hex>" of the file (the hex is what
+	// `sha256sum` prints and what dl.k8s.io serves as <binary>.sha256).
+	Digest string `json:"digest"`
+}
+
+// ErrNoBinariesForPlatform is returned by KubernetesBinaries when the policy lists
+// binaries for the version but not for the node's platform: the node cannot get
+// the version the way the operator declared it, so nothing is planned.
+var ErrNoBinariesForPlatform = errors.New("policy lists Kubernetes binaries for the version, but not for the node's platform")
+
+// compileBinaries validates the table and converts it to plan artifacts.
+func compileBinaries(cfg KubernetesBinariesConfig) (map[string]map[string]protocol.KubernetesBinaries, []error) {
+	var errs []error
+	out := map[string]map[string]protocol.KubernetesBinaries{}
+	for _, version := range sortedKeys(cfg) {
+		platforms := cfg[version]
+		if !protocol.ValidVersion(version) {
+			errs = append(errs, fmt.Errorf("kubernetesBinaries[%q]: not a Kubernetes version like v1.36.3", version))
+			continue
+		}
+		if len(platforms) == 0 {
+			errs = append(errs, fmt.Errorf("kubernetesBinaries[%q]: lists no platform", version))
+			continue
+		}
+		out[version] = map[string]protocol.KubernetesBinaries{}
+		for _, platform := range sortedKeys(platforms) {
+			b := platforms[platform]
+			entry := protocol.KubernetesBinaries{
+				Platform: platform,
+				Kubeadm:  protocol.BinaryArtifact{URL: b.Kubeadm.URL, Digest: b.Kubeadm.Digest},
+				Kubelet:  protocol.BinaryArtifact{URL: b.Kubelet.URL, Digest: b.Kubelet.Digest},
+			}
+			if err := entry.Validate(); err != nil {
+				errs = append(errs, fmt.Errorf("kubernetesBinaries[%q][%q]: %w", version, platform, err))
+				continue
+			}
+			out[version][platform] = entry
+		}
+	}
+	return out, errs
+}
+
+// KubernetesBinaries returns the kubeadm and kubelet the policy lists for a version
+// on a node platform ("linux/amd64"). It returns nil and no error when the policy
+// lists none for the version, and ErrNoBinariesForPlatform when it lists the
+// version for other platforms only.
+func (p *Policy) KubernetesBinaries(version, platform string) (*protocol.KubernetesBinaries, error) {
+	platforms, ok := p.binaries[version]
+	if !ok {
+		return nil, nil
+	}
+	b, ok := platforms[platform]
+	if !ok {
+		return nil, fmt.Errorf("%w: version %s has %s, node platform is %q", ErrNoBinariesForPlatform, version, strings.Join(sortedKeys(platforms), ", "), platform)
+	}
+	return &b, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
