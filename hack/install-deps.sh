@@ -18,6 +18,18 @@ need fw_setenv libubootenv-tool   # U-Boot environment in a file (swupdate A/B s
 need mender mender-client         # backend/mender (client 3.x)
 need mender-artifact mender-artifact
 need losetup mount                # loop devices as Mender A/B partitions
+# The real-node lane (hack/realnode, make e2e-node): a container runtime and what
+# kubeadm's preflight checks and the kubelet need on a node.
+need containerd containerd
+need runc runc
+[[ -x /usr/lib/cni/bridge ]] || packages+=(containernetworking-plugins)
+need iptables iptables
+need conntrack conntrack
+need socat socat
+need ethtool ethtool
+need ebtables ebtables
+need ip iproute2
+need nsenter util-linux
 
 if [[ ${#packages[@]} -eq 0 ]]; then
 	exit 0

@@ -1,0 +1,437 @@
+//go:build e2enode
+
+package e2enode
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/bench"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
+)
+
+var (
+	lane    *Lane
+	figures = &Figures{}
+	from    string // e.g. v1.35.4
+	to      string // e.g. v1.36.3
+)
+
+// The lane's addresses (hack/realnode/node.sh: the host is 10.250.0.1).
+var (
+	hostIP   = "10.250.0.1"
+	baseNode = Node{Name: "rn-base", IP: "10.250.0.20", PodCIDR: "10.244.9.0/24"}
+	cpNode   = Node{Name: "rn-cp", IP: "10.250.0.10", PodCIDR: "10.244.0.0/24"}
+	wNode    = Node{Name: "rn-w1", IP: "10.250.0.11", PodCIDR: "10.244.1.0/24"}
+)
+
+// Preflight checks kubeadm fails on this machine for reasons of the machine: cgroup
+// v1 (SystemVerification), and the CoreDNS upgrade checks of a cluster without CoreDNS.
+var upgradePreflightIgnores = []string{"SystemVerification", "CoreDNSUnsupportedPlugins", "CoreDNSMigration"}
+
+func TestMain(m *testing.M) {
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "e2enode: needs root (namespaces, mounts, cgroups): run `make e2e-node` as root")
+		os.Exit(1)
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		panic(err)
+	}
+	lane = &Lane{
+		Root:  root,
+		Cache: envOr("REALNODE_CACHE", filepath.Join(root, "_cache", "realnode")),
+		State: envOr("REALNODE_STATE", filepath.Join(root, "_artifacts", "realnode")),
+	}
+	versions, err := os.ReadFile(filepath.Join(root, "hack", "realnode", "versions.sh"))
+	if err != nil {
+		panic(err)
+	}
+	for _, l := range strings.Split(string(versions), "\n") {
+		if v, ok := strings.CutPrefix(l, "FROM_VERSION="); ok {
+			from = v
+		}
+		if v, ok := strings.CutPrefix(l, "TO_VERSION="); ok {
+			to = v
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	if _, err := lane.Run(ctx, "switch-up"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	cancel()
+	code := m.Run()
+	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+	_, _ = lane.Run(ctx, "switch-down")
+	cancel()
+	if err := figures.Write(filepath.Join(lane.State, "figures.md")); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	os.Exit(code)
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func bin(name string) string { return filepath.Join(lane.Root, "bin", name) }
+
+func k8sBin(version, name string) string { return filepath.Join(lane.Cache, "k8s", version, name) }
+
+// TestBareKubeadmUpgrade is the baseline: the documented kubeadm procedure by hand on a
+// single control-plane node (kubeadm binary, upgrade apply, kubelet binary, restart),
+// timed to the same end point as the agent's update below.
+func TestBareKubeadmUpgrade(t *testing.T) {
+	if os.Getenv("E2ENODE_SKIP_BASELINE") != "" {
+		t.Skip("E2ENODE_SKIP_BASELINE set")
+	}
+	g := NewWithT(t)
+	ctx := context.Background()
+	c, err := lane.CreateCluster(ctx, t, from, baseNode)
+	defer lane.Destroy(c)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	start := time.Now()
+	lane.MustExec(t, baseNode, "install", "-m", "0755", k8sBin(to, "kubeadm"), "/usr/bin/kubeadm")
+	applyStart := time.Now()
+	lane.MustExec(t, baseNode, "kubeadm", "upgrade", "apply", to, "--yes", "--ignore-preflight-errors="+strings.Join(upgradePreflightIgnores, ","))
+	apply := time.Since(applyStart)
+	lane.MustExec(t, baseNode, "install", "-m", "0755", k8sBin(to, "kubelet"), "/usr/bin/kubelet")
+	swap := time.Now()
+	lane.MustExec(t, baseNode, "systemctl", "daemon-reload")
+	lane.MustExec(t, baseNode, "systemctl", "restart", "kubelet")
+	g.Expect(WaitNode(ctx, c.Client, baseNode.Name, to, 5*time.Minute)).To(Succeed())
+	g.Expect(WaitStaticPods(ctx, c.Client, baseNode.Name, to, 5*time.Minute)).To(Succeed())
+	total := time.Since(start)
+	figures.Add("baseline (bare kubeadm): kubeadm upgrade apply "+from+" -> "+to, apply)
+	figures.Add("baseline (bare kubeadm): kubelet swap -> node Ready at "+to+" with static pods ready", time.Since(swap))
+	figures.Add("baseline (bare kubeadm): whole procedure (control-plane node)", total)
+	t.Logf("bare kubeadm procedure: %s (upgrade apply %s)", total, apply)
+	baselineTotal = total
+}
+
+var baselineTotal time.Duration
+
+// TestAgentUpgradesRealNodes upgrades a real control-plane node and a real worker in
+// place through the extension's UpdateMachine hook, then changes their configuration.
+func TestAgentUpgradesRealNodes(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	work := t.TempDir()
+
+	wc, err := lane.CreateCluster(ctx, t, from, cpNode, wNode)
+	defer lane.Destroy(wc)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	image := os.Getenv("E2ENODE_AGENT_IMAGE")
+	imageTar := os.Getenv("E2ENODE_AGENT_IMAGE_TAR")
+	g.Expect(image).NotTo(BeEmpty(), "E2ENODE_AGENT_IMAGE (make e2e-node sets it)")
+	for _, n := range []Node{cpNode, wNode} {
+		lane.MustExec(t, n, "ctr", "-n", "k8s.io", "images", "import", imageTar)
+	}
+
+	env, err := bench.StartEnv(filepath.Join(lane.Root, "bin"), work)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer env.Stop()
+	mc, err := client.New(env.Config, client.Options{Scheme: env.Scheme})
+	g.Expect(err).NotTo(HaveOccurred())
+	mgmt := &Mgmt{Env: env, Client: mc}
+	g.Expect(mgmt.SeedCluster(ctx, wc, from)).To(Succeed())
+
+	artifacts, err := ServeArtifacts(hostIP+":0", filepath.Join(lane.Cache, "k8s"))
+	g.Expect(err).NotTo(HaveOccurred())
+	defer artifacts.Close()
+	policyFile := filepath.Join(work, "policy.yaml")
+	g.Expect(writePolicy(policyFile, artifacts.URL)).To(Succeed())
+
+	logDir := filepath.Join(lane.State, "logs")
+	g.Expect(os.MkdirAll(logDir, 0o755)).To(Succeed())
+	ext, err := bench.StartServer(ctx, bench.ServerSpec{
+		Name: "capi-inplace",
+		Path: bin("capi-inplace"),
+		Args: func(port int, certDir, metricsAddr string) []string {
+			return []string{"extension", "--webhook-port=" + strconv.Itoa(port), "--webhook-host=127.0.0.1",
+				"--webhook-cert-dir=" + certDir, "--health-addr=127.0.0.1:0",
+				"--diagnostics-address=" + metricsAddr, "--insecure-diagnostics",
+				"--policy-file=" + policyFile, "--agent-image=" + image}
+		},
+		Env: []string{"KUBECONFIG=" + env.Kubeconfig},
+	}, work, logDir)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer ext.Stop()
+
+	machines := &MachineController{Mgmt: mgmt, Hooks: ext.Client, Logf: t.Logf}
+
+	t.Run("control plane "+from+" to "+to, func(t *testing.T) {
+		g := NewWithT(t)
+		outage := ProbeAPI(wc.Client)
+		cordon := WatchCordon(wc.Client, cpNode.Name)
+		res, err := machines.Update(ctx, cpNode.Name, Change{Version: to}, 20*time.Minute, nil)
+		down, longest, windows := outage.Stop()
+		cordoned := cordon.Stop()
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(res.Done).To(BeTrue())
+
+		assertNodeAt(t, wc, cpNode, to)
+		g.Expect(WaitStaticPods(ctx, wc.Client, cpNode.Name, to, 2*time.Minute)).To(Succeed())
+		manifest := lane.MustExec(t, cpNode, "cat", "/etc/kubernetes/manifests/kube-apiserver.yaml")
+		g.Expect(manifest).To(ContainSubstring("image: registry.k8s.io/kube-apiserver:" + to))
+		// kubeadm upgrade apply ran exactly once: it keeps one manifest backup per run.
+		g.Expect(countPrefixed(lane.MustExec(t, cpNode, "ls", "/etc/kubernetes/tmp"), "kubeadm-backup-manifests-")).To(Equal(1))
+		assertSnapshotValid(t, cpNode)
+
+		figures.Add("agent: control-plane node update "+from+" -> "+to+" (first UpdateMachine call to done)", res.Duration)
+		figures.Add("agent: control-plane node cordon -> uncordon", cordoned)
+		figures.Add("agent: control-plane API server unavailable (total, longest window, windows)", fmt.Sprintf("%s, %s, %d", down.Round(100*time.Millisecond), longest.Round(100*time.Millisecond), windows))
+		figures.Add("agent: UpdateMachine calls for the control-plane node", len(res.Calls))
+		if baselineTotal > 0 {
+			figures.Add("agent / bare kubeadm (control-plane node, target <= 1.15)", fmt.Sprintf("%.2f", res.Duration.Seconds()/baselineTotal.Seconds()))
+		}
+		figures.Add("agent pod memory on the control-plane node (usage / max)", agentMemory(t, wc, cpNode))
+	})
+
+	t.Run("worker "+from+" to "+to+" with a PodDisruptionBudget", func(t *testing.T) {
+		g := NewWithT(t)
+		guarded := guardedDeployment(ctx, t, wc.Client, wNode.Name)
+		cordon := WatchCordon(wc.Client, wNode.Name)
+		blocked := false
+		res, err := machines.Update(ctx, wNode.Name, Change{Version: to}, 5*time.Minute, func(c HookCall) bool {
+			blocked = c.Status == runtimehooksv1.ResponseStatusSuccess && c.Retry > 0 && strings.Contains(c.Message, "guarded")
+			return blocked
+		})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(blocked).To(BeTrue(), "the drain reports the PodDisruptionBudget that blocks it")
+		// The pod is still there, on a cordoned node.
+		pods, err := wc.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=guarded"})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(pods.Items).To(HaveLen(1))
+		g.Expect(pods.Items[0].Spec.NodeName).To(Equal(wNode.Name))
+		node, err := wc.Client.CoreV1().Nodes().Get(ctx, wNode.Name, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(node.Spec.Unschedulable).To(BeTrue())
+
+		// The operator allows the disruption; the eviction goes through.
+		pdb, err := wc.Client.PolicyV1().PodDisruptionBudgets("default").Get(ctx, "guarded", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		pdb.Spec.MinAvailable = &intstr.IntOrString{IntVal: 0}
+		_, err = wc.Client.PolicyV1().PodDisruptionBudgets("default").Update(ctx, pdb, metav1.UpdateOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		allowed := time.Now()
+		res2, err := machines.Update(ctx, wNode.Name, Change{Version: to}, 10*time.Minute, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(res2.Done).To(BeTrue())
+		cordoned := cordon.Stop()
+		uncordonedAfterAllow := cordon.Uncordoned().Sub(allowed)
+		_, err = wc.Client.CoreV1().Pods("default").Get(ctx, guarded, metav1.GetOptions{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the guarded pod was evicted")
+		assertNodeAt(t, wc, wNode, to)
+
+		figures.Add("agent: worker update "+from+" -> "+to+" after the PDB allowed it (UpdateMachine calls to done)", res2.Duration)
+		figures.Add("agent: worker cordon -> uncordon, including the wait for the operator to relax the PDB", cordoned)
+		figures.Add("agent: worker PDB relaxed -> uncordoned (eviction, kubeadm upgrade node, kubelet swap, gates; target < 60 s)", uncordonedAfterAllow)
+		figures.Add("agent: worker drain reported blocked by the PDB after", res.Duration)
+		figures.Add("agent pod memory on the worker (usage / max)", agentMemory(t, wc, wNode))
+	})
+
+	t.Run("KubeadmConfig changes on the real nodes", func(t *testing.T) {
+		g := NewWithT(t)
+		// Worker: a file and a kubelet argument.
+		res, err := machines.Update(ctx, wNode.Name, Change{Config: func(s *bootstrapv1.KubeadmConfigSpec) {
+			s.Files = append(s.Files, bootstrapv1.File{Path: "/etc/realnode/site.conf", Content: "site=lane\n", Permissions: "0644"})
+			s.JoinConfiguration.NodeRegistration.KubeletExtraArgs = append(s.JoinConfiguration.NodeRegistration.KubeletExtraArgs,
+				bootstrapv1.Arg{Name: "max-pods", Value: ptr.To("111")})
+		}}, 10*time.Minute, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(res.Done).To(BeTrue())
+		g.Expect(lane.MustExec(t, wNode, "cat", "/etc/realnode/site.conf")).To(Equal("site=lane\n"))
+		g.Expect(kubeletCmdline(t, wNode)).To(ContainSubstring("--max-pods=111"))
+		g.Eventually(func() int64 {
+			n, err := wc.Client.CoreV1().Nodes().Get(ctx, wNode.Name, metav1.GetOptions{})
+			if err != nil {
+				return 0
+			}
+			return n.Status.Capacity.Pods().Value()
+		}, 2*time.Minute, time.Second).Should(Equal(int64(111)), "the running kubelet applies --max-pods")
+		figures.Add("agent: worker configuration change (file + kubelet argument), calls to done", res.Duration)
+
+		// Control plane: an apiServer argument. KubeadmControlPlane writes the
+		// ClusterConfiguration into the workload cluster's kubeadm-config before it
+		// marks the Machine; this stand-in does the same.
+		g.Expect(setAPIServerArg(ctx, wc.Client, "audit-log-maxage", "7")).To(Succeed())
+		res, err = machines.Update(ctx, cpNode.Name, Change{Config: func(s *bootstrapv1.KubeadmConfigSpec) {
+			s.ClusterConfiguration.APIServer.ExtraArgs = append(s.ClusterConfiguration.APIServer.ExtraArgs, bootstrapv1.Arg{Name: "audit-log-maxage", Value: ptr.To("7")})
+		}}, 10*time.Minute, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(res.Done).To(BeTrue())
+		g.Expect(lane.MustExec(t, cpNode, "cat", "/etc/kubernetes/manifests/kube-apiserver.yaml")).To(ContainSubstring("--audit-log-maxage=7"))
+		g.Eventually(func() string { return processCmdline(t, cpNode, "kube-apiserver") }, 3*time.Minute, 2*time.Second).
+			Should(ContainSubstring("--audit-log-maxage=7"), "the running kube-apiserver has the argument")
+		figures.Add("agent: control-plane configuration change (apiServer argument), calls to done", res.Duration)
+	})
+}
+
+// writePolicy writes the extension's policy for the lane: the Kubernetes binaries of
+// the target release from the artifact server, and kubeadm's preflight exceptions
+// this machine needs.
+func writePolicy(path, artifactURL string) error {
+	sums := map[string]string{}
+	for _, b := range []string{"kubeadm", "kubelet"} {
+		s, err := sha256File(k8sBin(to, b))
+		if err != nil {
+			return err
+		}
+		sums[b] = s
+	}
+	policy := fmt.Sprintf(`kubernetes:
+  ignorePreflightErrors: [%s]
+  binaries:
+    %s:
+      linux/amd64:
+        kubeadm: {url: %s/%s/kubeadm, sha256: %s}
+        kubelet: {url: %s/%s/kubelet, sha256: %s}
+`, strings.Join(upgradePreflightIgnores, ", "), to, artifactURL, to, sums["kubeadm"], artifactURL, to, sums["kubelet"])
+	return os.WriteFile(path, []byte(policy), 0o600)
+}
+
+// assertNodeAt checks the node at version on the node itself and in its API: the
+// binaries, the running kubelet's reported version, Ready and uncordoned.
+func assertNodeAt(t *testing.T, c *Cluster, n Node, version string) {
+	t.Helper()
+	g := NewWithT(t)
+	g.Expect(lane.MustExec(t, n, "/usr/bin/kubelet", "--version")).To(ContainSubstring(version))
+	g.Expect(strings.TrimSpace(lane.MustExec(t, n, "/usr/bin/kubeadm", "version", "-o", "short"))).To(Equal(version))
+	g.Expect(WaitNode(context.Background(), c.Client, n.Name, version, 2*time.Minute)).To(Succeed())
+	node, err := c.Client.CoreV1().Nodes().Get(context.Background(), n.Name, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(node.Spec.Unschedulable).To(BeFalse(), "the node is back in service")
+	st, err := protocol.DecodeStatus(node.Annotations[inplacev1.StatusAnnotation])
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(st.Phase).To(Equal(protocol.PhaseCommitted))
+}
+
+// assertSnapshotValid checks the etcd snapshot the agent took before the upgrade with
+// etcd's own tool.
+func assertSnapshotValid(t *testing.T, n Node) {
+	t.Helper()
+	g := NewWithT(t)
+	files := strings.Fields(lane.MustExec(t, n, "find", "/var/lib/capi-inplace", "-name", "*.db", "-size", "+0"))
+	g.Expect(files).NotTo(BeEmpty(), "an etcd snapshot under /var/lib/capi-inplace")
+	out := lane.MustExec(t, n, bin("etcdutl"), "snapshot", "status", files[len(files)-1], "-w", "json")
+	var st struct {
+		Revision  int64 `json:"revision"`
+		TotalKey  int64 `json:"totalKey"`
+		TotalSize int64 `json:"totalSize"`
+	}
+	g.Expect(json.Unmarshal([]byte(out), &st)).To(Succeed(), out)
+	g.Expect(st.TotalKey).To(BeNumerically(">", 100), out)
+	g.Expect(st.Revision).To(BeNumerically(">", 0), out)
+}
+
+// guardedDeployment runs one pod on node, protected by a PodDisruptionBudget that
+// allows no disruption; it returns the pod's name.
+func guardedDeployment(ctx context.Context, t *testing.T, cs kubernetes.Interface, node string) string {
+	t.Helper()
+	g := NewWithT(t)
+	labels := map[string]string{"app": "guarded"}
+	pause := "registry.k8s.io/pause:" + pauseTag(t, to)
+	_, err := cs.AppsV1().Deployments("default").Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "guarded"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					NodeSelector:                  map[string]string{"kubernetes.io/hostname": node},
+					TerminationGracePeriodSeconds: ptr.To[int64](2),
+					Containers:                    []corev1.Container{{Name: "app", Image: pause, ImagePullPolicy: corev1.PullNever}},
+				},
+			},
+		},
+	}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = cs.PolicyV1().PodDisruptionBudgets("default").Create(ctx, &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "guarded"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &intstr.IntOrString{IntVal: 1}, Selector: &metav1.LabelSelector{MatchLabels: labels}},
+	}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	var name string
+	g.Eventually(func() bool {
+		pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=guarded"})
+		if err != nil || len(pods.Items) != 1 || !podReady(&pods.Items[0]) || pods.Items[0].Status.PodIP == "" {
+			return false
+		}
+		name = pods.Items[0].Name
+		return true
+	}, 3*time.Minute, time.Second).Should(BeTrue(), "the guarded pod runs on %s with a pod IP from the bridge CNI", node)
+	g.Eventually(func() int32 {
+		p, err := cs.PolicyV1().PodDisruptionBudgets("default").Get(ctx, "guarded", metav1.GetOptions{})
+		if err != nil {
+			return -1
+		}
+		return p.Status.CurrentHealthy
+	}, time.Minute, time.Second).Should(Equal(int32(1)))
+	return name
+}
+
+func pauseTag(t *testing.T, version string) string {
+	t.Helper()
+	out, err := execOut(k8sBin(version, "kubeadm"), "config", "images", "list", "--kubernetes-version", version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Fields(out) {
+		if _, tag, ok := strings.Cut(l, "/pause:"); ok {
+			return tag
+		}
+	}
+	t.Fatalf("kubeadm %s lists no pause image", version)
+	return ""
+}
+
+// setAPIServerArg sets an apiServer extra argument in the workload cluster's
+// kubeadm-config ClusterConfiguration, as KubeadmControlPlane does.
+func setAPIServerArg(ctx context.Context, cs kubernetes.Interface, name, value string) error {
+	cm, err := cs.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(ctx, "kubeadm-config", metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	cc := cm.Data["ClusterConfiguration"]
+	entry := fmt.Sprintf("  extraArgs:\n  - name: %s\n    value: %q\n", name, value)
+	switch {
+	case strings.Contains(cc, "apiServer:\n  extraArgs:\n"):
+		cc = strings.Replace(cc, "apiServer:\n  extraArgs:\n", "apiServer:\n"+entry, 1)
+	case strings.Contains(cc, "apiServer:\n"):
+		cc = strings.Replace(cc, "apiServer:\n", "apiServer:\n"+entry, 1)
+	default:
+		return fmt.Errorf("kubeadm-config has no apiServer section:\n%s", cc)
+	}
+	cm.Data["ClusterConfiguration"] = cc
+	_, err = cs.CoreV1().ConfigMaps(metav1.NamespaceSystem).Update(ctx, cm, metav1.UpdateOptions{})
+	return err
+}
