@@ -76,6 +76,11 @@ type PlanPin struct {
 	EtcdSnapshot bool          `json:"etcdSnapshot,omitempty"`
 }
 
+// ReasonSealedToAnotherKey is the NodeStatus reason of a Pending plan that is sealed
+// to a key the node does not hold (its previous key, typically): the agent refuses
+// it and waits for the coordinator to seal the plan to the node's current key.
+const ReasonSealedToAnotherKey = "SealedToAnotherKey"
+
 // SealedToAnotherKeyError is returned by Open when the plan is sealed to a key this
 // node does not hold (typically its previous key: the host was reinstalled and the
 // coordinator has not sealed the plan to the new key yet).

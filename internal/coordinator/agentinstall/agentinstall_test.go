@@ -8,6 +8,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -144,7 +145,9 @@ func TestAgentConfinedToOwnNode(t *testing.T) {
 	}{
 		{"own node, own annotations", agentA, "node-a", stateOnly, ""},
 		{"own node, status annotation", agentA, "node-a", `{"metadata":{"annotations":{"` + inplacev1.StatusAnnotation + `":"{}","` + inplacev1.CurrentPlanAnnotation + `":"abc"}}}`, ""},
+		{"own node, its key", agentA, "node-a", `{"metadata":{"annotations":{"` + inplacev1.AgentKeyAnnotation + `":"x25519:a"}}}`, ""},
 		{"another node", agentA, "node-b", stateOnly, "may only modify the node it runs on"},
+		{"another node's key", agentA, "node-b", `{"metadata":{"annotations":{"` + inplacev1.AgentKeyAnnotation + `":"x25519:a"}}}`, "may only modify the node it runs on"},
 		{"no node claim", agentClient(t, cfg, ""), "node-a", stateOnly, "may only modify the node it runs on"},
 		{"coordinator's annotation", agentA, "node-a", `{"metadata":{"annotations":{"` + inplacev1.DesiredPlanAnnotation + `":"x"}}}`, "may only change its own annotations"},
 		{"foreign annotation", agentA, "node-a", `{"metadata":{"annotations":{"example.com/x":"y"}}}`, "may only change its own annotations"},
@@ -171,6 +174,10 @@ func TestAgentConfinedToOwnNode(t *testing.T) {
 		_, err = agentA.CoreV1().Secrets("elsewhere").Get(ctx, "s", metav1.GetOptions{})
 		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
 		_, err = agentA.CoreV1().Secrets(inplacev1.AgentNamespace).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
+		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
+		// Nor can it get a token bound to another node's pod (plans are sealed to
+		// each node's key, which only that node's agent may publish).
+		_, err = agentA.CoreV1().ServiceAccounts(inplacev1.AgentNamespace).CreateToken(ctx, AgentName, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
 		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
 	})
 

@@ -7,17 +7,24 @@
 // "Outdated" is decided by a content hash of the rendered objects, stored as an
 // annotation on the DaemonSet: one GET per call when nothing changed.
 //
-// Least privilege, and its honest limit: RBAC lets the agent read Secrets in
-// capi-inplace-system only and get/list/watch/patch Nodes. Admission (the policy
+// Least privilege, and how plans stay node-private: RBAC lets the agent read Secrets
+// in capi-inplace-system only and get/list/watch/patch Nodes. Admission (the policy
 // here) then refuses any Node write by the agent's service account unless the Node
 // is the one named by the token's node-name claim
 // (userInfo.extra["authentication.kubernetes.io/node-name"], set for pod-bound
 // service account tokens) and unless the only change is to the agent's own
-// annotations (current-plan, state, status). Admission never sees reads: neither a
-// ValidatingAdmissionPolicy nor RBAC (all agents share one service account) can stop
-// an agent from reading another node's plan Secret. Plans therefore must not carry
-// anything a node may not know about its peers; today they carry the same
-// KubeadmConfig content every node of a pool gets at bootstrap anyway.
+// annotations (current-plan, state, status, agent-key).
+//
+// Reads cannot be confined the same way: admission never sees get/list/watch, and
+// RBAC cannot say "the node's own Secret" for one service account shared by every
+// node (that would take a Role, a ServiceAccount and a DaemonSet per node, kept in
+// step with the Nodes). So plans are confidential by sealing instead: each agent
+// generates an X25519 key on its host (0600 in the agent's state directory), and
+// publishes the public half in its own Node's agent-key annotation, which the policy
+// lets only that node's agent write; the coordinator seals each plan to that key
+// (protocol.SealPlan). Any agent can fetch any plan Secret, and only the node that
+// holds the private key can open it. The agent cannot request tokens, so it cannot
+// obtain a token bound to another node either.
 //
 // Imports: api/v1alpha1, k8s.io/api, apimachinery, controller-runtime's client.
 package agentinstall

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -39,6 +40,13 @@ type Config struct {
 	// Args are the container's arguments; nil means ["agent", "--host-root=/host"]
 	// (the agent reads its node name from $NODE_NAME).
 	Args []string
+	// APIServerHost and APIServerPort, when set, are the workload cluster's
+	// control-plane endpoint (Cluster.spec.controlPlaneEndpoint). The agent then
+	// reaches its API server there instead of through the kubernetes Service, so it
+	// depends on neither kube-proxy nor the CNI, which an upgrade restarts (kubeadm
+	// upgrade apply replaces kube-proxy), nor on a cluster that runs without them.
+	APIServerHost string
+	APIServerPort int32
 }
 
 // ServiceAccountUsername is the user name the agent authenticates as.
@@ -96,6 +104,10 @@ func Objects(cfg Config) ([]client.Object, error) {
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: AgentName},
 			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: AgentName, Namespace: ns}},
 		},
+		// The agent watches its own plan Secret by name (a field selector), which RBAC
+		// authorizes as list/watch of the namespace: every agent can read every plan
+		// Secret, and each plan is sealed to its node's key so that only that node can
+		// open it (see the package doc).
 		&rbacv1.Role{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
 			ObjectMeta: meta(AgentName, ns),
@@ -134,7 +146,7 @@ func Objects(cfg Config) ([]client.Object, error) {
 			},
 		},
 	}
-	ds := daemonSet(cfg.Image, args)
+	ds := daemonSet(cfg.Image, args, apiServerEnv(cfg))
 	hash, err := hashObjects(append(objs, ds))
 	if err != nil {
 		return nil, err
@@ -155,7 +167,7 @@ func mergeLabels(a, b map[string]string) map[string]string {
 }
 
 func ownNodePolicy() *admissionregistrationv1.ValidatingAdmissionPolicy {
-	allowed := []string{inplacev1.CurrentPlanAnnotation, inplacev1.StateAnnotation, inplacev1.StatusAnnotation}
+	allowed := []string{inplacev1.CurrentPlanAnnotation, inplacev1.StateAnnotation, inplacev1.StatusAnnotation, inplacev1.AgentKeyAnnotation}
 	quoted := make([]string, len(allowed))
 	for i, a := range allowed {
 		quoted[i] = "'" + a + "'"
@@ -208,7 +220,20 @@ func ownNodePolicy() *admissionregistrationv1.ValidatingAdmissionPolicy {
 	}
 }
 
-func daemonSet(image string, args []string) *appsv1.DaemonSet {
+// apiServerEnv points client-go's in-cluster configuration at the control-plane
+// endpoint: explicit container variables take precedence over the ones the kubelet
+// derives from the kubernetes Service.
+func apiServerEnv(cfg Config) []corev1.EnvVar {
+	if cfg.APIServerHost == "" || cfg.APIServerPort == 0 {
+		return nil
+	}
+	return []corev1.EnvVar{
+		{Name: "KUBERNETES_SERVICE_HOST", Value: cfg.APIServerHost},
+		{Name: "KUBERNETES_SERVICE_PORT", Value: strconv.Itoa(int(cfg.APIServerPort))},
+	}
+}
+
+func daemonSet(image string, args []string, extraEnv []corev1.EnvVar) *appsv1.DaemonSet {
 	sel := map[string]string{"app.kubernetes.io/name": AgentName}
 	hostPathDir := corev1.HostPathDirectory
 	return &appsv1.DaemonSet{
@@ -240,9 +265,9 @@ func daemonSet(image string, args []string) *appsv1.DaemonSet {
 						Image:           image,
 						ImagePullPolicy: corev1.PullIfNotPresent,
 						Args:            args,
-						Env: []corev1.EnvVar{
+						Env: append([]corev1.EnvVar{
 							{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "spec.nodeName"}}},
-						},
+						}, extraEnv...),
 						// Replacing the OS image, kubelet and kubeadm needs the host's root
 						// file system and privileges; host PID and IPC are not needed.
 						SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
