@@ -138,6 +138,7 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 		Client:       direct,
 		Clusters:     clusters,
 		OSImages:     coordinator.OSImagesFromPolicy(pol),
+		Binaries:     pol,
 		Recorder:     mgr.GetEventRecorder("capi-inplace"),
 		Drain:        coordinator.DrainOptionsFromPolicy(pol.Drain()),
 		ManageAgents: o.manageAgents,

@@ -2,10 +2,14 @@ package coordinator
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
+	"github.com/capi-inplace/capi-inplace/internal/coordinator/nodeplan"
 	"github.com/capi-inplace/capi-inplace/internal/policy"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
@@ -47,4 +51,30 @@ func DrainOptionsFromPolicy(d policy.Drain) DrainOptions {
 		Timeout:         time.Duration(d.TimeoutSeconds) * time.Second,
 		EvictSingleNode: !d.SkipOnSingleNode,
 	}
+}
+
+// BinariesResolver returns the kubeadm and kubelet a node platform ("linux/amd64")
+// downloads for a Kubernetes version: nil and no error when none are listed for the
+// version (the OS image must bring them). *policy.Policy implements it.
+type BinariesResolver interface {
+	KubernetesBinaries(version, platform string) (*protocol.KubernetesBinaries, error)
+}
+
+var _ BinariesResolver = (*policy.Policy)(nil)
+
+// kubernetesBinaries resolves the binaries of the Machine's desired version for
+// its Node's platform (Node.status.nodeInfo), so that the plan carries the one
+// URL and digest per binary the node needs. A Machine without a version plans
+// none. A version listed without the node's platform is an input error: the
+// update cannot proceed the way the policy declares it.
+func kubernetesBinaries(r BinariesResolver, m *clusterv1.Machine, node *corev1.Node) (*protocol.KubernetesBinaries, error) {
+	if r == nil || m.Spec.Version == "" {
+		return nil, nil
+	}
+	info := node.Status.NodeInfo
+	b, err := r.KubernetesBinaries(m.Spec.Version, info.OperatingSystem+"/"+info.Architecture)
+	if err != nil {
+		return nil, fmt.Errorf("%w: kubeadm and kubelet %s for node %s: %w", nodeplan.ErrInput, m.Spec.Version, node.Name, err)
+	}
+	return b, nil
 }

@@ -64,6 +64,9 @@ type Input struct {
 	ControlPlaneVersion string
 	// OS is the OS image to switch to; nil when the OS image does not change.
 	OS *protocol.OSImage
+	// Binaries are kubeadm and kubelet of the version for the node's platform,
+	// from the policy; nil when the policy lists none (the OS image brings them).
+	Binaries *protocol.KubernetesBinaries
 	// Node are the observed facts that decide the kubeadm action.
 	Node NodeFacts
 }
@@ -160,7 +163,7 @@ func Build(in Input) (*protocol.NodePlan, error) {
 
 	p := protocol.NewPlan(in.NodeName)
 	p.Machine = protocol.MachineRef{Namespace: m.Namespace, Name: m.Name, UID: string(m.UID), Cluster: m.Spec.ClusterName}
-	p.Kubernetes = protocol.KubernetesPlan{Role: role, Version: version, Action: action}
+	p.Kubernetes = protocol.KubernetesPlan{Role: role, Version: version, Action: action, Binaries: in.Binaries}
 	p.OS = in.OS
 
 	if cfg := in.KubeadmConfig; cfg != nil {
