@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/backend"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
@@ -39,6 +40,10 @@ func (r *Reporter) init() { r.once.Do(func() { r.kick = make(chan struct{}, 1) }
 
 // Report implements executor.Reporter.
 func (r *Reporter) Report(s protocol.NodeStatus) {
+	// The status is built from errors, and the Node annotation is readable by
+	// every node: whatever secret a path forgot to redact at its source stops here.
+	s.Message = backend.RedactKnownSecrets(s.Message)
+	s.Reason = backend.RedactKnownSecrets(s.Reason)
 	r.init()
 	r.mu.Lock()
 	r.pending = &s
