@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2/textlogger"
 
 	"github.com/capi-inplace/capi-inplace/internal/agent"
+	"github.com/capi-inplace/capi-inplace/internal/agent/etcd"
 	"github.com/capi-inplace/capi-inplace/internal/agent/executor"
 	"github.com/capi-inplace/capi-inplace/internal/agent/gate"
 	"github.com/capi-inplace/capi-inplace/internal/agent/journal"
@@ -137,6 +138,11 @@ func runAgent(ctx context.Context, o agentOptions) error {
 	backends := newBackends(backendEnv{hostRoot: root, runner: runner, simulate: o.simulate})
 	reporter := &agent.Reporter{Client: client, NodeName: o.nodeName, Log: log}
 	kubeHost := &kube.Host{Root: root, Runner: runner, Binaries: binaries, Services: services}
+	// etcd through its Go libraries: a kubeadm host has no etcdctl or etcdutl.
+	kubeHost.Etcd = etcd.KubeadmLocal(root)
+	if sim != nil {
+		kubeHost.Etcd = sim.Etcd()
+	}
 	x := &executor.Executor{
 		Journal: jr,
 		Kube:    kubeHost,

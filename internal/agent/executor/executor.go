@@ -153,10 +153,16 @@ func (x *Executor) Start(ctx context.Context, p *protocol.NodePlan) (state.State
 	if e.Key != hash {
 		e.Reset(hash, raw)
 	}
+	if e.Attempt == "" {
+		e.Attempt = journal.NewAttempt(hash, e.Seq)
+	}
 	if err := x.save(&e, st); err != nil {
 		return st, err
 	}
-	x.Log.Info("Starting plan", "plan", hash, "actions", len(st.Actions))
+	// Finished attempts' files go before the new one writes anything; the last
+	// committed attempt's stay until this one commits.
+	x.collect(e.Attempt, e.CommittedAttempt)
+	x.Log.Info("Starting plan", "plan", hash, "attempt", e.Attempt, "actions", len(st.Actions))
 	return x.Resume(ctx)
 }
 
@@ -174,7 +180,11 @@ func (x *Executor) Resume(ctx context.Context) (state.State, error) {
 	if plan == nil {
 		return st, fmt.Errorf("%w: plan %s is in progress but its plan is missing", journal.ErrCorrupt, st.PlanHash)
 	}
-	log := x.Log.WithValues("plan", st.PlanHash)
+	if e.Attempt == "" {
+		// A journal of an agent before attempts: this attempt gets an ID now.
+		e.Attempt = journal.NewAttempt(st.PlanHash, e.Seq)
+	}
+	log := x.Log.WithValues("plan", st.PlanHash, "attempt", e.Attempt)
 	boot, err := x.Rebooter.BootID(ctx)
 	if err != nil {
 		return st, fmt.Errorf("read boot ID: %w", err)
@@ -251,14 +261,17 @@ func (x *Executor) Resume(ctx context.Context) (state.State, error) {
 		}
 		log.V(1).Info("Running action", "action", a.Key())
 		actErr := injected
-		if actErr == nil {
-			actErr = x.perform(ctx, st.PlanHash, plan, a)
+		etcdMembers := 0
+		if actErr == nil && a.Name == state.ActEtcdSnapshot && !a.Rollback {
+			etcdMembers, actErr = x.Kube.EtcdSnapshot(ctx, e.Attempt)
+		} else if actErr == nil {
+			actErr = x.perform(ctx, e.Attempt, plan, a)
 		}
 		if ctx.Err() != nil {
 			// Interrupted, not failed: Resume repeats the action.
 			return st, ctx.Err()
 		}
-		var ev state.Event = state.ActionSucceeded{Name: a.Name}
+		var ev state.Event = state.ActionSucceeded{Name: a.Name, EtcdMembers: etcdMembers}
 		if actErr != nil {
 			log.Info("Action failed", "action", a.Key(), "error", actErr.Error())
 			ev = state.ActionFailed{Name: a.Name, Reason: reasonOf(actErr), Message: actErr.Error()}
@@ -268,18 +281,31 @@ func (x *Executor) Resume(ctx context.Context) (state.State, error) {
 		}
 		e.Finish()
 		if st.Phase == protocol.PhaseCommitted {
-			e.Committed = e.Plan
+			e.Committed, e.CommittedAttempt = e.Plan, e.Attempt
 		}
 		if err := x.save(&e, st); err != nil {
 			return st, err
 		}
+		if st.Phase == protocol.PhaseCommitted {
+			x.collect(e.Attempt)
+		}
 		x.report(st)
+	}
+}
+
+// collect removes the work directories of attempts other than keep; a failure
+// only costs disk space, so it is logged, not fatal.
+func (x *Executor) collect(keep ...string) {
+	if err := x.Kube.CollectAttempts(keep...); err != nil {
+		x.Log.Error(err, "Removing finished attempts' files failed", "keep", keep)
 	}
 }
 
 func reasonOf(err error) string {
 	var ge *gate.Error
 	switch {
+	case kube.IsDiskFull(err):
+		return state.ReasonDiskFull
 	case errors.As(err, &ge):
 		return state.ReasonGateFailed
 	case errors.Is(err, backend.ErrArtifactRefused):
@@ -300,7 +326,9 @@ func (x *Executor) backendFor(p *protocol.NodePlan) (backend.Backend, error) {
 	return b, nil
 }
 
-func (x *Executor) perform(ctx context.Context, hash string, p *protocol.NodePlan, a state.Action) error {
+// perform runs one action of the attempt (every action but etcd-snapshot, which
+// also returns the member count).
+func (x *Executor) perform(ctx context.Context, attempt string, p *protocol.NodePlan, a state.Action) error {
 	var artifact backend.Artifact
 	if p.OS != nil {
 		artifact = backend.Artifact{Ref: p.OS.Ref, Digest: p.OS.Digest}
@@ -310,8 +338,6 @@ func (x *Executor) perform(ctx context.Context, hash string, p *protocol.NodePla
 		return err
 	}
 	switch a.Name {
-	case state.ActEtcdSnapshot:
-		return x.Kube.EtcdSnapshot(ctx, hash)
 	case state.ActBackendStage:
 		return b.Stage(ctx, artifact)
 	case state.ActBackendActivate:
@@ -319,7 +345,7 @@ func (x *Executor) perform(ctx context.Context, hash string, p *protocol.NodePla
 	case state.ActBackendVerify:
 		return b.Verify(ctx, artifact)
 	case state.ActBackupFiles:
-		return x.Kube.Backup(ctx, hash, x.Kube.BackupSet(p))
+		return x.Kube.Backup(ctx, attempt, x.Kube.BackupSet(p))
 	case state.ActWriteFiles:
 		return x.Kube.WriteFiles(ctx, p.Files)
 	case state.ActApplyUsers:
@@ -341,9 +367,9 @@ func (x *Executor) perform(ctx context.Context, hash string, p *protocol.NodePla
 	case state.ActBackendCommit:
 		return b.Commit(ctx, artifact)
 	case state.ActRestoreFiles:
-		return x.Kube.Restore(ctx, hash)
+		return x.Kube.Restore(ctx, attempt)
 	case state.ActRestoreEtcd:
-		return x.Kube.RestoreEtcd(ctx, hash)
+		return x.Kube.RestoreEtcd(ctx, attempt)
 	case state.ActBackendRollback:
 		return b.Rollback(ctx, artifact)
 	}
@@ -357,10 +383,28 @@ func (x *Executor) save(e *journal.Entry, st state.State) error {
 	}
 	e.State = raw
 	if err := x.Journal.Save(*e); err != nil {
+		if kube.IsDiskFull(err) {
+			x.reportDiskFull(st, err)
+		}
 		return err
 	}
 	e.Seq++
 	return nil
+}
+
+// reportDiskFull says on the Node that the plan is stuck because the journal
+// cannot be written: the agent retries (the plan resumes from the last saved
+// entry once there is room), but never silently.
+func (x *Executor) reportDiskFull(st state.State, err error) {
+	if st.PlanHash == "" {
+		return
+	}
+	s := st.Status()
+	s.Reason = protocol.ReasonDiskFull
+	s.Message = fmt.Sprintf("the host's disk is full: the agent cannot write its journal (%v); it retries and resumes once there is room", err)
+	s.UpdatedAt = x.Now().UTC().Truncate(time.Second)
+	s.StartedAt = s.StartedAt.UTC().Truncate(time.Second)
+	x.Reporter.Report(s)
 }
 
 func (x *Executor) report(st state.State) {

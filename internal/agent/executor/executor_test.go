@@ -97,8 +97,7 @@ func newFixture(t *testing.T, gateErr error) *fixture {
 	root := t.TempDir()
 	sim := simulated.New(root)
 	f := &fixture{root: root, journal: &journal.Memory{}, runner: &backendtest.Runner{}, reboots: &rebooter{sim: sim}, reports: &reports{}}
-	f.runner.On("kubeadm version", "v1.36.0\n", nil).On("kubeadm upgrade", "", nil).On("systemctl", "", nil).
-		On("etcdctl", "", nil).On("etcdutl", "", nil)
+	f.runner.On("kubeadm version", "v1.36.0\n", nil).On("kubeadm upgrade", "", nil).On("systemctl", "", nil)
 	f.x = &Executor{
 		Journal: f.journal,
 		Kube:    &kube.Host{Root: root, Runner: f.runner},

@@ -1,6 +1,8 @@
 package journal
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,13 +28,30 @@ type Entry struct {
 	// Committed is the last plan this node committed; it survives Reset, so the
 	// agent can tell what changed since.
 	Committed json.RawMessage `json:"committed,omitempty"`
+	// Attempt identifies this attempt at the plan (see NewAttempt): every file the
+	// attempt keeps on the host (backups, etcd snapshot) is under its ID, so a
+	// retry of the same plan never reuses an earlier attempt's files.
+	Attempt string `json:"attempt,omitempty"`
+	// CommittedAttempt is the attempt that committed Committed; its files are
+	// kept until another attempt commits. It survives Reset.
+	CommittedAttempt string `json:"committedAttempt,omitempty"`
 	// Seq increases with every save; it orders entries for humans and tests.
 	Seq uint64 `json:"seq"`
 }
 
-// Reset starts an entry for another plan: run counters start over.
+// Reset starts an entry for another plan: run counters start over, and there is
+// no attempt until the caller starts one.
 func (e *Entry) Reset(key string, plan json.RawMessage) {
-	*e = Entry{Key: key, Plan: plan, Seq: e.Seq, Committed: e.Committed}
+	*e = Entry{Key: key, Plan: plan, Seq: e.Seq, Committed: e.Committed, CommittedAttempt: e.CommittedAttempt}
+}
+
+// NewAttempt returns the ID of a new attempt at plan key, for an entry at
+// sequence seq: the plan hash, the journal sequence (unique while the journal
+// lives) and random bytes (unique if the journal is removed and starts over).
+func NewAttempt(key string, seq uint64) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s-%d-%s", key, seq, hex.EncodeToString(b))
 }
 
 // Begin records the intent to run an action.

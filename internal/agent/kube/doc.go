@@ -2,13 +2,18 @@
 // and kubeadm binaries, files written atomically with backups, kubelet flags and
 // restart, and etcd snapshots with restore. Every command goes through
 // backend.Runner (so the simulated host and recorded outputs can stand in for the
-// real tools) and every file path is a host path joined to a host root directory
-// (so a plain directory can be the host).
+// real tools), etcd goes through etcd.Member (etcd's Go libraries on a real node:
+// a kubeadm host has no etcdctl or etcdutl), and every file path is a host path
+// joined to a host root directory (so a plain directory can be the host).
 //
 // Every method is idempotent: the executor repeats an action whose result it did
-// not journal before a crash. Backups are taken once per plan (a second run finds
-// the complete manifest and keeps the first, pre-change copy).
+// not journal before a crash. Per-update work (backups, the etcd snapshot and its
+// restore markers) lives in a directory per attempt (AttemptsDir/<attempt ID>),
+// so a retry of the same plan starts from fresh backups; backups are taken once
+// per attempt (a second run finds the complete manifest and keeps the first,
+// pre-change copy), and CollectAttempts removes finished attempts' directories.
 //
-// Imports: internal/backend, internal/protocol, internal/agent/journal (atomic
-// writes) and the standard library.
+// Imports: internal/backend, internal/protocol, internal/agent/etcd,
+// internal/agent/service, internal/atomicfile, semver, golang.org/x/sys/unix and
+// the standard library.
 package kube

@@ -54,12 +54,13 @@ type backupEntry struct {
 	GID     int         `json:"gid"`
 }
 
-func (h *Host) backupDir(hash string) string { return h.planDir(hash) + "/backup" }
+func (h *Host) backupDir(attempt string) string { return attemptDir(attempt) + "/backup" }
 
-// Backup copies every path to the plan's backup directory and records which
+// Backup copies every path to the attempt's backup directory and records which
 // paths did not exist (a restore removes those). The manifest is written last:
-// when it exists the backup is complete and is never taken again, so a repeated
-// run cannot overwrite the pre-change copies with changed files.
+// when it exists the backup is complete and is never taken again in this attempt,
+// so a repeated run cannot overwrite the pre-change copies with changed files; a
+// new attempt (a retry of the same plan) has a directory of its own.
 func (h *Host) Backup(_ context.Context, hash string, paths []string) error {
 	manifest := h.path(h.backupDir(hash) + "/manifest.json")
 	if _, err := os.Stat(manifest); err == nil {

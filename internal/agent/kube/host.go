@@ -3,15 +3,13 @@ package kube
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/blang/semver/v4"
 
+	"github.com/capi-inplace/capi-inplace/internal/agent/etcd"
 	"github.com/capi-inplace/capi-inplace/internal/agent/service"
-	"github.com/capi-inplace/capi-inplace/internal/atomicfile"
 	"github.com/capi-inplace/capi-inplace/internal/backend"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
@@ -24,7 +22,8 @@ const (
 	KubeletBinary    = "/usr/bin/kubelet"
 	ManifestsDir     = "/etc/kubernetes/manifests"
 	EtcdDataDir      = "/var/lib/etcd"
-	// WorkDir holds per-plan backups and etcd snapshots on the host.
+	// WorkDir holds the journal and, under AttemptsDir, each update attempt's
+	// backups and etcd snapshot.
 	WorkDir = "/var/lib/capi-inplace"
 )
 
@@ -48,6 +47,12 @@ type Host struct {
 	Runner backend.Runner
 	// Binaries installs kubeadm and kubelet; nil to only check them.
 	Binaries BinarySource
+	// Etcd is the node's local etcd member (etcd.KubeadmLocal on a control-plane
+	// node, the simulated host's fake); nil on a node without etcd.
+	Etcd etcd.Member
+	// FreeBytes reports the free space of the file system of an agent-view path;
+	// nil means statfs (tests inject a full disk).
+	FreeBytes func(path string) (uint64, error)
 	// Services restarts the kubelet and the NTP client; nil means systemd through
 	// Runner.
 	Services service.Manager
@@ -64,77 +69,8 @@ func (h *Host) services() service.Manager {
 // path returns the agent's view of a host path.
 func (h *Host) path(hostPath string) string { return filepath.Join(h.Root, hostPath) }
 
-func (h *Host) planDir(hash string) string { return WorkDir + "/" + hash }
-
 func (h *Host) run(ctx context.Context, name string, args ...string) (backend.Result, error) {
 	return h.Runner.Run(ctx, backend.Command{Name: name, Args: args})
-}
-
-// etcdctlArgs are the flags kubeadm's own etcd health checks use.
-func etcdctlArgs(args ...string) []string {
-	return append([]string{
-		"--endpoints=https://127.0.0.1:2379",
-		"--cacert=/etc/kubernetes/pki/etcd/ca.crt",
-		"--cert=/etc/kubernetes/pki/etcd/healthcheck-client.crt",
-		"--key=/etc/kubernetes/pki/etcd/healthcheck-client.key",
-	}, args...)
-}
-
-// SnapshotPath is the host path of a plan's etcd snapshot.
-func (h *Host) SnapshotPath(hash string) string { return h.planDir(hash) + "/etcd-snapshot.db" }
-
-// EtcdSnapshot saves an etcd snapshot for the plan. etcdctl writes to a
-// temporary file and renames it, so a snapshot file is always complete.
-func (h *Host) EtcdSnapshot(ctx context.Context, hash string) error {
-	if err := os.MkdirAll(h.path(h.planDir(hash)), 0o700); err != nil {
-		return fmt.Errorf("create %s: %w", h.planDir(hash), err)
-	}
-	if _, err := h.Runner.Run(ctx, backend.Command{Name: "etcdctl", Args: etcdctlArgs("snapshot", "save", h.SnapshotPath(hash)),
-		Env: []string{"ETCDCTL_API=3"}}); err != nil {
-		return fmt.Errorf("etcd snapshot: %w", err)
-	}
-	return nil
-}
-
-// RestoreEtcd restores the plan's snapshot into the node's etcd data directory;
-// the replaced data directory is kept beside the snapshot. It is node-local: on a
-// multi-member etcd the restored member rejoins from its peers' newer data, so the
-// restore matters for single-member control planes.
-func (h *Host) RestoreEtcd(ctx context.Context, hash string) error {
-	done := h.path(h.planDir(hash) + "/etcd-restored")
-	if _, err := os.Stat(done); err == nil {
-		return nil
-	}
-	restore := h.planDir(hash) + "/etcd-restore"
-	if err := os.MkdirAll(h.path(h.planDir(hash)), 0o700); err != nil {
-		return fmt.Errorf("create %s: %w", h.planDir(hash), err)
-	}
-	if err := os.RemoveAll(h.path(restore)); err != nil {
-		return fmt.Errorf("clean %s: %w", restore, err)
-	}
-	if _, err := h.run(ctx, "etcdutl", "snapshot", "restore", h.SnapshotPath(hash), "--data-dir", restore); err != nil {
-		return fmt.Errorf("etcd restore: %w", err)
-	}
-	replaced := h.path(h.planDir(hash) + "/etcd-replaced")
-	_, errReplaced := os.Stat(replaced)
-	_, errCurrent := os.Stat(h.path(EtcdDataDir))
-	if os.IsNotExist(errReplaced) && errCurrent == nil {
-		if err := os.Rename(h.path(EtcdDataDir), replaced); err != nil {
-			return fmt.Errorf("move the current etcd data aside: %w", err)
-		}
-	}
-	if err := os.Rename(h.path(restore), h.path(EtcdDataDir)); err != nil {
-		return fmt.Errorf("move the restored etcd data in place: %w", err)
-	}
-	return atomicfile.Write(done, []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o600)
-}
-
-// EtcdHealthy checks the local etcd member.
-func (h *Host) EtcdHealthy(ctx context.Context) error {
-	if _, err := h.Runner.Run(ctx, backend.Command{Name: "etcdctl", Args: etcdctlArgs("endpoint", "health"), Env: []string{"ETCDCTL_API=3"}}); err != nil {
-		return fmt.Errorf("etcd member health: %w", err)
-	}
-	return nil
 }
 
 // InstallBinaries makes sure kubeadm of the target version is on the node; the

@@ -118,10 +118,6 @@ func TestCommands(t *testing.T) {
 			"kubeadm on the node is v1.35.2, the plan needs v1.36.0"},
 		{"restart kubelet", func(h *Host) error { return h.RestartKubelet(context.Background()) },
 			func(r *backendtest.Runner) { r.On("systemctl", "", nil) }, []string{"systemctl daemon-reload", "systemctl restart kubelet"}, ""},
-		{"etcd snapshot", func(h *Host) error { return h.EtcdSnapshot(context.Background(), "h1") },
-			func(r *backendtest.Runner) { r.On("etcdctl", "", nil) }, []string{"etcdctl --endpoints=https://127.0.0.1:2379 --cacert=/etc/kubernetes/pki/etcd/ca.crt --cert=/etc/kubernetes/pki/etcd/healthcheck-client.crt --key=/etc/kubernetes/pki/etcd/healthcheck-client.key snapshot save /var/lib/capi-inplace/h1/etcd-snapshot.db"}, ""},
-		{"etcd health fails", func(h *Host) error { return h.EtcdHealthy(context.Background()) },
-			func(r *backendtest.Runner) { r.On("etcdctl", "", errors.New("unhealthy")) }, nil, "etcd member health"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -140,22 +136,6 @@ func TestCommands(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestRestoreEtcdWithoutRestoredData: when etcdutl reports success but left no
-// data directory, the restore fails loudly and the replaced data is kept. The
-// successful path runs against the simulated host (internal/agent/simhost).
-func TestRestoreEtcdWithoutRestoredData(t *testing.T) {
-	g := NewWithT(t)
-	root := t.TempDir()
-	r := &backendtest.Runner{}
-	r.On("etcdutl snapshot restore", "", nil)
-	h := &Host{Root: root, Runner: r}
-	write(t, root, EtcdDataDir+"/member/snap/db", "new data", 0o600)
-	err := h.RestoreEtcd(context.Background(), "h1")
-	g.Expect(err).To(MatchError(ContainSubstring("move the restored etcd data in place")))
-	g.Expect(r.Calls()).To(Equal([]string{"etcdutl snapshot restore /var/lib/capi-inplace/h1/etcd-snapshot.db --data-dir /var/lib/capi-inplace/h1/etcd-restore"}))
-	g.Expect(read(t, root, WorkDir+"/h1/etcd-replaced/member/snap/db")).To(Equal("new data"), "the replaced data is kept")
 }
 
 func TestMergeKubeletFlags(t *testing.T) {

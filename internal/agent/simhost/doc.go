@@ -1,5 +1,6 @@
 // Package simhost is a simulated node host inside a directory: it emulates
-// kubeadm, the kubelet, systemctl, etcdctl/etcdutl and reboots, so the real agent
+// kubeadm, the kubelet, systemctl, the local etcd member (through etcd.Member, as
+// the agent reaches a real one: the host has no etcdctl/etcdutl) and reboots, so the real agent
 // code (state machine, journal, executor, Kubernetes layer, gates, simulated OS
 // backend) runs unchanged against it. It is what `capi-inplace agent --simulate`
 // uses, in our tests and for anyone attaching simulated nodes to a workload
@@ -24,7 +25,8 @@
 //	                       unreachable for this agent for N seconds (one-shot)
 //	boot-id, boots         current boot ID and number of boots
 //	commands.log           every command the agent ran, one per line
+//	etcd-members           the simulated etcd cluster's member count (default 1)
 //
-// Imports: internal/backend, internal/backend/simulated, internal/agent/executor
+// Imports: internal/backend, internal/backend/simulated, internal/agent/etcd, internal/agent/executor
 // (ErrRebooted), client-go and the standard library.
 package simhost

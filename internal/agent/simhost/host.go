@@ -95,7 +95,7 @@ func (h *Host) Init(ctx context.Context, o Options) error {
 		for _, c := range staticPods() {
 			files["etc/kubernetes/manifests/"+c+".yaml"] = manifest(c, "registry.k8s.io/"+c+":"+o.KubernetesVersion)
 		}
-		files["etc/kubernetes/manifests/etcd.yaml"] = manifest("etcd", "registry.k8s.io/etcd:3.6.8-0")
+		files["etc/kubernetes/manifests/etcd.yaml"] = etcdManifest(h.NodeName)
 		files["var/lib/etcd/member/snap/db"] = "etcd data written under Kubernetes " + o.KubernetesVersion + "\n"
 	}
 	for p, content := range files {

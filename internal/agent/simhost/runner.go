@@ -15,8 +15,9 @@ import (
 	"github.com/capi-inplace/capi-inplace/internal/backend"
 )
 
-// Runner returns the backend.Runner of the simulated host: kubeadm, systemctl,
-// etcdctl and etcdutl are emulated inside the host directory; any other command
+// Runner returns the backend.Runner of the simulated host: kubeadm, systemctl and
+// the user tools are emulated inside the host directory, etcdctl and etcdutl are
+// not found (as on a kubeadm host; etcd is reached through Etcd); any other command
 // (user-defined gates) runs for real in the host directory with
 // CAPI_INPLACE_HOST_ROOT set to it.
 func (h *Host) Runner() backend.Runner { return runner{h: h} }
@@ -33,10 +34,10 @@ func (r runner) Run(ctx context.Context, c backend.Command) (backend.Result, err
 		out, err = h.kubeadm(c.Args)
 	case "systemctl":
 		out, err = h.systemctl(c.Args)
-	case "etcdctl":
-		out, err = h.etcdctl(c.Args)
-	case "etcdutl":
-		out, err = h.etcdutl(c.Args)
+	case "etcdctl", "etcdutl":
+		// A kubeadm host has none (they ship inside the etcd image): see Etcd.
+		res := backend.Result{ExitCode: 127, Stderr: []byte(c.Name + ": command not found")}
+		return res, &backend.CommandError{Command: c, Result: res, Err: errors.New("exit status 127")}
 	case "useradd", "usermod":
 		out, err = h.user(filepath.Base(c.Name), c.Args)
 	case "chpasswd":
@@ -143,47 +144,6 @@ func (h *Host) systemctl(args []string) (string, error) {
 		return "", nil
 	}
 	return "", fmt.Errorf("simulated systemctl: unsupported arguments %q", strings.Join(args, " "))
-}
-
-func (h *Host) etcdctl(args []string) (string, error) {
-	var rest []string
-	for _, a := range args {
-		if !strings.HasPrefix(a, "--") {
-			rest = append(rest, a)
-		}
-	}
-	db := h.path("var/lib/etcd/member/snap/db")
-	switch {
-	case len(rest) == 3 && rest[0] == "snapshot" && rest[1] == "save":
-		data, err := os.ReadFile(db)
-		if err != nil {
-			return "", fmt.Errorf("Error: could not read the etcd data: %w", err)
-		}
-		if err := writeFile(h.path(rest[2]), data); err != nil {
-			return "", err
-		}
-		return "Snapshot saved at " + rest[2] + "\n", nil
-	case len(rest) == 2 && rest[0] == "endpoint" && rest[1] == "health":
-		if _, err := os.Stat(db); err != nil {
-			return "", errors.New("https://127.0.0.1:2379 is unhealthy: failed to commit proposal: context deadline exceeded")
-		}
-		return "https://127.0.0.1:2379 is healthy: successfully committed proposal\n", nil
-	}
-	return "", fmt.Errorf("simulated etcdctl: unsupported arguments %q", strings.Join(args, " "))
-}
-
-func (h *Host) etcdutl(args []string) (string, error) {
-	if len(args) == 5 && args[0] == "snapshot" && args[1] == "restore" && args[3] == "--data-dir" {
-		data, err := os.ReadFile(h.path(args[2]))
-		if err != nil {
-			return "", fmt.Errorf("Error: %w", err)
-		}
-		if err := writeFile(h.path(args[4]+"/member/snap/db"), data); err != nil {
-			return "", err
-		}
-		return "", nil
-	}
-	return "", fmt.Errorf("simulated etcdutl: unsupported arguments %q", strings.Join(args, " "))
 }
 
 // user emulates useradd and usermod on <root>/etc/passwd (name, home, shell,

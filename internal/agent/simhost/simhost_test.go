@@ -19,6 +19,7 @@ import (
 
 	"github.com/capi-inplace/capi-inplace/internal/agent/executor"
 	"github.com/capi-inplace/capi-inplace/internal/agent/kube"
+	"github.com/capi-inplace/capi-inplace/internal/backend"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
@@ -37,14 +38,16 @@ func TestKubernetesLayerOnTheSimulatedHost(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	h, client := newHost(t, true)
-	k := &kube.Host{Root: h.Root, Runner: h.Runner(), Binaries: h}
+	k := &kube.Host{Root: h.Root, Runner: h.Runner(), Binaries: h, Etcd: h.Etcd()}
 	plan := protocol.KubernetesPlan{Role: protocol.RoleControlPlane, Version: "v1.36.0", Action: protocol.KubeadmUpgradeApply}
 
 	// kubeadm refuses a version newer than itself, like the real one.
 	err := k.KubeadmUpgrade(ctx, plan)
 	g.Expect(err).To(MatchError(ContainSubstring(`Specified version to upgrade to "v1.36.0" is higher than the kubeadm version "v1.35.2"`)))
 
-	g.Expect(k.EtcdSnapshot(ctx, "h1")).To(Succeed())
+	members, err := k.EtcdSnapshot(ctx, "h1")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(members).To(Equal(1))
 	g.Expect(k.Backup(ctx, "h1", k.BackupSet(&protocol.NodePlan{Kubernetes: plan}))).To(Succeed())
 	g.Expect(k.InstallBinaries(ctx, "v1.36.0")).To(Succeed())
 	g.Expect(k.KubeadmUpgrade(ctx, plan)).To(Succeed())
@@ -75,6 +78,15 @@ func TestKubernetesLayerOnTheSimulatedHost(t *testing.T) {
 	g.Expect(img).To(Equal("registry.k8s.io/kube-apiserver:v1.35.2"))
 	db, _ := os.ReadFile(filepath.Join(h.Root, "var/lib/etcd/member/snap/db"))
 	g.Expect(string(db)).To(Equal("etcd data written under Kubernetes v1.35.2\n"), "the snapshot is back")
+	id, _ := os.ReadFile(filepath.Join(h.Root, "var/lib/etcd/member/sim-identity"))
+	g.Expect(string(id)).To(Equal("name=n1\npeer-urls=https://n1:2380\ninitial-cluster=n1=https://n1:2380\ntoken=etcd-cluster\n"),
+		"restored as the node's own member")
+	g.Expect(filepath.Join(h.Root, kube.EtcdManifest)).To(BeARegularFile(), "the member runs again")
+	g.Expect(k.EtcdHealthy(ctx)).To(Succeed())
+
+	// Like a kubeadm host, the simulated one has no etcdctl or etcdutl.
+	_, err = h.Runner().Run(ctx, backend.Command{Name: "etcdctl", Args: []string{"endpoint", "health"}})
+	g.Expect(err).To(MatchError(ContainSubstring("exit status 127")))
 
 	log, _ := os.ReadFile(h.simPath("commands.log"))
 	g.Expect(string(log)).To(ContainSubstring("kubeadm upgrade apply v1.36.0 --yes\n"))
@@ -84,7 +96,7 @@ func TestWorkerUpgradeNode(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	h, _ := newHost(t, false)
-	k := &kube.Host{Root: h.Root, Runner: h.Runner(), Binaries: h}
+	k := &kube.Host{Root: h.Root, Runner: h.Runner(), Binaries: h, Etcd: h.Etcd()}
 	g.Expect(k.InstallBinaries(ctx, "v1.36.0")).To(Succeed())
 	g.Expect(k.KubeadmUpgrade(ctx, protocol.KubernetesPlan{Role: protocol.RoleWorker, Version: "v1.36.0", Action: protocol.KubeadmUpgradeNode})).To(Succeed())
 	cfg, _ := os.ReadFile(filepath.Join(h.Root, kube.KubeletConfig))
@@ -170,4 +182,19 @@ func TestKubeletOnAnInMemoryStyleAPIServer(t *testing.T) {
 	g.Expect(n.Status.NodeInfo.KubeletVersion).To(Equal("v1.36.0"))
 	pod, _ := client.CoreV1().Pods("kube-system").Get(ctx, "kube-controller-manager-n1", metav1.GetOptions{})
 	g.Expect(containerImage(pod, "kube-controller-manager")).To(Equal("registry.k8s.io/kube-controller-manager:v1.36.0"))
+}
+
+// TestEtcdOfAThreeMemberClusterIsNeverRestored: the simulated member store reports
+// the member count, and the restore of a multi-member snapshot is refused.
+func TestEtcdOfAThreeMemberClusterIsNeverRestored(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	h, _ := newHost(t, true)
+	g.Expect(h.SetEtcdMembers(3)).To(Succeed())
+	k := &kube.Host{Root: h.Root, Runner: h.Runner(), Binaries: h, Etcd: h.Etcd()}
+	members, err := k.EtcdSnapshot(ctx, "a1")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(members).To(Equal(3))
+	g.Expect(k.RestoreEtcd(ctx, "a1")).To(MatchError(ContainSubstring("does not have exactly one member")))
+	g.Expect(filepath.Join(h.Root, kube.EtcdManifest)).To(BeARegularFile())
 }

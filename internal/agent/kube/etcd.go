@@ -1,0 +1,253 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/capi-inplace/capi-inplace/internal/agent/etcd"
+	"github.com/capi-inplace/capi-inplace/internal/atomicfile"
+)
+
+// EtcdManifest is kubeadm's etcd static pod manifest.
+const EtcdManifest = ManifestsDir + "/etcd.yaml"
+
+// walReserve is room for the write-ahead log segment etcd preallocates in a
+// restored data directory (64 MiB), on top of the database copy.
+const walReserve = 64 << 20
+
+// SnapshotSpace is the free space an etcd snapshot of a database of dbSize bytes
+// needs in the work directory: the snapshot itself and, for a one-member cluster
+// (the only one ever restored), the restored data directory beside it.
+func SnapshotSpace(dbSize int64, members int) uint64 {
+	need := uint64(max(dbSize, 0)) + walReserve/4
+	if members == 1 {
+		need += uint64(max(dbSize, 0)) + walReserve
+	}
+	return need
+}
+
+// SnapshotPath is the host path of an attempt's etcd snapshot.
+func SnapshotPath(attempt string) string { return attemptDir(attempt) + "/etcd-snapshot.db" }
+
+// etcdRecord is what the snapshot saw, kept beside it: the restore refuses to run
+// unless the cluster had exactly one member then.
+type etcdRecord struct {
+	ClusterID uint64            `json:"clusterID"`
+	Members   []etcd.MemberInfo `json:"members"`
+	DBSize    int64             `json:"dbSize"`
+}
+
+func (h *Host) etcdMember() (etcd.Member, error) {
+	if h.Etcd == nil {
+		return nil, errors.New("no etcd member is configured for this node")
+	}
+	return h.Etcd, nil
+}
+
+// EtcdSnapshot saves a snapshot of the local etcd member for the attempt and
+// returns the cluster's member count. It first checks that the work directory's
+// file system has room for it (SnapshotSpace); the snapshot streams into a
+// temporary file that is fsynced and renamed, so a snapshot file is always
+// complete.
+func (h *Host) EtcdSnapshot(ctx context.Context, attempt string) (int, error) {
+	m, err := h.etcdMember()
+	if err != nil {
+		return 0, err
+	}
+	st, err := m.Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read the etcd cluster before the snapshot: %w", err)
+	}
+	dir := h.path(attemptDir(attempt))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return 0, fmt.Errorf("create %s: %w", attemptDir(attempt), err)
+	}
+	need := SnapshotSpace(st.DBSize, len(st.Members))
+	free, err := h.free(dir)
+	if err != nil {
+		return 0, err
+	}
+	if free < need {
+		return 0, fmt.Errorf("%w: %s has %d MiB free, the etcd snapshot of %d MiB (and its restore) needs %d MiB",
+			ErrDiskFull, WorkDir, free>>20, st.DBSize>>20, need>>20)
+	}
+	rec, err := json.MarshalIndent(etcdRecord{ClusterID: st.ClusterID, Members: st.Members, DBSize: st.DBSize}, "", "  ")
+	if err != nil {
+		return 0, fmt.Errorf("encode etcd members: %w", err)
+	}
+	if err := atomicfile.Write(filepath.Join(dir, "etcd-members.json"), rec, 0o600); err != nil {
+		return 0, fmt.Errorf("record etcd members: %w", err)
+	}
+	if err := h.writeSnapshot(ctx, m, h.path(SnapshotPath(attempt))); err != nil {
+		return 0, err
+	}
+	return len(st.Members), nil
+}
+
+func (h *Host) writeSnapshot(ctx context.Context, m etcd.Member, path string) (err error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".etcd-snapshot-*")
+	if err != nil {
+		return fmt.Errorf("etcd snapshot: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tmp.Close()
+			_ = os.Remove(tmp.Name())
+		}
+	}()
+	if err := m.Snapshot(ctx, tmp); err != nil {
+		return fmt.Errorf("etcd snapshot: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("etcd snapshot: fsync: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("etcd snapshot: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("etcd snapshot: %w", err)
+	}
+	return atomicfile.SyncDir(filepath.Dir(path))
+}
+
+// EtcdHealthy checks the local etcd member.
+func (h *Host) EtcdHealthy(ctx context.Context) error {
+	m, err := h.etcdMember()
+	if err != nil {
+		return err
+	}
+	if err := m.Healthy(ctx); err != nil {
+		return fmt.Errorf("etcd member health: %w", err)
+	}
+	return nil
+}
+
+// EtcdStopTimeout bounds the wait for the kubelet to stop the etcd static pod
+// (kubeadm's etcd pod has the default 30 s grace period).
+const EtcdStopTimeout = 2 * time.Minute
+
+// RestoreEtcd restores the attempt's snapshot into the node's etcd member, which
+// must have been the only member of its cluster when the snapshot was taken
+// (state.DeriveRollback never schedules it otherwise; this checks again). It stops
+// the member by moving its static pod manifest out of the kubelet's manifest
+// directory (into the attempt directory) and waiting until no process holds the
+// data directory, restores with the member's own name, peer URLs and cluster
+// token as its manifest starts it (so a later `kubeadm join` finds the member it
+// expects), swaps the data directory (the replaced one is kept in the attempt
+// directory) and puts the manifest back, which starts the member again. Every
+// step can repeat after a crash.
+func (h *Host) RestoreEtcd(ctx context.Context, attempt string) error {
+	m, err := h.etcdMember()
+	if err != nil {
+		return err
+	}
+	dir := attemptDir(attempt)
+	raw, err := os.ReadFile(h.path(dir + "/etcd-members.json"))
+	if err != nil {
+		return fmt.Errorf("etcd restore: read the member list taken with the snapshot: %w", err)
+	}
+	var rec etcdRecord
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		return fmt.Errorf("etcd restore: decode the member list taken with the snapshot: %w", err)
+	}
+	if len(rec.Members) != 1 {
+		return fmt.Errorf("etcd restore refused: %w (it had %d when the snapshot was taken)", etcd.ErrNotSingleMember, len(rec.Members))
+	}
+	parked := dir + "/etcd.yaml"
+	done := h.path(dir + "/etcd-restored")
+	if _, err := os.Stat(done); err != nil {
+		if err := h.restoreEtcdData(ctx, m, attempt, parked); err != nil {
+			return err
+		}
+	}
+	// Start the member again: the kubelet runs the manifest once it is back.
+	if _, err := os.Stat(h.path(EtcdManifest)); errors.Is(err, os.ErrNotExist) {
+		manifest, err := os.ReadFile(h.path(parked))
+		if err != nil {
+			return fmt.Errorf("etcd restore: read the parked manifest: %w", err)
+		}
+		if err := atomicfile.Write(h.path(EtcdManifest), manifest, 0o600); err != nil {
+			return fmt.Errorf("etcd restore: put the manifest back: %w", err)
+		}
+	}
+	return nil
+}
+
+func (h *Host) restoreEtcdData(ctx context.Context, m etcd.Member, attempt, parked string) error {
+	dir := attemptDir(attempt)
+	if live, err := os.ReadFile(h.path(EtcdManifest)); err == nil {
+		if err := atomicfile.Write(h.path(parked), live, 0o600); err != nil {
+			return fmt.Errorf("etcd restore: park the manifest: %w", err)
+		}
+		if err := os.Remove(h.path(EtcdManifest)); err != nil {
+			return fmt.Errorf("etcd restore: stop the member: %w", err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("etcd restore: %w", err)
+	}
+	manifest, err := os.ReadFile(h.path(parked))
+	if err != nil {
+		return fmt.Errorf("etcd restore: read the etcd manifest: %w", err)
+	}
+	cfg, err := etcd.ParseManifest(manifest)
+	if err != nil {
+		return fmt.Errorf("etcd restore: %w", err)
+	}
+	data := h.path(cfg.DataDir)
+	if err := h.waitStopped(ctx, m, data); err != nil {
+		return err
+	}
+	restore := h.path(dir + "/etcd-restore")
+	if err := os.RemoveAll(restore); err != nil {
+		return fmt.Errorf("etcd restore: clean %s: %w", restore, err)
+	}
+	if err := m.Restore(ctx, etcd.RestoreConfig{SnapshotPath: h.path(SnapshotPath(attempt)), DataDir: restore,
+		Name: cfg.Name, PeerURLs: cfg.PeerURLs, InitialCluster: cfg.SingleMemberCluster(), InitialClusterToken: cfg.InitialClusterToken}); err != nil {
+		return err
+	}
+	replaced := h.path(dir + "/etcd-replaced")
+	_, errReplaced := os.Stat(replaced)
+	_, errCurrent := os.Stat(data)
+	switch {
+	case errors.Is(errReplaced, os.ErrNotExist) && errCurrent == nil:
+		if err := os.Rename(data, replaced); err != nil {
+			return fmt.Errorf("etcd restore: move the current etcd data aside: %w", err)
+		}
+	case errReplaced == nil && errCurrent == nil:
+		// A previous run swapped its restore in and stopped before the marker.
+		if err := os.RemoveAll(data); err != nil {
+			return fmt.Errorf("etcd restore: remove an earlier restore: %w", err)
+		}
+	}
+	if err := os.Rename(restore, data); err != nil {
+		return fmt.Errorf("etcd restore: move the restored etcd data in place: %w", err)
+	}
+	if err := atomicfile.SyncDir(filepath.Dir(data)); err != nil {
+		return err
+	}
+	return atomicfile.Write(h.path(dir+"/etcd-restored"), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o600)
+}
+
+func (h *Host) waitStopped(ctx context.Context, m etcd.Member, dataDir string) error {
+	ctx, cancel := context.WithTimeout(ctx, EtcdStopTimeout)
+	defer cancel()
+	for {
+		stopped, err := m.Stopped(ctx, dataDir)
+		if err != nil {
+			return fmt.Errorf("etcd restore: %w", err)
+		}
+		if stopped {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("etcd restore: the etcd member still runs %s after its manifest was moved away", EtcdStopTimeout)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}

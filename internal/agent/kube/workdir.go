@@ -1,0 +1,100 @@
+package kube
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+
+	"golang.org/x/sys/unix"
+)
+
+// AttemptsDir holds one directory per update attempt (backups, the etcd snapshot,
+// restore markers), named by the attempt ID the executor records in the journal
+// when the attempt starts. Keying by attempt, not by plan hash, is what makes a
+// retry of the same plan (or A -> B -> A) take fresh backups and a fresh snapshot.
+const AttemptsDir = WorkDir + "/attempts"
+
+// attemptDir is the host path of an attempt's work directory.
+func attemptDir(attempt string) string { return AttemptsDir + "/" + attempt }
+
+// ErrDiskFull is wrapped by errors that mean the host has no room for the agent's
+// work (the status reason is protocol.ReasonDiskFull); a write that fails with
+// ENOSPC is recognised as well (see IsDiskFull).
+var ErrDiskFull = errors.New("not enough free disk space")
+
+// IsDiskFull reports whether err means the host's disk is full.
+func IsDiskFull(err error) bool {
+	return errors.Is(err, ErrDiskFull) || errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT)
+}
+
+// freeBytes is the space an unprivileged-by-reserve writer may still use on the
+// file system of path (statfs f_bavail).
+func freeBytes(path string) (uint64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return 0, fmt.Errorf("statfs %s: %w", path, err)
+	}
+	return st.Bavail * uint64(st.Bsize), nil
+}
+
+func (h *Host) free(path string) (uint64, error) {
+	if h.FreeBytes != nil {
+		return h.FreeBytes(path)
+	}
+	return freeBytes(path)
+}
+
+// legacyPlanDir matches the per-plan directories of agents before attempts
+// (WorkDir/<32 hex plan hash>), which nothing reads any more.
+var legacyPlanDir = regexp.MustCompile(`^[0-9a-f]{32}$`)
+
+// CollectAttempts removes the work directories of every attempt not in keep
+// (and the per-plan directories of older agents). The executor keeps the
+// current attempt and the last committed one: that one's backups stay until the
+// next attempt commits.
+func (h *Host) CollectAttempts(keep ...string) error {
+	var errs []error
+	entries, err := os.ReadDir(h.path(AttemptsDir))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("list %s: %w", AttemptsDir, err)
+	}
+	for _, e := range entries {
+		if e.IsDir() && !slices.Contains(keep, e.Name()) {
+			if err := os.RemoveAll(h.path(attemptDir(e.Name()))); err != nil {
+				errs = append(errs, fmt.Errorf("remove attempt %s: %w", e.Name(), err))
+			}
+		}
+	}
+	legacy, err := os.ReadDir(h.path(WorkDir))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("list %s: %w", WorkDir, err))
+	}
+	for _, e := range legacy {
+		if e.IsDir() && legacyPlanDir.MatchString(e.Name()) {
+			if err := os.RemoveAll(h.path(WorkDir + "/" + e.Name())); err != nil {
+				errs = append(errs, fmt.Errorf("remove %s: %w", e.Name(), err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Attempts lists the attempt directories present on the host.
+func (h *Host) Attempts() ([]string, error) {
+	entries, err := os.ReadDir(h.path(AttemptsDir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", AttemptsDir, err)
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
