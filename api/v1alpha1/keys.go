@@ -41,6 +41,17 @@ const (
 	// in success or failure. It bounds the drain time and marks an update in flight
 	// across coordinator restarts. Written only by the coordinator.
 	UpdateStartedAnnotation = GroupName + "/update-started"
+
+	// PlanPublishedAnnotation is set by the coordinator, to an RFC 3339 time, when it
+	// points the node's DesiredPlanAnnotation at a new plan; it dates the agent's
+	// pick-up deadline. Written only by the coordinator.
+	PlanPublishedAnnotation = GroupName + "/plan-published"
+
+	// PlanNotPickedUpAnnotation is set by the coordinator to the hash of a plan whose
+	// agent reported nothing for it within the pick-up deadline: the plan was
+	// withdrawn and the node uncordoned, and every later call for that plan answers
+	// Failure. An operator removes it to retry. Written only by the coordinator.
+	PlanNotPickedUpAnnotation = GroupName + "/plan-not-picked-up"
 )
 
 // Labels.
@@ -104,6 +115,12 @@ const (
 	ReasonRolledBack  = "InPlaceUpdateRolledBack"
 	ReasonFailed      = "InPlaceUpdateFailed"
 	ReasonDrainFailed = "DrainBlocked"
+	// ReasonDegraded: the node's rollback failed or its agent cannot tell what it
+	// did; the node stays cordoned until a human repairs it. Never usable.
+	ReasonDegraded = "InPlaceUpdateDegraded"
+	// ReasonPlanNotPickedUp: the node's agent never picked up the plan; the plan was
+	// withdrawn and the node put back in service unchanged.
+	ReasonPlanNotPickedUp = "InPlacePlanNotPickedUp"
 )
 
 // Event reasons recorded on Machines.
@@ -114,4 +131,6 @@ const (
 	EventUpdateSucceeded  = "InPlaceUpdateSucceeded"
 	EventUpdateRolledBack = "InPlaceUpdateRolledBack"
 	EventUpdateFailed     = "InPlaceUpdateFailed"
+	EventNodeDegraded     = "InPlaceNodeDegraded"
+	EventPlanNotPickedUp  = "InPlacePlanNotPickedUp"
 )

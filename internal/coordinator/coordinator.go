@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -60,9 +61,6 @@ type Options struct {
 	Clusters WorkloadClusters
 	// OSImages resolves the infrastructure machine's OS image; nil: no OS change.
 	OSImages OSImageResolver
-	// Binaries names the kubeadm and kubelet a node downloads for its new version;
-	// nil: the OS image brings them.
-	Binaries BinariesResolver
 	// Recorder records Events on Machines.
 	Recorder EventRecorder
 	Drain    DrainOptions
@@ -74,6 +72,11 @@ type Options struct {
 	AgentArgs []string
 	// CallTimeout bounds one hook call. Zero: 8 s (CAPI's default hook timeout is 10 s).
 	CallTimeout time.Duration
+	// PickupTimeout bounds how long a published plan may go without any status from
+	// the node's agent (an agent not running, or one that cannot read its plan):
+	// after it the plan is withdrawn, the node uncordoned and the update failed.
+	// Zero: 5 minutes; negative: no bound.
+	PickupTimeout time.Duration
 	// Linger is how long one call keeps re-checking a node update that started less
 	// than 30 s ago before it answers "in progress": most updates finish within a
 	// second or two once the agent has the plan, and CAPI would otherwise only learn
@@ -82,6 +85,10 @@ type Options struct {
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
+
+// DefaultPickupTimeout is Options.PickupTimeout's default: an agent answers a plan
+// within seconds (it watches its Node), so five minutes means it is not running.
+const DefaultPickupTimeout = 5 * time.Minute
 
 // Coordinator drives one node update per Machine behind the UpdateMachine hook. It
 // keeps no state of its own: every call rebuilds its view from API objects.
@@ -122,6 +129,12 @@ func New(opts Options) (*Coordinator, error) {
 	if opts.CallTimeout == 0 {
 		opts.CallTimeout = 8 * time.Second
 	}
+	switch {
+	case opts.PickupTimeout == 0:
+		opts.PickupTimeout = DefaultPickupTimeout
+	case opts.PickupTimeout < 0:
+		opts.PickupTimeout = 0
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -131,24 +144,76 @@ func New(opts Options) (*Coordinator, error) {
 // UpdateMachine is the UpdateMachine hook: one bounded, idempotent step of the update
 // of the Machine's node. Success with RetryAfterSeconds > 0 means in progress, 0 done;
 // Failure carries the cause (CAPI retries it).
+//
+// The request is a trigger only: the Machine it names, its bootstrap config and its
+// infrastructure machine are read from the management API, the Machine must be marked
+// by Cluster API for an in-place update in a namespace that opted in, and a request
+// that disagrees with the stored objects is refused before anything is touched.
 func (c *Coordinator) UpdateMachine(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest, resp *runtimehooksv1.UpdateMachineResponse) {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.CallTimeout)
 	defer cancel()
-	m := &req.Desired.Machine
-	log := ctrl.LoggerFrom(ctx).WithValues("Machine", client.ObjectKeyFromObject(m).String())
-	ctx = ctrl.LoggerInto(ctx, log)
+	ctx = c.withMachineLogger(ctx, &req.Desired.Machine)
+	out := func() Outcome {
+		d, out, ok := c.readStored(ctx, req)
+		if !ok {
+			return out
+		}
+		return c.lingerUpdate(ctx, d)
+	}()
+	writeResponse(ctx, out, resp)
+}
 
-	out := c.lingerUpdate(ctx, req)
-	resp.Message = out.message
-	resp.RetryAfterSeconds = out.retry
-	if out.failure {
+// UpdateDesired is UpdateMachine for an in-process caller that computed the desired
+// objects itself from stored state (the single-node control-plane controller, which
+// updates the node before it aligns the stored objects): the Machine's identity,
+// labels, node and cluster are still read from the API, but its desired spec, bootstrap
+// config and infrastructure machine are taken from req. Never serve it to the network.
+func (c *Coordinator) UpdateDesired(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest, resp *runtimehooksv1.UpdateMachineResponse) {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.CallTimeout)
+	defer cancel()
+	ctx = c.withMachineLogger(ctx, &req.Desired.Machine)
+	out := func() Outcome {
+		m := &req.Desired.Machine
+		if m.Name == "" || m.Namespace == "" {
+			return rejected("the request names no Machine")
+		}
+		stored, out, ok := c.readMachine(ctx, client.ObjectKeyFromObject(m))
+		if !ok {
+			return out
+		}
+		desired := stored.DeepCopy()
+		desired.Spec = *m.Spec.DeepCopy()
+		desired.Spec.ClusterName = stored.Spec.ClusterName
+		d := desiredObjects{stored: stored, machine: desired}
+		var err error
+		if d.bootstrap, err = toUnstructured(req.Desired.BootstrapConfig); err != nil {
+			return final(CauseInvalidInput, fmt.Sprintf("bootstrap config of Machine %s: %v", m.Name, err))
+		}
+		if d.infra, err = toUnstructured(req.Desired.InfrastructureMachine); err != nil {
+			return final(CauseInvalidInput, fmt.Sprintf("infrastructure machine of Machine %s: %v", m.Name, err))
+		}
+		return c.lingerUpdate(ctx, d)
+	}()
+	writeResponse(ctx, out, resp)
+}
+
+func (c *Coordinator) withMachineLogger(ctx context.Context, m *clusterv1.Machine) context.Context {
+	log := ctrl.LoggerFrom(ctx).WithValues("Machine", client.ObjectKeyFromObject(m).String())
+	return ctrl.LoggerInto(ctx, log)
+}
+
+func writeResponse(ctx context.Context, out Outcome, resp *runtimehooksv1.UpdateMachineResponse) {
+	log := ctrl.LoggerFrom(ctx)
+	resp.Message = out.Message
+	resp.RetryAfterSeconds = out.RetryAfterSeconds
+	if out.Failed() {
 		resp.Status = runtimehooksv1.ResponseStatusFailure
 		resp.RetryAfterSeconds = 0
-		log.Info("In-place update failed", "message", out.message)
+		log.Info("In-place update failed", "cause", out.Cause, "message", out.Message)
 		return
 	}
 	resp.Status = runtimehooksv1.ResponseStatusSuccess
-	log.V(1).Info("In-place update step", "message", out.message, "retryAfterSeconds", out.retry)
+	log.V(1).Info("In-place update step", "message", out.Message, "retryAfterSeconds", out.RetryAfterSeconds)
 }
 
 // lingerPoll is the pause between two checks of a lingering call.
@@ -158,12 +223,12 @@ const lingerPoll = 250 * time.Millisecond
 // 1 s" (waitRetry's first window: the agent or the node's gates are being waited
 // for), repeats it until Linger has passed. Every repetition is the same idempotent
 // step, so lingering changes how soon an answer comes, never what it is.
-func (c *Coordinator) lingerUpdate(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest) outcome {
+func (c *Coordinator) lingerUpdate(ctx context.Context, d desiredObjects) Outcome {
 	// Wall time, not Options.Now: lingering is about how long the call takes.
 	deadline := time.Now().Add(c.opts.Linger)
 	for {
-		out := c.update(ctx, req)
-		if out.failure || out.retry != waitRetry(0) || !time.Now().Add(lingerPoll).Before(deadline) {
+		out := c.update(ctx, d)
+		if out.Kind != OutcomeInProgress || out.RetryAfterSeconds != waitRetry(0) || !time.Now().Add(lingerPoll).Before(deadline) {
 			return out
 		}
 		select {
@@ -174,16 +239,78 @@ func (c *Coordinator) lingerUpdate(ctx context.Context, req *runtimehooksv1.Upda
 	}
 }
 
-// outcome is the hook's answer.
-type outcome struct {
-	failure bool
-	retry   int32
-	message string
+// OutcomeKind is what one call's answer means.
+type OutcomeKind string
+
+const (
+	// OutcomeInProgress: call again after RetryAfterSeconds.
+	OutcomeInProgress OutcomeKind = "InProgress"
+	// OutcomeDone: the node runs the desired state and passed its gates.
+	OutcomeDone OutcomeKind = "Done"
+	// OutcomeFailedFinal: the node update of this desired state is over and failed;
+	// calling again answers the same until the spec changes or an operator acts.
+	OutcomeFailedFinal OutcomeKind = "FailedFinal"
+	// OutcomeFailedRetryable: a failure around the node (an API error, a plan that
+	// cannot be built yet, a refused request, a blocked drain); calling again may
+	// succeed once the cause is gone.
+	OutcomeFailedRetryable OutcomeKind = "FailedRetryable"
+)
+
+// Cause is the typed cause of a failure.
+type Cause string
+
+const (
+	// CauseRolledBack: the agent rolled the node back; it is back in service.
+	CauseRolledBack Cause = "RolledBack"
+	// CauseAgentFailed: the agent refused the plan or failed before changing the node.
+	CauseAgentFailed Cause = "AgentFailed"
+	// CauseDegraded: the node's rollback failed or its journal is corrupt; it stays
+	// cordoned and needs manual repair.
+	CauseDegraded Cause = "Degraded"
+	// CausePlanNotPickedUp: the agent reported nothing for the plan within
+	// PickupTimeout; the plan was withdrawn and the node uncordoned.
+	CausePlanNotPickedUp Cause = "PlanNotPickedUp"
+	// CauseDrainTimeout: the drain stayed blocked past its timeout (node cordoned).
+	CauseDrainTimeout Cause = "DrainTimeout"
+	// CauseRequestRejected: the request does not match the stored objects, or the
+	// Machine is not marked for an in-place update, or its namespace did not opt in.
+	CauseRequestRejected Cause = "RequestRejected"
+	// CauseInvalidInput: the desired objects cannot be turned into a node plan.
+	CauseInvalidInput Cause = "InvalidInput"
+	// CauseInvalidStatus: the agent's status annotation does not decode.
+	CauseInvalidStatus Cause = "InvalidStatus"
+	// CauseNodeMissing: the Machine's node does not exist in its workload cluster.
+	CauseNodeMissing Cause = "NodeMissing"
+	// CauseManagementAPI, CauseWorkloadAPI: an API server refused or failed a call.
+	CauseManagementAPI Cause = "ManagementAPI"
+	CauseWorkloadAPI   Cause = "WorkloadAPI"
+)
+
+// Outcome is the typed answer of one call; UpdateMachine writes it into the hook
+// response. Message is for humans only.
+type Outcome struct {
+	Kind              OutcomeKind
+	Cause             Cause
+	RetryAfterSeconds int32
+	Message           string
 }
 
-func inProgress(retry int32, msg string) outcome { return outcome{retry: retry, message: msg} }
-func failure(msg string) outcome                 { return outcome{failure: true, message: msg} }
-func done(msg string) outcome                    { return outcome{message: msg} }
+// Failed reports whether the outcome is a Failure answer.
+func (o Outcome) Failed() bool {
+	return o.Kind == OutcomeFailedFinal || o.Kind == OutcomeFailedRetryable
+}
+
+func inProgress(retry int32, msg string) Outcome {
+	return Outcome{Kind: OutcomeInProgress, RetryAfterSeconds: retry, Message: msg}
+}
+func done(msg string) Outcome { return Outcome{Kind: OutcomeDone, Message: msg} }
+func final(cause Cause, msg string) Outcome {
+	return Outcome{Kind: OutcomeFailedFinal, Cause: cause, Message: msg}
+}
+func retryable(cause Cause, msg string) Outcome {
+	return Outcome{Kind: OutcomeFailedRetryable, Cause: cause, Message: msg}
+}
+func rejected(msg string) Outcome { return retryable(CauseRequestRejected, msg) }
 
 func (c *Coordinator) drainOptions() drain.Options {
 	return drain.Options{Budget: c.opts.Drain.AttemptBudget, Force: c.opts.Drain.Force}

@@ -15,7 +15,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -24,6 +26,7 @@ import (
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
+	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -104,7 +107,10 @@ func newFixture(t *testing.T, workload *rest.Config) *fixture {
 	}
 	for _, c := range []client.Client{f.mgmt, f.wl} {
 		for _, ns := range []string{f.ns, inplacev1.AgentNamespace} {
-			g.Expect(client.IgnoreAlreadyExists(c.Create(f.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))).To(Succeed())
+			// The test namespace opted in (on the management side; on a shared API
+			// server the label is harmless on the workload side).
+			labels := map[string]string{inplacev1.NamespaceEnabledLabel: "true"}
+			g.Expect(client.IgnoreAlreadyExists(c.Create(f.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}))).To(Succeed())
 		}
 	}
 	g.Expect(f.mgmt.Create(f.ctx, &clusterv1.Cluster{
@@ -166,12 +172,23 @@ func (f *fixture) setKubelet(name, version string) {
 	g.Expect(f.wl.Status().Update(f.ctx, n)).To(Succeed())
 }
 
-// machine creates a Machine whose status.nodeRef names nodeName ("" for none).
+// machine creates a Machine whose status.nodeRef names nodeName ("" for none), with
+// its KubeadmConfig and DevMachine, marked for an in-place update as Cluster API's
+// owner controllers mark it before the Machine controller calls UpdateMachine.
 func (f *fixture) machine(name, nodeName, version string, controlPlane bool) *clusterv1.Machine {
 	f.t.Helper()
 	g := NewWithT(f.t)
+	g.Expect(f.mgmt.Create(f.ctx, &bootstrapv1.KubeadmConfig{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name,
+		Annotations: map[string]string{clusterv1.UpdateInProgressAnnotation: ""}}})).To(Succeed())
+	infra := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"image": "os-a"}}}
+	infra.SetGroupVersionKind(schema.GroupVersionKind{Group: coordinatortest.InfraMachineGroup, Version: coordinatortest.InfraMachineVersion, Kind: coordinatortest.InfraMachineKind})
+	infra.SetNamespace(f.ns)
+	infra.SetName(name)
+	infra.SetAnnotations(map[string]string{clusterv1.UpdateInProgressAnnotation: ""})
+	g.Expect(f.mgmt.Create(f.ctx, infra)).To(Succeed())
 	m := &clusterv1.Machine{
-		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name, Labels: map[string]string{clusterv1.ClusterNameLabel: "c1"}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name, Labels: map[string]string{clusterv1.ClusterNameLabel: "c1"},
+			Annotations: map[string]string{clusterv1.UpdateInProgressAnnotation: "", runtimev1.PendingHooksAnnotation: "UpdateMachine"}},
 		Spec: clusterv1.MachineSpec{
 			ClusterName:       "c1",
 			Version:           version,
@@ -190,27 +207,51 @@ func (f *fixture) machine(name, nodeName, version string, controlPlane bool) *cl
 	return m
 }
 
-// request is what CAPI sends: the desired spec, no status.
+// request stores cfg's spec (when not nil) as the Machine's KubeadmConfig, as the
+// owner controller does before it marks the Machine, and returns what CAPI's Machine
+// controller then sends: the stored Machine, KubeadmConfig and DevMachine, trimmed to
+// metadata and spec (cleanupMachine and cleanupUnstructured upstream).
 func (f *fixture) request(m *clusterv1.Machine, cfg *bootstrapv1.KubeadmConfig) *runtimehooksv1.UpdateMachineRequest {
 	f.t.Helper()
+	g := NewWithT(f.t)
+	key := client.ObjectKeyFromObject(m)
+	if cfg != nil {
+		stored := &bootstrapv1.KubeadmConfig{}
+		g.Expect(f.mgmt.Get(f.ctx, key, stored)).To(Succeed())
+		stored.Spec = cfg.Spec
+		g.Expect(f.mgmt.Update(f.ctx, stored)).To(Succeed())
+	}
+	stored := &clusterv1.Machine{}
+	g.Expect(f.mgmt.Get(f.ctx, key, stored)).To(Succeed())
 	desired := clusterv1.Machine{
 		TypeMeta:   metav1.TypeMeta{APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: m.Namespace, Name: m.Name, Labels: m.Labels},
-		Spec:       m.Spec,
+		ObjectMeta: metav1.ObjectMeta{Namespace: stored.Namespace, Name: stored.Name, Labels: stored.Labels, Annotations: stored.Annotations},
+		Spec:       stored.Spec,
 	}
 	req := &runtimehooksv1.UpdateMachineRequest{Desired: runtimehooksv1.UpdateMachineRequestObjects{Machine: desired}}
-	infra := fmt.Sprintf(`{"apiVersion":"infrastructure.cluster.x-k8s.io/v1beta2","kind":"DevMachine","metadata":{"name":%q,"namespace":%q},"spec":{}}`, m.Name, m.Namespace)
-	req.Desired.InfrastructureMachine.Raw = []byte(infra)
-	if cfg != nil {
-		cfg.TypeMeta = metav1.TypeMeta{APIVersion: bootstrapv1.GroupVersion.String(), Kind: "KubeadmConfig"}
-		cfg.Namespace, cfg.Name = m.Namespace, m.Name
-		b, err := json.Marshal(cfg)
-		if err != nil {
-			f.t.Fatal(err)
-		}
-		req.Desired.BootstrapConfig.Raw = b
-	}
+	req.Desired.BootstrapConfig.Raw = f.trimmed(bootstrapv1.GroupVersion.WithKind("KubeadmConfig"), key)
+	req.Desired.InfrastructureMachine.Raw = f.trimmed(schema.GroupVersionKind{Group: coordinatortest.InfraMachineGroup, Version: coordinatortest.InfraMachineVersion, Kind: coordinatortest.InfraMachineKind}, key)
 	return req
+}
+
+// trimmed reads an object and encodes it as CAPI puts it into a hook request.
+func (f *fixture) trimmed(gvk schema.GroupVersionKind, key client.ObjectKey) []byte {
+	f.t.Helper()
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(gvk)
+	if err := f.mgmt.Get(f.ctx, key, u); err != nil {
+		f.t.Fatal(err)
+	}
+	out := &unstructured.Unstructured{Object: map[string]any{"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(), "spec": u.Object["spec"]}}
+	out.SetName(u.GetName())
+	out.SetNamespace(u.GetNamespace())
+	out.SetLabels(u.GetLabels())
+	out.SetAnnotations(u.GetAnnotations())
+	b, err := json.Marshal(out.Object)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return b
 }
 
 func call(c *Coordinator, req *runtimehooksv1.UpdateMachineRequest) *runtimehooksv1.UpdateMachineResponse {

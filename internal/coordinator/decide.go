@@ -54,6 +54,15 @@ type Observation struct {
 	// Elapsed is the time since the update started (the marker's age); zero when
 	// unknown. It only sets how soon CAPI calls again, never what is decided.
 	Elapsed time.Duration
+	// SincePublished is the time since the node was pointed at the published plan
+	// (PlanPublishedAnnotation); zero when unknown.
+	SincePublished time.Duration
+	// PickupTimeout bounds how long a published plan may go without any status from
+	// the agent; zero: no bound.
+	PickupTimeout time.Duration
+	// NotPickedUp is the plan hash the coordinator gave up on because its agent never
+	// picked it up (PlanNotPickedUpAnnotation).
+	NotPickedUp string
 }
 
 // waitRetry is how soon CAPI should call again while the agent works or the node
@@ -89,6 +98,12 @@ const (
 	ActFail
 	// ActReportFailure: answer Failure and touch nothing (the agent may be mid-work).
 	ActReportFailure
+	// ActDegraded: the node is broken (its rollback failed, or the agent cannot tell
+	// what it did): keep it cordoned, say Degraded on the Machine, answer Failure.
+	ActDegraded
+	// ActAbandon: the agent never picked up the plan: withdraw it, uncordon what we
+	// cordoned, mark the plan as not picked up, answer Failure.
+	ActAbandon
 )
 
 // Decision is the outcome of Decide.
@@ -98,9 +113,12 @@ type Decision struct {
 	Message string
 	// RetryAfterSeconds applies to ActWait and ActAwaitAgent.
 	RetryAfterSeconds int32
-	// EventReason names the event to record when the shell changes the node while
-	// finishing (ActSucceed, ActFail).
+	// EventReason names the event to record when the update ends (ActSucceed,
+	// ActFail, ActDegraded, ActAbandon).
 	EventReason string
+	// Cause is the typed cause of a failure (ActFail, ActReportFailure, ActDegraded,
+	// ActAbandon); callers decide on it, never on Message.
+	Cause Cause
 }
 
 func stepMsg(step int, format string, args ...any) string {
@@ -111,7 +129,7 @@ func stepMsg(step int, format string, args ...any) string {
 // seen from the coordinator, and pure.
 func Decide(o Observation) Decision {
 	if o.StatusErr != nil {
-		return Decision{Action: ActReportFailure, Message: fmt.Sprintf("node %s: the agent's status annotation is invalid: %v", o.Node, o.StatusErr)}
+		return Decision{Action: ActReportFailure, Cause: CauseInvalidStatus, Message: fmt.Sprintf("node %s: the agent's status annotation is invalid: %v", o.Node, o.StatusErr)}
 	}
 	st := o.Status
 	if st != nil && st.PlanHash == o.PlanHash {
@@ -131,7 +149,16 @@ func Decide(o Observation) Decision {
 	if o.CurrentPlan == o.PlanHash && o.PlanHash != "" {
 		return gates(o)
 	}
+	if o.NotPickedUp == o.PlanHash && o.PlanHash != "" {
+		// Stays a failure until an operator removes the marker (or the spec changes).
+		return Decision{Action: ActAbandon, Cause: CausePlanNotPickedUp, EventReason: inplacev1.EventPlanNotPickedUp,
+			Message: fmt.Sprintf("node %s: the agent did not pick up plan %s within %s; the plan was withdrawn and the node put back in service (remove annotation %s from the node to retry)",
+				o.Node, short(o.PlanHash), o.PickupTimeout, inplacev1.PlanNotPickedUpAnnotation)}
+	}
 	if o.Published == o.PlanHash {
+		if o.PickupTimeout > 0 && o.SincePublished > o.PickupTimeout && (st == nil || st.PlanHash != o.PlanHash) {
+			return Decide(withNotPickedUp(o))
+		}
 		return Decision{Action: ActAwaitAgent, RetryAfterSeconds: waitRetry(o.Elapsed), Message: stepMsg(stepApply, "waiting for the agent on node %s to pick up plan %s", o.Node, short(o.PlanHash))}
 	}
 	if o.Published != "" && st != nil && st.PlanHash == o.Published && !st.Phase.Terminal() {
@@ -154,16 +181,32 @@ func gates(o Observation) Decision {
 	return Decision{Action: ActSucceed, EventReason: inplacev1.EventUpdateSucceeded, Message: fmt.Sprintf("node %s runs plan %s", o.Node, short(o.PlanHash))}
 }
 
+func withNotPickedUp(o Observation) Observation {
+	o.NotPickedUp = o.PlanHash
+	return o
+}
+
+// Broken reports whether a status says the node is in an unknown or half-changed
+// state: its rollback failed, or the agent cannot read its journal. Such a node is
+// never put back in service by the coordinator.
+func Broken(st protocol.NodeStatus) bool {
+	return st.Phase == protocol.PhaseFailed && (st.Reason == protocol.ReasonRollbackFailed || st.Reason == protocol.ReasonJournalCorrupt)
+}
+
 func failed(o Observation, st *protocol.NodeStatus) Decision {
-	verb, reason := "failed", inplacev1.EventUpdateFailed
-	if st.Phase == protocol.PhaseRolledBack {
-		verb, reason = "rolled back", inplacev1.EventUpdateRolledBack
-	}
 	cause := strings.TrimSpace(strings.Trim(st.Reason+": "+st.Message, ": "))
 	if cause == "" {
 		cause = "no cause reported"
 	}
-	return Decision{Action: ActFail, EventReason: reason, Message: fmt.Sprintf("node %s: the agent %s plan %s: %s", o.Node, verb, short(o.PlanHash), cause)}
+	if Broken(*st) {
+		return Decision{Action: ActDegraded, Cause: CauseDegraded, EventReason: inplacev1.EventNodeDegraded,
+			Message: fmt.Sprintf("node %s is degraded: the agent failed plan %s and the node needs manual repair: %s; it stays cordoned", o.Node, short(o.PlanHash), cause)}
+	}
+	verb, reason, typed := "failed", inplacev1.EventUpdateFailed, CauseAgentFailed
+	if st.Phase == protocol.PhaseRolledBack {
+		verb, reason, typed = "rolled back", inplacev1.EventUpdateRolledBack, CauseRolledBack
+	}
+	return Decision{Action: ActFail, Cause: typed, EventReason: reason, Message: fmt.Sprintf("node %s: the agent %s plan %s: %s", o.Node, verb, short(o.PlanHash), cause)}
 }
 
 func agentProgress(st *protocol.NodeStatus) string {
@@ -194,7 +237,7 @@ func DrainVerdict(node string, res drain.Result, started, now time.Time, timeout
 		return Decision{}, true
 	}
 	if timeout > 0 && !started.IsZero() && now.Sub(started) > timeout {
-		return Decision{Action: ActReportFailure, Message: stepMsg(stepDrain, "draining node %s did not finish within %s: %s", node, timeout, res.Summary())}, false
+		return Decision{Action: ActReportFailure, Cause: CauseDrainTimeout, Message: stepMsg(stepDrain, "draining node %s did not finish within %s: %s", node, timeout, res.Summary())}, false
 	}
 	return Decision{Action: ActWait, RetryAfterSeconds: retryDrain, Message: stepMsg(stepDrain, "draining node %s: %s", node, res.Summary())}, false
 }

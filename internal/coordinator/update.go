@@ -9,13 +9,15 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -35,6 +37,7 @@ const controlPlaneNodeLabel = "node-role.kubernetes.io/control-plane"
 // scope is everything one call knows, loaded once at its start.
 type scope struct {
 	machine    *clusterv1.Machine // desired spec, identity and status from the API
+	stored     *clusterv1.Machine // as stored: conditions are written on it
 	cluster    *clusterv1.Cluster
 	clusterKey client.ObjectKey
 	wc         *WorkloadCluster
@@ -46,17 +49,19 @@ type scope struct {
 	planSecret *corev1.Secret // as found in the workload cluster; nil when absent
 }
 
-func (c *Coordinator) update(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest) outcome {
-	s, out, ok := c.loadScope(ctx, req)
+func (c *Coordinator) update(ctx context.Context, desired desiredObjects) Outcome {
+	s, out, ok := c.loadScope(ctx, desired)
 	if !ok {
 		return out
 	}
-	d := Decide(observe(s, c.opts.Now()))
+	o := observe(s, c.opts.Now())
+	o.PickupTimeout = c.opts.PickupTimeout
+	d := Decide(o)
 	switch d.Action {
 	case ActWait:
 		return inProgress(d.RetryAfterSeconds, d.Message)
 	case ActReportFailure:
-		return failure(d.Message)
+		return retryable(d.Cause, d.Message)
 	case ActAwaitAgent:
 		// Keep the published plan in place (someone may have deleted it) and the
 		// agent installed; both are no-ops when nothing changed.
@@ -68,20 +73,33 @@ func (c *Coordinator) update(ctx context.Context, req *runtimehooksv1.UpdateMach
 		}
 		return inProgress(d.RetryAfterSeconds, d.Message)
 	case ActSucceed, ActFail:
-		if err := c.finish(ctx, s, d); err != nil {
+		if err := c.finish(ctx, s); err != nil {
 			return c.workloadFailure(s, stepVerify, err)
 		}
+		c.report(ctx, s, d)
 		if d.Action == ActFail {
-			return failure(d.Message)
+			return final(d.Cause, d.Message)
 		}
 		return done(d.Message)
+	case ActDegraded:
+		// The node stays cordoned (and keeps our cordoned-by marker, so that a
+		// successful retry after the repair uncordons it).
+		c.report(ctx, s, d)
+		return final(d.Cause, d.Message)
+	case ActAbandon:
+		if err := c.abandon(ctx, s); err != nil {
+			return c.workloadFailure(s, stepApply, err)
+		}
+		c.report(ctx, s, d)
+		return final(d.Cause, d.Message)
 	default:
+
 		return c.start(ctx, s)
 	}
 }
 
 // start runs the steps before the agent takes over: agent, cordon, drain, publish.
-func (c *Coordinator) start(ctx context.Context, s *scope) outcome {
+func (c *Coordinator) start(ctx context.Context, s *scope) Outcome {
 	if out, ok := c.ensureAgent(ctx, s); !ok {
 		return out
 	}
@@ -102,9 +120,9 @@ func (c *Coordinator) start(ctx context.Context, s *scope) outcome {
 	return inProgress(waitRetry(0), stepMsg(stepApply, "waiting for the agent on node %s to pick up plan %s", s.node.Name, short(s.planHash)))
 }
 
-func (c *Coordinator) ensureAgent(ctx context.Context, s *scope) (outcome, bool) {
+func (c *Coordinator) ensureAgent(ctx context.Context, s *scope) (Outcome, bool) {
 	if !c.opts.ManageAgents {
-		return outcome{}, true
+		return Outcome{}, true
 	}
 	applied, err := agentinstall.Ensure(ctx, s.wc.Client, c.agentConfig())
 	if err != nil {
@@ -113,7 +131,7 @@ func (c *Coordinator) ensureAgent(ctx context.Context, s *scope) (outcome, bool)
 	if applied {
 		ctrl.LoggerFrom(ctx).Info("Installed the node agent", "Cluster", s.clusterKey.String(), "image", c.opts.AgentImage)
 	}
-	return outcome{}, true
+	return Outcome{}, true
 }
 
 // cordon marks the node unschedulable and records that we did, plus when the update
@@ -147,9 +165,9 @@ func (c *Coordinator) cordon(ctx context.Context, s *scope) error {
 }
 
 // drain makes one bounded eviction attempt; ok means the node is drained.
-func (c *Coordinator) drain(ctx context.Context, s *scope) (outcome, bool) {
+func (c *Coordinator) drain(ctx context.Context, s *scope) (Outcome, bool) {
 	if c.opts.Drain.SkipEviction {
-		return outcome{}, true
+		return Outcome{}, true
 	}
 	nodes := &corev1.NodeList{}
 	if err := s.wc.Client.List(ctx, nodes, client.Limit(2)); err != nil {
@@ -158,7 +176,7 @@ func (c *Coordinator) drain(ctx context.Context, s *scope) (outcome, bool) {
 	if len(nodes.Items) == 1 && nodes.Continue == "" && !c.opts.Drain.EvictSingleNode {
 		// A single-node cluster has nowhere to move pods to: evicting them only
 		// causes an outage, and PDBs would block forever.
-		return outcome{}, true
+		return Outcome{}, true
 	}
 	res, err := drain.Attempt(ctx, s.wc.Clientset, s.node.Name, c.drainOptions())
 	if err != nil {
@@ -167,13 +185,13 @@ func (c *Coordinator) drain(ctx context.Context, s *scope) (outcome, bool) {
 	started, _ := time.Parse(time.RFC3339, s.node.GetAnnotations()[inplacev1.UpdateStartedAnnotation])
 	d, drained := DrainVerdict(s.node.Name, res, started, c.opts.Now(), c.opts.Drain.Timeout)
 	if drained {
-		return outcome{}, true
+		return Outcome{}, true
 	}
 	if len(res.Blockers) > 0 {
 		c.opts.Recorder.Eventf(s.machine, nil, corev1.EventTypeWarning, inplacev1.EventDrainBlocked, "Drain", "%s", d.Message)
 	}
 	if d.Action == ActReportFailure {
-		return failure(d.Message), false
+		return retryable(d.Cause, d.Message), false
 	}
 	return inProgress(d.RetryAfterSeconds, d.Message), false
 }
@@ -210,11 +228,14 @@ func (c *Coordinator) publish(ctx context.Context, s *scope) (bool, error) {
 		}
 		s.planSecret, written = sec, true
 	}
-	if s.node.GetAnnotations()[inplacev1.DesiredPlanAnnotation] != s.planHash {
+	if ann := s.node.GetAnnotations(); ann[inplacev1.DesiredPlanAnnotation] != s.planHash || ann[inplacev1.PlanPublishedAnnotation] == "" {
 		before := s.node.DeepCopy()
-		ann := s.node.GetAnnotations()
 		if ann == nil {
 			ann = map[string]string{}
+		}
+		if ann[inplacev1.DesiredPlanAnnotation] != s.planHash || ann[inplacev1.PlanPublishedAnnotation] == "" {
+			// Dates the agent's pick-up deadline.
+			ann[inplacev1.PlanPublishedAnnotation] = c.opts.Now().UTC().Format(time.RFC3339)
 		}
 		ann[inplacev1.DesiredPlanAnnotation] = s.planHash
 		s.node.SetAnnotations(ann)
@@ -226,40 +247,107 @@ func (c *Coordinator) publish(ctx context.Context, s *scope) (bool, error) {
 	return written, nil
 }
 
-// finish uncordons a node we cordoned and clears our marker, then records the end of
-// the update on the Machine. Later calls find nothing to clear and record nothing.
-func (c *Coordinator) finish(ctx context.Context, s *scope, d Decision) error {
+// finish uncordons a node we cordoned and clears our markers. Later calls find
+// nothing to clear.
+func (c *Coordinator) finish(ctx context.Context, s *scope) error {
+	return c.patchNode(ctx, s, "uncordon", func(n *corev1.Node, ann map[string]string) {
+		if _, ok := ann[inplacev1.CordonedByAnnotation]; ok {
+			n.Spec.Unschedulable = false
+			delete(ann, inplacev1.CordonedByAnnotation)
+		}
+		delete(ann, inplacev1.UpdateStartedAnnotation)
+		delete(ann, inplacev1.PlanPublishedAnnotation)
+		if ann[inplacev1.PlanNotPickedUpAnnotation] != s.planHash {
+			delete(ann, inplacev1.PlanNotPickedUpAnnotation) // about an older plan
+		}
+	})
+}
+
+// abandon withdraws a plan the agent never picked up, marks it as not picked up and
+// puts the node back in service (if we cordoned it): nothing on the node changed.
+func (c *Coordinator) abandon(ctx context.Context, s *scope) error {
+	return c.patchNode(ctx, s, "withdraw the plan from", func(n *corev1.Node, ann map[string]string) {
+		if ann[inplacev1.DesiredPlanAnnotation] == s.planHash {
+			delete(ann, inplacev1.DesiredPlanAnnotation)
+		}
+		ann[inplacev1.PlanNotPickedUpAnnotation] = s.planHash
+		if _, ok := ann[inplacev1.CordonedByAnnotation]; ok {
+			n.Spec.Unschedulable = false
+			delete(ann, inplacev1.CordonedByAnnotation)
+		}
+		delete(ann, inplacev1.UpdateStartedAnnotation)
+		delete(ann, inplacev1.PlanPublishedAnnotation)
+	})
+}
+
+// patchNode applies mutate to the node and patches it when anything changed.
+func (c *Coordinator) patchNode(ctx context.Context, s *scope, verb string, mutate func(*corev1.Node, map[string]string)) error {
 	before := s.node.DeepCopy()
 	ann := s.node.GetAnnotations()
-	changed := false
-	if _, ok := ann[inplacev1.CordonedByAnnotation]; ok {
-		s.node.Spec.Unschedulable = false
-		delete(ann, inplacev1.CordonedByAnnotation)
-		changed = true
+	if ann == nil {
+		ann = map[string]string{}
 	}
-	if _, ok := ann[inplacev1.UpdateStartedAnnotation]; ok {
-		delete(ann, inplacev1.UpdateStartedAnnotation)
-		changed = true
-	}
-	if !changed {
+	mutate(s.node, ann)
+	s.node.SetAnnotations(ann)
+	if equality.Semantic.DeepEqual(before.Spec, s.node.Spec) && equality.Semantic.DeepEqual(before.Annotations, s.node.Annotations) {
 		return nil
 	}
-	s.node.SetAnnotations(ann)
 	if err := s.wc.Client.Patch(ctx, s.node, client.MergeFrom(before)); err != nil {
-		return fmt.Errorf("uncordon node %s: %w", s.node.Name, err)
+		return fmt.Errorf("%s node %s: %w", verb, s.node.Name, err)
 	}
-	eventType := corev1.EventTypeNormal
-	if d.Action == ActFail {
-		eventType = corev1.EventTypeWarning
-	}
-	c.opts.Recorder.Eventf(s.machine, nil, eventType, d.EventReason, "Update", "%s", d.Message)
 	return nil
+}
+
+// report records the end of an update on the Machine: the InPlaceUpdate condition
+// and, when the condition changed, an Event. A failed write is retried by the next
+// call (the answer does not depend on it).
+func (c *Coordinator) report(ctx context.Context, s *scope, d Decision) {
+	cond := metav1.Condition{Type: inplacev1.InPlaceUpdateCondition, Status: metav1.ConditionFalse, Message: d.Message}
+	eventType := corev1.EventTypeWarning
+	switch d.Action {
+	case ActSucceed:
+		cond.Status, cond.Reason, eventType = metav1.ConditionTrue, inplacev1.ReasonSucceeded, corev1.EventTypeNormal
+	case ActDegraded:
+		cond.Reason = inplacev1.ReasonDegraded
+	case ActAbandon:
+		cond.Reason = inplacev1.ReasonPlanNotPickedUp
+	default:
+		cond.Reason = inplacev1.ReasonFailed
+		if d.Cause == CauseRolledBack {
+			cond.Reason = inplacev1.ReasonRolledBack
+		}
+	}
+	changed, err := c.setMachineCondition(ctx, s.stored, cond)
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Info("Could not set the Machine's condition; the next call retries", "error", err.Error())
+		return
+	}
+	if changed {
+		c.opts.Recorder.Eventf(s.stored, nil, eventType, d.EventReason, "Update", "%s", d.Message)
+	}
+}
+
+// setMachineCondition writes cond on the stored Machine's status unless it is
+// already there; the optimistic lock keeps conditions CAPI writes concurrently.
+func (c *Coordinator) setMachineCondition(ctx context.Context, m *clusterv1.Machine, cond metav1.Condition) (bool, error) {
+	if cur := meta.FindStatusCondition(m.Status.Conditions, cond.Type); cur != nil &&
+		cur.Status == cond.Status && cur.Reason == cond.Reason && cur.Message == cond.Message {
+		return false, nil
+	}
+	orig := m.DeepCopy()
+	cond.ObservedGeneration = m.Generation
+	meta.SetStatusCondition(&m.Status.Conditions, cond)
+	if err := c.opts.Client.Status().Patch(ctx, m, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		*m = *orig
+		return false, fmt.Errorf("set condition %s on Machine %s: %w", cond.Type, m.Name, err)
+	}
+	return true, nil
 }
 
 // workloadFailure answers an error talking to the workload cluster: in progress when
 // the cluster may come back (its only API server restarts during a control-plane
 // upgrade), Failure when the cluster answered and refused.
-func (c *Coordinator) workloadFailure(s *scope, step int, err error) outcome {
+func (c *Coordinator) workloadFailure(s *scope, step int, err error) Outcome {
 	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
 		// Another replica of the extension (every replica answers hooks) or another
 		// writer got there first; the next call sees its result.
@@ -269,7 +357,7 @@ func (c *Coordinator) workloadFailure(s *scope, step int, err error) outcome {
 		c.opts.Clusters.Invalidate(s.clusterKey)
 		return inProgress(retryUnreachable, stepMsg(step, "waiting for the API server of cluster %s: %v", s.clusterKey.Name, err))
 	}
-	return failure(stepMsg(step, "%v", err))
+	return retryable(CauseWorkloadAPI, stepMsg(step, "%v", err))
 }
 
 // unreachable reports whether err means the API server did not answer (or answered
@@ -283,35 +371,25 @@ func unreachable(err error) bool {
 		apierrors.IsTooManyRequests(err) || apierrors.IsInternalError(err) || apierrors.IsUnauthorized(err)
 }
 
-// loadScope reads everything one call needs. ok is false when the call must answer
-// right away with out.
-func (c *Coordinator) loadScope(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest) (*scope, outcome, bool) {
-	desired := req.Desired.Machine.DeepCopy()
-	if desired.Name == "" || desired.Namespace == "" {
-		return nil, failure("the request names no Machine"), false
-	}
-	mkey := client.ObjectKeyFromObject(desired)
-	current := &clusterv1.Machine{}
-	if err := c.opts.Client.Get(ctx, mkey, current); err != nil {
-		return nil, failure(fmt.Sprintf("read Machine %s: %v", mkey, err)), false
-	}
-	// The request carries the desired spec only: identity and status come from the API.
-	desired.UID = current.UID
-	desired.Status = current.Status
-	s := &scope{machine: desired}
+// loadScope reads everything one call needs besides the desired objects. ok is
+// false when the call must answer right away with out.
+func (c *Coordinator) loadScope(ctx context.Context, desired desiredObjects) (*scope, Outcome, bool) {
+	mkey := client.ObjectKeyFromObject(desired.stored)
+	s := &scope{machine: desired.machine, stored: desired.stored}
 
-	nodeName := current.Status.NodeRef.Name
+	nodeName := desired.stored.Status.NodeRef.Name
 	if nodeName == "" {
 		return nil, inProgress(retryNoNodeRef, stepMsg(stepAgent, "waiting for Machine %s to report its node (status.nodeRef)", mkey)), false
 	}
-	clusterName := desired.Spec.ClusterName
+	// The cluster comes from the stored Machine, never from a request.
+	clusterName := clusterNameOf(desired.stored)
 	if clusterName == "" {
-		clusterName = current.Spec.ClusterName
+		return nil, retryable(CauseInvalidInput, fmt.Sprintf("Machine %s names no Cluster", mkey)), false
 	}
-	s.clusterKey = client.ObjectKey{Namespace: desired.Namespace, Name: clusterName}
+	s.clusterKey = client.ObjectKey{Namespace: mkey.Namespace, Name: clusterName}
 	s.cluster = &clusterv1.Cluster{}
 	if err := c.opts.Client.Get(ctx, s.clusterKey, s.cluster); err != nil {
-		return nil, failure(fmt.Sprintf("read Cluster %s: %v", s.clusterKey, err)), false
+		return nil, retryable(CauseManagementAPI, fmt.Sprintf("read Cluster %s: %v", s.clusterKey, err)), false
 	}
 
 	wc, err := c.opts.Clusters.Get(ctx, s.clusterKey)
@@ -323,7 +401,7 @@ func (c *Coordinator) loadScope(ctx context.Context, req *runtimehooksv1.UpdateM
 	s.node = &corev1.Node{}
 	if err := wc.Client.Get(ctx, client.ObjectKey{Name: nodeName}, s.node); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, failure(fmt.Sprintf("node %s of Machine %s does not exist in cluster %s", nodeName, mkey, s.clusterKey.Name)), false
+			return nil, retryable(CauseNodeMissing, fmt.Sprintf("node %s of Machine %s does not exist in cluster %s", nodeName, mkey, s.clusterKey.Name)), false
 		}
 		return nil, c.workloadFailure(s, stepAgent, fmt.Errorf("read node %s: %w", nodeName, err)), false
 	}
@@ -332,25 +410,25 @@ func (c *Coordinator) loadScope(ctx context.Context, req *runtimehooksv1.UpdateM
 	if err != nil {
 		return nil, c.workloadFailure(s, stepPublish, err), false
 	}
-	in, err := c.planInput(ctx, s, req)
+	in, err := c.planInput(ctx, s, desired)
 	if err != nil {
 		if errors.Is(err, nodeplan.ErrInput) {
-			return nil, failure(fmt.Sprintf("build plan for node %s: %v", nodeName, err)), false
+			return nil, retryable(CauseInvalidInput, fmt.Sprintf("build plan for node %s: %v", nodeName, err)), false
 		}
 		return nil, c.workloadFailure(s, stepAgent, err), false
 	}
 	built, err := nodeplan.Build(in)
 	if err != nil {
-		return nil, failure(fmt.Sprintf("build plan for node %s: %v", nodeName, err)), false
+		return nil, retryable(CauseInvalidInput, fmt.Sprintf("build plan for node %s: %v", nodeName, err)), false
 	}
 	s.plan = nodeplan.Pin(built, published)
 	if s.planJSON, err = protocol.EncodePlan(s.plan); err != nil {
-		return nil, failure(fmt.Sprintf("encode plan for node %s: %v", nodeName, err)), false
+		return nil, retryable(CauseInvalidInput, fmt.Sprintf("encode plan for node %s: %v", nodeName, err)), false
 	}
 	if s.planHash, err = s.plan.Hash(); err != nil {
-		return nil, failure(fmt.Sprintf("hash plan for node %s: %v", nodeName, err)), false
+		return nil, retryable(CauseInvalidInput, fmt.Sprintf("hash plan for node %s: %v", nodeName, err)), false
 	}
-	return s, outcome{}, true
+	return s, Outcome{}, true
 }
 
 // loadPublished reads the node's plan Secret; an undecodable plan counts as none
@@ -374,14 +452,14 @@ func (c *Coordinator) loadPublished(ctx context.Context, s *scope) (*protocol.No
 
 // planInput gathers the inputs of nodeplan.Build. Errors wrapping nodeplan.ErrInput
 // are about the desired objects; others are I/O.
-func (c *Coordinator) planInput(ctx context.Context, s *scope, req *runtimehooksv1.UpdateMachineRequest) (nodeplan.Input, error) {
+func (c *Coordinator) planInput(ctx context.Context, s *scope, desired desiredObjects) (nodeplan.Input, error) {
 	in := nodeplan.Input{
 		Machine:  s.machine,
 		NodeName: s.node.Name,
 		Secrets:  map[string]map[string][]byte{},
 		Node:     nodeplan.NodeFacts{KubeletVersion: s.node.Status.NodeInfo.KubeletVersion},
 	}
-	cfg, err := decodeKubeadmConfig(req.Desired.BootstrapConfig)
+	cfg, err := decodeKubeadmConfig(desired.bootstrap)
 	if err != nil {
 		return in, err
 	}
@@ -403,18 +481,11 @@ func (c *Coordinator) planInput(ctx context.Context, s *scope, req *runtimehooks
 		}
 	}
 	if c.opts.OSImages != nil {
-		infra, err := toUnstructured(req.Desired.InfrastructureMachine)
-		if err != nil {
-			return in, fmt.Errorf("%w: infrastructure machine: %w", nodeplan.ErrInput, err)
-		}
-		if infra != nil {
+		if infra := desired.infra; infra != nil {
 			if in.OS, err = c.opts.OSImages.ResolveOSImage(infra); err != nil {
 				return in, fmt.Errorf("%w: resolve OS image of %s %s: %w", nodeplan.ErrInput, infra.GetKind(), infra.GetName(), err)
 			}
 		}
-	}
-	if in.Binaries, err = kubernetesBinaries(c.opts.Binaries, s.machine, s.node); err != nil {
-		return in, err
 	}
 	target := s.machine.Spec.Version
 	if nodeplan.RoleOf(s.machine) == protocol.RoleControlPlane && target != "" && !nodeplan.SameVersion(target, in.Node.KubeletVersion) {
@@ -473,11 +544,7 @@ func toUnstructured(raw runtime.RawExtension) (*unstructured.Unstructured, error
 
 // decodeKubeadmConfig returns the desired KubeadmConfig, or nil when the Machine is
 // bootstrapped by something else (only version and OS are planned then).
-func decodeKubeadmConfig(raw runtime.RawExtension) (*bootstrapv1.KubeadmConfig, error) {
-	u, err := toUnstructured(raw)
-	if err != nil {
-		return nil, fmt.Errorf("%w: bootstrap config: %w", nodeplan.ErrInput, err)
-	}
+func decodeKubeadmConfig(u *unstructured.Unstructured) (*bootstrapv1.KubeadmConfig, error) {
 	if u == nil || u.GetKind() != "KubeadmConfig" {
 		return nil, nil
 	}
@@ -507,9 +574,13 @@ func observe(s *scope, now time.Time) Observation {
 		KubeletVersion: s.node.Status.NodeInfo.KubeletVersion,
 		Paused:         s.cluster.Annotations[inplacev1.PausedAnnotation] == "true",
 		Started:        ann[inplacev1.UpdateStartedAnnotation] != "",
+		NotPickedUp:    ann[inplacev1.PlanNotPickedUpAnnotation],
 	}
 	if started, err := time.Parse(time.RFC3339, ann[inplacev1.UpdateStartedAnnotation]); err == nil && now.After(started) {
 		o.Elapsed = now.Sub(started)
+	}
+	if published, err := time.Parse(time.RFC3339, ann[inplacev1.PlanPublishedAnnotation]); err == nil && now.After(published) {
+		o.SincePublished = now.Sub(published)
 	}
 	if v, ok := ann[inplacev1.StatusAnnotation]; ok && v != "" {
 		st, err := protocol.DecodeStatus(v)

@@ -301,6 +301,7 @@ func TestNotReadyYetAndErrors(t *testing.T) {
 	ghost := f.machine("m-ghost", "ghost-node", "v1.36.0", false)
 	f.node("w5", "v1.36.0", false)
 	far := f.machine("m-far", "w5", "v1.36.0", false)
+	secretless := f.machine("m-secretless", "w5", "v1.36.0", false)
 	unreachable, err := NewWorkloadCluster(&rest.Config{Host: "https://127.0.0.1:1"}, f.scheme, time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -320,7 +321,7 @@ func TestNotReadyYetAndErrors(t *testing.T) {
 			"node ghost-node of Machine " + f.ns + "/m-ghost does not exist in cluster c1"},
 		{"workload cluster unreachable", f.coordinator(func(o *Options) { o.Clusters = StaticClusters{Cluster: unreachable} }), f.request(far, nil),
 			runtimehooksv1.ResponseStatusSuccess, 10, "step 1/6: waiting for the API server of cluster c1: read node w5:"},
-		{"missing file secret", f.coordinator(), f.request(far, &bootstrapv1.KubeadmConfig{Spec: bootstrapv1.KubeadmConfigSpec{Files: []bootstrapv1.File{
+		{"missing file secret", f.coordinator(), f.request(secretless, &bootstrapv1.KubeadmConfig{Spec: bootstrapv1.KubeadmConfigSpec{Files: []bootstrapv1.File{
 			{Path: "/etc/k", ContentFrom: bootstrapv1.FileSource{Secret: bootstrapv1.SecretFileSource{Name: "nope", Key: "k"}}}}}}),
 			runtimehooksv1.ResponseStatusFailure, 0, "build plan for node w5: cannot build node plan: file /etc/k: secret nope not found"},
 	}
@@ -328,7 +329,7 @@ func TestNotReadyYetAndErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
 			resp := call(tt.c, tt.req)
-			g.Expect(resp.Status).To(Equal(tt.status))
+			g.Expect(resp.Status).To(Equal(tt.status), resp.Message)
 			g.Expect(resp.RetryAfterSeconds).To(Equal(tt.retry))
 			g.Expect(resp.Message).To(HavePrefix(tt.message))
 		})

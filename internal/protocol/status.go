@@ -47,6 +47,17 @@ func (p Phase) Known() bool {
 // is room, but the node must not be left waiting without saying why.
 const ReasonDiskFull = "DiskFull"
 
+// Reasons of a Failed phase after which the node is in an unknown or half-changed
+// state and needs a human: the coordinator keeps such a node cordoned and reports it
+// Degraded (coordinator.Broken). The agent sets them (internal/agent/state).
+const (
+	// ReasonRollbackFailed: a rollback action failed.
+	ReasonRollbackFailed = "RollbackFailed"
+	// ReasonJournalCorrupt: the agent's journal on the host cannot be read, so the
+	// agent cannot know what it did.
+	ReasonJournalCorrupt = "JournalCorrupt"
+)
+
 // StatusVersion is the version of the NodeStatus envelope.
 const StatusVersion = 1
 

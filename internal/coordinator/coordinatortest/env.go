@@ -3,7 +3,7 @@
 // kubeadm bootstrap) from the module cache, so one API server can play both the
 // management and the workload cluster.
 //
-// Imports: controller-runtime's envtest, client-go; test support only.
+// Imports: controller-runtime's envtest, client-go, apiextensions types; test support only.
 package coordinatortest
 
 import (
@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
@@ -46,6 +48,7 @@ func Main(m *testing.M, withCAPI bool, out **Env) int {
 			return 1
 		}
 		e.env.CRDDirectoryPaths = dirs
+		e.env.CRDs = []*apiextensionsv1.CustomResourceDefinition{InfraMachineCRD()}
 	}
 	cfg, err := e.env.Start()
 	if err != nil {
@@ -79,4 +82,37 @@ func capiCRDDirs() ([]string, error) {
 		filepath.Join(root, "core", "config", "crd", "bases"),
 		filepath.Join(root, "bootstrap", "kubeadm", "config", "crd", "bases"),
 	}, nil
+}
+
+// InfraMachineGroup, InfraMachineVersion and InfraMachineKind name the stand-in
+// infrastructure machine InfraMachineCRD serves.
+const (
+	InfraMachineGroup   = "infrastructure.cluster.x-k8s.io"
+	InfraMachineVersion = "v1beta2"
+	InfraMachineKind    = "DevMachine"
+)
+
+// InfraMachineCRD is a schema-less stand-in for an infrastructure provider's machine
+// CRD (the kind and group of CAPD's DevMachine, whose CRD lives in a module the tests
+// do not download): the coordinator reads the stored infrastructure machine of every
+// Machine it updates, and only its spec matters to it.
+func InfraMachineCRD() *apiextensionsv1.CustomResourceDefinition {
+	preserve := true
+	return &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:   "devmachines." + InfraMachineGroup,
+			Labels: map[string]string{"cluster.x-k8s.io/v1beta2": InfraMachineVersion},
+		},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: InfraMachineGroup,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "devmachines", Singular: "devmachine", Kind: InfraMachineKind, ListKind: InfraMachineKind + "List"},
+			Scope: apiextensionsv1.NamespaceScoped,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
+				Name: InfraMachineVersion, Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type: "object", XPreserveUnknownFields: &preserve,
+				}},
+			}},
+		},
+	}
 }
