@@ -61,6 +61,9 @@ type Options struct {
 	Clusters WorkloadClusters
 	// OSImages resolves the infrastructure machine's OS image; nil: no OS change.
 	OSImages OSImageResolver
+	// Binaries names the kubeadm and kubelet a node downloads for its new version;
+	// nil: the OS image brings them.
+	Binaries BinariesResolver
 	// Recorder records Events on Machines.
 	Recorder EventRecorder
 	Drain    DrainOptions
