@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2/textlogger"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -164,7 +165,7 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 	// The single-node control-plane path: its hold webhook is served by the hook
 	// server (same port and certificate as the hooks), and its controller drives
 	// held KubeadmControlPlanes through the same coordinator.
-	if err := singlenode.SetupWithManager(mgr, singlenode.Options{Updater: updater, WebhookServer: hookServer}); err != nil {
+	if err := singlenode.SetupWithManager(mgr, singlenode.Options{Updater: inProcessUpdater{updater}, WebhookServer: hookServer}); err != nil {
 		return fmt.Errorf("set up single-node control-plane path: %w", err)
 	}
 	// The hook server needs no leader election: every replica answers hooks.
@@ -219,4 +220,15 @@ func loadRESTConfig(kubeconfig string) (*rest.Config, error) {
 		cfg.QPS, cfg.Burst = -1, -1
 	}
 	return cfg, nil
+}
+
+// inProcessUpdater hands the single-node controller the coordinator's in-process
+// entry: that controller computes the desired objects from the stored
+// KubeadmControlPlane and updates the node before it aligns the stored Machine, so
+// the hook's check against the stored objects would refuse it. Only the hook server
+// is reachable from the network, and it serves UpdateMachine, never this.
+type inProcessUpdater struct{ c *coordinator.Coordinator }
+
+func (u inProcessUpdater) UpdateMachine(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest, resp *runtimehooksv1.UpdateMachineResponse) {
+	u.c.UpdateDesired(ctx, req, resp)
 }
