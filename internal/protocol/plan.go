@@ -124,12 +124,17 @@ type OSImage struct {
 	Digest string `json:"digest"`
 }
 
-// Gate is a user-defined health check: a command run on the host that must exit 0.
+// Gate is a user-defined health check: a command run on the host (chrooted into
+// the host root, as root) that must exit 0. ValidateGates is its rule.
 type Gate struct {
 	Name    string   `json:"name"`
 	Command []string `json:"command"`
 	// TimeoutSeconds bounds one run of the command; 0 means the agent's default.
 	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
+	// PassWithinSeconds is how long the gate may take to pass: the agent runs the
+	// command again until it exits 0 or this time is up; 0 means the agent's gate
+	// timeout.
+	PassWithinSeconds int32 `json:"passWithinSeconds,omitempty"`
 }
 
 var (
@@ -208,13 +213,8 @@ func (p *NodePlan) Validate() error {
 			add("%s is not valid JSON", name)
 		}
 	}
-	for i, g := range p.Gates {
-		if g.Name == "" || len(g.Command) == 0 {
-			add("gates[%d] needs a name and a command", i)
-		}
-		if g.TimeoutSeconds < 0 {
-			add("gates[%d].timeoutSeconds is negative", i)
-		}
+	if err := ValidateGates(p.Gates); err != nil {
+		add("gates: %w", err)
 	}
 	errs = append(errs, p.validateHostValues()...)
 	if len(errs) > 0 {

@@ -40,7 +40,7 @@ func TestValidate(t *testing.T) {
 		{name: "digest not sha256", mutate: func(p *NodePlan) { p.OS.Digest = "md5:abc" }, wantErr: "os.digest"},
 		{name: "os without backend", mutate: func(p *NodePlan) { p.OS.Backend = "" }, wantErr: "os.backend"},
 		{name: "invalid raw users", mutate: func(p *NodePlan) { p.Users = json.RawMessage("{") }, wantErr: "users is not valid JSON"},
-		{name: "gate without command", mutate: func(p *NodePlan) { p.Gates = []Gate{{Name: "x"}} }, wantErr: "gates[0]"},
+		{name: "gate without command", mutate: func(p *NodePlan) { p.Gates = []Gate{{Name: "x"}} }, wantErr: "gates: [0].command is empty"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
