@@ -46,6 +46,7 @@ k8s_release() { # k8s_release <version> <module dir>
 	mv "$tmp"/* "$out/" && rmdir "$tmp"
 	log "built Kubernetes $v in $((SECONDS - t0))s"
 }
+from_minor=${FROM_VERSION%.*}
 k8s_release "$FROM_VERSION" "$root/hack/tools/k8s-$from_minor"
 k8s_release "$TO_VERSION" "$root/hack/tools/k8s"
 k8s_release_dir() { echo "$cache/k8s/$1"; }
@@ -53,14 +54,16 @@ k8s_release_dir() { echo "$cache/k8s/$1"; }
 go_build "$root/hack/tools/image" "$tools/image" .
 go_build "$root/hack/tools/image" "$tools/pause" ./pause
 
-# image <tarball name> <tag> <file=dest>...: one image, skipped when present.
+# image <tarball name> <tag> <entrypoint> <file=dest>...: one image, skipped when
+# present; an empty entrypoint leaves it to the pod (kubeadm's static pods name
+# their command).
 image() {
-	local tarball=$cache/images/$1 tag=$2
-	shift 2
+	local tarball=$cache/images/$1 tag=$2 entrypoint=$3
+	shift 3
 	[[ -f $tarball ]] && return 0
 	local files=()
 	for f in "$@"; do files+=(-file "$f"); done
-	"$tools/image" -out "$tarball" -tag "$tag" "${files[@]}" >/dev/null
+	"$tools/image" -out "$tarball" -tag "$tag" -entrypoint "$entrypoint" "${files[@]}" >/dev/null
 	log "image $tag"
 }
 
@@ -72,11 +75,11 @@ for v in "$FROM_VERSION" "$TO_VERSION"; do
 		name=${ref##*/}; name=${name%%:*}
 		case $name in
 		kube-apiserver | kube-controller-manager | kube-scheduler)
-			image "$name-$v.tar" "$ref" "$dir/$name=/usr/local/bin/$name" ;;
+			image "$name-$v.tar" "$ref" "" "$dir/$name=/usr/local/bin/$name" ;;
 		etcd)
-			image "etcd-${ref##*:}.tar" "$ref" "$root/bin/etcd=/usr/local/bin/etcd" ;;
+			image "etcd-${ref##*:}.tar" "$ref" "" "$root/bin/etcd=/usr/local/bin/etcd" ;;
 		pause)
-			image "pause-${ref##*:}.tar" "$ref" "$tools/pause=/pause" ;;
+			image "pause-${ref##*:}.tar" "$ref" /pause "$tools/pause=/pause" ;;
 		coredns | kube-proxy) ;;
 		*) echo "realnode: kubeadm $v lists an image this lane cannot build: $ref" >&2; exit 1 ;;
 		esac

@@ -150,6 +150,16 @@ state = "/run/containerd"
     bin_dir = "/usr/lib/cni"
     conf_dir = "/etc/cni/net.d"
 EOF
+	# The kubelet's cgroupRoot (--cgroup-root=/realnode-<node>) must exist in every
+	# hierarchy; a v1 cpuset starts empty and takes its parent's CPUs and memory nodes.
+	local h
+	for h in /sys/fs/cgroup/*/; do
+		mkdir -p "$h/realnode-$n"
+		if [[ -f $h/cpuset.cpus ]]; then
+			cat "$h/cpuset.cpus" >"$h/realnode-$n/cpuset.cpus"
+			cat "$h/cpuset.mems" >"$h/realnode-$n/cpuset.mems"
+		fi
+	done
 	# containerd and the kubelet service run in the node's namespaces; setsid keeps
 	# them out of the caller's job control.
 	in_node "$n" setsid containerd --config /etc/containerd/config.toml >"$s/log/containerd.log" 2>&1 </dev/null &
@@ -157,6 +167,7 @@ EOF
 	in_node "$n" test -S /run/containerd/containerd.sock || die "node $n: containerd did not start (see $s/log/containerd.log)"
 	local t
 	for t in "$cache"/images/*.tar; do
+		[[ -f $t ]] || continue
 		in_node "$n" ctr -n k8s.io images import "$t" >/dev/null
 	done
 	REALNODE_LOG=$s/log/kubelet.log in_node "$n" setsid /usr/local/lib/realnode-kubelet-service >>"$s/log/kubelet-service.log" 2>&1 </dev/null &
@@ -215,6 +226,7 @@ cgroupDriver: cgroupfs
 # This machine has cgroup v1 only.
 failCgroupV1: false
 containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+resolvConf: /etc/resolv.conf
 EOF
 	in_node "$n" kubeadm init --config /etc/kubernetes/lane-init.yaml
 }

@@ -307,13 +307,13 @@ func writePolicy(path, artifactURL string) error {
 		}
 		sums[b] = s
 	}
-	policy := fmt.Sprintf(`kubernetes:
+	policy := fmt.Sprintf(`kubeadm:
   ignorePreflightErrors: [%s]
-  binaries:
-    %s:
-      linux/amd64:
-        kubeadm: {url: %s/%s/kubeadm, sha256: %s}
-        kubelet: {url: %s/%s/kubelet, sha256: %s}
+kubernetesBinaries:
+  %s:
+    linux/amd64:
+      kubeadm: {url: %s/%s/kubeadm, digest: "sha256:%s"}
+      kubelet: {url: %s/%s/kubelet, digest: "sha256:%s"}
 `, strings.Join(upgradePreflightIgnores, ", "), to, artifactURL, to, sums["kubeadm"], artifactURL, to, sums["kubelet"])
 	return os.WriteFile(path, []byte(policy), 0o600)
 }
