@@ -18,10 +18,12 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -48,6 +50,7 @@ const (
 	certName       = "capi-inplace-serving-cert"
 	issuerName     = "capi-inplace-selfsigned-issuer"
 	imageUser      = int64(65532) // distroless/static:nonroot
+	admissionPort  = 9444         // the hold webhook's own port (--admission-port)
 )
 
 // certManagerVersion is the cert-manager release whose CRDs (deploy/crds in its Go
@@ -124,6 +127,7 @@ func TestRenderedObjects(t *testing.T) {
 		"Certificate/"+namespace+"/"+certName,
 		"ExtensionConfig//"+extConfigName,
 		"MutatingWebhookConfiguration//capi-inplace-kubeadmcontrolplane-hold",
+		"NetworkPolicy/"+namespace+"/capi-inplace-extension",
 	))
 
 	t.Run("ExtensionConfig points at the Service, takes its CA from the Certificate's Secret and selects namespaces", func(t *testing.T) {
@@ -162,9 +166,11 @@ func TestRenderedObjects(t *testing.T) {
 
 		dep := typed[appsv1.Deployment](t, find(t, objs, "Deployment", deploymentName))
 		g.Expect(dep.Spec.Template.Spec.Volumes).To(ContainElement(HaveField("Secret.SecretName", certSecretName)))
-		g.Expect(svc.Spec.Ports).To(HaveLen(1))
+		g.Expect(svc.Spec.Ports).To(HaveLen(2))
 		g.Expect(svc.Spec.Ports[0].Port).To(Equal(int32(443)))
 		g.Expect(svc.Spec.Ports[0].TargetPort.String()).To(Equal("webhook-server"))
+		g.Expect(svc.Spec.Ports[1].Port).To(Equal(int32(admissionPort)))
+		g.Expect(svc.Spec.Ports[1].TargetPort.String()).To(Equal("admission"))
 		g.Expect(dep.Spec.Template.Labels).To(And(
 			HaveKeyWithValue("app.kubernetes.io/name", svc.Spec.Selector["app.kubernetes.io/name"]),
 			HaveKeyWithValue("app.kubernetes.io/component", svc.Spec.Selector["app.kubernetes.io/component"]),
@@ -178,7 +184,7 @@ func TestRenderedObjects(t *testing.T) {
 		mwc := typed[admissionregistrationv1.MutatingWebhookConfiguration](t, u)
 		want := singlenode.MutatingWebhook(admissionregistrationv1.WebhookClientConfig{
 			Service: &admissionregistrationv1.ServiceReference{
-				Namespace: namespace, Name: serviceName, Path: ptr.To(singlenode.DefaultWebhookPath), Port: ptr.To[int32](443),
+				Namespace: namespace, Name: serviceName, Path: ptr.To(singlenode.DefaultWebhookPath), Port: ptr.To[int32](admissionPort),
 			},
 		})
 		// Narrower than the package's default: only namespaces opted in to capi-inplace.
@@ -203,6 +209,7 @@ func TestRenderedObjects(t *testing.T) {
 		g.Expect(c.Args).To(Equal([]string{
 			"extension",
 			"--webhook-port=9443",
+			"--admission-port=9444",
 			"--webhook-cert-dir=/tmp/k8s-webhook-server/serving-certs",
 			"--leader-elect",
 			"--diagnostics-address=:8443",
@@ -224,7 +231,7 @@ func TestRenderedObjects(t *testing.T) {
 		for _, p := range c.Ports {
 			ports[p.Name] = p.ContainerPort
 		}
-		g.Expect(ports).To(Equal(map[string]int32{"webhook-server": 9443, "metrics": 8443, "healthz": 9440}))
+		g.Expect(ports).To(Equal(map[string]int32{"webhook-server": 9443, "admission": admissionPort, "metrics": 8443, "healthz": 9440}))
 		g.Expect(c.VolumeMounts).To(ContainElements(
 			And(HaveField("MountPath", "/tmp/k8s-webhook-server/serving-certs"), HaveField("ReadOnly", true)),
 			HaveField("MountPath", "/etc/capi-inplace"),
@@ -237,6 +244,70 @@ func TestRenderedObjects(t *testing.T) {
 		g.Expect(pol.Drain()).To(Equal(policy.Builtin().Drain()), "the shipped policy states the defaults")
 		g.Expect(pol.AcceptBootstrapOnlyFields()).To(Equal(policy.Builtin().AcceptBootstrapOnlyFields()))
 		g.Expect(pod.Volumes).To(ContainElement(HaveField("ConfigMap.Name", cm.Name)))
+	})
+
+	t.Run("the NetworkPolicy admits only Cluster API's controllers to the hooks", func(t *testing.T) {
+		g := NewWithT(t)
+		np := typed[networkingv1.NetworkPolicy](t, find(t, objs, "NetworkPolicy", "capi-inplace-extension"))
+		dep := typed[appsv1.Deployment](t, find(t, objs, "Deployment", deploymentName))
+		g.Expect(np.Namespace).To(Equal(dep.Namespace))
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(np.Spec.PodSelector.MatchLabels).NotTo(BeEmpty())
+		g.Expect(sel.Matches(labels.Set(dep.Spec.Template.Labels))).To(BeTrue(), "selects the extension's pods")
+		g.Expect(np.Spec.PolicyTypes).To(Equal([]networkingv1.PolicyType{networkingv1.PolicyTypeIngress}))
+
+		// Every rule names its ports (no allow-all), and each port is one the pod serves.
+		containerPorts := map[string]int32{}
+		for _, p := range dep.Spec.Template.Spec.Containers[0].Ports {
+			containerPorts[p.Name] = p.ContainerPort
+		}
+		sources := map[int32][]string{}
+		for _, r := range np.Spec.Ingress {
+			g.Expect(r.Ports).NotTo(BeEmpty(), "a rule without ports admits every port")
+			for _, p := range r.Ports {
+				g.Expect(p.Protocol).To(HaveValue(Equal(corev1.ProtocolTCP)))
+				g.Expect(containerPorts).To(HaveKey(p.Port.String()), "port %s is a named port of the extension container", p.Port)
+				port := containerPorts[p.Port.String()]
+				if len(r.From) == 0 {
+					sources[port] = append(sources[port], "anyone")
+				}
+				for _, f := range r.From {
+					g.Expect(f.IPBlock).To(BeNil())
+					g.Expect(f.NamespaceSelector).NotTo(BeNil(), "a pod selector alone would mean this namespace only")
+					from := "namespace " + labels.Set(f.NamespaceSelector.MatchLabels).String()
+					if f.PodSelector != nil {
+						from += " pods " + labels.Set(f.PodSelector.MatchLabels).String()
+					}
+					g.Expect(f.NamespaceSelector.MatchExpressions).To(BeEmpty())
+					sources[port] = append(sources[port], from)
+				}
+			}
+		}
+		g.Expect(sources).To(Equal(map[int32][]string{
+			// The hooks: the core manager (Machine, MachineSet, topology controllers) and
+			// KubeadmControlPlane's, as clusterctl installs and labels them.
+			9443: {
+				"namespace kubernetes.io/metadata.name=capi-system pods cluster.x-k8s.io/provider=cluster-api",
+				"namespace kubernetes.io/metadata.name=capi-kubeadm-control-plane-system pods cluster.x-k8s.io/provider=control-plane-kubeadm",
+			},
+			// The API server's address is not portable; an admission answer matters only
+			// to the API server that asked.
+			admissionPort: {"anyone"},
+			8443:          {"namespace metrics=enabled"},
+		}))
+
+		// The hooks are registered on the hooks port, the hold webhook on the admission port.
+		svc := typed[corev1.Service](t, find(t, objs, "Service", serviceName))
+		target := map[int32]string{}
+		for _, p := range svc.Spec.Ports {
+			target[p.Port] = p.TargetPort.String()
+		}
+		ec := find(t, objs, "ExtensionConfig", extConfigName)
+		hookPort, _, _ := unstructured.NestedInt64(ec.Object, "spec", "clientConfig", "service", "port")
+		g.Expect(target[int32(hookPort)]).To(Equal("webhook-server"))
+		mwc := typed[admissionregistrationv1.MutatingWebhookConfiguration](t, find(t, objs, "MutatingWebhookConfiguration", "capi-inplace-kubeadmcontrolplane-hold"))
+		g.Expect(target[*mwc.Webhooks[0].ClientConfig.Service.Port]).To(Equal("admission"))
 	})
 
 	t.Run("RBAC grants exactly the documented allow-list", func(t *testing.T) {
@@ -255,6 +326,7 @@ func TestRenderedObjects(t *testing.T) {
 			"bootstrap.cluster.x-k8s.io/kubeadmconfigtemplates":         {"get", "list", "watch"},
 			"infrastructure.cluster.x-k8s.io/*":                         {"get", "list", "patch", "update", "watch"},
 			"/secrets":                                                  {"get", "list", "watch"},
+			"/namespaces":                                               {"get"},
 			"/events":                                                   {"create", "patch"},
 			"events.k8s.io/events":                                      {"create", "patch"},
 			"authentication.k8s.io/tokenreviews":                        {"create"},

@@ -22,6 +22,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/capi-inplace/capi-inplace/internal/coordinator"
 	"github.com/capi-inplace/capi-inplace/internal/extension"
@@ -33,6 +34,7 @@ import (
 type extensionOptions struct {
 	kubeconfig           string
 	webhookPort          int
+	admissionPort        int
 	webhookHost          string
 	webhookCertDir       string
 	diagnosticsAddress   string
@@ -63,6 +65,7 @@ over HTTPS (register it with an ExtensionConfig whose caBundle is the CA of
 	f := cmd.Flags()
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to the management cluster's kubeconfig; empty means in-cluster config, then $KUBECONFIG, then ~/.kube/config.")
 	f.IntVar(&o.webhookPort, "webhook-port", 9443, "Port of the runtime hook server (HTTPS).")
+	f.IntVar(&o.admissionPort, "admission-port", 0, "Port of a separate HTTPS server for the single-node hold admission webhook (same certificate), so that a NetworkPolicy can admit the API server there and only Cluster API's controllers to the hooks; 0 serves it on the hook server.")
 	f.StringVar(&o.webhookHost, "webhook-host", "", "Address the runtime hook server listens on; empty means all addresses.")
 	f.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs/", "Directory holding tls.crt and tls.key for the hook server; changes to them are picked up without a restart.")
 	f.StringVar(&o.diagnosticsAddress, "diagnostics-address", ":8443", "Address of the diagnostics endpoint (/metrics); \"0\" disables it. Served over HTTPS with Kubernetes authentication and authorization unless --insecure-diagnostics.")
@@ -162,10 +165,23 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 	if err != nil {
 		return err
 	}
-	// The single-node control-plane path: its hold webhook is served by the hook
-	// server (same port and certificate as the hooks), and its controller drives
-	// held KubeadmControlPlanes through the same coordinator.
-	if err := singlenode.SetupWithManager(mgr, singlenode.Options{Updater: inProcessUpdater{updater}, WebhookServer: hookServer}); err != nil {
+	// The single-node control-plane path: its hold webhook is served on
+	// --admission-port (config/default: 9444, so that the NetworkPolicy can admit the
+	// API server there while only Cluster API's controllers reach the hooks) or on the
+	// hook server, and its controller drives held KubeadmControlPlanes through the
+	// same coordinator.
+	var admission singlenode.WebhookRegistry = hookServer
+	if o.admissionPort != 0 {
+		admissionServer := webhook.NewServer(webhook.Options{Host: o.webhookHost, Port: o.admissionPort, CertDir: o.webhookCertDir, TLSOpts: []func(*tls.Config){http1Only}})
+		if err := mgr.Add(admissionServer); err != nil {
+			return fmt.Errorf("add admission webhook server to manager: %w", err)
+		}
+		if err := mgr.AddReadyzCheck("admission", admissionServer.StartedChecker()); err != nil {
+			return fmt.Errorf("add readiness check: %w", err)
+		}
+		admission = admissionServer
+	}
+	if err := singlenode.SetupWithManager(mgr, singlenode.Options{Updater: inProcessUpdater{updater}, WebhookServer: admission}); err != nil {
 		return fmt.Errorf("set up single-node control-plane path: %w", err)
 	}
 	// The hook server needs no leader election: every replica answers hooks.
