@@ -186,19 +186,14 @@ func withNotPickedUp(o Observation) Observation {
 	return o
 }
 
-// Broken reports whether a status says the node is in an unknown or half-changed
-// state: its rollback failed, or the agent cannot read its journal. Such a node is
-// never put back in service by the coordinator.
-func Broken(st protocol.NodeStatus) bool {
-	return st.Phase == protocol.PhaseFailed && (st.Reason == protocol.ReasonRollbackFailed || st.Reason == protocol.ReasonJournalCorrupt)
-}
-
 func failed(o Observation, st *protocol.NodeStatus) Decision {
 	cause := strings.TrimSpace(strings.Trim(st.Reason+": "+st.Message, ": "))
 	if cause == "" {
 		cause = "no cause reported"
 	}
-	if Broken(*st) {
+	if st.Broken() {
+		// Never put back in service: its rollback failed or the agent cannot tell
+		// what it did.
 		return Decision{Action: ActDegraded, Cause: CauseDegraded, EventReason: inplacev1.EventNodeDegraded,
 			Message: fmt.Sprintf("node %s is degraded: the agent failed plan %s and the node needs manual repair: %s; it stays cordoned", o.Node, short(o.PlanHash), cause)}
 	}

@@ -49,7 +49,7 @@ const ReasonDiskFull = "DiskFull"
 
 // Reasons of a Failed phase after which the node is in an unknown or half-changed
 // state and needs a human: the coordinator keeps such a node cordoned and reports it
-// Degraded (coordinator.Broken). The agent sets them (internal/agent/state).
+// Degraded (NodeStatus.Broken). The agent sets them (internal/agent/state).
 const (
 	// ReasonRollbackFailed: a rollback action failed.
 	ReasonRollbackFailed = "RollbackFailed"
@@ -57,6 +57,13 @@ const (
 	// agent cannot know what it did.
 	ReasonJournalCorrupt = "JournalCorrupt"
 )
+
+// Broken reports whether the status says the node is in an unknown or half-changed
+// state (Failed with ReasonRollbackFailed or ReasonJournalCorrupt): such a node is
+// never put back in service or reported usable.
+func (s NodeStatus) Broken() bool {
+	return s.Phase == PhaseFailed && (s.Reason == ReasonRollbackFailed || s.Reason == ReasonJournalCorrupt)
+}
 
 // StatusVersion is the version of the NodeStatus envelope.
 const StatusVersion = 1

@@ -52,6 +52,9 @@ func RenderTable(w io.Writer, r Report) error {
 	}
 	if len(r.Clusters) > 0 {
 		fmt.Fprintf(&buf, "\n%d machines: %d in progress, %d failed", r.Summary.Machines, r.Summary.InProgress, r.Summary.Failed)
+		if r.Summary.Degraded > 0 {
+			fmt.Fprintf(&buf, " (%d degraded)", r.Summary.Degraded)
+		}
 		switch n := r.Summary.UnreachableClusters; {
 		case n == 1:
 			buf.WriteString(", 1 workload cluster unreachable")
@@ -175,6 +178,8 @@ func condCell(c *Condition) string {
 func details(m MachineView) string {
 	var parts []string
 	switch {
+	case m.Degraded:
+		parts = append(parts, "DEGRADED, kept cordoned, needs manual repair: "+m.Failure)
 	case m.Failure != "":
 		parts = append(parts, m.Failure)
 	case m.Drain.State == DrainBlocked && m.Drain.Message != "":

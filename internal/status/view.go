@@ -56,9 +56,11 @@ type Summary struct {
 	Machines int `json:"machines"`
 	// InProgress counts machines whose node is in a non-terminal in-place phase.
 	InProgress int `json:"inProgress"`
-	// Failed counts machines whose node is in phase Failed or RolledBack: the
-	// condition for status's non-zero exit code.
+	// Failed counts machines whose node is in phase Failed or RolledBack, or is
+	// Degraded: the condition for status's non-zero exit code.
 	Failed int `json:"failed"`
+	// Degraded counts machines whose node is Degraded (also counted in Failed).
+	Degraded int `json:"degraded,omitempty"`
 	// UnreachableClusters counts clusters whose Nodes could not be read.
 	UnreachableClusters int `json:"unreachableClusters"`
 }
@@ -131,6 +133,10 @@ type MachineView struct {
 	Message string `json:"message,omitempty"`
 	// Failure is the cause of a Failed or RolledBack phase ("reason: message").
 	Failure string `json:"failure,omitempty"`
+	// Degraded: the node's rollback failed or its agent cannot tell what it did
+	// (protocol.NodeStatus.Broken, or the Machine's InPlaceUpdateDegraded condition).
+	// The coordinator keeps it cordoned; it is not usable until a human repairs it.
+	Degraded bool `json:"degraded,omitempty"`
 
 	// DesiredPlan and CurrentPlan are the Node's plan hashes (desired by the
 	// coordinator, last committed by the agent).
@@ -148,9 +154,10 @@ type MachineView struct {
 	Problems []string `json:"problems,omitempty"`
 }
 
-// Failed reports whether the Machine's node ended its plan in Failed or RolledBack.
+// Failed reports whether the Machine's node ended its plan in Failed or RolledBack,
+// or is Degraded.
 func (m MachineView) Failed() bool {
-	return m.Phase == protocol.PhaseFailed || m.Phase == protocol.PhaseRolledBack
+	return m.Phase == protocol.PhaseFailed || m.Phase == protocol.PhaseRolledBack || m.Degraded
 }
 
 // InProgress reports whether the Machine's node is working on a plan.
@@ -236,6 +243,9 @@ func Build(s Snapshot, now time.Time) Report {
 			if mv.Failed() {
 				r.Summary.Failed++
 			}
+			if mv.Degraded {
+				r.Summary.Degraded++
+			}
 			if mv.InProgress() {
 				r.Summary.InProgress++
 			}
@@ -298,8 +308,12 @@ func buildMachine(m *clusterv1.Machine, node *corev1.Node, reachable bool, now t
 		mv.Drain.Message = c.Message
 	}
 	// The agent's terminal phases carry the cause; otherwise our own condition may.
+	if c := mv.Conditions.InPlaceUpdate; c != nil && c.Reason == inplacev1.ReasonDegraded {
+		mv.Degraded = true
+	}
 	if mv.Failure == "" {
-		if c := mv.Conditions.InPlaceUpdate; c != nil && (c.Reason == inplacev1.ReasonFailed || c.Reason == inplacev1.ReasonRolledBack) {
+		if c := mv.Conditions.InPlaceUpdate; c != nil && (c.Reason == inplacev1.ReasonFailed || c.Reason == inplacev1.ReasonRolledBack ||
+			c.Reason == inplacev1.ReasonDegraded || c.Reason == inplacev1.ReasonPlanNotPickedUp) {
 			mv.Failure = joinNonEmpty(c.Reason, c.Message)
 		}
 	}
@@ -350,6 +364,7 @@ func nodeSide(mv *MachineView, node *corev1.Node, now time.Time) {
 		if st.Phase == protocol.PhaseFailed || st.Phase == protocol.PhaseRolledBack {
 			mv.Failure = joinNonEmpty(st.Reason, st.Message)
 		}
+		mv.Degraded = st.Broken()
 		if !st.StartedAt.IsZero() {
 			start := st.StartedAt.UTC()
 			mv.StartedAt = &start

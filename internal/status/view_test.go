@@ -41,6 +41,30 @@ func TestBuildMachine(t *testing.T) {
 			},
 		},
 		{
+			name:    "a node whose rollback failed is Degraded, failed and never usable",
+			machine: machine("m"),
+			node: node("m", "v1.35.0", cordoned("capi-inplace"), annotate(inplacev1.DesiredPlanAnnotation, planA),
+				agentStatus(t, protocol.NodeStatus{PlanHash: planA, Phase: protocol.PhaseFailed, Reason: protocol.ReasonRollbackFailed, Message: "restore-files failed"})),
+			reachable: true,
+			check: func(g *WithT, mv MachineView) {
+				g.Expect(mv.Degraded).To(BeTrue())
+				g.Expect(mv.Failed()).To(BeTrue())
+				g.Expect(details(mv)).To(Equal("DEGRADED, kept cordoned, needs manual repair: RollbackFailed: restore-files failed"))
+			},
+		},
+		{
+			name:      "the Machine's Degraded condition says so when the agent's status is gone",
+			machine:   machine("m", withCondition(inplacev1.InPlaceUpdateCondition, metav1.ConditionFalse, inplacev1.ReasonDegraded, "node m is degraded: JournalCorrupt", now)),
+			node:      node("m", "v1.35.0", cordoned("capi-inplace")),
+			reachable: true,
+			check: func(g *WithT, mv MachineView) {
+				g.Expect(mv.Degraded).To(BeTrue())
+				g.Expect(mv.Failed()).To(BeTrue())
+				g.Expect(details(mv)).To(ContainSubstring("DEGRADED"))
+				g.Expect(details(mv)).To(ContainSubstring("JournalCorrupt"))
+			},
+		},
+		{
 			name:    "the agent's status for the desired plan gives phase, progress and elapsed time",
 			machine: machine("m", controlPlane),
 			node: node("m", "v1.35.0", cordoned("capi-inplace"), annotate(inplacev1.DesiredPlanAnnotation, planA),
