@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"golang.org/x/sync/semaphore"
+	"sigs.k8s.io/cluster-api/exp/runtime/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 )
 
@@ -109,4 +110,20 @@ func (l *requestLimits) tooLarge(w http.ResponseWriter) {
 	// Close the connection: the rest of the body is never read.
 	w.Header().Set("Connection", "close")
 	http.Error(w, fmt.Sprintf("request body exceeds the extension's limit of %d bytes", l.maxBody), http.StatusRequestEntityTooLarge)
+}
+
+// WithLimitsOf returns other with the request limits of hookServer (built by
+// NewServer), sharing its in-flight budget: a second HTTPS server of the same
+// process, such as one serving only the hold admission webhook, must not double what
+// requests may cost together. Handlers registered through the result are bounded;
+// ones registered on other directly are not.
+func WithLimitsOf(hookServer *server.Server, other webhook.Server) (webhook.Server, error) {
+	if hookServer == nil || other == nil {
+		return nil, errors.New("request limits need the hook server and the other server")
+	}
+	l, ok := hookServer.Server.(*requestLimits)
+	if !ok {
+		return nil, errors.New("the hook server was not built by NewServer: it has no request limits to share")
+	}
+	return &requestLimits{Server: other, maxBody: l.maxBody, inFlight: l.inFlight}, nil
 }
