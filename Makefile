@@ -45,6 +45,19 @@ lint: ## gofmt and go vet.
 test: tools deps lint ## Unit and integration tests (real kube-apiserver and etcd via envtest).
 	$(GO) test $(TEST_FLAGS) ./...
 
+# FUZZTIME is how long `make fuzz` runs each fuzz target. `make test` runs every
+# target's seed corpus (testdata/fuzz/<Name>) as ordinary tests.
+FUZZTIME ?= 10s
+
+.PHONY: fuzz
+fuzz: ## Run every Fuzz* target (in *_fuzz_test.go) for $(FUZZTIME) each; findings land in testdata/fuzz.
+	@set -e; for f in $$(find . -path ./bin -prune -o -path ./_cache -prune -o -name '*_fuzz_test.go' -print | sort); do \
+		for name in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
+			echo "==> $$name ($$(dirname $$f), $(FUZZTIME))"; \
+			$(GO) test -run='^$$' -fuzz="^$$name$$" -fuzztime=$(FUZZTIME) ./$$(dirname $$f); \
+		done; \
+	done
+
 .PHONY: e2e
 e2e: tools-capi build ## End-to-end scenarios against real upstream Cluster API.
 	$(GO) test $(E2E_FLAGS) -tags e2e ./test/e2e/...
