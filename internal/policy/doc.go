@@ -15,6 +15,6 @@
 // with an http(s) URL and a sha256 digest for a known platform; anything less is
 // reported, never guessed. The digest format has one rule, protocol.ValidDigest.
 //
-// Imports: standard library, apimachinery (unstructured), sigs.k8s.io/yaml,
+// Imports: standard library, apimachinery (unstructured, label selectors), sigs.k8s.io/yaml,
 // internal/protocol. No I/O: the caller reads the file and hands Parse its bytes.
 package policy

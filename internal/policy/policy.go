@@ -37,6 +37,9 @@ type Config struct {
 	// KubernetesBinaries maps Kubernetes versions to the kubeadm and kubelet each
 	// node platform downloads (see KubernetesBinariesConfig).
 	KubernetesBinaries KubernetesBinariesConfig `json:"kubernetesBinaries,omitempty"`
+
+	// Gates are user-defined health gates per pool of Machines (see GatePoolConfig).
+	Gates []GatePoolConfig `json:"gates,omitempty"`
 }
 
 // DrainConfig configures draining.
@@ -126,6 +129,7 @@ type Policy struct {
 	kinds               map[string]InfraKind // key: group + "/" + kind
 	artifacts           map[string][]Artifact
 	binaries            map[string]map[string]protocol.KubernetesBinaries // version -> platform
+	gatePools           []gatePool
 }
 
 // Backends are the OS backend names the agent knows (see protocol.OSImage).
@@ -250,6 +254,10 @@ func New(cfg Config) (*Policy, error) {
 	binaries, binErrs := compileBinaries(cfg.KubernetesBinaries)
 	p.binaries = binaries
 	errs = append(errs, binErrs...)
+
+	var gateErrs []error
+	p.gatePools, gateErrs = compileGates(cfg.Gates)
+	errs = append(errs, gateErrs...)
 
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))

@@ -1,0 +1,128 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
+)
+
+// laneGatesYAML is the policy docs/gates.md shows for the real-node lane.
+const laneGatesYAML = `
+gates:
+- cluster: realnode/realnode
+  machineSelector:
+    matchExpressions:
+    - {key: cluster.x-k8s.io/control-plane, operator: Exists}
+  gates:
+  - name: lane-health
+    command: ["/bin/sh", "-c", "test -f /etc/realnode/healthy"]
+    passWithinSeconds: 20
+- machineSelector:
+    matchLabels:
+      cluster.x-k8s.io/deployment-name: md-gpu
+  gates:
+  - name: gpu-driver
+    command: ["/usr/bin/nvidia-smi"]
+    timeoutSeconds: 10
+  - name: app-health
+    command: ["/usr/bin/curl", "-fsS", "http://127.0.0.1:8080/healthz"]
+`
+
+func TestGatesPerPool(t *testing.T) {
+	p, err := Parse([]byte(laneGatesYAML))
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	lane := protocol.Gate{Name: "lane-health", Command: []string{"/bin/sh", "-c", "test -f /etc/realnode/healthy"}, PassWithinSeconds: 20}
+	gpu := protocol.Gate{Name: "gpu-driver", Command: []string{"/usr/bin/nvidia-smi"}, TimeoutSeconds: 10}
+	app := protocol.Gate{Name: "app-health", Command: []string{"/usr/bin/curl", "-fsS", "http://127.0.0.1:8080/healthz"}}
+	cp := map[string]string{clusterNameLabel: "realnode", "cluster.x-k8s.io/control-plane": ""}
+	tests := []struct {
+		name      string
+		namespace string
+		labels    map[string]string
+		want      []protocol.Gate
+	}{
+		{"control-plane machine of the cluster", "realnode", cp, []protocol.Gate{lane}},
+		{"worker of the cluster", "realnode", map[string]string{clusterNameLabel: "realnode", "cluster.x-k8s.io/deployment-name": "md-0"}, nil},
+		{"same cluster name in another namespace", "lab", cp, nil},
+		{"another cluster in the namespace", "realnode", map[string]string{clusterNameLabel: "other", "cluster.x-k8s.io/control-plane": ""}, nil},
+		{"machine without labels", "realnode", nil, nil},
+		{"pool of every cluster, gates in policy order", "edge", map[string]string{clusterNameLabel: "store-42", "cluster.x-k8s.io/deployment-name": "md-gpu"}, []protocol.Gate{gpu, app}},
+		{"both pools, in policy order", "realnode", map[string]string{clusterNameLabel: "realnode", "cluster.x-k8s.io/control-plane": "", "cluster.x-k8s.io/deployment-name": "md-gpu"}, []protocol.Gate{lane, gpu, app}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			got, err := p.Gates(tt.namespace, tt.labels)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(got).To(Equal(tt.want))
+		})
+	}
+
+	g := NewWithT(t)
+	got, err := p.Gates("realnode", cp)
+	g.Expect(err).NotTo(HaveOccurred())
+	got[0].Command[0] = "/tmp/evil"
+	again, err := p.Gates("realnode", cp)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(again[0].Command[0]).To(Equal("/bin/sh"), "a caller cannot change the policy through the gates it got")
+
+	none, err := Builtin().Gates("realnode", cp)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(none).To(BeNil(), "no gates unless configured")
+}
+
+func TestGatesOfOverlappingPoolsMustNotClash(t *testing.T) {
+	g := NewWithT(t)
+	p, err := Parse([]byte(`
+gates:
+- cluster: a/b
+  gates: [{name: health, command: [/bin/true]}]
+- machineSelector: {matchLabels: {role: db}}
+  gates: [{name: health, command: [/usr/local/bin/db-health]}]
+`))
+	g.Expect(err).NotTo(HaveOccurred(), "each pool's names are unique; pools may reuse a name")
+	got, err := p.Gates("a", map[string]string{clusterNameLabel: "b"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got).To(HaveLen(1))
+	_, err = p.Gates("a", map[string]string{clusterNameLabel: "b", "role": "db"})
+	g.Expect(err).To(MatchError(ContainSubstring(`gates of the pools that select the machine: [1].name "health" is listed twice`)))
+}
+
+func TestGatesPolicyValidation(t *testing.T) {
+	entry := func(gate string) string {
+		return "gates:\n- cluster: a/b\n  gates:\n  - " + gate + "\n"
+	}
+	tests := []struct {
+		name, yaml, wantErr string
+	}{
+		{"bad cluster key", "gates:\n- cluster: b\n  gates: [{name: x, command: [/bin/true]}]\n", `gates[0].cluster "b" is not <namespace>/<cluster>`},
+		{"bad selector", "gates:\n- machineSelector:\n    matchExpressions:\n    - {key: a, operator: Near}\n  gates: [{name: x, command: [/bin/true]}]\n", "gates[0].machineSelector"},
+		{"empty pool", "gates:\n- cluster: a/b\n", "gates[0].gates is empty"},
+		{"name twice in a pool", "gates:\n- gates:\n  - {name: x, command: [/bin/true]}\n  - {name: x, command: [/bin/false]}\n", `gates[0].gates: [1].name "x" is listed twice`},
+		{"name not a DNS label", entry("{name: Lane_Health, command: [/bin/true]}"), `gates[0].gates: [0].name "Lane_Health" is not a DNS label`},
+		{"no name", entry("{command: [/bin/true]}"), `[0].name "" is not a DNS label`},
+		{"no command", entry("{name: x}"), "gates[0].gates: [0].command is empty"},
+		{"empty command", entry("{name: x, command: []}"), "[0].command is empty"},
+		{"relative argv[0]", entry("{name: x, command: [curl, -f, http://127.0.0.1/]}"), `[0].command[0] "curl" is not a clean absolute path`},
+		{"argument too long", entry("{name: x, command: [/bin/echo, " + strings.Repeat("y", protocol.MaxGateArgBytes+1) + "]}"), "[0].command[1] is 4097 bytes"},
+		{"negative timeout", entry("{name: x, command: [/bin/true], timeoutSeconds: -1}"), "[0].timeoutSeconds -1 is not between 0 and 3600"},
+		{"timeout too long", entry("{name: x, command: [/bin/true], timeoutSeconds: 3601}"), "timeoutSeconds 3601"},
+		{"negative passWithin", entry("{name: x, command: [/bin/true], passWithinSeconds: -1}"), "[0].passWithinSeconds -1"},
+		{"passWithin too long", entry("{name: x, command: [/bin/true], passWithinSeconds: 86400}"), "passWithinSeconds 86400 is not between 0 and 3600"},
+		{"unknown gate field", entry("{name: x, command: [/bin/true], timeout: 5}"), `unknown field "timeout"`},
+		{"unknown pool field", "gates:\n- clusters: a/b\n  gates: [{name: x, command: [/bin/true]}]\n", `unknown field "clusters"`},
+		{"command as a string", entry("{name: x, command: /bin/true}"), "cannot unmarshal"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			p, err := Parse([]byte(tt.yaml))
+			g.Expect(err).To(MatchError(ContainSubstring(tt.wantErr)))
+			g.Expect(err).To(MatchError(ErrInvalid))
+			g.Expect(p).To(BeNil())
+		})
+	}
+}
