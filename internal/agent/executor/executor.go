@@ -357,7 +357,7 @@ func (x *Executor) perform(ctx context.Context, attempt string, p *protocol.Node
 	case state.ActControlPlaneConfig:
 		return x.Kube.ControlPlaneConfig(ctx)
 	case state.ActInstallBinaries:
-		return x.Kube.InstallBinaries(ctx, p.Kubernetes.Version)
+		return x.Kube.InstallKubernetesBinaries(ctx, p.Kubernetes)
 	case state.ActKubeadmUpgrade:
 		return x.Kube.KubeadmUpgrade(ctx, p.Kubernetes)
 	case state.ActRestartKubelet:

@@ -15,5 +15,6 @@
 //
 // Imports: internal/backend, internal/protocol, internal/agent/etcd,
 // internal/agent/service, internal/atomicfile, semver, golang.org/x/sys/unix and
-// the standard library.
+// the standard library (net/http for the binaries a plan names by URL and digest,
+// binaries.go).
 package kube

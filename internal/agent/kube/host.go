@@ -47,6 +47,9 @@ type Host struct {
 	Runner backend.Runner
 	// Binaries installs kubeadm and kubelet; nil to only check them.
 	Binaries BinarySource
+	// Downloads fetches the binaries a plan names by URL and digest; nil means
+	// an HTTPBinaries with its defaults.
+	Downloads *HTTPBinaries
 	// Etcd is the node's local etcd member (etcd.KubeadmLocal on a control-plane
 	// node, the simulated host's fake); nil on a node without etcd.
 	Etcd etcd.Member
@@ -81,13 +84,18 @@ func (h *Host) InstallBinaries(ctx context.Context, version string) error {
 			return fmt.Errorf("install kubeadm and kubelet %s: %w", version, err)
 		}
 	}
+	return h.checkKubeadmVersion(ctx, version)
+}
+
+// checkKubeadmVersion fails unless the node's kubeadm reports version.
+func (h *Host) checkKubeadmVersion(ctx context.Context, version string) error {
 	res, err := h.run(ctx, "kubeadm", "version", "-o", "short")
 	if err != nil {
 		return fmt.Errorf("kubeadm version: %w", err)
 	}
 	got := strings.TrimSpace(string(res.Stdout))
 	if !sameVersion(got, version) {
-		return fmt.Errorf("kubeadm on the node is %s, the plan needs %s: deliver kubeadm and kubelet with the OS image or a package source", got, version)
+		return fmt.Errorf("kubeadm on the node is %s, the plan needs %s: deliver kubeadm and kubelet with the OS image or a package source, or list them in the policy's kubernetesBinaries", got, version)
 	}
 	return nil
 }

@@ -1,0 +1,301 @@
+package kube
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/capi-inplace/capi-inplace/internal/backend/backendtest"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
+)
+
+// Real executables, so the test can run what it installed.
+const (
+	newKubeadm = "#!/bin/sh\necho v1.36.3\n"
+	newKubelet = "#!/bin/sh\necho Kubernetes v1.36.3\n"
+	oldKubeadm = "#!/bin/sh\necho v1.35.4\n"
+	oldKubelet = "#!/bin/sh\necho Kubernetes v1.35.4\n"
+	testPlat   = "linux/amd64"
+)
+
+func sha(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// artifactServer serves /v1.36.3/<name> from files and counts requests.
+type artifactServer struct {
+	files    map[string]string
+	requests atomic.Int32
+}
+
+func (a *artifactServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	a.requests.Add(1)
+	body, ok := a.files[r.URL.Path]
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	_, _ = w.Write([]byte(body))
+}
+
+func binariesFor(base string) *protocol.KubernetesBinaries {
+	return &protocol.KubernetesBinaries{
+		Platform: testPlat,
+		Kubeadm:  protocol.BinaryArtifact{URL: base + "/v1.36.3/kubeadm", Digest: sha(newKubeadm)},
+		Kubelet:  protocol.BinaryArtifact{URL: base + "/v1.36.3/kubelet", Digest: sha(newKubelet)},
+	}
+}
+
+func oldHost(t *testing.T) string {
+	root := t.TempDir()
+	write(t, root, KubeadmBinary, oldKubeadm, 0o755)
+	write(t, root, KubeletBinary, oldKubelet, 0o755)
+	return root
+}
+
+// expectUntouched checks that both binaries are the old ones and that no staging
+// file is left in /usr/bin.
+func expectUntouched(g *WithT, t *testing.T, root string) {
+	g.Expect(read(t, root, KubeadmBinary)).To(Equal(oldKubeadm))
+	g.Expect(read(t, root, KubeletBinary)).To(Equal(oldKubelet))
+	entries, err := os.ReadDir(filepath.Join(root, "/usr/bin"))
+	g.Expect(err).NotTo(HaveOccurred())
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	g.Expect(names).To(ConsistOf("kubeadm", "kubelet"))
+}
+
+func inode(g *WithT, p string) uint64 {
+	fi, err := os.Stat(p)
+	g.Expect(err).NotTo(HaveOccurred())
+	return fi.Sys().(*syscall.Stat_t).Ino
+}
+
+func TestInstallKubernetesBinariesFromHTTP(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	srv := &artifactServer{files: map[string]string{"/v1.36.3/kubeadm": newKubeadm, "/v1.36.3/kubelet": newKubelet}}
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+
+	root := oldHost(t)
+	// A staging file a killed agent left behind is cleaned up.
+	write(t, root, "/usr/bin/.kubelet.123"+stagingSuffix, "partial", 0o600)
+	r := (&backendtest.Runner{}).On("kubeadm version", "v1.36.3\n", nil)
+	h := &Host{Root: root, Runner: r, Downloads: &HTTPBinaries{Platform: testPlat}}
+	p := protocol.NewPlan("n1")
+	p.Kubernetes = protocol.KubernetesPlan{Role: protocol.RoleWorker, Version: "v1.36.3", Action: protocol.KubeadmUpgradeNode, Binaries: binariesFor(ts.URL)}
+
+	// The backup is taken before the install (backup-files precedes
+	// install-binaries), so a rollback gets the old binaries back.
+	g.Expect(h.BackupSet(p)).To(ContainElements(KubeadmBinary, KubeletBinary))
+	g.Expect(h.Backup(ctx, "a1", h.BackupSet(p))).To(Succeed())
+
+	g.Expect(h.InstallKubernetesBinaries(ctx, p.Kubernetes)).To(Succeed())
+	g.Expect(read(t, root, KubeadmBinary)).To(Equal(newKubeadm))
+	g.Expect(read(t, root, KubeletBinary)).To(Equal(newKubelet))
+	for _, b := range []string{KubeadmBinary, KubeletBinary} {
+		fi, err := os.Stat(filepath.Join(root, b))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(fi.Mode().Perm()).To(Equal(os.FileMode(0o755)))
+	}
+	out, err := exec.Command(filepath.Join(root, KubeadmBinary)).Output()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(out)).To(Equal("v1.36.3\n"))
+	g.Expect(r.Calls()).To(Equal([]string{"kubeadm version -o short"}))
+	g.Expect(srv.requests.Load()).To(Equal(int32(2)))
+	entries, _ := os.ReadDir(filepath.Join(root, "/usr/bin"))
+	g.Expect(entries).To(HaveLen(2), "no staging file is left")
+
+	// Repeating the action (a crash after it, a resume) downloads nothing and
+	// replaces nothing.
+	before := inode(g, filepath.Join(root, KubeletBinary))
+	g.Expect(h.InstallKubernetesBinaries(ctx, p.Kubernetes)).To(Succeed())
+	g.Expect(srv.requests.Load()).To(Equal(int32(2)))
+	g.Expect(inode(g, filepath.Join(root, KubeletBinary))).To(Equal(before))
+
+	// Rollback restores what was there before.
+	g.Expect(h.Restore(ctx, "a1")).To(Succeed())
+	g.Expect(read(t, root, KubeadmBinary)).To(Equal(oldKubeadm))
+	g.Expect(read(t, root, KubeletBinary)).To(Equal(oldKubelet))
+}
+
+func TestInstallKubernetesBinariesOverHTTPS(t *testing.T) {
+	g := NewWithT(t)
+	srv := &artifactServer{files: map[string]string{"/v1.36.3/kubeadm": newKubeadm, "/v1.36.3/kubelet": newKubelet}}
+	ts := httptest.NewTLSServer(srv)
+	defer ts.Close()
+
+	// The default client trusts the system's roots only: the test server's own CA
+	// is refused, and nothing is replaced.
+	root := oldHost(t)
+	err := (&HTTPBinaries{Platform: testPlat}).Install(context.Background(), root, binariesFor(ts.URL))
+	g.Expect(err).To(MatchError(ErrDownload))
+	g.Expect(err.Error()).To(ContainSubstring("certificate"))
+	expectUntouched(g, t, root)
+
+	// A client that trusts the server's CA downloads over TLS.
+	g.Expect((&HTTPBinaries{Client: ts.Client(), Platform: testPlat}).Install(context.Background(), root, binariesFor(ts.URL))).To(Succeed())
+	g.Expect(read(t, root, KubeletBinary)).To(Equal(newKubelet))
+}
+
+func TestInstallKubernetesBinariesRefusals(t *testing.T) {
+	big := strings.Repeat("x", 4096)
+	tests := []struct {
+		name     string
+		files    map[string]string
+		handler  http.HandlerFunc
+		bins     func(base string) *protocol.KubernetesBinaries
+		d        HTTPBinaries
+		closed   bool
+		wantErr  error
+		wantText string
+	}{
+		{
+			name:     "corrupted kubelet: refused, kubeadm not replaced either",
+			files:    map[string]string{"/v1.36.3/kubeadm": newKubeadm, "/v1.36.3/kubelet": newKubelet + "tampered"},
+			wantErr:  ErrDigestMismatch,
+			wantText: "kubelet from http://",
+		},
+		{
+			name:     "missing file",
+			files:    map[string]string{"/v1.36.3/kubeadm": newKubeadm},
+			wantErr:  ErrDownload,
+			wantText: "404 Not Found",
+		},
+		{
+			name:     "unreachable server",
+			closed:   true,
+			wantErr:  ErrDownload,
+			wantText: "connection refused",
+		},
+		{
+			name:     "oversized body announced by Content-Length",
+			files:    map[string]string{"/v1.36.3/kubeadm": big, "/v1.36.3/kubelet": big},
+			d:        HTTPBinaries{MaxBytes: 1024},
+			wantErr:  ErrBinaryTooLarge,
+			wantText: "announces 4096 bytes, more than 1024",
+		},
+		{
+			name: "oversized streamed body without Content-Length",
+			handler: func(w http.ResponseWriter, _ *http.Request) {
+				for range 4 {
+					_, _ = w.Write([]byte(strings.Repeat("y", 1024)))
+					w.(http.Flusher).Flush()
+				}
+			},
+			d:        HTTPBinaries{MaxBytes: 1024},
+			wantErr:  ErrBinaryTooLarge,
+			wantText: "is more than 1024 bytes",
+		},
+		{
+			name: "server that stalls past the timeout",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				w.(http.Flusher).Flush()
+				select {
+				case <-r.Context().Done():
+				case <-time.After(5 * time.Second):
+				}
+			},
+			d:        HTTPBinaries{Timeout: 300 * time.Millisecond},
+			wantErr:  ErrDownload,
+			wantText: "Client.Timeout",
+		},
+		{
+			name:  "binaries for another platform",
+			files: map[string]string{"/v1.36.3/kubeadm": newKubeadm, "/v1.36.3/kubelet": newKubelet},
+			bins: func(base string) *protocol.KubernetesBinaries {
+				b := binariesFor(base)
+				b.Platform = "linux/arm64"
+				return b
+			},
+			wantErr:  ErrWrongPlatform,
+			wantText: "are for linux/arm64, this node is linux/amd64",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			var handler http.Handler = &artifactServer{files: tt.files}
+			if tt.handler != nil {
+				handler = tt.handler
+			}
+			ts := httptest.NewServer(handler)
+			defer ts.Close()
+			if tt.closed {
+				ts.Close()
+			}
+			bins := binariesFor(ts.URL)
+			if tt.bins != nil {
+				bins = tt.bins(ts.URL)
+			}
+			root := oldHost(t)
+			d := tt.d
+			d.Platform = testPlat
+			err := d.Install(context.Background(), root, bins)
+			g.Expect(err).To(MatchError(tt.wantErr))
+			g.Expect(err.Error()).To(ContainSubstring(tt.wantText))
+			expectUntouched(g, t, root)
+		})
+	}
+}
+
+func TestDigestMismatchError(t *testing.T) {
+	g := NewWithT(t)
+	ts := httptest.NewServer(&artifactServer{files: map[string]string{"/v1.36.3/kubeadm": "evil", "/v1.36.3/kubelet": newKubelet}})
+	defer ts.Close()
+	root := oldHost(t)
+	h := &Host{Root: root, Runner: &backendtest.Runner{}, Downloads: &HTTPBinaries{Platform: testPlat}}
+	err := h.InstallKubernetesBinaries(context.Background(), protocol.KubernetesPlan{Version: "v1.36.3", Binaries: binariesFor(ts.URL)})
+	var mismatch *DigestMismatchError
+	g.Expect(errors.As(err, &mismatch)).To(BeTrue(), "%v", err)
+	g.Expect(mismatch.Binary).To(Equal("kubeadm"))
+	g.Expect(mismatch.Got).To(Equal(sha("evil")))
+	g.Expect(mismatch.Want).To(Equal(sha(newKubeadm)))
+	expectUntouched(g, t, root)
+}
+
+func TestInstallKubernetesBinariesWithoutArtifacts(t *testing.T) {
+	// A plan without binaries keeps today's behaviour: kubeadm must already be
+	// the plan's version (OS image or package source).
+	g := NewWithT(t)
+	r := (&backendtest.Runner{}).On("kubeadm version", "v1.35.4\n", nil)
+	h := &Host{Root: oldHost(t), Runner: r}
+	err := h.InstallKubernetesBinaries(context.Background(), protocol.KubernetesPlan{Version: "v1.36.3"})
+	g.Expect(err).To(MatchError(ContainSubstring("kubeadm on the node is v1.35.4, the plan needs v1.36.3")))
+}
+
+func TestInstallKubernetesBinariesStaysInsideTheRoot(t *testing.T) {
+	// /usr/bin under the host root pointing outside of it: nothing is written
+	// there, and nothing is downloaded.
+	g := NewWithT(t)
+	srv := &artifactServer{files: map[string]string{"/v1.36.3/kubeadm": newKubeadm, "/v1.36.3/kubelet": newKubelet}}
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	root, outside := t.TempDir(), t.TempDir()
+	g.Expect(os.MkdirAll(filepath.Join(root, "usr"), 0o755)).To(Succeed())
+	g.Expect(os.Symlink(outside, filepath.Join(root, "usr", "bin"))).To(Succeed())
+	err := (&HTTPBinaries{Platform: testPlat}).Install(context.Background(), root, binariesFor(ts.URL))
+	g.Expect(err).To(MatchError(ContainSubstring("/usr/bin is not a directory (a symlink is refused)")))
+	entries, _ := os.ReadDir(outside)
+	g.Expect(entries).To(BeEmpty())
+	g.Expect(srv.requests.Load()).To(BeZero())
+}
