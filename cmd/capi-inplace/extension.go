@@ -143,6 +143,7 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 		Clusters:     clusters,
 		OSImages:     coordinator.OSImagesFromPolicy(pol),
 		Binaries:     pol,
+		Gates:        pol,
 		Recorder:     mgr.GetEventRecorder("capi-inplace"),
 		Drain:        coordinator.DrainOptionsFromPolicy(pol.Drain()),
 		ManageAgents: o.manageAgents,
@@ -179,7 +180,13 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 		if err := mgr.AddReadyzCheck("admission", admissionServer.StartedChecker()); err != nil {
 			return fmt.Errorf("add readiness check: %w", err)
 		}
-		admission = admissionServer
+		// The hold webhook on its own port keeps the hook server's request limits
+		// (1 MiB bodies, one in-flight budget for the process).
+		limited, err := extension.WithLimitsOf(hookServer, admissionServer)
+		if err != nil {
+			return fmt.Errorf("admission webhook server: %w", err)
+		}
+		admission = limited
 	}
 	if err := singlenode.SetupWithManager(mgr, singlenode.Options{Updater: inProcessUpdater{updater}, WebhookServer: admission}); err != nil {
 		return fmt.Errorf("set up single-node control-plane path: %w", err)
