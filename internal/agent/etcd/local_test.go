@@ -61,3 +61,31 @@ func TestLocalAgainstARealMember(t *testing.T) {
 
 	g.Expect(l.Healthy(ctx)).NotTo(Succeed(), "the member is stopped")
 }
+
+// TestKubeadmLocalOverTLS: the agent's kubeadm configuration (client certificate
+// files at kubeadm's paths under the host root) against a real member that
+// requires client certificates; without them the member refuses.
+func TestKubeadmLocalOverTLS(t *testing.T) {
+	g := NewWithT(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	root := t.TempDir()
+	pki := etcdtest.NewPKI(t, filepath.Join(root, "etc/kubernetes/pki/etcd"))
+	m := etcdtest.NewMember(t, t.TempDir(), "cp-1")
+	m.ServeTLS(pki)
+	m.Start(t)
+	l := etcd.KubeadmLocal(root)
+	l.Endpoints = []string{m.ClientURL}
+	g.Expect(l.CAFile).To(Equal(pki.CA))
+	g.Expect(l.CertFile).To(Equal(pki.ClientCert))
+	g.Eventually(func() error { return l.Healthy(ctx) }, 20*time.Second, 200*time.Millisecond).Should(Succeed())
+	st, err := l.Status(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(st.Members).To(HaveLen(1))
+	var snap bytes.Buffer
+	g.Expect(l.Snapshot(ctx, &snap)).To(Succeed())
+	g.Expect(snap.Len()).To(BeNumerically(">", 0))
+
+	noCert := &etcd.Local{Endpoints: []string{m.ClientURL}, CAFile: pki.CA, RequestTimeout: 2 * time.Second}
+	g.Expect(noCert.Healthy(ctx)).NotTo(Succeed(), "a client without a certificate is refused")
+}

@@ -162,10 +162,23 @@ func (h *Host) RestoreEtcd(ctx context.Context, attempt string) error {
 	done := h.path(dir + "/etcd-restored")
 	if _, err := os.Stat(done); err != nil {
 		if err := h.restoreEtcdData(ctx, m, attempt, parked); err != nil {
+			// The rollback stops here and the node needs a human; until the data
+			// directory was swapped, the member's own data is intact, so it is
+			// started again rather than left down with the control plane.
+			if _, errSwapped := os.Stat(h.path(dir + "/etcd-replaced")); errors.Is(errSwapped, os.ErrNotExist) {
+				if errBack := h.unparkEtcdManifest(parked); errBack != nil {
+					return errors.Join(err, errBack)
+				}
+			}
 			return err
 		}
 	}
-	// Start the member again: the kubelet runs the manifest once it is back.
+	return h.unparkEtcdManifest(parked)
+}
+
+// unparkEtcdManifest puts the parked etcd manifest back when it is not in the
+// manifest directory: the kubelet then starts the member.
+func (h *Host) unparkEtcdManifest(parked string) error {
 	if _, err := os.Stat(h.path(EtcdManifest)); errors.Is(err, os.ErrNotExist) {
 		manifest, err := os.ReadFile(h.path(parked))
 		if err != nil {

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -120,4 +121,29 @@ func TestRestoreEtcdRefusesAMultiMemberSnapshot(t *testing.T) {
 	g.Expect(filepath.Join(root, EtcdManifest)).To(BeARegularFile(), "the member was not stopped")
 	_, err = os.Stat(filepath.Join(root, attemptDir("a1"), "etcd.yaml"))
 	g.Expect(os.IsNotExist(err)).To(BeTrue())
+}
+
+// failingRestore is a stopped member whose restore fails.
+type failingRestore struct{ etcd.Local }
+
+func (*failingRestore) Stopped(context.Context, string) (bool, error) { return true, nil }
+func (*failingRestore) Restore(context.Context, etcd.RestoreConfig) error {
+	return errors.New("snapshot file has wrong sha256 checksum")
+}
+
+// TestFailedRestoreStartsTheMemberAgain: a restore that fails before the data
+// directory is swapped puts the manifest back, so the member runs on its own,
+// intact data instead of staying down.
+func TestFailedRestoreStartsTheMemberAgain(t *testing.T) {
+	g := NewWithT(t)
+	root := t.TempDir()
+	manifest := "spec:\n  containers:\n  - name: etcd\n    command: [etcd, --name=cp-1, --data-dir=/var/lib/etcd, --initial-advertise-peer-urls=https://10.0.0.5:2380]\n"
+	write(t, root, EtcdManifest, manifest, 0o600)
+	write(t, root, EtcdDataDir+"/member/snap/db", "current", 0o600)
+	write(t, root, attemptDir("a1")+"/etcd-members.json", `{"members":[{"Name":"cp-1"}]}`, 0o600)
+	h := &Host{Root: root, Runner: &backendtest.Runner{}, Etcd: &failingRestore{}}
+	err := h.RestoreEtcd(context.Background(), "a1")
+	g.Expect(err).To(MatchError(ContainSubstring("wrong sha256 checksum")))
+	g.Expect(read(t, root, EtcdManifest)).To(Equal(manifest), "the member is started again")
+	g.Expect(read(t, root, EtcdDataDir+"/member/snap/db")).To(Equal("current"))
 }
