@@ -11,11 +11,15 @@ import (
 	"net/http"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimecatalog "sigs.k8s.io/cluster-api/api/runtime/catalog"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	pt "github.com/capi-inplace/capi-inplace/internal/planner/plannertest"
 )
@@ -113,20 +117,42 @@ func WorkerMachine(namespace, cluster, name, version string) *clusterv1.Machine 
 	return m
 }
 
-// UpdateMachineRequest is what the Machine controller sends: the desired Machine,
-// KubeadmConfig (files, one from a Secret) and DevMachine.
-func UpdateMachineRequest(m *clusterv1.Machine) *runtimehooksv1.UpdateMachineRequest {
-	desired := m.DeepCopy()
-	desired.Status = clusterv1.MachineStatus{}
-	desired.ResourceVersion, desired.UID, desired.ManagedFields = "", "", nil
-	req := &runtimehooksv1.UpdateMachineRequest{Desired: runtimehooksv1.UpdateMachineRequestObjects{Machine: *desired}}
-	cfg := pt.KubeadmConfig(m.Name, desiredSpec())
-	cfg.Namespace = m.Namespace
-	infra := pt.DevMachine(m.Name, pt.DevMachineSpec(""))
-	infra.SetNamespace(m.Namespace)
-	req.Desired.BootstrapConfig = raw(cfg)
-	req.Desired.InfrastructureMachine = raw(infra.Object)
-	return req
+// UpdateMachineRequest is what the Machine controller sends for a Machine seeded by
+// ClusterObjects: the stored Machine, KubeadmConfig (files, one from a Secret) and
+// DevMachine, trimmed to metadata and spec as upstream's cleanupMachine and
+// cleanupUnstructured trim them. The coordinator compares it with what is stored.
+func UpdateMachineRequest(ctx context.Context, c client.Reader, m *clusterv1.Machine) (*runtimehooksv1.UpdateMachineRequest, error) {
+	stored := &clusterv1.Machine{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(m), stored); err != nil {
+		return nil, fmt.Errorf("read Machine %s: %w", m.Name, err)
+	}
+	desired := clusterv1.Machine{
+		TypeMeta:   metav1.TypeMeta{APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: stored.Namespace, Name: stored.Name, Labels: stored.Labels, Annotations: stored.Annotations},
+		Spec:       stored.Spec,
+	}
+	req := &runtimehooksv1.UpdateMachineRequest{Desired: runtimehooksv1.UpdateMachineRequestObjects{Machine: desired}}
+	for _, o := range []struct {
+		ref clusterv1.ContractVersionedObjectReference
+		gvk schema.GroupVersionKind
+		dst *runtime.RawExtension
+	}{
+		{stored.Spec.Bootstrap.ConfigRef, bootstrapv1.GroupVersion.WithKind("KubeadmConfig"), &req.Desired.BootstrapConfig},
+		{stored.Spec.InfrastructureRef, pt.DevMachine("", pt.DevMachineSpec("")).GroupVersionKind(), &req.Desired.InfrastructureMachine},
+	} {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(o.gvk)
+		if err := c.Get(ctx, client.ObjectKey{Namespace: stored.Namespace, Name: o.ref.Name}, u); err != nil {
+			return nil, fmt.Errorf("read %s %s: %w", o.ref.Kind, o.ref.Name, err)
+		}
+		trimmed := &unstructured.Unstructured{Object: map[string]any{"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(), "spec": u.Object["spec"]}}
+		trimmed.SetName(u.GetName())
+		trimmed.SetNamespace(u.GetNamespace())
+		trimmed.SetLabels(u.GetLabels())
+		trimmed.SetAnnotations(u.GetAnnotations())
+		*o.dst = runtime.RawExtension{Object: trimmed}
+	}
+	return req, nil
 }
 
 // Encode returns the Call of a typed request for the named handler.

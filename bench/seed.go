@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
@@ -32,7 +33,8 @@ type ClusterObjects struct {
 	Machines           int
 	Kubeconfig         []byte
 	// NoInfraObjects skips the DevMachines (for API servers without the Dev
-	// provider's CRDs); the coordinator never reads them.
+	// provider's CRDs). UpdateMachine then refuses the Machines: the coordinator
+	// reads each Machine's stored infrastructure machine.
 	NoInfraObjects bool
 }
 
@@ -53,7 +55,9 @@ func (o ClusterObjects) Create(ctx context.Context, c client.Client) ([]*cluster
 		return nil
 	}
 	for _, ns := range []string{o.Namespace, inplacev1.AgentNamespace} {
-		if err := create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		// Opted in, as the coordinator requires of a Machine's namespace.
+		labels := map[string]string{inplacev1.NamespaceEnabledLabel: "true"}
+		if err := create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}); err != nil {
 			return nil, err
 		}
 	}
@@ -95,11 +99,16 @@ func (o ClusterObjects) Create(ctx context.Context, c client.Client) ([]*cluster
 
 func (o ClusterObjects) createMachine(ctx context.Context, c client.Client, create func(client.Object) error, i int) (*clusterv1.Machine, error) {
 	name, node := o.MachineName(i), o.NodeName(i)
-	cfg := pt.KubeadmConfig(name, pt.KubeadmConfigSpec())
+	// The objects as Cluster API leaves them when it calls UpdateMachine: the owner
+	// controller wrote the desired KubeadmConfig and marked all three objects.
+	inPlace := map[string]string{clusterv1.UpdateInProgressAnnotation: ""}
+	cfg := pt.KubeadmConfig(name, desiredSpec())
 	cfg.Namespace = o.Namespace
+	cfg.Annotations = inPlace
 	infra := pt.DevMachine(name, pt.DevMachineSpec(""))
 	infra.SetNamespace(o.Namespace)
 	infra.SetLabels(map[string]string{clusterv1.ClusterNameLabel: o.Cluster})
+	infra.SetAnnotations(inPlace)
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Labels: map[string]string{"kubernetes.io/hostname": node}}}
 	objs := []client.Object{cfg, n}
 	if !o.NoInfraObjects {
@@ -119,6 +128,7 @@ func (o ClusterObjects) createMachine(ctx context.Context, c client.Client, crea
 	}
 	m := WorkerMachine(o.Namespace, o.Cluster, name, ToVersion)
 	m.TypeMeta = metav1.TypeMeta{}
+	m.Annotations = map[string]string{clusterv1.UpdateInProgressAnnotation: "", runtimev1.PendingHooksAnnotation: "UpdateMachine"}
 	if err := create(m); err != nil {
 		return nil, err
 	}

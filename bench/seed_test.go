@@ -14,7 +14,10 @@ import (
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"sigs.k8s.io/yaml"
+
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/coordinator/coordinatortest"
 	"github.com/capi-inplace/capi-inplace/internal/extension"
 )
 
@@ -46,9 +49,24 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
+	// The coordinator reads every Machine's infrastructure machine: a stand-in CRD
+	// for CAPD's DevMachine, whose CRD is in a module the tests do not download.
+	infraDir := filepath.Join(dir, "infra-crd")
+	crd, err := yaml.Marshal(coordinatortest.InfraMachineCRD())
+	if err == nil {
+		err = os.MkdirAll(infraDir, 0o755)
+	}
+	if err == nil {
+		err = os.WriteFile(filepath.Join(infraDir, "devmachines.yaml"), crd, 0o644)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	testEnv, err = StartEnvWithCRDs(assets, []string{
 		filepath.Join(root, "core", "config", "crd", "bases"),
 		filepath.Join(root, "bootstrap", "kubeadm", "config", "crd", "bases"),
+		infraDir,
 	}, dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -70,7 +88,7 @@ func TestUpdateMachineSteadyStateIsReadOnly(t *testing.T) {
 	ctx := context.Background()
 	c, err := client.New(testEnv.Config, client.Options{Scheme: testEnv.Scheme})
 	g.Expect(err).NotTo(HaveOccurred())
-	objs := ClusterObjects{Namespace: "steady", Cluster: "edge", Machines: 2, Kubeconfig: testEnv.KubeconfigData, NoInfraObjects: true}
+	objs := ClusterObjects{Namespace: "steady", Cluster: "edge", Machines: 2, Kubeconfig: testEnv.KubeconfigData}
 	machines, err := objs.Create(ctx, c)
 	g.Expect(err).NotTo(HaveOccurred())
 	h, err := NewHandlers(testEnv.Config, testEnv.Scheme, true)
@@ -81,7 +99,9 @@ func TestUpdateMachineSteadyStateIsReadOnly(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	calls := make([]Call, len(machines))
 	for i, m := range machines {
-		calls[i], err = Encode(runtimehooksv1.UpdateMachine, extension.HandlerUpdateMachine, UpdateMachineRequest(m))
+		req, err := UpdateMachineRequest(ctx, c, m)
+		g.Expect(err).NotTo(HaveOccurred())
+		calls[i], err = Encode(runtimehooksv1.UpdateMachine, extension.HandlerUpdateMachine, req)
 		g.Expect(err).NotTo(HaveOccurred())
 	}
 	g.Expect(DriveToWaiting(ctx, srv.Client, c, machines, calls)).To(Succeed())

@@ -1,6 +1,15 @@
 // Package coordinator implements the UpdateMachine hook: it drives the in-place
 // update of one Machine's node in a workload cluster, one bounded step per call.
 //
+// The hook request is a trigger, never a source of truth (trigger.go): the Machine it
+// names, its KubeadmConfig and its infrastructure machine are read from the
+// management API as stored, the cluster is the stored Machine's, and only Machines
+// Cluster API marked for an in-place update (update-in-progress annotation and
+// UpdateMachine pending) in namespaces labelled inplace.capi-inplace.dev/enabled=true
+// are acted on; a request that disagrees with the stored objects gets a Failure and
+// nothing is touched. UpdateDesired is the in-process entry of the single-node
+// controller, which passes a desired spec not stored yet.
+//
 // Each call loads a scope (the Machine from the management cluster for its nodeRef,
 // its Cluster, the workload Node, the published plan), builds the node plan
 // (internal/coordinator/nodeplan), observes the node's annotations and decides the
@@ -9,9 +18,10 @@
 // (Secret capi-inplace-system/plan-<node>, then the node's desired-plan annotation),
 // 5 wait for the agent's status for this plan hash, 6 verify from outside (kubelet
 // version, Ready) and uncordon. Progress answers Success with retryAfterSeconds and a
-// deterministic "step k/6: ..." message; done answers Success with 0; a rolled back or
-// failed update is uncordoned, recorded as an Event on the Machine, and answered with
-// Failure and its cause on every later call. A new desired spec (a new plan hash)
+// deterministic "step k/6: ..." message; done answers Success with 0; a rolled back
+// update, or one that failed before changing the node, is uncordoned, recorded on the
+// Machine (InPlaceUpdate condition, Event) and answered with Failure and its cause on
+// every later call. A new desired spec (a new plan hash)
 // starts a new update; to retry the same plan, an operator removes the node's
 // desired-plan and status annotations.
 //
@@ -24,6 +34,14 @@
 //     only after the agent committed (and the outside gates passed) or gave up.
 //   - A call never blocks on the workload cluster beyond CallTimeout; an unreachable
 //     workload API server is "in progress", never success.
+//   - A broken node (the agent reports RollbackFailed or JournalCorrupt) is never
+//     uncordoned: it stays cordoned, the Machine's InPlaceUpdate condition says
+//     InPlaceUpdateDegraded, and every call answers Failure.
+//   - A published plan the agent reports nothing for within PickupTimeout (default
+//     5 min) is withdrawn, the node uncordoned and the plan marked
+//     (PlanNotPickedUpAnnotation); later calls answer Failure until the marker goes.
+//   - Answers are typed (Outcome: in progress, done, failed-final, failed-retryable
+//     with a Cause); messages are for humans only.
 //
 // Imports: api/v1alpha1, internal/protocol, its own subpackages, Cluster API types,
 // controller-runtime's client, client-go. Not internal/extension (which calls us).

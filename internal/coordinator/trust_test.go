@@ -333,3 +333,41 @@ func TestPickupDeadline(t *testing.T) {
 	g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusSuccess))
 	g.Expect(f.getNode("pk").Spec.Unschedulable).To(BeTrue())
 }
+
+// TestUpdateDesiredTakesTheSpecFromTheCallerAndTheRestFromTheAPI: the in-process entry
+// of the single-node controller updates a node to a spec not stored yet (that
+// controller aligns the stored objects afterwards), without CAPI's marks, but the
+// Machine's cluster, node and identity still come from the stored Machine.
+func TestUpdateDesiredTakesTheSpecFromTheCallerAndTheRestFromTheAPI(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t, nil)
+	f.node("ud", "v1.35.0", false)
+	f.node("ud-peer", "v1.35.0", false)
+	m := f.machine("m-ud", "ud", "v1.35.0", false)
+	stored := &clusterv1.Machine{}
+	g.Expect(f.mgmt.Get(f.ctx, client.ObjectKeyFromObject(m), stored)).To(Succeed())
+	stored.Annotations = nil // the single-node path sets no CAPI marks
+	g.Expect(f.mgmt.Update(f.ctx, stored)).To(Succeed())
+
+	req := f.request(m, nil)
+	req.Desired.Machine.Spec.Version = "v1.36.0"
+	req.Desired.Machine.Spec.ClusterName = "not-this-one"
+	c := f.coordinator()
+	var resp *runtimehooksv1.UpdateMachineResponse
+	for range 3 {
+		resp = &runtimehooksv1.UpdateMachineResponse{}
+		c.UpdateDesired(f.ctx, req, resp)
+		if strings.Contains(resp.Message, "pick up plan") {
+			break
+		}
+	}
+	g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusSuccess), resp.Message)
+	g.Expect(resp.Message).To(ContainSubstring("pick up plan"))
+	g.Expect(f.getNode("ud").Spec.Unschedulable).To(BeTrue())
+
+	// The hook refuses the same request: the stored Machine is neither marked nor at
+	// that spec.
+	hook := call(c, req)
+	g.Expect(hook.Status).To(Equal(runtimehooksv1.ResponseStatusFailure))
+	g.Expect(hook.Message).To(ContainSubstring("not marked for an in-place update"))
+}

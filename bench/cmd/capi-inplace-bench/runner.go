@@ -200,7 +200,7 @@ func (r *runner) handlerBench(ctx context.Context, ms, m bench.Call, upd []bench
 	for _, c := range []struct {
 		name  string
 		calls []bench.Call
-	}{{"CanUpdateMachineSet", []bench.Call{ms}}, {"CanUpdateMachine", []bench.Call{m}}, {"UpdateMachine (waiting: 6 GETs)", upd}} {
+	}{{"CanUpdateMachineSet", []bench.Call{ms}}, {"CanUpdateMachine", []bench.Call{m}}, {"UpdateMachine (waiting: 9 GETs)", upd}} {
 		if err := bench.HandlerPath(ctx, pure, c.calls[0]); err != nil {
 			return err
 		}
@@ -221,7 +221,7 @@ func (r *runner) seedWaiting(ctx context.Context, objs bench.ClusterObjects) ([]
 	if err != nil {
 		return nil, err
 	}
-	calls, err := updateCalls(machines)
+	calls, err := updateCalls(ctx, r.c, machines)
 	if err != nil {
 		return nil, err
 	}
@@ -231,11 +231,14 @@ func (r *runner) seedWaiting(ctx context.Context, objs bench.ClusterObjects) ([]
 	return calls, nil
 }
 
-func updateCalls(machines []*clusterv1.Machine) ([]bench.Call, error) {
+func updateCalls(ctx context.Context, c client.Reader, machines []*clusterv1.Machine) ([]bench.Call, error) {
 	calls := make([]bench.Call, len(machines))
 	for i, m := range machines {
-		var err error
-		if calls[i], err = bench.Encode(runtimehooksv1.UpdateMachine, extension.HandlerUpdateMachine, bench.UpdateMachineRequest(m)); err != nil {
+		req, err := bench.UpdateMachineRequest(ctx, c, m)
+		if err != nil {
+			return nil, err
+		}
+		if calls[i], err = bench.Encode(runtimehooksv1.UpdateMachine, extension.HandlerUpdateMachine, req); err != nil {
 			return nil, err
 		}
 	}

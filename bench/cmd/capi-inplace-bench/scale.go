@@ -52,7 +52,7 @@ func (r *runner) scale(ctx context.Context) error {
 				errs[i] = err
 				return
 			}
-			calls, err := updateCalls(machines)
+			calls, err := updateCalls(ctx, r.c, machines)
 			if err != nil {
 				errs[i] = err
 				return
