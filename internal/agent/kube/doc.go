@@ -14,7 +14,8 @@
 // pre-change copy), and CollectAttempts removes finished attempts' directories.
 //
 // Imports: internal/backend, internal/protocol, internal/agent/etcd,
-// internal/agent/service, internal/atomicfile, semver, golang.org/x/sys/unix and
-// the standard library (net/http for the binaries a plan names by URL and digest,
+// internal/agent/service, internal/atomicfile, semver, golang.org/x/sys/unix,
+// filepath-securejoin (every host path resolved inside the host root, hostfs.go)
+// and the standard library (net/http for the binaries a plan names by URL and digest,
 // binaries.go).
 package kube

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/capi-inplace/capi-inplace/internal/atomicfile"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
@@ -62,28 +62,21 @@ func (h *Host) backupDir(attempt string) string { return attemptDir(attempt) + "
 // so a repeated run cannot overwrite the pre-change copies with changed files; a
 // new attempt (a retry of the same plan) has a directory of its own.
 func (h *Host) Backup(_ context.Context, hash string, paths []string) error {
-	manifest := h.path(h.backupDir(hash) + "/manifest.json")
-	if _, err := os.Stat(manifest); err == nil {
+	manifest := h.backupDir(hash) + "/manifest.json"
+	if _, err := h.readHostFile(manifest); err == nil {
 		return nil
 	}
 	entries := make([]backupEntry, 0, len(paths))
 	for _, p := range paths {
 		e := backupEntry{Path: p}
-		info, err := os.Lstat(h.path(p))
+		f, err := h.readHostFile(p)
 		switch {
 		case errors.Is(err, os.ErrNotExist):
 		case err != nil:
 			return fmt.Errorf("back up %s: %w", p, err)
-		case !info.Mode().IsRegular():
-			return fmt.Errorf("back up %s: not a regular file", p)
 		default:
-			data, err := os.ReadFile(h.path(p))
-			if err != nil {
-				return fmt.Errorf("back up %s: %w", p, err)
-			}
-			e.Existed, e.Mode = true, info.Mode().Perm()
-			e.UID, e.GID = owner(info)
-			if err := atomicfile.Write(h.path(h.backupDir(hash)+"/files"+p), data, 0o600); err != nil {
+			e.Existed, e.Mode, e.UID, e.GID = true, f.Mode, f.UID, f.GID
+			if err := h.writeHostFile(h.backupDir(hash)+"/files"+p, f.Data, 0o600, -1, -1); err != nil {
 				return fmt.Errorf("back up %s: %w", p, err)
 			}
 		}
@@ -93,13 +86,13 @@ func (h *Host) Backup(_ context.Context, hash string, paths []string) error {
 	if err != nil {
 		return fmt.Errorf("encode backup manifest: %w", err)
 	}
-	return atomicfile.Write(manifest, raw, 0o600)
+	return h.writeHostFile(manifest, raw, 0o600, -1, -1)
 }
 
 // Restore puts every backed-up path back as it was: content, mode and owner, or
 // absence.
 func (h *Host) Restore(_ context.Context, hash string) error {
-	raw, err := os.ReadFile(h.path(h.backupDir(hash) + "/manifest.json"))
+	manifest, err := h.readHostFile(h.backupDir(hash) + "/manifest.json")
 	if errors.Is(err, os.ErrNotExist) {
 		return nil // the backup never completed, so nothing was changed after it
 	}
@@ -107,24 +100,21 @@ func (h *Host) Restore(_ context.Context, hash string) error {
 		return fmt.Errorf("read backup manifest: %w", err)
 	}
 	var entries []backupEntry
-	if err := json.Unmarshal(raw, &entries); err != nil {
+	if err := json.Unmarshal(manifest.Data, &entries); err != nil {
 		return fmt.Errorf("decode backup manifest: %w", err)
 	}
 	for _, e := range entries {
 		if !e.Existed {
-			if err := os.Remove(h.path(e.Path)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			if err := h.removeHostFile(e.Path); err != nil {
 				return fmt.Errorf("restore %s: %w", e.Path, err)
 			}
 			continue
 		}
-		data, err := os.ReadFile(h.path(h.backupDir(hash) + "/files" + e.Path))
+		saved, err := h.readHostFile(h.backupDir(hash) + "/files" + e.Path)
 		if err != nil {
 			return fmt.Errorf("restore %s: %w", e.Path, err)
 		}
-		if err := atomicfile.Write(h.path(e.Path), data, e.Mode); err != nil {
-			return fmt.Errorf("restore %s: %w", e.Path, err)
-		}
-		if err := chown(h.path(e.Path), e.UID, e.GID); err != nil {
+		if err := h.writeHostFile(e.Path, saved.Data, e.Mode, e.UID, e.GID); err != nil {
 			return fmt.Errorf("restore %s: %w", e.Path, err)
 		}
 	}
@@ -146,13 +136,8 @@ func (h *Host) WriteFiles(_ context.Context, files []protocol.File) error {
 		if err != nil {
 			return fmt.Errorf("file %s: %w", f.Path, err)
 		}
-		if err := atomicfile.Write(h.path(f.Path), f.Content, mode.Perm()); err != nil {
+		if err := h.writeHostFile(f.Path, f.Content, mode.Perm(), uid, gid); err != nil {
 			return fmt.Errorf("file %s: %w", f.Path, err)
-		}
-		if uid >= 0 {
-			if err := chown(h.path(f.Path), uid, gid); err != nil {
-				return fmt.Errorf("file %s: %w", f.Path, err)
-			}
 		}
 	}
 	return nil
@@ -182,15 +167,14 @@ func (h *Host) lookupID(db, name string, idField, gidField int) (int, int, error
 	if n, err := strconv.Atoi(name); err == nil {
 		return n, n, nil
 	}
-	f, err := os.Open(h.path(db))
+	f, err := h.readHostFile(db)
 	if err != nil {
 		if name == "root" {
 			return 0, 0, nil
 		}
 		return 0, 0, fmt.Errorf("look up %s: %w", name, err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(bytes.NewReader(f.Data))
 	for sc.Scan() {
 		fields := strings.Split(sc.Text(), ":")
 		if len(fields) > gidField && fields[0] == name {
@@ -211,17 +195,21 @@ func (h *Host) lookupID(db, name string, idField, gidField int) (int, int, error
 // (KUBELET_KUBEADM_ARGS="--a=b ..."): args of the plan replace args of the same
 // name, others are kept in order.
 func (h *Host) KubeletFlags(_ context.Context, args []protocol.Arg) error {
-	path := h.path(KubeadmFlagsPath)
-	raw, err := os.ReadFile(path)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	for _, a := range args {
+		if err := protocol.ValidateKubeletArg(a); err != nil {
+			return err
+		}
+	}
+	var env string
+	mode, uid, gid := os.FileMode(0o644), -1, -1
+	switch cur, err := h.readHostFile(KubeadmFlagsPath); {
+	case err == nil:
+		env, mode, uid, gid = string(cur.Data), cur.Mode, cur.UID, cur.GID
+	case !errors.Is(err, os.ErrNotExist):
 		return fmt.Errorf("read %s: %w", KubeadmFlagsPath, err)
 	}
-	merged := MergeKubeletFlags(string(raw), args)
-	mode := os.FileMode(0o644)
-	if info, err := os.Stat(path); err == nil {
-		mode = info.Mode().Perm()
-	}
-	if err := atomicfile.Write(path, []byte(merged), mode); err != nil {
+	merged := MergeKubeletFlags(env, args)
+	if err := h.writeHostFile(KubeadmFlagsPath, []byte(merged), mode, uid, gid); err != nil {
 		return fmt.Errorf("write %s: %w", KubeadmFlagsPath, err)
 	}
 	return nil

@@ -2,21 +2,17 @@ package kube
 
 import (
 	"os"
-	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
-func owner(info os.FileInfo) (int, int) {
-	if st, ok := info.Sys().(*syscall.Stat_t); ok {
-		return int(st.Uid), int(st.Gid)
-	}
-	return -1, -1
-}
-
-// chown changes ownership; without root it only succeeds when nothing changes,
-// so an unprivileged agent (the simulated host in tests) skips it.
-func chown(path string, uid, gid int) error {
+// fchown gives an opened file to uid:gid (never following a link, unlike a
+// chown by path). Without root it could only succeed when nothing changes, so an
+// unprivileged agent (the simulated host in tests) skips it, as it does when no
+// owner is asked for (uid < 0).
+func fchown(fd, uid, gid int) error {
 	if uid < 0 || os.Geteuid() != 0 {
 		return nil
 	}
-	return os.Chown(path, uid, gid)
+	return unix.Fchown(fd, uid, gid)
 }

@@ -2,15 +2,16 @@ package kube
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path"
 	"strings"
 
-	"github.com/capi-inplace/capi-inplace/internal/atomicfile"
+	"golang.org/x/sys/unix"
+
 	"github.com/capi-inplace/capi-inplace/internal/backend"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
@@ -95,12 +96,11 @@ func (h *Host) home(u User) string {
 }
 
 func (h *Host) passwdEntry(name string) ([]string, bool) {
-	f, err := os.Open(h.path("/etc/passwd"))
+	f, err := h.readHostFile("/etc/passwd")
 	if err != nil {
 		return nil, false
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(bytes.NewReader(f.Data))
 	for sc.Scan() {
 		fields := strings.Split(sc.Text(), ":")
 		if fields[0] == name {
@@ -176,7 +176,7 @@ func (h *Host) ApplyUsers(ctx context.Context, raw json.RawMessage) error {
 			}
 		}
 		if u.Sudo != "" {
-			if err := atomicfile.Write(h.path(sudoersFile(u.Name)), []byte(u.Name+" "+u.Sudo+"\n"), 0o440); err != nil {
+			if err := h.writeHostFile(sudoersFile(u.Name), []byte(u.Name+" "+u.Sudo+"\n"), 0o440, -1, -1); err != nil {
 				return fmt.Errorf("user %s: sudoers: %w", u.Name, err)
 			}
 		}
@@ -201,35 +201,45 @@ func (h *Host) setPasswordHash(ctx context.Context, u User) error {
 	return nil
 }
 
+// writeAuthorizedKeys writes ~/.ssh/authorized_keys as root for a user who owns
+// ~ and may own ~/.ssh: ~/.ssh must be a real directory (a symlink there, made by
+// the user, would redirect a root write and chown anywhere on the host), and the
+// file and directory are given to the user through their descriptors.
 func (h *Host) writeAuthorizedKeys(u User) error {
-	dir := path.Join(h.home(u), ".ssh")
-	if err := os.MkdirAll(h.path(dir), 0o700); err != nil {
-		return fmt.Errorf("create %s: %w", dir, err)
-	}
-	keys := strings.Join(u.SSHAuthorizedKeys, "\n") + "\n"
-	file := path.Join(dir, "authorized_keys")
-	if err := atomicfile.Write(h.path(file), []byte(keys), 0o600); err != nil {
-		return fmt.Errorf("write %s: %w", file, err)
-	}
 	uid, gid, err := h.lookupOwner(u.Name)
 	if err != nil {
 		return err
 	}
-	for _, p := range []string{dir, file} {
-		if err := chown(h.path(p), uid, gid); err != nil {
-			return fmt.Errorf("chown %s: %w", p, err)
-		}
+	home, err := h.openDir(h.home(u), true)
+	if err != nil {
+		return err
 	}
-	return nil
+	defer home.Close()
+	dir := path.Join(h.home(u), ".ssh")
+	ssh, err := openRealSubdir(home, dir, ".ssh", 0o700)
+	if err != nil {
+		return err
+	}
+	defer ssh.Close()
+	if err := fchown(int(ssh.Fd()), uid, gid); err != nil {
+		return fmt.Errorf("chown %s: %w", dir, err)
+	}
+	keys := strings.Join(u.SSHAuthorizedKeys, "\n") + "\n"
+	return writeFileAt(ssh, path.Join(dir, "authorized_keys"), "authorized_keys", []byte(keys), 0o600, uid, gid)
 }
 
 // ntpTarget returns the config file and the service of the host's NTP client.
 func (h *Host) ntpTarget() (file, service string, err error) {
-	if info, err := os.Stat(h.path(chronyConfDir)); err == nil && info.IsDir() {
-		return chronyConf, "chrony", nil
+	if d, err := h.openDir(chronyConfDir, false); err == nil {
+		var st unix.Stat_t
+		isDir := unix.Fstat(int(d.Fd()), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
+		_ = d.Close()
+		if isDir {
+			return chronyConf, "chrony", nil
+		}
 	}
 	for _, b := range []string{timesyncdBinary1, timesyncdBinary2} {
-		if _, err := os.Stat(h.path(b)); err == nil {
+		if h.hostFileExists(b) {
 			return timesyncdDropIn, "systemd-timesyncd", nil
 		}
 	}
@@ -252,6 +262,11 @@ func (h *Host) ApplyNTP(ctx context.Context, raw json.RawMessage) error {
 	if err != nil {
 		return err
 	}
+	for _, s := range n.Servers {
+		if err := protocol.ValidateNTPServer(s); err != nil {
+			return err
+		}
+	}
 	file, service, err := h.ntpTarget()
 	if err != nil {
 		return err
@@ -264,7 +279,7 @@ func (h *Host) ApplyNTP(ctx context.Context, raw json.RawMessage) error {
 	} else {
 		content = "[Time]\nNTP=" + strings.Join(n.Servers, " ") + "\n"
 	}
-	if err := atomicfile.Write(h.path(file), []byte("# written by capi-inplace from the KubeadmConfig ntp section\n"+content), 0o644); err != nil {
+	if err := h.writeHostFile(file, []byte("# written by capi-inplace from the KubeadmConfig ntp section\n"+content), 0o644, -1, -1); err != nil {
 		return fmt.Errorf("write %s: %w", file, err)
 	}
 	if err := h.services().Restart(ctx, service); err != nil {

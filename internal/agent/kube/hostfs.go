@@ -1,0 +1,236 @@
+package kube
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+
+	pathrs "github.com/cyphar/filepath-securejoin/pathrs-lite"
+	"golang.org/x/sys/unix"
+)
+
+// Every host file the agent reads or writes is resolved inside the host root:
+// a symlink on the way (absolute or relative, e.g. Debian's /var/run -> /run)
+// resolves as it would on the host, never into the agent's container, and never
+// out of the root (filepath-securejoin: openat2 RESOLVE_IN_ROOT where the kernel
+// has it, a checked O_PATH walk where it does not). The final component is never
+// followed: a write replaces it (rename), a read or removal acts on the entry
+// itself, and owners are set on the opened file (fchown), never by path.
+
+// ErrSymlinkRefused is wrapped when a directory that must be a real directory
+// (a user's ~/.ssh, written as root and given to the user) is a symlink.
+var ErrSymlinkRefused = errors.New("symlink refused")
+
+// openRoot opens the host root as an O_PATH handle.
+func (h *Host) openRoot() (*os.File, error) {
+	root := h.Root
+	if root == "" {
+		root = "/"
+	}
+	fd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open host root %s: %w", root, err)
+	}
+	return os.NewFile(uintptr(fd), root), nil
+}
+
+// openDir returns a handle to the host directory dir resolved inside the root,
+// creating missing directories (0755) when create is set.
+func (h *Host) openDir(dir string, create bool) (*os.File, error) {
+	root, err := h.openRoot()
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	var d *os.File
+	if create {
+		d, err = pathrs.MkdirAllHandle(root, dir, 0o755)
+	} else {
+		d, err = pathrs.OpenatInRoot(root, dir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("resolve %s inside the host root: %w", dir, err)
+	}
+	return d, nil
+}
+
+// splitHostPath returns a host path's directory and final name.
+func splitHostPath(p string) (string, string, error) {
+	p = path.Clean("/" + p)
+	dir, name := path.Split(p)
+	if name == "" || name == "." || name == ".." {
+		return "", "", fmt.Errorf("%s is not a file path", p)
+	}
+	return dir, name, nil
+}
+
+// hostFile is what readHostFile found.
+type hostFile struct {
+	Data     []byte
+	Mode     os.FileMode // permission bits
+	UID, GID int
+}
+
+// readHostFile reads a regular host file without following a symlink at its
+// final component. A missing file (or directory on the way) is os.ErrNotExist.
+func (h *Host) readHostFile(p string) (*hostFile, error) {
+	dir, name, err := splitHostPath(p)
+	if err != nil {
+		return nil, err
+	}
+	d, err := h.openDir(dir, false)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	fd, err := unix.Openat(int(d.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) {
+			return nil, fmt.Errorf("read %s: %w: the file is a symlink", p, ErrSymlinkRefused)
+		}
+		return nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	f := os.NewFile(uintptr(fd), p)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("stat %s: %w", p, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, fmt.Errorf("read %s: not a regular file", p)
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	return &hostFile{Data: data, Mode: os.FileMode(st.Mode).Perm(), UID: int(st.Uid), GID: int(st.Gid)}, nil
+}
+
+// hostFileExists reports whether a host path (any type) exists inside the root,
+// following symlinks inside the root (a binary under /lib -> usr/lib is found).
+func (h *Host) hostFileExists(p string) bool {
+	root, err := h.openRoot()
+	if err != nil {
+		return false
+	}
+	defer root.Close()
+	f, err := pathrs.OpenatInRoot(root, p)
+	if err != nil {
+		return false
+	}
+	_ = f.Close()
+	return true
+}
+
+// writeHostFile writes a host file atomically (a temporary file in the same
+// directory, fsync, rename, fsync of the directory) with mode and, when uid >= 0
+// and the agent is root, owner set on the new file's descriptor. Missing
+// directories are created 0755.
+func (h *Host) writeHostFile(p string, data []byte, mode os.FileMode, uid, gid int) error {
+	dir, name, err := splitHostPath(p)
+	if err != nil {
+		return err
+	}
+	d, err := h.openDir(dir, true)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return writeFileAt(d, p, name, data, mode, uid, gid)
+}
+
+// writeFileAt is writeHostFile inside an opened directory.
+func writeFileAt(d *os.File, p, name string, data []byte, mode os.FileMode, uid, gid int) error {
+	var rnd [6]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	tmp := "." + name + ".capi-inplace-" + hex.EncodeToString(rnd[:])
+	dirfd := int(d.Fd())
+	fd, err := unix.Openat(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	f := os.NewFile(uintptr(fd), tmp)
+	cleanup := func(err error) error {
+		_ = f.Close()
+		_ = unix.Unlinkat(dirfd, tmp, 0)
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		return cleanup(err)
+	}
+	if err := unix.Fchmod(fd, uint32(mode.Perm())); err != nil {
+		return cleanup(err)
+	}
+	if err := fchown(fd, uid, gid); err != nil {
+		return cleanup(err)
+	}
+	if err := f.Sync(); err != nil {
+		return cleanup(err)
+	}
+	if err := f.Close(); err != nil {
+		_ = unix.Unlinkat(dirfd, tmp, 0)
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	if err := unix.Renameat(dirfd, tmp, dirfd, name); err != nil {
+		_ = unix.Unlinkat(dirfd, tmp, 0)
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	return syncDir(d, p)
+}
+
+// syncDir makes a rename in the directory durable. An O_PATH handle cannot be
+// fsynced, so the directory is opened again through it.
+func syncDir(d *os.File, p string) error {
+	fd, err := unix.Openat(int(d.Fd()), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("sync the directory of %s: %w", p, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Fsync(fd); err != nil {
+		return fmt.Errorf("sync the directory of %s: %w", p, err)
+	}
+	return nil
+}
+
+// removeHostFile removes a host file (a symlink itself, never its target); a
+// missing file is not an error.
+func (h *Host) removeHostFile(p string) error {
+	dir, name, err := splitHostPath(p)
+	if err != nil {
+		return err
+	}
+	d, err := h.openDir(dir, false)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := unix.Unlinkat(int(d.Fd()), name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("remove %s: %w", p, err)
+	}
+	return syncDir(d, p)
+}
+
+// openRealSubdir creates (mode) and opens the directory name inside parent,
+// refusing a symlink there: a user who owns parent could point it anywhere.
+func openRealSubdir(parent *os.File, p, name string, mode os.FileMode) (*os.File, error) {
+	if err := unix.Mkdirat(int(parent.Fd()), name, uint32(mode.Perm())); err != nil && !errors.Is(err, unix.EEXIST) {
+		return nil, fmt.Errorf("create %s: %w", p, err)
+	}
+	fd, err := unix.Openat(int(parent.Fd()), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+		return nil, fmt.Errorf("open %s: %w: it is not a real directory", p, ErrSymlinkRefused)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", p, err)
+	}
+	return os.NewFile(uintptr(fd), p), nil
+}
