@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/coordinator/nodeplan"
 	"github.com/capi-inplace/capi-inplace/internal/localstack"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
@@ -120,11 +121,20 @@ func MeasureAgent(ctx context.Context, env *Env, binDir, dir, logDir string, idl
 	return res, nil
 }
 
-// publishAndWait does the coordinator's publication (Secret, then the desired-plan
-// annotation) and waits on the Node watch for the agent's first status of the
+// publishAndWait does the coordinator's publication (the plan sealed to the node's
+// key in its Secret, then the desired-plan annotation) and waits on the Node watch for the agent's first status of the
 // plan (pick-up) and for Committed.
 func publishAndWait(ctx context.Context, cs kubernetes.Interface, w watch.Interface, node string, plan *protocol.NodePlan) (time.Duration, time.Duration, error) {
-	raw, err := protocol.EncodePlan(plan)
+	// Sealed to the key the agent published on its Node, as the coordinator does.
+	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return 0, 0, fmt.Errorf("read node: %w", err)
+	}
+	key, err := nodeplan.AgentKey(n.Annotations)
+	if err != nil {
+		return 0, 0, fmt.Errorf("node %s: %w", node, err)
+	}
+	raw, err := nodeplan.Seal(plan, key)
 	if err != nil {
 		return 0, 0, err
 	}

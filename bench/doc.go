@@ -16,7 +16,8 @@
 // result table (table.go).
 //
 // Imports: internal/extension (+extensiontest), internal/planner(+plannertest),
-// internal/policy, internal/protocol, internal/localstack (process handling, the
+// internal/policy, internal/protocol, internal/coordinator/nodeplan (sealing a plan
+// to the agent's key), internal/localstack (process handling, the
 // stack), api/v1alpha1, Cluster API types, controller-runtime, client-go. Never
 // imported by the product.
 //

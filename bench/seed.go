@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"crypto/ecdh"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -109,7 +111,14 @@ func (o ClusterObjects) createMachine(ctx context.Context, c client.Client, crea
 	infra.SetNamespace(o.Namespace)
 	infra.SetLabels(map[string]string{clusterv1.ClusterNameLabel: o.Cluster})
 	infra.SetAnnotations(inPlace)
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Labels: map[string]string{"kubernetes.io/hostname": node}}}
+	// The key an agent would publish: the coordinator seals each plan to it. The
+	// bench plays the agent's statuses and never opens the plan.
+	key, err := ecdh.X25519().GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("agent key: %w", err)
+	}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Labels: map[string]string{"kubernetes.io/hostname": node},
+		Annotations: map[string]string{inplacev1.AgentKeyAnnotation: protocol.FormatAgentKey(key.PublicKey())}}}
 	objs := []client.Object{cfg, n}
 	if !o.NoInfraObjects {
 		objs = append(objs, infra)

@@ -26,6 +26,7 @@ import (
 	"github.com/capi-inplace/capi-inplace/internal/agent/service"
 	"github.com/capi-inplace/capi-inplace/internal/agent/simhost"
 	"github.com/capi-inplace/capi-inplace/internal/backend"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 // agentOptions are the flags of `capi-inplace agent`.
@@ -135,6 +136,11 @@ func runAgent(ctx context.Context, o agentOptions) error {
 	if err != nil {
 		return err
 	}
+	// The node key lives on the host's disk with the journal and never leaves it.
+	nodeKey, err := agent.LoadOrCreateNodeKey(o.stateDir)
+	if err != nil {
+		return err
+	}
 	backends := newBackends(backendEnv{hostRoot: root, runner: runner, simulate: o.simulate})
 	reporter := &agent.Reporter{Client: client, NodeName: o.nodeName, Log: log}
 	kubeHost := &kube.Host{Root: root, Runner: runner, Binaries: binaries, Services: services}
@@ -155,7 +161,7 @@ func runAgent(ctx context.Context, o agentOptions) error {
 		Now:      time.Now,
 		Log:      log,
 	}
-	a := &agent.Agent{NodeName: o.nodeName, Client: client, Executor: x, Reporter: reporter, Backends: backendNames(backends), Log: log}
+	a := &agent.Agent{NodeName: o.nodeName, Client: client, Executor: x, Reporter: reporter, Backends: backendNames(backends), Key: nodeKey, Log: log}
 
 	if o.healthAddr != "0" && o.healthAddr != "" {
 		srv := &http.Server{Addr: o.healthAddr, ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -168,7 +174,8 @@ func runAgent(ctx context.Context, o agentOptions) error {
 		}()
 		defer srv.Close()
 	}
-	log.Info("Agent starting", "node", o.nodeName, "hostRoot", root, "stateDir", o.stateDir, "simulate", o.simulate, "serviceManager", serviceManagerType(nodeCfg.ServiceManager), "backends", backendNames(backends))
+	log.Info("Agent starting", "node", o.nodeName, "hostRoot", root, "stateDir", o.stateDir, "simulate", o.simulate, "serviceManager", serviceManagerType(nodeCfg.ServiceManager), "backends", backendNames(backends),
+		"key", protocol.KeyID(nodeKey.PublicKey()))
 	return a.Run(ctx)
 }
 

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/ecdh"
 	"errors"
 	"fmt"
 	"time"
@@ -28,13 +29,18 @@ type Agent struct {
 	Reporter *Reporter
 	// Backends are the OS backend names this agent has (for admission).
 	Backends []string
-	Log      logr.Logger
+	// Key is the node's private key (LoadOrCreateNodeKey): plans are sealed to it.
+	Key *ecdh.PrivateKey
+	Log logr.Logger
 
 	kick chan struct{}
 }
 
 // Run resumes the journal's plan, then follows the watches until ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
+	if a.Key == nil {
+		return errors.New("the agent has no node key")
+	}
 	a.kick = make(chan struct{}, 1)
 	go a.Reporter.Run(ctx)
 
@@ -86,7 +92,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				return nil
 			}
 			a.Log.Error(err, "Reconcile failed", "node", a.NodeName)
-			// A journal error is the only kind here; retry later rather than spin.
+			// A journal error or a failed key publication; retry later rather than spin.
 			select {
 			case <-ctx.Done():
 				return nil
@@ -114,6 +120,9 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, secret *corev1
 	if node == nil {
 		return nil
 	}
+	if err := a.publishKey(ctx, node); err != nil {
+		return err
+	}
 	desired := node.Annotations[inplacev1.DesiredPlanAnnotation]
 	st, _, err := a.Executor.Load()
 	if err != nil {
@@ -139,20 +148,34 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, secret *corev1
 		a.Reporter.Report(pending(desired, fmt.Sprintf("waiting for the plan Secret %s/%s", inplacev1.AgentNamespace, inplacev1.PlanSecretName(a.NodeName))))
 		return nil
 	}
-	plan, err := protocol.DecodePlan(secret.Data[inplacev1.PlanSecretDataKey])
+	sealed, err := protocol.DecodeSealedPlan(secret.Data[inplacev1.PlanSecretDataKey])
 	if err != nil {
 		log.Info("Rejecting plan", "reason", state.ReasonInvalidPlan, "error", err.Error())
 		_, err := a.Executor.Reject(desired, state.ReasonInvalidPlan,
 			fmt.Sprintf("the plan in Secret %s/%s cannot be used: %v", secret.Namespace, secret.Name, err))
 		return err
 	}
-	hash, err := plan.Hash()
-	if err != nil {
-		return err
-	}
-	if hash != desired {
-		a.Reporter.Report(pending(desired, fmt.Sprintf("waiting for plan %s: the plan Secret holds plan %s", desired, hash)))
+	if sealed.PlanHash != desired {
+		a.Reporter.Report(pending(desired, fmt.Sprintf("waiting for plan %s: the plan Secret holds plan %s", desired, sealed.PlanHash)))
 		return nil
+	}
+	plan, err := sealed.Open(a.Key)
+	var otherKey *protocol.SealedToAnotherKeyError
+	switch {
+	case errors.As(err, &otherKey):
+		// Not a rejection: the plan's hash stays the same when the coordinator seals
+		// it again to this node's key (its next call does, seeing the new key on the
+		// Node), and a journaled failure would stick to that hash.
+		log.Info("Plan is sealed to another key", "sealedTo", otherKey.Recipient, "key", otherKey.Have)
+		st := pending(desired, fmt.Sprintf("refusing plan %s: %v; waiting for the coordinator to seal it to this node's key", desired, otherKey))
+		st.Reason = protocol.ReasonSealedToAnotherKey
+		a.Reporter.Report(st)
+		return nil
+	case err != nil:
+		log.Info("Rejecting plan", "reason", state.ReasonInvalidPlan, "error", err.Error())
+		_, err := a.Executor.Reject(desired, state.ReasonInvalidPlan,
+			fmt.Sprintf("the plan in Secret %s/%s cannot be used: %v", secret.Namespace, secret.Name, err))
+		return err
 	}
 	if r := state.Admit(plan, state.Facts{NodeName: a.NodeName, KubeletVersion: node.Status.NodeInfo.KubeletVersion, Backends: a.Backends}); r != nil {
 		log.Info("Rejecting plan", "reason", r.Reason, "message", r.Message)
@@ -201,6 +224,11 @@ func (a *Agent) refuse(ctx context.Context, nodes corelisters.NodeLister, synced
 	reported := ""
 	for {
 		if node, err := nodes.Get(a.NodeName); err == nil {
+			// The key still goes out: without it the coordinator would wait for it
+			// instead of publishing the plan this node then reports Failed for.
+			if err := a.publishKey(ctx, node); err != nil {
+				a.Log.Error(err, "Publishing the node key failed; retrying on the next Node event", "node", a.NodeName)
+			}
 			if desired := node.Annotations[inplacev1.DesiredPlanAnnotation]; desired != "" && desired != reported {
 				a.Reporter.Report(protocol.NodeStatus{V: protocol.StatusVersion, PlanHash: desired, Phase: protocol.PhaseFailed,
 					Reason: state.ReasonJournalCorrupt, UpdatedAt: time.Now().UTC().Truncate(time.Second),

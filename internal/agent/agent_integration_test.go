@@ -28,6 +28,7 @@ import (
 	"github.com/capi-inplace/capi-inplace/internal/agent/journal"
 	"github.com/capi-inplace/capi-inplace/internal/agent/state"
 	"github.com/capi-inplace/capi-inplace/internal/backend/simulated"
+	"github.com/capi-inplace/capi-inplace/internal/coordinator/nodeplan"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
@@ -185,9 +186,11 @@ func (n *node) publish(raw []byte, hash string) {
 	}
 }
 
+// publishPlan seals the plan to the key the node's agent published, as the
+// coordinator does, and publishes it.
 func (n *node) publishPlan(p *protocol.NodePlan) string {
 	n.t.Helper()
-	raw, err := protocol.EncodePlan(p)
+	raw, err := nodeplan.Seal(p, n.publicKey())
 	if err != nil {
 		n.t.Fatal(err)
 	}
@@ -365,7 +368,7 @@ func TestBadInput(t *testing.T) {
 		wantMsg    string
 	}{
 		{name: "corrupt plan", raw: []byte(`{"apiVersion": "inplace.capi-inplace.dev/v1alpha1", "kind": "NodePlan", "nodeName": `), hash: "0123456789abcdef0123456789abcdef",
-			wantReason: state.ReasonInvalidPlan, wantMsg: "cannot be used: invalid node plan: decode"},
+			wantReason: state.ReasonInvalidPlan, wantMsg: "cannot be used: invalid node plan: not a sealed plan"},
 		{name: "unknown backend", plan: unknown, wantReason: state.ReasonUnknownBackend, wantMsg: `backend "ostree-nope", but this agent has only none, simulated`},
 		{name: "plan for another node", plan: other, wantReason: state.ReasonPlanForAnotherNode, wantMsg: `the plan is for node "some-other-node"`},
 		{name: "version skew", plan: skew, wantReason: state.ReasonVersionUnreachable, wantMsg: "more than one minor version"},
@@ -421,6 +424,7 @@ func TestCorruptJournalChangesNothing(t *testing.T) {
 	n := newNode(t, "worker-corrupt", "v1.35.2", false)
 	n.start()
 	g.Eventually(func() string { return n.read(".sim/boot-id") }, 20*time.Second).ShouldNot(Equal("<missing>"))
+	n.publicKey() // the agent is past its start-up (journal directory, key) before the kill
 	n.kill()
 	g.Expect(os.WriteFile(filepath.Join(n.root, "var/lib/capi-inplace/journal.json"), []byte(`{"key": "abc", "state": {`), 0o600)).To(Succeed())
 	before := tree(t, n.root)

@@ -153,7 +153,9 @@ func (f *fixture) coordinator(mutate ...func(*Options)) *Coordinator {
 func (f *fixture) node(name, version string, controlPlane bool) *corev1.Node {
 	f.t.Helper()
 	g := NewWithT(f.t)
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}}}
+	// The agent's key, as a running agent publishes it (plans are sealed to it).
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{},
+		Annotations: map[string]string{inplacev1.AgentKeyAnnotation: protocol.FormatAgentKey(testAgentKey.PublicKey())}}}
 	if controlPlane {
 		n.Labels[controlPlaneNodeLabel] = ""
 	}

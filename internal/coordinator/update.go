@@ -1,8 +1,8 @@
 package coordinator
 
 import (
-	"bytes"
 	"context"
+	"crypto/ecdh"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,7 +46,8 @@ type scope struct {
 	plan       *protocol.NodePlan
 	planHash   string
 	planJSON   []byte
-	planSecret *corev1.Secret // as found in the workload cluster; nil when absent
+	planSecret *corev1.Secret  // as found in the workload cluster; nil when absent
+	agentKey   *ecdh.PublicKey // the node's key, which the plan is sealed to (awaitAgentKey)
 }
 
 func (c *Coordinator) update(ctx context.Context, desired desiredObjects) Outcome {
@@ -66,6 +67,9 @@ func (c *Coordinator) update(ctx context.Context, desired desiredObjects) Outcom
 		// Keep the published plan in place (someone may have deleted it) and the
 		// agent installed; both are no-ops when nothing changed.
 		if out, ok := c.ensureAgent(ctx, s); !ok {
+			return out
+		}
+		if out, ok := c.awaitAgentKey(s); !ok {
 			return out
 		}
 		if _, err := c.publish(ctx, s); err != nil {
@@ -103,6 +107,9 @@ func (c *Coordinator) start(ctx context.Context, s *scope) Outcome {
 	if out, ok := c.ensureAgent(ctx, s); !ok {
 		return out
 	}
+	if out, ok := c.awaitAgentKey(s); !ok {
+		return out
+	}
 	if err := c.cordon(ctx, s); err != nil {
 		return c.workloadFailure(s, stepCordon, err)
 	}
@@ -131,6 +138,20 @@ func (c *Coordinator) ensureAgent(ctx context.Context, s *scope) (Outcome, bool)
 	if applied {
 		ctrl.LoggerFrom(ctx).Info("Installed the node agent", "Cluster", s.clusterKey.String(), "image", c.opts.AgentImage)
 	}
+	return Outcome{}, true
+}
+
+// awaitAgentKey reads the node's key into the scope (nodeAgentKey): in progress
+// while the agent has not published one.
+func (c *Coordinator) awaitAgentKey(s *scope) (Outcome, bool) {
+	key, err := nodeAgentKey(s)
+	switch {
+	case errors.Is(err, nodeplan.ErrNoAgentKey):
+		return inProgress(retryAgentKey, agentKeyWaitMessage(s)), false
+	case err != nil:
+		return retryable(CauseInvalidInput, stepMsg(stepAgent, "%v", err)), false
+	}
+	s.agentKey = key
 	return Outcome{}, true
 }
 
@@ -202,18 +223,22 @@ func (c *Coordinator) drain(ctx context.Context, s *scope) (Outcome, bool) {
 func (c *Coordinator) publish(ctx context.Context, s *scope) (bool, error) {
 	written := false
 	labels := map[string]string{inplacev1.PlanNodeLabel: s.node.Name, inplacev1.ManagedByLabel: inplacev1.ManagedByValue}
+	data, err := sealedPlanData(s, s.agentKey)
+	if err != nil {
+		return false, err
+	}
 	switch {
 	case s.planSecret == nil:
 		sec := &corev1.Secret{}
 		sec.Namespace, sec.Name = inplacev1.AgentNamespace, inplacev1.PlanSecretName(s.node.Name)
 		sec.Labels = labels
 		sec.Type = corev1.SecretTypeOpaque
-		sec.Data = map[string][]byte{inplacev1.PlanSecretDataKey: s.planJSON}
+		sec.Data = data
 		if err := s.wc.Client.Create(ctx, sec); err != nil {
 			return false, fmt.Errorf("create plan secret for node %s: %w", s.node.Name, err)
 		}
 		s.planSecret, written = sec, true
-	case !bytes.Equal(s.planSecret.Data[inplacev1.PlanSecretDataKey], s.planJSON) || s.planSecret.Labels[inplacev1.PlanNodeLabel] != s.node.Name:
+	case data != nil || s.planSecret.Labels[inplacev1.PlanNodeLabel] != s.node.Name:
 		sec := s.planSecret.DeepCopy()
 		if sec.Labels == nil {
 			sec.Labels = map[string]string{}
@@ -221,7 +246,9 @@ func (c *Coordinator) publish(ctx context.Context, s *scope) (bool, error) {
 		for k, v := range labels {
 			sec.Labels[k] = v
 		}
-		sec.Data = map[string][]byte{inplacev1.PlanSecretDataKey: s.planJSON}
+		if data != nil {
+			sec.Data = data
+		}
 		// Update, not patch: the resourceVersion guards against a concurrent writer.
 		if err := s.wc.Client.Update(ctx, sec); err != nil {
 			return false, fmt.Errorf("update plan secret for node %s: %w", s.node.Name, err)
@@ -421,7 +448,7 @@ func (c *Coordinator) loadScope(ctx context.Context, desired desiredObjects) (*s
 	if err != nil {
 		return nil, retryable(CauseInvalidInput, fmt.Sprintf("build plan for node %s: %v", nodeName, err)), false
 	}
-	s.plan = nodeplan.Pin(built, published)
+	s.plan = nodeplan.PinPublished(built, published)
 	if s.planJSON, err = protocol.EncodePlan(s.plan); err != nil {
 		return nil, retryable(CauseInvalidInput, fmt.Sprintf("encode plan for node %s: %v", nodeName, err)), false
 	}
@@ -431,9 +458,10 @@ func (c *Coordinator) loadScope(ctx context.Context, desired desiredObjects) (*s
 	return s, Outcome{}, true
 }
 
-// loadPublished reads the node's plan Secret; an undecodable plan counts as none
-// (it is replaced by the next publish).
-func (c *Coordinator) loadPublished(ctx context.Context, s *scope) (*protocol.NodePlan, error) {
+// loadPublished reads the node's plan Secret and the header of the sealed plan in it
+// (the coordinator cannot open it); an undecodable plan counts as none (it is
+// replaced by the next publish).
+func (c *Coordinator) loadPublished(ctx context.Context, s *scope) (*protocol.SealedPlan, error) {
 	sec := &corev1.Secret{}
 	err := s.wc.Client.Get(ctx, client.ObjectKey{Namespace: inplacev1.AgentNamespace, Name: inplacev1.PlanSecretName(s.node.Name)}, sec)
 	switch {
@@ -443,11 +471,7 @@ func (c *Coordinator) loadPublished(ctx context.Context, s *scope) (*protocol.No
 		return nil, fmt.Errorf("read plan secret of node %s: %w", s.node.Name, err)
 	}
 	s.planSecret = sec
-	p, err := protocol.DecodePlan(sec.Data[inplacev1.PlanSecretDataKey])
-	if err != nil {
-		return nil, nil //nolint:nilerr // a corrupt plan is overwritten, not fatal
-	}
-	return p, nil
+	return nodeplan.Published(sec.Data[inplacev1.PlanSecretDataKey]), nil
 }
 
 // planInput gathers the inputs of nodeplan.Build. Errors wrapping nodeplan.ErrInput

@@ -79,7 +79,7 @@ func TestWorkerUpdateEndToEnd(t *testing.T) {
 	// The plan: Secret + desired-plan annotation, hash of the plan's content.
 	sec := f.planSecret("w1")
 	g.Expect(sec.Labels).To(HaveKeyWithValue(inplacev1.PlanNodeLabel, "w1"))
-	plan, err := protocol.DecodePlan(sec.Data[inplacev1.PlanSecretDataKey])
+	plan, err := openPlan(sec.Data[inplacev1.PlanSecretDataKey])
 	g.Expect(err).NotTo(HaveOccurred())
 	hash, _ := plan.Hash()
 	g.Expect(f.getNode("w1").Annotations).To(HaveKeyWithValue(inplacev1.DesiredPlanAnnotation, hash))
@@ -163,7 +163,7 @@ func TestControlPlaneRollback(t *testing.T) {
 	c := f.coordinator()
 
 	callUntil(t, c, req, "pick up plan", 3)
-	plan, err := protocol.DecodePlan(f.planSecret("cp1").Data[inplacev1.PlanSecretDataKey])
+	plan, err := openPlan(f.planSecret("cp1").Data[inplacev1.PlanSecretDataKey])
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(plan.Kubernetes.Action).To(Equal(protocol.KubeadmUpgradeApply))
 	g.Expect(plan.Kubernetes.EtcdSnapshot).To(BeTrue())
@@ -228,7 +228,7 @@ func TestOperatorCordonIsKept(t *testing.T) {
 
 	callUntil(t, c, req, "pick up plan", 3)
 	g.Expect(f.getNode("w2").Annotations).NotTo(HaveKey(inplacev1.CordonedByAnnotation))
-	plan, err := protocol.DecodePlan(f.planSecret("w2").Data[inplacev1.PlanSecretDataKey])
+	plan, err := openPlan(f.planSecret("w2").Data[inplacev1.PlanSecretDataKey])
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(plan.Kubernetes.Action).To(Equal(protocol.KubeadmNone), "version unchanged")
 	hash, _ := plan.Hash()
@@ -373,7 +373,12 @@ func TestPlanRepublishedWhenDeleted(t *testing.T) {
 	g.Expect(call(c, req).Message).To(Equal(want))
 	again := f.planSecret("w8")
 	g.Expect(again.UID).NotTo(Equal(sec.UID))
-	g.Expect(again.Data).To(Equal(sec.Data))
+	// Sealed afresh (a new one-time key), so compare what the node opens.
+	before, err := openPlan(sec.Data[inplacev1.PlanSecretDataKey])
+	g.Expect(err).NotTo(HaveOccurred())
+	after, err := openPlan(again.Data[inplacev1.PlanSecretDataKey])
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(after).To(Equal(before))
 }
 
 // TestLingerAnswersDoneWithinTheCall: a call made while the agent works keeps checking
