@@ -92,10 +92,55 @@ type KubernetesPlan struct {
 	Action KubeadmAction `json:"action"`
 	// EtcdSnapshot asks for an etcd snapshot before the node is touched.
 	EtcdSnapshot bool `json:"etcdSnapshot,omitempty"`
+	// IgnorePreflightErrors are the kubeadm preflight checks the agent's kubeadm
+	// commands skip (--ignore-preflight-errors), from the policy of the node's
+	// pool: e.g. SystemVerification on a cgroup v1 host, CoreDNSUnsupportedPlugins
+	// and CoreDNSMigration on a cluster without CoreDNS. "all" skips every check.
+	IgnorePreflightErrors []string `json:"ignorePreflightErrors,omitempty"`
 	// Binaries are kubeadm and kubelet of Version to download and verify, from the
 	// policy; nil when the policy lists none for Version: the node's OS image or
 	// package source must bring them.
 	Binaries *KubernetesBinaries `json:"binaries,omitempty"`
+}
+
+// IgnoreAllPreflightErrors is kubeadm's name for every preflight check.
+const IgnoreAllPreflightErrors = "all"
+
+// preflightCheckRE matches kubeadm's preflight check names: letters and digits,
+// with the dots, dashes and underscores of names like Port-6443 and
+// FileAvailable--etc-kubernetes-manifests-kube-apiserver.yaml. No commas (the
+// flag's separator), no spaces, no "=".
+var preflightCheckRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$`)
+
+// ValidatePreflightChecks checks a list of kubeadm preflight check names as
+// kubeadm would: valid names, none twice (kubeadm compares them in lower case),
+// and "all" only on its own.
+func ValidatePreflightChecks(names []string) error {
+	var errs []error
+	seen := map[string]bool{}
+	for i, n := range names {
+		if !preflightCheckRE.MatchString(n) {
+			errs = append(errs, fmt.Errorf("[%d] %q is not a kubeadm preflight check name (letters, digits, '.', '-', '_')", i, n))
+			continue
+		}
+		if seen[strings.ToLower(n)] {
+			errs = append(errs, fmt.Errorf("[%d] %q is listed twice", i, n))
+		}
+		seen[strings.ToLower(n)] = true
+	}
+	if seen[IgnoreAllPreflightErrors] && len(names) > 1 {
+		errs = append(errs, fmt.Errorf("%q must be the only entry (kubeadm refuses it alongside other checks)", IgnoreAllPreflightErrors))
+	}
+	return errors.Join(errs...)
+}
+
+// PreflightFlag returns kubeadm's --ignore-preflight-errors flag for the checks,
+// or nothing when there are none.
+func (k KubernetesPlan) PreflightFlag() []string {
+	if len(k.IgnorePreflightErrors) == 0 {
+		return nil
+	}
+	return []string{"--ignore-preflight-errors=" + strings.Join(k.IgnorePreflightErrors, ",")}
 }
 
 // File is a file to write on the node.
@@ -183,6 +228,9 @@ func (p *NodePlan) Validate() error {
 		if err := b.Validate(); err != nil {
 			add("kubernetes.binaries: %w", err)
 		}
+	}
+	if err := ValidatePreflightChecks(p.Kubernetes.IgnorePreflightErrors); err != nil {
+		add("kubernetes.ignorePreflightErrors: %w", err)
 	}
 	seen := map[string]bool{}
 	for i, f := range p.Files {

@@ -40,6 +40,16 @@ func TestValidate(t *testing.T) {
 		{name: "digest not sha256", mutate: func(p *NodePlan) { p.OS.Digest = "md5:abc" }, wantErr: "os.digest"},
 		{name: "os without backend", mutate: func(p *NodePlan) { p.OS.Backend = "" }, wantErr: "os.backend"},
 		{name: "invalid raw users", mutate: func(p *NodePlan) { p.Users = json.RawMessage("{") }, wantErr: "users is not valid JSON"},
+		{name: "preflight exceptions", mutate: func(p *NodePlan) {
+			p.Kubernetes.IgnorePreflightErrors = []string{"SystemVerification", "CoreDNSMigration", "Port-6443", "FileAvailable--etc-kubernetes-manifests-kube-apiserver.yaml"}
+		}},
+		{name: "every preflight check", mutate: func(p *NodePlan) { p.Kubernetes.IgnorePreflightErrors = []string{"all"} }},
+		{name: "preflight check with a comma", mutate: func(p *NodePlan) { p.Kubernetes.IgnorePreflightErrors = []string{"Swap,NumCPU"} },
+			wantErr: `kubernetes.ignorePreflightErrors: [0] "Swap,NumCPU" is not a kubeadm preflight check name`},
+		{name: "preflight check smuggling a flag", mutate: func(p *NodePlan) { p.Kubernetes.IgnorePreflightErrors = []string{"--v=10"} }, wantErr: "is not a kubeadm preflight check name"},
+		{name: "empty preflight check", mutate: func(p *NodePlan) { p.Kubernetes.IgnorePreflightErrors = []string{""} }, wantErr: "is not a kubeadm preflight check name"},
+		{name: "preflight check twice", mutate: func(p *NodePlan) { p.Kubernetes.IgnorePreflightErrors = []string{"Swap", "swap"} }, wantErr: `[1] "swap" is listed twice`},
+		{name: "all with others", mutate: func(p *NodePlan) { p.Kubernetes.IgnorePreflightErrors = []string{"All", "Swap"} }, wantErr: `"all" must be the only entry`},
 		{name: "gate without command", mutate: func(p *NodePlan) { p.Gates = []Gate{{Name: "x"}} }, wantErr: "gates: [0].command is empty"},
 	}
 	for _, tt := range tests {
@@ -108,4 +118,11 @@ func TestDecodePlanRefusesBadInput(t *testing.T) {
 			g.Expect(err.Error()).To(ContainSubstring(tt.wantErr))
 		})
 	}
+}
+
+func TestPreflightFlag(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(KubernetesPlan{}.PreflightFlag()).To(BeEmpty())
+	g.Expect(KubernetesPlan{IgnorePreflightErrors: []string{"CoreDNSMigration", "SystemVerification"}}.PreflightFlag()).
+		To(Equal([]string{"--ignore-preflight-errors=CoreDNSMigration,SystemVerification"}))
 }

@@ -355,7 +355,7 @@ func (x *Executor) perform(ctx context.Context, attempt string, p *protocol.Node
 	case state.ActKubeletConfig:
 		return x.Kube.KubeletFlags(ctx, p.KubeletExtraArgs)
 	case state.ActControlPlaneConfig:
-		return x.Kube.ControlPlaneConfig(ctx)
+		return x.Kube.ControlPlaneConfig(ctx, p.Kubernetes)
 	case state.ActInstallBinaries:
 		return x.Kube.InstallKubernetesBinaries(ctx, p.Kubernetes)
 	case state.ActKubeadmUpgrade:

@@ -23,7 +23,7 @@ func (h *Host) BackupSet(p *protocol.NodePlan) []string {
 	}
 	out = append(out, h.usersBackupSet(p)...)
 	out = append(out, h.ntpBackupSet(p)...)
-	out = append(out, KubeadmFlagsPath, KubeletConfig)
+	out = append(out, KubeadmFlagsPath, KubeletConfig, KubeletInstanceConfig)
 	if p.Kubernetes.Action != protocol.KubeadmNone {
 		out = append(out, KubeadmBinary, KubeletBinary)
 	}

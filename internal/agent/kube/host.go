@@ -27,6 +27,11 @@ const (
 	WorkDir = "/var/lib/capi-inplace"
 )
 
+// KubeletInstanceConfig is the node's own kubelet configuration patch that
+// kubeadm 1.35+ writes beside config.yaml (containerRuntimeEndpoint); kubeadm
+// upgrade rewrites it, so a rollback must restore it.
+const KubeletInstanceConfig = "/var/lib/kubelet/instance-config.yaml"
+
 // StaticPods returns the control-plane static pods kubeadm manages.
 func StaticPods() []string {
 	return []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd"}
@@ -110,7 +115,8 @@ func sameVersion(a, b string) bool {
 	return va.EQ(vb)
 }
 
-// KubeadmUpgrade runs the plan's kubeadm command.
+// KubeadmUpgrade runs the plan's kubeadm command, skipping the preflight checks
+// the plan lists.
 func (h *Host) KubeadmUpgrade(ctx context.Context, k protocol.KubernetesPlan) error {
 	var args []string
 	switch k.Action {
@@ -121,7 +127,7 @@ func (h *Host) KubeadmUpgrade(ctx context.Context, k protocol.KubernetesPlan) er
 	default:
 		return nil
 	}
-	if _, err := h.run(ctx, "kubeadm", args...); err != nil {
+	if _, err := h.run(ctx, "kubeadm", append(args, k.PreflightFlag()...)...); err != nil {
 		return fmt.Errorf("kubeadm upgrade: %w", err)
 	}
 	return nil
@@ -132,8 +138,10 @@ func (h *Host) KubeadmUpgrade(ctx context.Context, k protocol.KubernetesPlan) er
 // KubeadmControlPlane updates before it rolls machines: `kubeadm upgrade node` at
 // the running version does exactly that, and the kubelet restarts the changed pods.
 // Certificates are left alone: this is a configuration change, not an upgrade.
-func (h *Host) ControlPlaneConfig(ctx context.Context) error {
-	if _, err := h.run(ctx, "kubeadm", "upgrade", "node", "--certificate-renewal=false"); err != nil {
+// The plan's preflight exceptions apply: it is the same kubeadm command.
+func (h *Host) ControlPlaneConfig(ctx context.Context, k protocol.KubernetesPlan) error {
+	args := append([]string{"upgrade", "node", "--certificate-renewal=false"}, k.PreflightFlag()...)
+	if _, err := h.run(ctx, "kubeadm", args...); err != nil {
 		return fmt.Errorf("re-render control-plane static pods: %w", err)
 	}
 	return nil

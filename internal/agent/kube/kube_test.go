@@ -48,7 +48,7 @@ func TestBackupWriteRestore(t *testing.T) {
 		{Path: "/etc/existing.conf", Content: []byte("new\n"), Permissions: "0600"},
 		{Path: "/etc/new/created.conf", Content: []byte("created\n"), Owner: "root:root"},
 	}
-	g.Expect(h.BackupSet(p)).To(Equal([]string{"/etc/existing.conf", "/etc/new/created.conf", KubeadmFlagsPath, KubeletConfig}))
+	g.Expect(h.BackupSet(p)).To(Equal([]string{"/etc/existing.conf", "/etc/new/created.conf", KubeadmFlagsPath, KubeletConfig, KubeletInstanceConfig}))
 
 	g.Expect(h.Backup(ctx, "h1", h.BackupSet(p))).To(Succeed())
 	g.Expect(h.WriteFiles(ctx, p.Files)).To(Succeed())
@@ -176,7 +176,7 @@ func TestUsersAndNTP(t *testing.T) {
 	p.Kubernetes = protocol.KubernetesPlan{Role: protocol.RoleWorker, Version: "v1.36.0", Action: protocol.KubeadmNone}
 	p.Users, p.NTP = users, ntp
 	g.Expect(h.BackupSet(p)).To(Equal([]string{"/etc/passwd", "/etc/shadow", "/etc/group", "/etc/gshadow",
-		"/etc/sudoers.d/90-capi-inplace-ops", "/srv/ops/.ssh/authorized_keys", chronyConf, KubeadmFlagsPath, KubeletConfig}))
+		"/etc/sudoers.d/90-capi-inplace-ops", "/srv/ops/.ssh/authorized_keys", chronyConf, KubeadmFlagsPath, KubeletConfig, KubeletInstanceConfig}))
 
 	g.Expect(h.ApplyUsers(ctx, users)).To(Succeed())
 	g.Expect(r.Calls()).To(Equal([]string{

@@ -1,0 +1,42 @@
+package kube
+
+import (
+	"context"
+	"testing"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/capi-inplace/capi-inplace/internal/backend/backendtest"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
+)
+
+// TestKubeadmPreflightExceptions: the plan's preflight exceptions reach every
+// kubeadm command the agent runs, as kubeadm's own flag.
+func TestKubeadmPreflightExceptions(t *testing.T) {
+	skip := []string{"SystemVerification", "CoreDNSUnsupportedPlugins", "CoreDNSMigration"}
+	apply := protocol.KubernetesPlan{Role: protocol.RoleControlPlane, Version: "v1.36.3", Action: protocol.KubeadmUpgradeApply, IgnorePreflightErrors: skip}
+	node := protocol.KubernetesPlan{Role: protocol.RoleWorker, Version: "v1.36.3", Action: protocol.KubeadmUpgradeNode, IgnorePreflightErrors: []string{"SystemVerification"}}
+	tests := []struct {
+		name string
+		do   func(h *Host) error
+		want string
+	}{
+		{"upgrade apply", func(h *Host) error { return h.KubeadmUpgrade(context.Background(), apply) },
+			"kubeadm upgrade apply v1.36.3 --yes --ignore-preflight-errors=SystemVerification,CoreDNSUnsupportedPlugins,CoreDNSMigration"},
+		{"upgrade node", func(h *Host) error { return h.KubeadmUpgrade(context.Background(), node) },
+			"kubeadm upgrade node --ignore-preflight-errors=SystemVerification"},
+		{"control-plane re-render", func(h *Host) error { return h.ControlPlaneConfig(context.Background(), apply) },
+			"kubeadm upgrade node --certificate-renewal=false --ignore-preflight-errors=SystemVerification,CoreDNSUnsupportedPlugins,CoreDNSMigration"},
+		{"control-plane re-render without exceptions", func(h *Host) error {
+			return h.ControlPlaneConfig(context.Background(), protocol.KubernetesPlan{Role: protocol.RoleControlPlane, Version: "v1.36.3", Action: protocol.KubeadmNone})
+		}, "kubeadm upgrade node --certificate-renewal=false"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			r := (&backendtest.Runner{}).On("kubeadm", "", nil)
+			g.Expect(tt.do(&Host{Root: t.TempDir(), Runner: r})).To(Succeed())
+			g.Expect(r.Calls()).To(Equal([]string{tt.want}))
+		})
+	}
+}
