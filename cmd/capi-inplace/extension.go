@@ -143,6 +143,7 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 		Clusters:     clusters,
 		OSImages:     coordinator.OSImagesFromPolicy(pol),
 		Binaries:     pol,
+		Preflight:    pol,
 		Gates:        pol,
 		Recorder:     mgr.GetEventRecorder("capi-inplace"),
 		Drain:        coordinator.DrainOptionsFromPolicy(pol.Drain()),

@@ -62,6 +62,14 @@ type BinariesResolver interface {
 
 var _ BinariesResolver = (*policy.Policy)(nil)
 
+// PreflightResolver returns the kubeadm preflight checks a Machine's kubeadm
+// commands skip, from its namespace and labels (*policy.Policy).
+type PreflightResolver interface {
+	IgnorePreflightErrors(namespace string, machineLabels map[string]string) []string
+}
+
+var _ PreflightResolver = (*policy.Policy)(nil)
+
 // kubernetesBinaries resolves the binaries of the Machine's desired version for
 // its Node's platform (Node.status.nodeInfo), so that the plan carries the one
 // URL and digest per binary the node needs. A Machine without a version plans

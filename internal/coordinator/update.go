@@ -483,6 +483,9 @@ func (c *Coordinator) planInput(ctx context.Context, s *scope, desired desiredOb
 		Secrets:  map[string]map[string][]byte{},
 		Node:     nodeplan.NodeFacts{KubeletVersion: s.node.Status.NodeInfo.KubeletVersion},
 	}
+	if c.opts.Preflight != nil {
+		in.IgnorePreflightErrors = c.opts.Preflight.IgnorePreflightErrors(s.machine.Namespace, s.machine.Labels)
+	}
 	cfg, err := decodeKubeadmConfig(desired.bootstrap)
 	if err != nil {
 		return in, err

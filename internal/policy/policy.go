@@ -38,6 +38,10 @@ type Config struct {
 	// node platform downloads (see KubernetesBinariesConfig).
 	KubernetesBinaries KubernetesBinariesConfig `json:"kubernetesBinaries,omitempty"`
 
+	// Kubeadm configures the kubeadm commands the agent runs: the preflight
+	// checks they skip, for every node or per pool.
+	Kubeadm KubeadmConfig `json:"kubeadm,omitempty"`
+
 	// Gates are user-defined health gates per pool of Machines (see GatePoolConfig).
 	Gates []GatePoolConfig `json:"gates,omitempty"`
 }
@@ -129,6 +133,8 @@ type Policy struct {
 	kinds               map[string]InfraKind // key: group + "/" + kind
 	artifacts           map[string][]Artifact
 	binaries            map[string]map[string]protocol.KubernetesBinaries // version -> platform
+	preflightGlobal     []string
+	preflightPools      []kubeadmPool
 	gatePools           []gatePool
 }
 
@@ -254,6 +260,10 @@ func New(cfg Config) (*Policy, error) {
 	binaries, binErrs := compileBinaries(cfg.KubernetesBinaries)
 	p.binaries = binaries
 	errs = append(errs, binErrs...)
+
+	var kubeadmErrs []error
+	p.preflightGlobal, p.preflightPools, kubeadmErrs = compileKubeadm(cfg.Kubeadm)
+	errs = append(errs, kubeadmErrs...)
 
 	var gateErrs []error
 	p.gatePools, gateErrs = compileGates(cfg.Gates)

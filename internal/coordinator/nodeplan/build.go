@@ -69,6 +69,9 @@ type Input struct {
 	Binaries *protocol.KubernetesBinaries
 	// Node are the observed facts that decide the kubeadm action.
 	Node NodeFacts
+	// IgnorePreflightErrors are the kubeadm preflight checks the policy lets this
+	// Machine's pool skip.
+	IgnorePreflightErrors []string
 }
 
 // SecretRefs returns the names of the Secrets the plan needs, sorted and unique.
@@ -163,7 +166,7 @@ func Build(in Input) (*protocol.NodePlan, error) {
 
 	p := protocol.NewPlan(in.NodeName)
 	p.Machine = protocol.MachineRef{Namespace: m.Namespace, Name: m.Name, UID: string(m.UID), Cluster: m.Spec.ClusterName}
-	p.Kubernetes = protocol.KubernetesPlan{Role: role, Version: version, Action: action, Binaries: in.Binaries}
+	p.Kubernetes = protocol.KubernetesPlan{Role: role, Version: version, Action: action, IgnorePreflightErrors: in.IgnorePreflightErrors, Binaries: in.Binaries}
 	p.OS = in.OS
 
 	if cfg := in.KubeadmConfig; cfg != nil {
