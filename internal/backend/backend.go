@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
+
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 // Capabilities are what a backend can honestly do. The agent plans its steps from
@@ -31,15 +32,14 @@ type Artifact struct {
 	Digest string
 }
 
-var digestRE = regexp.MustCompile(`^sha256:([0-9a-f]{64})$`)
-
-// DigestHex returns the hex part of a "sha256:<hex>" digest.
+// DigestHex returns the hex part of a "sha256:<hex>" digest (protocol.DigestHex:
+// the one digest rule of plans, policy and backends).
 func (a Artifact) DigestHex() (string, error) {
-	m := digestRE.FindStringSubmatch(a.Digest)
-	if m == nil {
-		return "", fmt.Errorf("%w: digest %q is not sha256:<64 lowercase hex>", ErrArtifactRefused, a.Digest)
+	h, err := protocol.DigestHex(a.Digest)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrArtifactRefused, err)
 	}
-	return m[1], nil
+	return h, nil
 }
 
 // Status is what a backend reports about the node's images.
