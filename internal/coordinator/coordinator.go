@@ -64,6 +64,8 @@ type Options struct {
 	// Binaries names the kubeadm and kubelet a node downloads for its new version;
 	// nil: the OS image brings them.
 	Binaries BinariesResolver
+	// Gates names the user-defined health gates of a Machine's pools; nil: none.
+	Gates GatesResolver
 	// Preflight names the kubeadm preflight checks a Machine's pool skips; nil: none.
 	Preflight PreflightResolver
 	// Recorder records Events on Machines.

@@ -86,3 +86,25 @@ func kubernetesBinaries(r BinariesResolver, m *clusterv1.Machine, node *corev1.N
 	}
 	return b, nil
 }
+
+// GatesResolver returns the user-defined health gates of a Machine's pools, by
+// the Machine's namespace and labels, in the order they run. *policy.Policy
+// implements it.
+type GatesResolver interface {
+	Gates(namespace string, machineLabels map[string]string) ([]protocol.Gate, error)
+}
+
+var _ GatesResolver = (*policy.Policy)(nil)
+
+// userGates resolves the gates the Machine's plan carries. Pools whose gates
+// clash for this Machine are an input error: the operator must say which one runs.
+func userGates(r GatesResolver, m *clusterv1.Machine) ([]protocol.Gate, error) {
+	if r == nil {
+		return nil, nil
+	}
+	gates, err := r.Gates(m.Namespace, m.Labels)
+	if err != nil {
+		return nil, fmt.Errorf("%w: health gates of machine %s/%s: %w", nodeplan.ErrInput, m.Namespace, m.Name, err)
+	}
+	return gates, nil
+}

@@ -517,6 +517,9 @@ func (c *Coordinator) planInput(ctx context.Context, s *scope, desired desiredOb
 	if in.Binaries, err = kubernetesBinaries(c.opts.Binaries, s.machine, s.node); err != nil {
 		return in, err
 	}
+	if in.Gates, err = userGates(c.opts.Gates, s.machine); err != nil {
+		return in, err
+	}
 	target := s.machine.Spec.Version
 	if nodeplan.RoleOf(s.machine) == protocol.RoleControlPlane && target != "" && !nodeplan.SameVersion(target, in.Node.KubeletVersion) {
 		nodes := &corev1.NodeList{}

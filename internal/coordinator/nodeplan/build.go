@@ -67,6 +67,9 @@ type Input struct {
 	// Binaries are kubeadm and kubelet of the version for the node's platform,
 	// from the policy; nil when the policy lists none (the OS image brings them).
 	Binaries *protocol.KubernetesBinaries
+	// Gates are the user-defined health gates of the Machine's pools, from the
+	// policy, in the order they run; nil when none.
+	Gates []protocol.Gate
 	// Node are the observed facts that decide the kubeadm action.
 	Node NodeFacts
 	// IgnorePreflightErrors are the kubeadm preflight checks the policy lets this
@@ -168,6 +171,7 @@ func Build(in Input) (*protocol.NodePlan, error) {
 	p.Machine = protocol.MachineRef{Namespace: m.Namespace, Name: m.Name, UID: string(m.UID), Cluster: m.Spec.ClusterName}
 	p.Kubernetes = protocol.KubernetesPlan{Role: role, Version: version, Action: action, IgnorePreflightErrors: in.IgnorePreflightErrors, Binaries: in.Binaries}
 	p.OS = in.OS
+	p.Gates = in.Gates
 
 	if cfg := in.KubeadmConfig; cfg != nil {
 		if err := addKubeadmConfig(p, cfg, in); err != nil {
