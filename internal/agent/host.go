@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 
+	securejoin "github.com/cyphar/filepath-securejoin"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -32,25 +34,54 @@ func (r HostRunner) Run(ctx context.Context, c backend.Command) (backend.Result,
 	if r.Root == "" || r.Root == "/" {
 		return r.Exec.Run(ctx, c)
 	}
-	cmd := exec.CommandContext(ctx, c.Name, c.Args...)
+	path, err := r.lookPath(c.Name)
+	if err != nil {
+		return backend.Result{ExitCode: -1}, &backend.CommandError{Command: c, Err: err}
+	}
+	cmd := exec.CommandContext(ctx, path, c.Args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: r.Root}
 	cmd.Dir = "/"
 	if c.Dir != "" {
 		cmd.Dir = c.Dir
 	}
 	// The host's PATH, not the container's.
-	cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, c.Env...)
+	cmd.Env = append([]string{"PATH=" + strings.Join(hostPATH, ":")}, c.Env...)
 	if c.Stdin != nil {
 		cmd.Stdin = bytes.NewReader(c.Stdin)
 	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
+	err = cmd.Run()
 	res := backend.Result{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), ExitCode: cmd.ProcessState.ExitCode()}
 	if err != nil {
 		return res, &backend.CommandError{Command: c, Result: res, Err: err}
 	}
 	return res, nil
+}
+
+// hostPATH is the search path of commands on the host.
+var hostPATH = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
+
+// lookPath finds a command by name on the host's PATH inside the host root. The
+// lookup must happen here: os/exec resolves a bare name in the agent's own file
+// system before the child chroots, where the host's kubeadm or systemctl is not
+// (seen on a real node: `exec: "kubeadm": executable file not found in $PATH`).
+// Symlinks resolve inside the host root, as they would on the host.
+func (r HostRunner) lookPath(name string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	for _, dir := range hostPATH {
+		p := filepath.Join(dir, name)
+		inRoot, err := securejoin.SecureJoin(r.Root, p)
+		if err != nil {
+			continue
+		}
+		if fi, err := os.Stat(inRoot); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: not found on the host's PATH (%s) under %s", name, strings.Join(hostPATH, ":"), r.Root)
 }
 
 // Rebooter reboots the real host through its service manager.

@@ -51,6 +51,14 @@ func main() {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(string(res.Stdout)).To(Equal("host root\n"))
 
+	// A bare name is found on the host's PATH inside the root, not on the agent's
+	// own (where the host's kubeadm and systemctl are not).
+	res, err = r.Run(context.Background(), backend.Command{Name: "hostcat", Args: []string{"/marker"}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(res.Stdout)).To(Equal("host root\n"))
+	_, err = r.Run(context.Background(), backend.Command{Name: "no-such-host-tool"})
+	g.Expect(err).To(MatchError(ContainSubstring("not found on the host's PATH")))
+
 	_, err = r.Run(context.Background(), backend.Command{Name: "/bin/hostcat", Args: []string{"/missing"}})
 	var ce *backend.CommandError
 	g.Expect(err).To(BeAssignableToTypeOf(ce))
