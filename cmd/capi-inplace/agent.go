@@ -153,7 +153,7 @@ func runAgent(ctx context.Context, o agentOptions) error {
 		Journal: jr,
 		Kube:    kubeHost,
 		Gates: &gate.Checker{Nodes: agent.NodeReader{Client: client, NodeName: o.nodeName}, Etcd: kubeHost, Runner: runner,
-			Timeout: o.gateTimeout, Interval: 2 * time.Second, CommandTimeout: 30 * time.Second, Faults: gFaults},
+			Timeout: o.gateTimeout, Interval: 2 * time.Second, MaxInterval: 5 * time.Second, CommandTimeout: 30 * time.Second, Faults: gFaults},
 		Backends: lookupBackend(backends),
 		Rebooter: rebooter,
 		Reporter: reporter,

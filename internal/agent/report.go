@@ -26,6 +26,10 @@ type Reporter struct {
 	Log      logr.Logger
 	// MaxBackoff caps the retry interval.
 	MaxBackoff time.Duration
+	// AttemptTimeout bounds one status patch, so that a request stuck on an API
+	// server that restarts (it accepts connections before it serves) is retried
+	// instead of holding every later status; zero means 10 s.
+	AttemptTimeout time.Duration
 
 	mu      sync.Mutex
 	pending *protocol.NodeStatus
@@ -117,6 +121,12 @@ func (r *Reporter) patch(ctx context.Context, s protocol.NodeStatus) error {
 	if err != nil {
 		return fmt.Errorf("encode status patch: %w", err)
 	}
+	attempt := r.AttemptTimeout
+	if attempt <= 0 {
+		attempt = 10 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, attempt)
+	defer cancel()
 	if _, err := r.Client.CoreV1().Nodes().Patch(ctx, r.NodeName, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "capi-inplace-agent"}); err != nil {
 		return fmt.Errorf("patch node %s: %w", r.NodeName, err)
 	}

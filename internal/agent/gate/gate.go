@@ -5,6 +5,15 @@
 // gate timeout runs out; the first gate that does not pass fails the plan (and the
 // executor rolls everything back).
 //
+// A failed poll is never final before the gate timeout: after the kubelet swap the
+// new kubelet recreates every static pod and a single control plane's API server
+// is down for about 30 s (measured on a real kubeadm node), so connection refused,
+// 5xx answers and requests that hang are all retried, with a backoff from
+// Interval up to MaxInterval. Each poll is bounded (AttemptTimeout for the
+// built-in gates, the command timeout for user gates), so a request stuck on a
+// dead connection cannot hold a gate: the gate ends at most one attempt after its
+// timeout.
+//
 // Imports: internal/backend, internal/protocol, k8s.io/api and the standard library.
 package gate
 
@@ -57,8 +66,13 @@ type Checker struct {
 	Runner backend.Runner
 	// Timeout bounds the polling of each gate.
 	Timeout time.Duration
-	// Interval is the pause between two polls of a gate.
-	Interval time.Duration
+	// Interval is the first pause between two polls of a gate; it doubles after
+	// each failed poll up to MaxInterval (Interval when zero or smaller).
+	Interval    time.Duration
+	MaxInterval time.Duration
+	// AttemptTimeout bounds one poll of a built-in gate (an API request that hangs
+	// while the API server restarts); zero means 10 s.
+	AttemptTimeout time.Duration
 	// CommandTimeout bounds one run of a user gate without its own timeout.
 	CommandTimeout time.Duration
 	Faults         Faults
@@ -68,6 +82,11 @@ type Checker struct {
 type Gate struct {
 	Name  string
 	Check func(ctx context.Context) error
+	// AttemptTimeout bounds one run of Check; zero means the Checker's.
+	AttemptTimeout time.Duration
+	// PassWithin is how long the gate may take to pass (a user gate's
+	// passWithinSeconds); zero means the Checker's Timeout.
+	PassWithin time.Duration
 }
 
 // Error is a gate that did not pass.
@@ -87,7 +106,7 @@ func (e *Error) Unwrap() error { return e.Err }
 func (c *Checker) Gates(p *protocol.NodePlan) []Gate {
 	version := p.Kubernetes.Version
 	gates := []Gate{
-		{KubeletVersion, func(ctx context.Context) error {
+		{Name: KubeletVersion, Check: func(ctx context.Context) error {
 			n, err := c.Nodes.Node(ctx)
 			if err != nil {
 				return err
@@ -97,7 +116,7 @@ func (c *Checker) Gates(p *protocol.NodePlan) []Gate {
 			}
 			return nil
 		}},
-		{NodeReady, func(ctx context.Context) error {
+		{Name: NodeReady, Check: func(ctx context.Context) error {
 			n, err := c.Nodes.Node(ctx)
 			if err != nil {
 				return err
@@ -115,18 +134,21 @@ func (c *Checker) Gates(p *protocol.NodePlan) []Gate {
 	}
 	if p.Kubernetes.Role == protocol.RoleControlPlane {
 		gates = append(gates,
-			Gate{StaticPods, func(ctx context.Context) error { return c.staticPods(ctx, p.NodeName, version) }},
-			Gate{EtcdHealth, c.Etcd.EtcdHealthy},
+			Gate{Name: StaticPods, Check: func(ctx context.Context) error { return c.staticPods(ctx, p.NodeName, version) }},
+			Gate{Name: EtcdHealth, Check: c.Etcd.EtcdHealthy},
 		)
 	}
 	for _, ug := range p.Gates {
-		gates = append(gates, Gate{ug.Name, func(ctx context.Context) error {
-			timeout := c.CommandTimeout
-			if ug.TimeoutSeconds > 0 {
-				timeout = time.Duration(ug.TimeoutSeconds) * time.Second
-			}
-			ctx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
+		timeout := c.CommandTimeout
+		passWithin := time.Duration(ug.PassWithinSeconds) * time.Second
+		if ug.TimeoutSeconds > 0 {
+			timeout = time.Duration(ug.TimeoutSeconds) * time.Second
+		} else if passWithin > 0 && (timeout <= 0 || passWithin < timeout) {
+			// Without its own run timeout a hanging command cannot outlast the
+			// time the gate has to pass.
+			timeout = passWithin
+		}
+		gates = append(gates, Gate{Name: ug.Name, AttemptTimeout: timeout, PassWithin: passWithin, Check: func(ctx context.Context) error {
 			_, err := c.Runner.Run(ctx, backend.Command{Name: ug.Command[0], Args: ug.Command[1:]})
 			return err
 		}})
@@ -171,7 +193,12 @@ func (c *Checker) Run(ctx context.Context, p *protocol.NodePlan) error {
 }
 
 func (c *Checker) poll(ctx context.Context, g Gate) error {
-	deadline := time.Now().Add(c.Timeout)
+	timeout := c.Timeout
+	if g.PassWithin > 0 {
+		timeout = g.PassWithin
+	}
+	deadline := time.Now().Add(timeout)
+	wait := c.Interval
 	var last error
 	for {
 		last = c.check(ctx, g)
@@ -181,25 +208,42 @@ func (c *Checker) poll(ctx context.Context, g Gate) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("gate %s: %w", g.Name, ctx.Err())
 		}
-		if time.Now().After(deadline) {
-			return &Error{Gate: g.Name, Timeout: c.Timeout, Err: last}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return &Error{Gate: g.Name, Timeout: timeout, Err: last}
 		}
+		// The last poll runs at the deadline, not a backoff step after it.
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("gate %s: %w", g.Name, ctx.Err())
-		case <-time.After(c.Interval):
+		case <-time.After(min(wait, left)):
 		}
+		wait = min(2*wait, max(c.MaxInterval, c.Interval))
 	}
 }
 
+// check runs one poll, bounded by its attempt timeout. The gate's deadline only
+// decides whether another poll follows, so a poll started just before it still
+// gets its full attempt.
 func (c *Checker) check(ctx context.Context, g Gate) error {
 	if c.Faults != nil {
 		if err := c.Faults.GateFault(g.Name); err != nil {
 			return err
 		}
 	}
+	attempt := g.AttemptTimeout
+	if attempt <= 0 {
+		attempt = c.AttemptTimeout
+	}
+	if attempt <= 0 {
+		attempt = defaultAttemptTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, attempt)
+	defer cancel()
 	return g.Check(ctx)
 }
+
+const defaultAttemptTimeout = 10 * time.Second
 
 func sameVersion(a, b string) bool {
 	return strings.SplitN(strings.TrimPrefix(a, "v"), "+", 2)[0] == strings.SplitN(strings.TrimPrefix(b, "v"), "+", 2)[0]
