@@ -26,6 +26,14 @@
 //	boot-id, boots         current boot ID and number of boots
 //	commands.log           every command the agent ran, one per line
 //	etcd-members           the simulated etcd cluster's member count (default 1)
+//	preflight-failures     kubeadm preflight checks this node fails, one per line
+//	                       (SystemVerification, CoreDNSUnsupportedPlugins,
+//	                       CoreDNSMigration): kubeadm upgrade apply/node then fail
+//	                       as on the real node unless --ignore-preflight-errors
+//	                       covers them (opt-in: absent means every check passes)
+//
+// Like kubeadm 1.35+, the simulated kubeadm writes
+// /var/lib/kubelet/instance-config.yaml at init and on every upgrade.
 //
 // Imports: internal/backend, internal/backend/simulated, internal/agent/etcd, internal/agent/executor
 // (ErrRebooted), client-go and the standard library.

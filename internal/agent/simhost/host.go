@@ -60,6 +60,10 @@ func (h *Host) simPath(name string) string { return filepath.Join(h.Root, ".sim"
 type Options struct {
 	KubernetesVersion string
 	ControlPlane      bool
+	// PreflightFailures are kubeadm preflight checks this node fails (e.g.
+	// SystemVerification on cgroup v1, the CoreDNS checks without CoreDNS), as
+	// .sim/preflight-failures; none by default.
+	PreflightFailures []string
 }
 
 // Initialized reports whether the host directory holds a simulated node.
@@ -97,6 +101,12 @@ func (h *Host) Init(ctx context.Context, o Options) error {
 		}
 		files["etc/kubernetes/manifests/etcd.yaml"] = etcdManifest(h.NodeName)
 		files["var/lib/etcd/member/snap/db"] = "etcd data written under Kubernetes " + o.KubernetesVersion + "\n"
+	}
+	if hasInstanceConfig(o.KubernetesVersion) {
+		files["var/lib/kubelet/instance-config.yaml"] = instanceConfig(o.KubernetesVersion)
+	}
+	if len(o.PreflightFailures) > 0 {
+		files[".sim/preflight-failures"] = strings.Join(o.PreflightFailures, "\n") + "\n"
 	}
 	for p, content := range files {
 		if err := writeFile(h.path(p), []byte(content)); err != nil {

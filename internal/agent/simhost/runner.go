@@ -81,8 +81,14 @@ func (h *Host) kubeadm(args []string) (string, error) {
 		if err != nil || have.LT(want) {
 			return "", fmt.Errorf("[upgrade/version] FATAL: the --version argument is invalid due to these errors:\n\n\t- Specified version to upgrade to %q is higher than the kubeadm version %q", args[2], kubeadmVersion)
 		}
+		if err := h.preflight(args, true); err != nil {
+			return "", err
+		}
 		return h.upgrade(args[2])
 	case len(args) >= 2 && args[0] == "upgrade" && args[1] == "node":
+		if err := h.preflight(args, false); err != nil {
+			return "", err
+		}
 		return h.upgrade(kubeadmVersion)
 	}
 	return "", fmt.Errorf("simulated kubeadm: unsupported arguments %q", strings.Join(args, " "))
@@ -103,6 +109,11 @@ func (h *Host) upgrade(version string) (string, error) {
 	}
 	if err := writeFile(h.path("var/lib/kubelet/config.yaml"), []byte(kubeletConfig(version))); err != nil {
 		return "", err
+	}
+	if hasInstanceConfig(version) {
+		if err := writeFile(h.path("var/lib/kubelet/instance-config.yaml"), []byte(instanceConfig(version))); err != nil {
+			return "", err
+		}
 	}
 	h.startOutage()
 	return fmt.Sprintf("[upgrade/successful] SUCCESS! Your node was upgraded to %q.\n", version), nil

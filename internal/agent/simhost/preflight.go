@@ -1,0 +1,77 @@
+package simhost
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/blang/semver/v4"
+)
+
+// Preflight checks the simulated kubeadm can be told to fail, as they fail on
+// the real kubeadm node of the real-node lane (docs/agent-node.md).
+const (
+	// CheckSystemVerification fails on a cgroup v1 host (upgrade apply and node).
+	CheckSystemVerification = "SystemVerification"
+	// CheckCoreDNSUnsupportedPlugins and CheckCoreDNSMigration fail upgrade apply
+	// on a cluster without CoreDNS.
+	CheckCoreDNSUnsupportedPlugins = "CoreDNSUnsupportedPlugins"
+	CheckCoreDNSMigration          = "CoreDNSMigration"
+)
+
+// applyOnly are the checks only `kubeadm upgrade apply` runs.
+var applyOnly = []string{CheckCoreDNSUnsupportedPlugins, CheckCoreDNSMigration}
+
+// preflight fails a kubeadm upgrade as kubeadm does when a check listed in
+// .sim/preflight-failures (one name per line; opt-in: absent means every check
+// passes) is not covered by --ignore-preflight-errors.
+func (h *Host) preflight(args []string, apply bool) error {
+	raw := h.readTrim(h.simPath("preflight-failures"))
+	if raw == "" {
+		return nil
+	}
+	ignored := map[string]bool{}
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--ignore-preflight-errors="); ok {
+			for _, n := range strings.Split(v, ",") {
+				ignored[strings.ToLower(strings.TrimSpace(n))] = true
+			}
+		}
+	}
+	var failed []string
+	for _, name := range strings.Fields(raw) {
+		if !apply && slices.Contains(applyOnly, name) {
+			continue
+		}
+		if !ignored["all"] && !ignored[strings.ToLower(name)] {
+			failed = append(failed, fmt.Sprintf("\t[ERROR %s]: %s\n", name, preflightMessage(name)))
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	return fmt.Errorf("[preflight] Some fatal errors occurred:\n%s[preflight] If you know what you are doing, you can make a check non-fatal with `--ignore-preflight-errors=...`", strings.Join(failed, ""))
+}
+
+func preflightMessage(name string) string {
+	switch name {
+	case CheckSystemVerification:
+		return "cgroups v1 support is deprecated and will be removed in a future release. Please migrate to cgroups v2. To explicitly enable cgroups v1 support for kubelet v1.35 or newer, you must set the kubelet configuration option 'FailCgroupV1' to 'false'. You must also explicitly skip this validation."
+	case CheckCoreDNSUnsupportedPlugins:
+		return "start version '' not supported"
+	case CheckCoreDNSMigration:
+		return "CoreDNS will not be upgraded: start version '' not supported"
+	}
+	return "simulated preflight failure"
+}
+
+// hasInstanceConfig reports whether kubeadm of the version writes the kubelet's
+// instance-config.yaml (1.35 and newer).
+func hasInstanceConfig(version string) bool {
+	v, err := semver.ParseTolerant(version)
+	return err == nil && (v.Major > 1 || v.Minor >= 35)
+}
+
+func instanceConfig(version string) string {
+	return "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncontainerRuntimeEndpoint: unix:///run/containerd/containerd.sock\n# written by kubeadm " + version + "\n"
+}
