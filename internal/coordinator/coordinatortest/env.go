@@ -99,6 +99,8 @@ const (
 func InfraMachineCRD() *apiextensionsv1.CustomResourceDefinition {
 	preserve := true
 	return &apiextensionsv1.CustomResourceDefinition{
+		// TypeMeta too, for writing it into a CRD directory.
+		TypeMeta: metav1.TypeMeta{APIVersion: apiextensionsv1.SchemeGroupVersion.String(), Kind: "CustomResourceDefinition"},
 		ObjectMeta: metav1.ObjectMeta{
 			Name:   "devmachines." + InfraMachineGroup,
 			Labels: map[string]string{"cluster.x-k8s.io/v1beta2": InfraMachineVersion},
