@@ -14,8 +14,8 @@ help: ## Show this help.
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
 
 .PHONY: build
-build: ## Build bin/capi-inplace.
-	$(GO) build -o $(BIN)/capi-inplace ./cmd/capi-inplace
+build: ## Build bin/capi-inplace (static: it also runs in the agent image).
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/capi-inplace ./cmd/capi-inplace
 
 IMG ?= ghcr.io/capi-inplace/capi-inplace:dev
 
@@ -40,6 +40,7 @@ lint: ## gofmt and go vet.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/... ./cmd/...
+	$(GO) vet -tags e2enode ./test/e2enode/
 
 .PHONY: test
 test: tools deps lint ## Unit and integration tests (real kube-apiserver and etcd via envtest).
@@ -66,6 +67,21 @@ e2e: tools-capi build ## End-to-end scenarios against real upstream Cluster API.
 	@# A second run, not a second package in the same run: packages run in parallel and
 	@# only one local stack fits on a machine (the in-memory provider's fixed port).
 	$(GO) test $(E2E_FLAGS) -tags e2e ./cmd/capi-inplace/ -run 'TestDemo|TestPlanOnLocalStack'
+
+# The agent's image for the real-node lane, tagged by the binary's content.
+E2ENODE_IMAGE_TAR := $(ROOT)/_artifacts/realnode/capi-inplace-image.tar
+
+.PHONY: e2e-node
+e2e-node: tools-capi build ## Real-node lane: the agent upgrades real kubeadm nodes in place (root; docs/real-node.md).
+	hack/install-deps.sh
+	hack/realnode/build.sh
+	@mkdir -p $(dir $(E2ENODE_IMAGE_TAR))
+	@tag=capi-inplace.local/capi-inplace:lane-$$(sha256sum $(BIN)/capi-inplace | cut -c1-12); \
+	_cache/realnode/tools/image -out $(E2ENODE_IMAGE_TAR) -tag $$tag \
+		-file $(BIN)/capi-inplace=/capi-inplace -entrypoint /capi-inplace >/dev/null; \
+	echo "==> agent image $$tag"; \
+	E2ENODE_AGENT_IMAGE=$$tag E2ENODE_AGENT_IMAGE_TAR=$(E2ENODE_IMAGE_TAR) \
+		$(GO) test $(E2E_FLAGS) -tags e2enode ./test/e2enode/
 
 # BENCH_FLAGS are passed to the driver, e.g. BENCH_FLAGS='-sections hooks,agent -rounds 5'.
 BENCH_FLAGS ?=

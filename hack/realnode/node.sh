@@ -43,7 +43,9 @@ in_node() { local n=$1; shift; nsenter -t "$(pid_of "$n")" -m -n -u -- "$@"; }
 switch_up() {
 	if alive switch; then return 0; fi
 	mkdir -p "$state/switch"
-	unshare -n --fork -- sleep infinity &
+	# Background processes get no stdio of ours: a caller waiting for our output
+	# would otherwise wait for them.
+	unshare -n --fork -- sleep infinity </dev/null >/dev/null 2>&1 &
 	local p=$! i
 	for i in $(seq 50); do [[ $(readlink /proc/$p/ns/net) != "$(readlink /proc/self/ns/net)" ]] && break; sleep 0.1; done
 	echo "$p" >"$state/switch/pid"
@@ -98,7 +100,7 @@ node_up() {
 		ip link set lo up
 		touch "$s/ready"
 		exec sleep infinity
-	' holder "$s" "$n" "${kubelet_sysctls[@]}" &
+	' holder "$s" "$n" "${kubelet_sysctls[@]}" </dev/null >>"$s/log/holder.log" 2>&1 &
 	echo $! >"$s/pid"
 	local i
 	for i in $(seq 100); do [[ -f $s/ready ]] && break; sleep 0.1; done

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
@@ -51,6 +53,8 @@ var (
 var upgradePreflightIgnores = []string{"SystemVerification", "CoreDNSUnsupportedPlugins", "CoreDNSMigration"}
 
 func TestMain(m *testing.M) {
+	// envtest logs through controller-runtime; the processes under test log to files.
+	ctrl.SetLogger(logr.Discard())
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "e2enode: needs root (namespaces, mounts, cgroups): run `make e2e-node` as root")
 		os.Exit(1)
