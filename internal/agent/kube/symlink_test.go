@@ -3,10 +3,12 @@ package kube
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 
@@ -31,6 +33,8 @@ func exists(p string) bool { _, err := os.Lstat(p); return err == nil }
 // root; every case asserts on the file system, inside and outside the root.
 func TestHostWritesStayInsideTheRoot(t *testing.T) {
 	ctx := context.Background()
+	// A name of this run only: on the old code the write escapes to the agent's /.
+	escapedName := fmt.Sprintf("capi-inplace-escape-test-%d.conf", time.Now().UnixNano())
 	tests := []struct {
 		name string
 		// setup builds the host tree; outside is a directory beside the root that
@@ -76,13 +80,13 @@ func TestHostWritesStayInsideTheRoot(t *testing.T) {
 				symlink(t, "../../../../../../../../..", filepath.Join(root, "etc/up"))
 			},
 			do: func(h *Host) error {
-				return h.WriteFiles(ctx, []protocol.File{{Path: "/etc/up/escaped.conf", Content: []byte("x\n")}})
+				return h.WriteFiles(ctx, []protocol.File{{Path: "/etc/up/" + escapedName, Content: []byte("x\n")}})
 			},
 			check: func(g Gomega, root, _ string, err error) {
 				g.Expect(err).NotTo(HaveOccurred())
-				g.Expect(exists(filepath.Join(filepath.Dir(root), "escaped.conf"))).To(BeFalse(), "nothing written beside the root")
-				g.Expect(exists("/escaped.conf")).To(BeFalse(), "nothing written at the agent's /")
-				g.Expect(readAt(root, "escaped.conf")).To(Equal("x\n"), ".. stops at the root")
+				g.Expect(exists(filepath.Join(filepath.Dir(root), escapedName))).To(BeFalse(), "nothing written beside the root")
+				g.Expect(exists("/"+escapedName)).To(BeFalse(), "nothing written at the agent's /")
+				g.Expect(readAt(root, escapedName)).To(Equal("x\n"), ".. stops at the root")
 			},
 		},
 		{
