@@ -386,7 +386,7 @@ func TestImageMatchesBuildAndManifests(t *testing.T) {
 	makefile, err := os.ReadFile("../Makefile")
 	g.Expect(err).NotTo(HaveOccurred())
 
-	makeBuild := regexp.MustCompile(`(?m)^\t\$\(GO\) build (.*)-o \$\(BIN\)/capi-inplace (\./cmd/capi-inplace)$`).FindSubmatch(makefile)
+	makeBuild := regexp.MustCompile(`(?m)^\tCGO_ENABLED=0 \$\(GO\) build (.*)-o \$\(BIN\)/capi-inplace (\./cmd/capi-inplace)$`).FindSubmatch(makefile)
 	g.Expect(makeBuild).NotTo(BeNil(), "the Makefile's build target")
 	dockerBuild := regexp.MustCompile(`go build -trimpath (.*)-o /out/capi-inplace (\./cmd/capi-inplace)`).FindSubmatch(dockerfile)
 	g.Expect(dockerBuild).NotTo(BeNil(), "the Dockerfile's go build")
