@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,6 +32,26 @@ func fuzzHandlers(f *testing.F, updater MachineUpdater) *Handlers {
 		f.Fatal(err)
 	}
 	return h
+}
+
+// maxHandlerTime is how long one fuzzed call may take: real calls answer in
+// milliseconds, and the runtime client gives up after 10 s.
+const maxHandlerTime = 5 * time.Second
+
+// withinDeadline runs call and fails the input if it does not return in time, so a
+// hang becomes a finding with its input saved, like a crash.
+func withinDeadline(t *testing.T, body []byte, call func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		call()
+	}()
+	select {
+	case <-done:
+	case <-time.After(maxHandlerTime):
+		t.Fatalf("handler did not answer within %s for a body of %d bytes", maxHandlerTime, len(body))
+	}
 }
 
 // checkAnswer fails on a recovered panic, an unset or unknown status, or a
@@ -89,7 +110,7 @@ func FuzzCanUpdateMachine(f *testing.F) {
 			return // CAPI's server answers Failure "error unmarshalling request"
 		}
 		resp := &runtimehooksv1.CanUpdateMachineResponse{}
-		h.DoCanUpdateMachine(context.Background(), req, resp)
+		withinDeadline(t, body, func() { h.DoCanUpdateMachine(context.Background(), req, resp) })
 		checkAnswer(t, resp)
 		if resp.GetStatus() != runtimehooksv1.ResponseStatusSuccess {
 			return
@@ -108,7 +129,7 @@ func FuzzCanUpdateMachineSet(f *testing.F) {
 			return
 		}
 		resp := &runtimehooksv1.CanUpdateMachineSetResponse{}
-		h.DoCanUpdateMachineSet(context.Background(), req, resp)
+		withinDeadline(t, body, func() { h.DoCanUpdateMachineSet(context.Background(), req, resp) })
 		checkAnswer(t, resp)
 		if resp.GetStatus() != runtimehooksv1.ResponseStatusSuccess {
 			return
@@ -144,7 +165,7 @@ func FuzzUpdateMachine(f *testing.F) {
 		}
 		u.called = false
 		resp := &runtimehooksv1.UpdateMachineResponse{}
-		h.DoUpdateMachine(context.Background(), req, resp)
+		withinDeadline(t, body, func() { h.DoUpdateMachine(context.Background(), req, resp) })
 		checkAnswer(t, resp)
 		wrongKind := req.Kind != "UpdateMachineRequest" || req.APIVersion != runtimehooksv1.GroupVersion.String()
 		if wrongKind && (u.called || resp.GetStatus() != runtimehooksv1.ResponseStatusFailure) {
