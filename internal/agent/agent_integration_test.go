@@ -352,6 +352,7 @@ func TestBadInput(t *testing.T) {
 	n := newNode(t, "worker-bad", "v1.35.2", false)
 	n.start("--gate-timeout", "10s")
 	g.Eventually(func() string { return n.read(".sim/boot-id") }, 20*time.Second).ShouldNot(Equal("<missing>"))
+	n.publicKey() // the key file is written (atomically) before it is published
 	before := tree(t, n.root)
 
 	unknown := workerPlan(n.name)
