@@ -64,10 +64,10 @@ type Options struct {
 	// Binaries names the kubeadm and kubelet a node downloads for its new version;
 	// nil: the OS image brings them.
 	Binaries BinariesResolver
-	// Gates names the user-defined health gates of a Machine's pools; nil: none.
-	Gates GatesResolver
 	// Preflight names the kubeadm preflight checks a Machine's pool skips; nil: none.
 	Preflight PreflightResolver
+	// Gates names the user-defined health gates of a Machine's pools; nil: none.
+	Gates GatesResolver
 	// Recorder records Events on Machines.
 	Recorder EventRecorder
 	Drain    DrainOptions
@@ -323,6 +323,10 @@ func (c *Coordinator) drainOptions() drain.Options {
 	return drain.Options{Budget: c.opts.Drain.AttemptBudget, Force: c.opts.Drain.Force}
 }
 
-func (c *Coordinator) agentConfig() agentinstall.Config {
-	return agentinstall.Config{Image: c.opts.AgentImage, Args: c.opts.AgentArgs}
+func (c *Coordinator) agentConfig(cluster *clusterv1.Cluster) agentinstall.Config {
+	cfg := agentinstall.Config{Image: c.opts.AgentImage, Args: c.opts.AgentArgs}
+	if cluster != nil && cluster.Spec.ControlPlaneEndpoint.IsValid() {
+		cfg.APIServerHost, cfg.APIServerPort = cluster.Spec.ControlPlaneEndpoint.Host, cluster.Spec.ControlPlaneEndpoint.Port
+	}
+	return cfg
 }

@@ -97,7 +97,6 @@ func (c *Coordinator) update(ctx context.Context, desired desiredObjects) Outcom
 		c.report(ctx, s, d)
 		return final(d.Cause, d.Message)
 	default:
-
 		return c.start(ctx, s)
 	}
 }
@@ -131,7 +130,7 @@ func (c *Coordinator) ensureAgent(ctx context.Context, s *scope) (Outcome, bool)
 	if !c.opts.ManageAgents {
 		return Outcome{}, true
 	}
-	applied, err := agentinstall.Ensure(ctx, s.wc.Client, c.agentConfig())
+	applied, err := agentinstall.Ensure(ctx, s.wc.Client, c.agentConfig(s.cluster))
 	if err != nil {
 		return c.workloadFailure(s, stepAgent, err), false
 	}

@@ -38,12 +38,12 @@ type Config struct {
 	// node platform downloads (see KubernetesBinariesConfig).
 	KubernetesBinaries KubernetesBinariesConfig `json:"kubernetesBinaries,omitempty"`
 
+	// Gates are user-defined health gates per pool of Machines (see GatePoolConfig).
+	Gates []GatePoolConfig `json:"gates,omitempty"`
+
 	// Kubeadm configures the kubeadm commands the agent runs: the preflight
 	// checks they skip, for every node or per pool.
 	Kubeadm KubeadmConfig `json:"kubeadm,omitempty"`
-
-	// Gates are user-defined health gates per pool of Machines (see GatePoolConfig).
-	Gates []GatePoolConfig `json:"gates,omitempty"`
 }
 
 // DrainConfig configures draining.
@@ -133,9 +133,9 @@ type Policy struct {
 	kinds               map[string]InfraKind // key: group + "/" + kind
 	artifacts           map[string][]Artifact
 	binaries            map[string]map[string]protocol.KubernetesBinaries // version -> platform
+	gatePools           []gatePool
 	preflightGlobal     []string
 	preflightPools      []kubeadmPool
-	gatePools           []gatePool
 }
 
 // Backends are the OS backend names the agent knows (see protocol.OSImage).
@@ -261,13 +261,13 @@ func New(cfg Config) (*Policy, error) {
 	p.binaries = binaries
 	errs = append(errs, binErrs...)
 
-	var kubeadmErrs []error
-	p.preflightGlobal, p.preflightPools, kubeadmErrs = compileKubeadm(cfg.Kubeadm)
-	errs = append(errs, kubeadmErrs...)
-
 	var gateErrs []error
 	p.gatePools, gateErrs = compileGates(cfg.Gates)
 	errs = append(errs, gateErrs...)
+
+	var kubeadmErrs []error
+	p.preflightGlobal, p.preflightPools, kubeadmErrs = compileKubeadm(cfg.Kubeadm)
+	errs = append(errs, kubeadmErrs...)
 
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))

@@ -224,13 +224,13 @@ func (p *NodePlan) Validate() error {
 	default:
 		add("kubernetes.action %q is not one of none, upgrade-apply, upgrade-node", p.Kubernetes.Action)
 	}
+	if err := ValidatePreflightChecks(p.Kubernetes.IgnorePreflightErrors); err != nil {
+		add("kubernetes.ignorePreflightErrors: %w", err)
+	}
 	if b := p.Kubernetes.Binaries; b != nil {
 		if err := b.Validate(); err != nil {
 			add("kubernetes.binaries: %w", err)
 		}
-	}
-	if err := ValidatePreflightChecks(p.Kubernetes.IgnorePreflightErrors); err != nil {
-		add("kubernetes.ignorePreflightErrors: %w", err)
 	}
 	seen := map[string]bool{}
 	for i, f := range p.Files {

@@ -40,6 +40,7 @@ func TestValidate(t *testing.T) {
 		{name: "digest not sha256", mutate: func(p *NodePlan) { p.OS.Digest = "md5:abc" }, wantErr: "os.digest"},
 		{name: "os without backend", mutate: func(p *NodePlan) { p.OS.Backend = "" }, wantErr: "os.backend"},
 		{name: "invalid raw users", mutate: func(p *NodePlan) { p.Users = json.RawMessage("{") }, wantErr: "users is not valid JSON"},
+		{name: "gate without command", mutate: func(p *NodePlan) { p.Gates = []Gate{{Name: "x"}} }, wantErr: "gates: [0].command is empty"},
 		{name: "preflight exceptions", mutate: func(p *NodePlan) {
 			p.Kubernetes.IgnorePreflightErrors = []string{"SystemVerification", "CoreDNSMigration", "Port-6443", "FileAvailable--etc-kubernetes-manifests-kube-apiserver.yaml"}
 		}},
@@ -50,7 +51,6 @@ func TestValidate(t *testing.T) {
 		{name: "empty preflight check", mutate: func(p *NodePlan) { p.Kubernetes.IgnorePreflightErrors = []string{""} }, wantErr: "is not a kubeadm preflight check name"},
 		{name: "preflight check twice", mutate: func(p *NodePlan) { p.Kubernetes.IgnorePreflightErrors = []string{"Swap", "swap"} }, wantErr: `[1] "swap" is listed twice`},
 		{name: "all with others", mutate: func(p *NodePlan) { p.Kubernetes.IgnorePreflightErrors = []string{"All", "Swap"} }, wantErr: `"all" must be the only entry`},
-		{name: "gate without command", mutate: func(p *NodePlan) { p.Gates = []Gate{{Name: "x"}} }, wantErr: "gates: [0].command is empty"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
