@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -69,7 +70,7 @@ func (c *RolloutCluster) Machines() int { return c.ControlPlane + c.Workers }
 
 // Create creates the namespace, the ClusterClass and the Cluster.
 func (c *RolloutCluster) Create(ctx context.Context) error {
-	if err := c.Stack.CreateNamespace(ctx, c.Namespace, map[string]string{ExtensionLabel: c.Extension}); err != nil {
+	if err := c.Stack.CreateNamespace(ctx, c.Namespace, map[string]string{ExtensionLabel: c.Extension, inplacev1.NamespaceEnabledLabel: "true"}); err != nil {
 		return err
 	}
 	if err := c.Stack.CreateClusterClass(ctx, c.Namespace, "inplace"); err != nil {

@@ -47,7 +47,7 @@ func registerHoldWebhook(ctx context.Context, stack *localstack.Stack, ext *loca
 // single-node path makes sure no Machine is created anyway) and the opted-in Cluster.
 func (r *run) createCluster(ctx context.Context) error {
 	s := r.stack
-	if err := s.CreateNamespace(ctx, Namespace, map[string]string{extensionLabel: "capi-inplace"}); err != nil {
+	if err := s.CreateNamespace(ctx, Namespace, map[string]string{extensionLabel: "capi-inplace", inplacev1.NamespaceEnabledLabel: "true"}); err != nil {
 		return err
 	}
 	if err := s.CreateClusterClass(ctx, Namespace, className); err != nil {

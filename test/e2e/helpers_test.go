@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"os"
 	"path/filepath"
 	"sort"
@@ -58,7 +59,7 @@ func newScenario(t *testing.T, ns, ext string) *scenario {
 		t.Fatal("stack not started")
 	}
 	s := &scenario{t: t, ctx: suite.ctx, ns: ns, stack: suite.stack, start: time.Now()}
-	if err := s.stack.CreateNamespace(s.ctx, ns, map[string]string{extensionLabel: ext}); err != nil {
+	if err := s.stack.CreateNamespace(s.ctx, ns, map[string]string{extensionLabel: ext, inplacev1.NamespaceEnabledLabel: "true"}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

@@ -91,7 +91,7 @@ func newSingleNodeScenario(t *testing.T, stack *localstack.Stack, ext *localstac
 		s = newScenario(t, ns, extOurs)
 	} else {
 		s = &scenario{t: t, ctx: suite.ctx, ns: ns, stack: stack, start: time.Now()}
-		if err := stack.CreateNamespace(s.ctx, ns, map[string]string{extensionLabel: extOurs}); err != nil {
+		if err := stack.CreateNamespace(s.ctx, ns, map[string]string{extensionLabel: extOurs, inplacev1.NamespaceEnabledLabel: "true"}); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
