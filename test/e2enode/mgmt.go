@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -333,14 +332,4 @@ func cleanup(u *unstructured.Unstructured, apiVersion, kind string) *unstructure
 func rawOf(u *unstructured.Unstructured) runtime.RawExtension {
 	b, _ := json.Marshal(u.Object) // a map of JSON values always encodes
 	return runtime.RawExtension{Raw: b}
-}
-
-// machineCondition returns the Machine's condition of type t ("" when absent).
-func machineCondition(m *clusterv1.Machine, t string) string {
-	for _, c := range m.Status.Conditions {
-		if c.Type == t {
-			return strings.TrimSpace(fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message))
-		}
-	}
-	return ""
 }

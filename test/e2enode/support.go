@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -152,7 +151,7 @@ func sha256File(path string) (string, error) {
 	return hex.EncodeToString(sum[:]), nil
 }
 
-// countDirs counts the entries of dir on the node whose name starts with prefix.
+// countPrefixed counts the names in a listing that start with prefix.
 func countPrefixed(listing, prefix string) int {
 	n := 0
 	for _, l := range strings.Fields(listing) {
@@ -161,15 +160,6 @@ func countPrefixed(listing, prefix string) int {
 		}
 	}
 	return n
-}
-
-func sortedKeys(m map[string]bool) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // CordonWatch records when a Node was cordoned and uncordoned, polled every 500 ms.
