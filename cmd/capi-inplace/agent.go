@@ -54,7 +54,7 @@ rolls back on failure, and reports progress on its Node's annotations.
 
 With --simulate, the host is the directory --host-root: kubeadm, the kubelet,
 systemctl, etcd and reboots are emulated there, and fault files under
-<host-root>/.sim inject failures (see the README section "Node agent").`,
+<host-root>/.sim inject failures (see docs/agent.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runAgent(cmd.Context(), o)

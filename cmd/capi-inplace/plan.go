@@ -74,7 +74,7 @@ InPlaceUpdates and RuntimeSDK feature gates and that capi-inplace answers the in
 hooks for the Cluster's namespace; --policy-file should be the extension's policy.
 
 -o json prints one document (apiVersion plan.inplace.capi-inplace.dev/v1alpha1, kind
-InPlacePlan; see README.md).
+InPlacePlan; see docs/plan.md).
 
 Exit codes: 0 no machine would be replaced; 2 at least one machine would be
 replaced; 1 the command failed.`,

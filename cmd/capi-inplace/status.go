@@ -61,7 +61,7 @@ workload cluster cannot be reached, its machines are still shown from the manage
 cluster's data, and the header says so.
 
 -o json prints one document (apiVersion status.inplace.capi-inplace.dev/v1alpha1,
-kind InPlaceStatus; see README.md); with --watch, one compact document per line.
+kind InPlaceStatus; see docs/status.md); with --watch, one compact document per line.
 
 Exit codes: 0 no node failed; 1 the command failed (flags, management cluster,
 unknown Cluster); 3 at least one node's plan ended Failed or RolledBack.`,
