@@ -54,6 +54,18 @@ const (
 	PlanNotPickedUpAnnotation = GroupName + "/plan-not-picked-up"
 )
 
+// Machine annotations (management cluster).
+const (
+	// RemediationHeldByAnnotation is set by the coordinator, together with Cluster
+	// API's cluster.x-k8s.io/skip-remediation, on a Machine whose node an in-place
+	// update owns (from before cordon until the update ends), so that a
+	// MachineHealthCheck does not replace a node that is NotReady only because we are
+	// updating it. It records that the skip-remediation annotation is ours: the
+	// coordinator removes only a skip-remediation it set itself, never an operator's.
+	// Written only by the coordinator.
+	RemediationHeldByAnnotation = GroupName + "/skip-remediation-set-by"
+)
+
 // Labels.
 const (
 	// PlanNodeLabel is set on plan Secrets to the name of the node the plan is for.

@@ -80,6 +80,9 @@ func (c *Coordinator) update(ctx context.Context, desired desiredObjects) Outcom
 		if err := c.finish(ctx, s); err != nil {
 			return c.workloadFailure(s, stepVerify, err)
 		}
+		if out, ok := c.liftRemediationHold(ctx, s); !ok {
+			return out
+		}
 		c.report(ctx, s, d)
 		if d.Action == ActFail {
 			return final(d.Cause, d.Message)
@@ -88,11 +91,17 @@ func (c *Coordinator) update(ctx context.Context, desired desiredObjects) Outcom
 	case ActDegraded:
 		// The node stays cordoned (and keeps our cordoned-by marker, so that a
 		// successful retry after the repair uncordons it).
+		if out, ok := c.liftRemediationHold(ctx, s); !ok {
+			return out
+		}
 		c.report(ctx, s, d)
 		return final(d.Cause, d.Message)
 	case ActAbandon:
 		if err := c.abandon(ctx, s); err != nil {
 			return c.workloadFailure(s, stepApply, err)
+		}
+		if out, ok := c.liftRemediationHold(ctx, s); !ok {
+			return out
 		}
 		c.report(ctx, s, d)
 		return final(d.Cause, d.Message)
@@ -108,6 +117,9 @@ func (c *Coordinator) start(ctx context.Context, s *scope) Outcome {
 	}
 	if out, ok := c.awaitAgentKey(s); !ok {
 		return out
+	}
+	if err := c.protectFromRemediation(ctx, s); err != nil {
+		return retryable(CauseManagementAPI, stepMsg(stepCordon, "%v", err))
 	}
 	if err := c.cordon(ctx, s); err != nil {
 		return c.workloadFailure(s, stepCordon, err)
