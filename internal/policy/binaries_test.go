@@ -68,8 +68,8 @@ kubernetesBinaries:
 	}{
 		{name: "valid", yaml: entry("http://mirror/kubeadm", digestA)},
 		{name: "https", yaml: entry("https://mirror/kubeadm", digestA)},
-		{name: "file url", yaml: entry("file:///opt/kubeadm", digestA), wantErr: `kubernetesBinaries["v1.36.3"]["linux/amd64"]: kubeadm: url: "file:///opt/kubeadm" is not an http or https URL`},
-		{name: "no scheme", yaml: entry("mirror/kubeadm", digestA), wantErr: "is not an http or https URL"},
+		{name: "file url", yaml: entry("file:///opt/kubeadm", digestA), wantErr: `kubernetesBinaries["v1.36.3"]["linux/amd64"]: kubeadm: url: "file:///opt/kubeadm" is not an http, https, oci or oci+http URL`},
+		{name: "no scheme", yaml: entry("mirror/kubeadm", digestA), wantErr: "is not an http, https, oci or oci+http URL"},
 		{name: "credentials in the url", yaml: entry("https://admin:hunter2@mirror/kubeadm", digestA), wantErr: "carries user information"},
 		{name: "bare hex digest", yaml: entry("http://mirror/kubeadm", strings.TrimPrefix(digestA, "sha256:")), wantErr: "kubeadm: digest"},
 		{name: "uppercase hex digest", yaml: entry("http://mirror/kubeadm", "sha256:"+strings.Repeat("A", 64)), wantErr: "kubeadm: digest"},

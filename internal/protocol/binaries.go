@@ -21,14 +21,33 @@ type KubernetesBinaries struct {
 	Kubelet  BinaryArtifact `json:"kubelet"`
 }
 
-// BinaryArtifact is one executable to download.
+// BinaryArtifact is one file to download (an executable, an OS bundle).
 type BinaryArtifact struct {
-	// URL is an http or https URL. Plain http is enough for integrity: the digest
-	// verifies the content whatever the transport.
+	// URL is an http or https URL, or an OCI repository (oci://<registry>/<repository>,
+	// oci+http:// for a registry without TLS) whose blob Digest is the file (an
+	// `oras push` layer). Plain http is enough for integrity: the digest verifies the
+	// content whatever the transport.
 	URL string `json:"url"`
 	// Digest is "sha256:<64 lowercase hex>" of the file's content.
 	Digest string `json:"digest"`
+	// Mirrors are other sources of the same content, tried in order before URL
+	// (an air-gapped site's mirror); the digest verifies whichever answers.
+	Mirrors []string `json:"mirrors,omitempty"`
 }
+
+// Sources returns where to fetch the artifact, in the order to try them.
+func (a BinaryArtifact) Sources() []string {
+	return append(slices.Clone(a.Mirrors), a.URL)
+}
+
+// URL schemes of an OCI repository source.
+const (
+	SchemeOCI     = "oci"
+	SchemeOCIHTTP = "oci+http"
+)
+
+// ociRepositoryRE is the distribution spec's repository name.
+var ociRepositoryRE = regexp.MustCompile(`^[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*(/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)*$`)
 
 // Platforms are the node platforms Kubernetes publishes kubeadm and kubelet for.
 var Platforms = []string{"linux/amd64", "linux/arm64", "linux/arm", "linux/ppc64le", "linux/s390x"}
@@ -57,21 +76,30 @@ func ValidDigest(digest string) bool { return digestRE.MatchString(digest) }
 // ("v1.36.0", optionally with a pre-release or build suffix).
 func ValidVersion(v string) bool { return versionRE.MatchString(v) }
 
-// ValidateDownloadURL checks that raw is an absolute http or https URL with a host
-// and no user information (a password in a URL would travel in plans and logs).
+// ValidateDownloadURL checks that raw is an absolute http, https, oci or oci+http
+// URL with a host and no user information (a password in a URL would travel in
+// plans and logs); an OCI URL names a repository only (the digest names the blob).
 func ValidateDownloadURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return fmt.Errorf("%q is not a URL: %w", raw, err)
 	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("%q is not an http or https URL", raw)
+	switch u.Scheme {
+	case "http", "https", SchemeOCI, SchemeOCIHTTP:
+	default:
+		return fmt.Errorf("%q is not an http, https, oci or oci+http URL", raw)
 	}
 	if u.Host == "" {
 		return fmt.Errorf("%q has no host", raw)
 	}
 	if u.User != nil {
 		return fmt.Errorf("URL of host %s carries user information: serve the artifact without credentials", u.Host)
+	}
+	if u.Scheme == SchemeOCI || u.Scheme == SchemeOCIHTTP {
+		repo := strings.TrimPrefix(u.Path, "/")
+		if !ociRepositoryRE.MatchString(repo) || u.RawQuery != "" || u.Fragment != "" {
+			return fmt.Errorf("%q is not oci://<registry>/<repository> (lowercase repository, no tag or digest: the artifact's digest names the blob)", raw)
+		}
 	}
 	return nil
 }
@@ -84,6 +112,11 @@ func (a BinaryArtifact) Validate() error {
 	}
 	if !ValidDigest(a.Digest) {
 		errs = append(errs, fmt.Errorf("digest %q is not sha256:<64 lowercase hex>", a.Digest))
+	}
+	for i, m := range a.Mirrors {
+		if err := ValidateDownloadURL(m); err != nil {
+			errs = append(errs, fmt.Errorf("mirrors[%d]: %w", i, err))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -30,7 +30,7 @@ func TestValidateBinaries(t *testing.T) {
 		{name: "arm64", mutate: func(b *KubernetesBinaries) { b.Platform = "linux/arm64" }},
 		{name: "architecture without os", mutate: func(b *KubernetesBinaries) { b.Platform = "amd64" }, wantErr: `kubernetes.binaries: platform "amd64" is not one of`},
 		{name: "unknown platform", mutate: func(b *KubernetesBinaries) { b.Platform = "windows/amd64" }, wantErr: "platform"},
-		{name: "ftp url", mutate: func(b *KubernetesBinaries) { b.Kubeadm.URL = "ftp://host/kubeadm" }, wantErr: "kubeadm: url: \"ftp://host/kubeadm\" is not an http or https URL"},
+		{name: "ftp url", mutate: func(b *KubernetesBinaries) { b.Kubeadm.URL = "ftp://host/kubeadm" }, wantErr: "kubeadm: url: \"ftp://host/kubeadm\" is not an http, https, oci or oci+http URL"},
 		{name: "relative url", mutate: func(b *KubernetesBinaries) { b.Kubelet.URL = "/v1.36.0/kubelet" }, wantErr: "kubelet: url:"},
 		{name: "url without host", mutate: func(b *KubernetesBinaries) { b.Kubelet.URL = "http:///kubelet" }, wantErr: "has no host"},
 		{name: "url with a password", mutate: func(b *KubernetesBinaries) { b.Kubelet.URL = "https://u:secret@mirror/kubelet" }, wantErr: "carries user information"},

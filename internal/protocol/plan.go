@@ -167,6 +167,11 @@ type OSImage struct {
 	Ref string `json:"ref"`
 	// Digest is "sha256:<64 hex>": the artifact is refused when it does not match.
 	Digest string `json:"digest"`
+	// Download is where the agent fetches the artifact (a RAUC, SWUpdate or Mender
+	// bundle) before the node is cordoned; nil when the backend fetches it itself
+	// (ostree, bootc, packages) or the file is already on the node. With Download,
+	// Ref is ArtifactPath(Digest), where the agent stages the file.
+	Download *BinaryArtifact `json:"download,omitempty"`
 }
 
 // Gate is a user-defined health check: a command run on the host (chrooted into
@@ -254,6 +259,17 @@ func (p *NodePlan) Validate() error {
 		}
 		if !digestRE.MatchString(p.OS.Digest) {
 			add("os.digest %q is not sha256:<64 lowercase hex>", p.OS.Digest)
+		}
+		if d := p.OS.Download; d != nil {
+			if err := d.Validate(); err != nil {
+				add("os.download: %w", err)
+			}
+			if d.Digest != p.OS.Digest {
+				add("os.download.digest %q is not os.digest %q", d.Digest, p.OS.Digest)
+			}
+			if want := ArtifactPath(p.OS.Digest); p.OS.Ref != want {
+				add("os.ref %q must be %s, where the agent stages the download", p.OS.Ref, want)
+			}
 		}
 	}
 	for name, raw := range map[string]json.RawMessage{"users": p.Users, "ntp": p.NTP, "clusterConfiguration": p.ClusterConfiguration} {

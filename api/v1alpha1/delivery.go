@@ -1,0 +1,14 @@
+package v1alpha1
+
+// Node annotations of artifact staging: the coordinator asks the agent to stage a
+// plan before it cordons the node, and the agent reports its progress.
+const (
+	// StagePlanAnnotation on a Node holds the hash of the plan whose artifacts the
+	// agent must fetch and verify now, while the node still serves. The plan itself
+	// is in the node's plan Secret, as for DesiredPlanAnnotation.
+	StagePlanAnnotation = GroupName + "/stage-plan"
+
+	// StagingStatusAnnotation on a Node holds the agent's protocol.StagingStatus
+	// (JSON) for the plan of StagePlanAnnotation.
+	StagingStatusAnnotation = GroupName + "/staging"
+)

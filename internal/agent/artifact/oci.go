@@ -1,0 +1,79 @@
+package artifact
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
+)
+
+// errDigest marks go-containerregistry's own digest check failing while reading.
+var errDigest = errors.New("registry blob digest check failed")
+
+// openOCI fetches the blob of the digest from an OCI repository
+// (oci://<registry>/<repository>; oci+http:// for a registry without TLS),
+// anonymously, through the store's HTTP client.
+func (s *Store) openOCI(ctx context.Context, src, digest string) (io.ReadCloser, int64, error) {
+	u, err := url.Parse(src)
+	if err != nil {
+		return nil, 0, err
+	}
+	var opts []name.Option
+	if u.Scheme == protocol.SchemeOCIHTTP {
+		opts = append(opts, name.Insecure)
+	}
+	ref, err := name.NewDigest(u.Host+"/"+strings.TrimPrefix(u.Path, "/")+"@"+digest, opts...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("OCI reference: %w", err)
+	}
+	layer, err := remote.Layer(ref, remote.WithContext(ctx), remote.WithTransport(s.transport()))
+	if err != nil {
+		return nil, 0, err
+	}
+	// Size asks the registry (HEAD); a registry without the blob answers here.
+	size, err := layer.Size()
+	if err != nil {
+		return nil, 0, registryErr(err)
+	}
+	body, err := layer.Compressed()
+	if err != nil {
+		return nil, 0, registryErr(err)
+	}
+	return digestErrReader{body}, size, nil
+}
+
+func registryErr(err error) error {
+	var te *transport.Error
+	if errors.As(err, &te) {
+		return fmt.Errorf("registry answered %d: %w", te.StatusCode, err)
+	}
+	return err
+}
+
+// digestErrReader marks the verifying reader's mismatch error, which it returns
+// at the end of the body, as errDigest.
+type digestErrReader struct{ io.ReadCloser }
+
+func (r digestErrReader) Read(p []byte) (int, error) {
+	n, err := r.ReadCloser.Read(p)
+	if err != nil && err != io.EOF && strings.Contains(err.Error(), "error verifying") {
+		err = fmt.Errorf("%w: %w", errDigest, err)
+	}
+	return n, err
+}
+
+func (s *Store) transport() http.RoundTripper {
+	if t := s.client().Transport; t != nil {
+		return t
+	}
+	return http.DefaultTransport
+}

@@ -1,0 +1,375 @@
+package artifact
+
+import (
+	"context"
+	"crypto/sha256"
+	"debug/elf"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/capi-inplace/capi-inplace/internal/atomicfile"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
+)
+
+// Defaults of a Store.
+const (
+	DefaultMaxBytes int64 = 4 << 30
+	DefaultTimeout        = 30 * time.Minute
+	// DefaultReserveBytes is the room a download leaves free on the host's disk:
+	// the node goes on serving (and logging) while it stages.
+	DefaultReserveBytes int64 = 256 << 20
+	partialSuffix             = ".partial"
+)
+
+var (
+	// ErrDigestMismatch: a source served content with another digest.
+	ErrDigestMismatch = errors.New("content does not match its digest")
+	// ErrUnreachable: no source answered with the artifact.
+	ErrUnreachable = errors.New("no source served the artifact")
+	// ErrTooLarge: the artifact is larger than Store.MaxBytes.
+	ErrTooLarge = errors.New("artifact exceeds the size limit")
+	// ErrDiskFull: the host has no room for the artifact.
+	ErrDiskFull = errors.New("no room on the host's disk for the artifact")
+	// ErrWrongArchitecture: an executable is built for another architecture.
+	ErrWrongArchitecture = errors.New("executable is for another architecture")
+)
+
+// Progress is told how many bytes of an artifact are fetched, and of how many
+// (0: unknown).
+type Progress func(fetched, size int64)
+
+// Store is the host's content-addressed artifact store. The zero value (with Root)
+// is ready to use.
+type Store struct {
+	// Root is the host's root in the agent's view.
+	Root string
+	// Client fetches http(s) URLs and talks to registries; nil means a client with
+	// the system's trust roots, the proxy from the environment and Timeout.
+	Client *http.Client
+	// Timeout bounds one fetch when Client is nil; 0 means DefaultTimeout.
+	Timeout time.Duration
+	// MaxBytes bounds one artifact; 0 means DefaultMaxBytes.
+	MaxBytes int64
+	// ReserveBytes is the free space a download must leave; 0 means
+	// DefaultReserveBytes, negative means none.
+	ReserveBytes int64
+	// Arch is the node's GOARCH for the executable check; "" means runtime.GOARCH.
+	Arch string
+}
+
+func (s *Store) dir() string { return filepath.Join(s.Root, protocol.ArtifactDir, "sha256") }
+
+// Path is the agent's path of the staged file with the digest.
+func (s *Store) Path(digest string) (string, error) {
+	h, err := protocol.DigestHex(digest)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(s.dir(), h), nil
+}
+
+func (s *Store) client() *http.Client {
+	if s.Client != nil {
+		return s.Client
+	}
+	timeout := s.Timeout
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.ResponseHeaderTimeout = 30 * time.Second
+	return &http.Client{Transport: t, Timeout: timeout}
+}
+
+func (s *Store) maxBytes() int64 {
+	if s.MaxBytes > 0 {
+		return s.MaxBytes
+	}
+	return DefaultMaxBytes
+}
+
+func (s *Store) reserve() int64 {
+	switch {
+	case s.ReserveBytes < 0:
+		return 0
+	case s.ReserveBytes == 0:
+		return DefaultReserveBytes
+	}
+	return s.ReserveBytes
+}
+
+func (s *Store) arch() string {
+	if s.Arch != "" {
+		return s.Arch
+	}
+	return runtime.GOARCH
+}
+
+// Has reports whether the store holds the verified file of the digest.
+func (s *Store) Has(digest string) bool {
+	p, err := s.Path(digest)
+	if err != nil {
+		return false
+	}
+	got, err := fileSHA256(p)
+	return err == nil && "sha256:"+got == digest
+}
+
+// Open returns the staged file of the digest, re-verified (a file changed on disk
+// since it was staged is removed and reported missing); the caller hashes what it
+// copies anyway.
+func (s *Store) Open(digest string) (io.ReadCloser, error) {
+	p, err := s.Path(digest)
+	if err != nil {
+		return nil, err
+	}
+	if !s.Has(digest) {
+		_ = os.Remove(p)
+		return nil, fmt.Errorf("artifact %s is not staged: %w", digest, os.ErrNotExist)
+	}
+	return os.Open(p)
+}
+
+// Fetch makes sure the store holds item's file, verified; executables are checked
+// against the node's architecture. It returns the agent's path of the file.
+func (s *Store) Fetch(ctx context.Context, item protocol.StageItem, progress Progress) (string, error) {
+	a := item.Artifact
+	if err := a.Validate(); err != nil {
+		return "", fmt.Errorf("%s: %w", item.Name, err)
+	}
+	dest, _ := s.Path(a.Digest)
+	if s.Has(a.Digest) {
+		return dest, s.checkArch(item, dest)
+	}
+	if err := os.MkdirAll(s.dir(), 0o700); err != nil {
+		return "", s.diskErr(item, fmt.Errorf("create %s: %w", protocol.ArtifactDir, err))
+	}
+	var errs []error
+	for _, src := range a.Sources() {
+		err := s.fetchFrom(ctx, item, src, dest, progress)
+		if err == nil {
+			if err := s.checkArch(item, dest); err != nil {
+				_ = os.Remove(dest)
+				return "", err
+			}
+			return dest, nil
+		}
+		if ctx.Err() != nil || errors.Is(err, ErrDiskFull) || errors.Is(err, ErrTooLarge) {
+			return "", err
+		}
+		errs = append(errs, err)
+	}
+	// Every source failed: a mismatch anywhere says the source is wrong, which is
+	// the more useful answer than "unreachable".
+	joined := errors.Join(errs...)
+	if errors.Is(joined, ErrDigestMismatch) {
+		return "", joined
+	}
+	return "", fmt.Errorf("%s: %w: %w", item.Name, ErrUnreachable, joined)
+}
+
+// fetchFrom downloads one source into a partial file and renames it to dest when
+// its digest matches.
+func (s *Store) fetchFrom(ctx context.Context, item protocol.StageItem, src, dest string, progress Progress) error {
+	wantHex, _ := protocol.DigestHex(item.Artifact.Digest)
+	body, size, err := s.open(ctx, src, item.Artifact.Digest)
+	if err != nil {
+		return fmt.Errorf("%s from %s: %w", item.Name, src, err)
+	}
+	defer body.Close()
+	limit := s.maxBytes()
+	if size > limit {
+		return fmt.Errorf("%s: %w: %s announces %d bytes, more than %d", item.Name, ErrTooLarge, src, size, limit)
+	}
+	if err := s.checkRoom(size); err != nil {
+		return fmt.Errorf("%s: %w", item.Name, err)
+	}
+	removePartials(s.dir(), wantHex)
+	tmp, err := os.CreateTemp(s.dir(), "."+wantHex+".*"+partialSuffix)
+	if err != nil {
+		return s.diskErr(item, fmt.Errorf("create partial file: %w", err))
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = tmp.Close()
+			_ = os.Remove(tmp.Name())
+		}
+	}()
+	h := sha256.New()
+	w := &counter{w: io.MultiWriter(tmp, h), size: size, progress: progress}
+	n, err := io.Copy(w, io.LimitReader(body, limit+1))
+	if err != nil {
+		if errors.Is(err, syscall.ENOSPC) {
+			return s.diskErr(item, err)
+		}
+		if errors.Is(err, errDigest) {
+			return fmt.Errorf("%s: %w: %s served other content than %s", item.Name, ErrDigestMismatch, src, item.Artifact.Digest)
+		}
+		return fmt.Errorf("%s: read %s: %w", item.Name, src, err)
+	}
+	if n > limit {
+		return fmt.Errorf("%s: %w: %s is more than %d bytes", item.Name, ErrTooLarge, src, limit)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != wantHex {
+		return fmt.Errorf("%s: %w: %s served content with digest sha256:%s, the plan requires %s", item.Name, ErrDigestMismatch, src, got, item.Artifact.Digest)
+	}
+	if err := tmp.Sync(); err != nil {
+		return s.diskErr(item, fmt.Errorf("fsync: %w", err))
+	}
+	if err := tmp.Close(); err != nil {
+		return s.diskErr(item, fmt.Errorf("close: %w", err))
+	}
+	if err := os.Rename(tmp.Name(), dest); err != nil {
+		return fmt.Errorf("%s: store: %w", item.Name, err)
+	}
+	ok = true
+	return atomicfile.SyncDir(s.dir())
+}
+
+// open returns the body of one source and its announced size (0: unknown).
+func (s *Store) open(ctx context.Context, src, digest string) (io.ReadCloser, int64, error) {
+	if strings.HasPrefix(src, protocol.SchemeOCI+"://") || strings.HasPrefix(src, protocol.SchemeOCIHTTP+"://") {
+		return s.openOCI(ctx, src, digest)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, src, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	resp, err := s.client().Do(req)
+	if err != nil {
+		return nil, 0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, 0, fmt.Errorf("GET: %s", resp.Status)
+	}
+	return resp.Body, max(resp.ContentLength, 0), nil
+}
+
+// checkRoom refuses a download of size bytes that would leave less than the
+// reserve free.
+func (s *Store) checkRoom(size int64) error {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(s.dir(), &st); err != nil {
+		return nil // no answer: the write finds out
+	}
+	free := int64(st.Bavail) * int64(st.Bsize) //nolint:unconvert // field types differ per platform
+	if size+s.reserve() > free {
+		return fmt.Errorf("%w: %d bytes to fetch, %d free on the disk of %s (keeping %d free)", ErrDiskFull, size, free, protocol.ArtifactDir, s.reserve())
+	}
+	return nil
+}
+
+func (s *Store) diskErr(item protocol.StageItem, err error) error {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return fmt.Errorf("%s: %w: %w", item.Name, ErrDiskFull, err)
+	}
+	return fmt.Errorf("%s: %w", item.Name, err)
+}
+
+// elfMachines maps GOARCH to the ELF machine of its executables.
+var elfMachines = map[string]elf.Machine{
+	"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64, "arm": elf.EM_ARM, "ppc64le": elf.EM_PPC64, "s390x": elf.EM_S390,
+}
+
+// checkArch refuses an executable whose ELF header names another machine than the
+// node's.
+func (s *Store) checkArch(item protocol.StageItem, p string) error {
+	if !item.Executable {
+		return nil
+	}
+	want, known := elfMachines[s.arch()]
+	f, err := elf.Open(p)
+	if err != nil {
+		return fmt.Errorf("%s: %w: not an ELF executable: %w", item.Name, ErrWrongArchitecture, err)
+	}
+	defer f.Close()
+	if known && f.Machine != want {
+		return fmt.Errorf("%s: %w: it is built for %s, this node is %s", item.Name, ErrWrongArchitecture, f.Machine, s.arch())
+	}
+	return nil
+}
+
+// Prune removes staged files other than keep's digests, and partial downloads:
+// the store holds one plan's artifacts at a time.
+func (s *Store) Prune(keep []string) error {
+	entries, err := os.ReadDir(s.dir())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read %s: %w", protocol.ArtifactDir, err)
+	}
+	kept := map[string]bool{}
+	for _, d := range keep {
+		if h, err := protocol.DigestHex(d); err == nil {
+			kept[h] = true
+		}
+	}
+	var errs []error
+	for _, e := range entries {
+		if !kept[e.Name()] {
+			if err := os.Remove(filepath.Join(s.dir(), e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func removePartials(dir, hex string) {
+	matches, _ := filepath.Glob(filepath.Join(dir, "."+hex+".*"+partialSuffix))
+	for _, m := range matches {
+		_ = os.Remove(m)
+	}
+}
+
+func fileSHA256(p string) (string, error) {
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return "", err
+	}
+	if !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("%s is not a regular file", p)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// counter reports progress at most every progressStep bytes.
+type counter struct {
+	w        io.Writer
+	n, last  int64
+	size     int64
+	progress Progress
+}
+
+const progressStep = 4 << 20
+
+func (c *counter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	if c.progress != nil && (c.n-c.last >= progressStep || (c.size > 0 && c.n == c.size)) {
+		c.last = c.n
+		c.progress(c.n, c.size)
+	}
+	return n, err
+}

@@ -1,0 +1,166 @@
+package protocol
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"time"
+)
+
+// Staging: before the coordinator disturbs a node (cordon, drain), it asks the
+// node's agent to fetch and verify everything the plan needs (StageItems, and the
+// OS backend's own Stage where it can stage beside the running image) while the
+// node still serves. The coordinator cordons only after the agent reports
+// StagePhaseStaged for the plan's hash; a StagePhaseFailed report fails the update
+// with nothing changed on the node.
+
+// ArtifactDir is the host directory where the agent keeps staged artifacts, one
+// file per digest (ArtifactPath).
+const ArtifactDir = "/var/lib/capi-inplace/artifacts"
+
+// ArtifactPath is the host path of the staged artifact with the digest
+// ("sha256:<hex>" becomes ArtifactDir/sha256/<hex>). It is only a path: the
+// digest is not validated here.
+func ArtifactPath(digest string) string {
+	algo, hex, _ := strings.Cut(digest, ":")
+	return path.Join(ArtifactDir, algo, hex)
+}
+
+// StageItemName names an artifact of a plan in staging reports.
+type StageItemName string
+
+const (
+	StageKubeadm StageItemName = "kubeadm"
+	StageKubelet StageItemName = "kubelet"
+	StageOSImage StageItemName = "os-image"
+)
+
+// StageItem is one file a plan needs on the node before it is applied.
+type StageItem struct {
+	Name     StageItemName
+	Artifact BinaryArtifact
+	// Executable: the file runs on the node, so its architecture must be the node's.
+	Executable bool
+}
+
+// StageItems lists the files the agent downloads for the plan, in order.
+func (p *NodePlan) StageItems() []StageItem {
+	var out []StageItem
+	if b := p.Kubernetes.Binaries; b != nil {
+		out = append(out, StageItem{Name: StageKubeadm, Artifact: b.Kubeadm, Executable: true},
+			StageItem{Name: StageKubelet, Artifact: b.Kubelet, Executable: true})
+	}
+	if p.OS != nil && p.OS.Download != nil {
+		out = append(out, StageItem{Name: StageOSImage, Artifact: *p.OS.Download})
+	}
+	return out
+}
+
+// NeedsStaging reports whether the plan has anything to stage before cordon:
+// files to download or an OS image (its backend may stage it beside the running
+// one).
+func (p *NodePlan) NeedsStaging() bool { return p.OS != nil || len(p.StageItems()) > 0 }
+
+// StagePhase is the phase of a node's staging of one plan.
+type StagePhase string
+
+const (
+	StagePhaseStaging StagePhase = "Staging"
+	StagePhaseStaged  StagePhase = "Staged"
+	StagePhaseFailed  StagePhase = "Failed"
+)
+
+// Reasons of a StagePhaseFailed report.
+const (
+	// StageReasonDigestMismatch: a source served content with another digest.
+	StageReasonDigestMismatch = "DigestMismatch"
+	// StageReasonUnreachable: no source of an artifact answered with it.
+	StageReasonUnreachable = "SourceUnreachable"
+	// StageReasonWrongArchitecture: the binaries are for another platform than the node's.
+	StageReasonWrongArchitecture = "WrongArchitecture"
+	// StageReasonDiskFull: the node has no room for the artifact (ReasonDiskFull).
+	StageReasonDiskFull = ReasonDiskFull
+	// StageReasonTooLarge: an artifact is larger than the agent accepts.
+	StageReasonTooLarge = "TooLarge"
+	// StageReasonInvalidPlan: the plan cannot be opened or is not valid.
+	StageReasonInvalidPlan = "InvalidPlan"
+	// StageReasonOSStage: the OS backend refused or failed to stage the image.
+	StageReasonOSStage = "OSStageFailed"
+)
+
+// StagingStatusVersion is the version of the StagingStatus envelope.
+const StagingStatusVersion = 1
+
+// StagingStatus is what the agent reports about staging a plan (on its Node,
+// inplacev1.StagingStatusAnnotation).
+type StagingStatus struct {
+	V        int        `json:"v"`
+	PlanHash string     `json:"planHash"`
+	Phase    StagePhase `json:"phase"`
+	// Item is the artifact in progress (or the one that failed).
+	Item StageItemName `json:"item,omitempty"`
+	// Done of Items artifacts are staged.
+	Done  int `json:"done"`
+	Items int `json:"items"`
+	// Bytes of Size are fetched for Item; Size is 0 when the source did not say.
+	Bytes int64 `json:"bytes,omitempty"`
+	Size  int64 `json:"size,omitempty"`
+	// Reason is the machine-readable cause of a StagePhaseFailed report.
+	Reason  string    `json:"reason,omitempty"`
+	Message string    `json:"message,omitempty"`
+	Updated time.Time `json:"updated,omitzero"`
+}
+
+// ErrInvalidStagingStatus is wrapped by every decoding error of a staging status.
+var ErrInvalidStagingStatus = errors.New("invalid staging status")
+
+// EncodeStagingStatus serialises a staging status.
+func EncodeStagingStatus(s StagingStatus) (string, error) {
+	s.V = StagingStatusVersion
+	b, err := json.Marshal(s)
+	if err != nil {
+		return "", fmt.Errorf("encode staging status: %w", err)
+	}
+	return string(b), nil
+}
+
+// DecodeStagingStatus parses and validates a staging status annotation value.
+func DecodeStagingStatus(value string) (StagingStatus, error) {
+	var s StagingStatus
+	if err := json.Unmarshal([]byte(value), &s); err != nil {
+		return StagingStatus{}, fmt.Errorf("%w: %w", ErrInvalidStagingStatus, err)
+	}
+	if s.V != StagingStatusVersion {
+		return StagingStatus{}, fmt.Errorf("%w: envelope version %d, want %d", ErrInvalidStagingStatus, s.V, StagingStatusVersion)
+	}
+	switch s.Phase {
+	case StagePhaseStaging, StagePhaseStaged, StagePhaseFailed:
+	default:
+		return StagingStatus{}, fmt.Errorf("%w: unknown phase %q", ErrInvalidStagingStatus, s.Phase)
+	}
+	if s.PlanHash == "" {
+		return StagingStatus{}, fmt.Errorf("%w: empty planHash", ErrInvalidStagingStatus)
+	}
+	if s.Items < 0 || s.Done < 0 || s.Done > s.Items || s.Bytes < 0 || s.Size < 0 {
+		return StagingStatus{}, fmt.Errorf("%w: %d of %d items, %d of %d bytes", ErrInvalidStagingStatus, s.Done, s.Items, s.Bytes, s.Size)
+	}
+	return s, nil
+}
+
+// Progress is the staging progress in one short phrase ("kubelet 12.0 of 58.3 MiB,
+// 1 of 2 artifacts staged").
+func (s StagingStatus) Progress() string {
+	mib := func(n int64) string { return fmt.Sprintf("%.1f", float64(n)/(1<<20)) }
+	var b strings.Builder
+	if s.Item != "" && s.Phase == StagePhaseStaging {
+		b.WriteString(string(s.Item) + " " + mib(s.Bytes))
+		if s.Size > 0 {
+			b.WriteString(" of " + mib(s.Size))
+		}
+		b.WriteString(" MiB, ")
+	}
+	fmt.Fprintf(&b, "%d of %d artifacts staged", s.Done, s.Items)
+	return b.String()
+}
