@@ -44,7 +44,16 @@ const (
 	// ReasonWaiting: a Machine is not ready for an in-place update yet (no node,
 	// deleting, or marked for replacement), so the hold stays and nothing is created.
 	ReasonWaiting = "InPlaceUpdateWaiting"
+	// ReasonRefused: the planner (the same one the CanUpdate hooks ask) cannot apply a
+	// change of the new spec in place, or in-place updates are disabled; the node is not
+	// touched, the hold stays (releasing it would make KCP replace the Machine), and
+	// the message names each refused field and why.
+	ReasonRefused = "InPlaceUpdateRefused"
 )
+
+// EventUpdateRefused is the Event on the KubeadmControlPlane and the Machine when the
+// planner refuses the new spec (see ReasonRefused).
+const EventUpdateRefused = "InPlaceUpdateRefused"
 
 // ReasonReleased: the hold was released without an in-place update because the
 // Cluster no longer opts in or the control plane has three or more replicas;

@@ -15,7 +15,6 @@ import (
 	"k8s.io/klog/v2/textlogger"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/capi-inplace/capi-inplace/internal/coordinator"
 	"github.com/capi-inplace/capi-inplace/internal/extension"
+	"github.com/capi-inplace/capi-inplace/internal/planner"
 	"github.com/capi-inplace/capi-inplace/internal/policy"
 	"github.com/capi-inplace/capi-inplace/internal/singlenode"
 )
@@ -189,7 +189,12 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 		}
 		admission = limited
 	}
-	if err := singlenode.SetupWithManager(mgr, singlenode.Options{Updater: inProcessUpdater{updater}, WebhookServer: admission}); err != nil {
+	// The hooks' planner and policy decide for the single-node path too.
+	plans, err := planner.New(pol)
+	if err != nil {
+		return fmt.Errorf("single-node control-plane planner: %w", err)
+	}
+	if err := singlenode.SetupWithManager(mgr, singlenode.Options{Updater: updater, Planner: plans, Workloads: workloadClients{clusters}, WebhookServer: admission}); err != nil {
 		return fmt.Errorf("set up single-node control-plane path: %w", err)
 	}
 	// The hook server needs no leader election: every replica answers hooks.
@@ -246,13 +251,14 @@ func loadRESTConfig(kubeconfig string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-// inProcessUpdater hands the single-node controller the coordinator's in-process
-// entry: that controller computes the desired objects from the stored
-// KubeadmControlPlane and updates the node before it aligns the stored Machine, so
-// the hook's check against the stored objects would refuse it. Only the hook server
-// is reachable from the network, and it serves UpdateMachine, never this.
-type inProcessUpdater struct{ c *coordinator.Coordinator }
+// workloadClients hands the single-node controller the coordinator's workload
+// cluster clients (one cache of kubeadm-config readers and node writers per cluster).
+type workloadClients struct{ c coordinator.WorkloadClusters }
 
-func (u inProcessUpdater) UpdateMachine(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest, resp *runtimehooksv1.UpdateMachineResponse) {
-	u.c.UpdateDesired(ctx, req, resp)
+func (w workloadClients) WorkloadClient(ctx context.Context, cluster client.ObjectKey) (client.Client, error) {
+	wc, err := w.c.Get(ctx, cluster)
+	if err != nil {
+		return nil, err
+	}
+	return wc.Client, nil
 }

@@ -170,57 +170,37 @@ func (c *Coordinator) UpdateMachine(ctx context.Context, req *runtimehooksv1.Upd
 	writeResponse(ctx, out, resp)
 }
 
-// UpdateDesired is UpdateMachine for an in-process caller that computed the desired
-// objects itself from stored state (the single-node control-plane controller, which
-// updates the node before it aligns the stored objects): the Machine's identity,
-// labels, node and cluster are still read from the API, but its desired spec, bootstrap
-// config and infrastructure machine are taken from req. Never serve it to the network.
-func (c *Coordinator) UpdateDesired(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest, resp *runtimehooksv1.UpdateMachineResponse) {
-	ctx, cancel := context.WithTimeout(ctx, c.opts.CallTimeout)
-	defer cancel()
-	ctx = c.withMachineLogger(ctx, &req.Desired.Machine)
-	out := func() Outcome {
-		m := &req.Desired.Machine
-		if m.Name == "" || m.Namespace == "" {
-			return rejected("the request names no Machine")
-		}
-		stored, out, ok := c.readMachine(ctx, client.ObjectKeyFromObject(m))
-		if !ok {
-			return out
-		}
-		desired := stored.DeepCopy()
-		desired.Spec = *m.Spec.DeepCopy()
-		desired.Spec.ClusterName = stored.Spec.ClusterName
-		d := desiredObjects{stored: stored, machine: desired}
-		var err error
-		if d.bootstrap, err = toUnstructured(req.Desired.BootstrapConfig); err != nil {
-			return final(CauseInvalidInput, fmt.Sprintf("bootstrap config of Machine %s: %v", m.Name, err))
-		}
-		if d.infra, err = toUnstructured(req.Desired.InfrastructureMachine); err != nil {
-			return final(CauseInvalidInput, fmt.Sprintf("infrastructure machine of Machine %s: %v", m.Name, err))
-		}
-		return c.lingerUpdate(ctx, d)
-	}()
-	writeResponse(ctx, out, resp)
-}
-
 func (c *Coordinator) withMachineLogger(ctx context.Context, m *clusterv1.Machine) context.Context {
 	log := ctrl.LoggerFrom(ctx).WithValues("Machine", client.ObjectKeyFromObject(m).String())
 	return ctrl.LoggerInto(ctx, log)
 }
 
 func writeResponse(ctx context.Context, out Outcome, resp *runtimehooksv1.UpdateMachineResponse) {
-	log := ctrl.LoggerFrom(ctx)
-	resp.Message = out.Message
-	resp.RetryAfterSeconds = out.RetryAfterSeconds
-	if out.Failed() {
+	logOutcome(ctx, out)
+	out.WriteResponse(resp)
+}
+
+// WriteResponse writes the outcome as an UpdateMachine hook response (upstream's
+// semantics: Success with retryAfterSeconds > 0 is in progress, 0 done; Failure has no
+// retry). The hook's wire format has no cause: only in-process callers see it.
+func (o Outcome) WriteResponse(resp *runtimehooksv1.UpdateMachineResponse) {
+	resp.Message = o.Message
+	resp.RetryAfterSeconds = o.RetryAfterSeconds
+	if o.Failed() {
 		resp.Status = runtimehooksv1.ResponseStatusFailure
 		resp.RetryAfterSeconds = 0
-		log.Info("In-place update failed", "cause", out.Cause, "message", out.Message)
 		return
 	}
 	resp.Status = runtimehooksv1.ResponseStatusSuccess
-	log.V(1).Info("In-place update step", "message", out.Message, "retryAfterSeconds", out.RetryAfterSeconds)
+}
+
+func logOutcome(ctx context.Context, out Outcome) {
+	log := ctrl.LoggerFrom(ctx)
+	if out.Failed() {
+		log.Info("In-place update failed", "outcome", out.Kind, "cause", out.Cause, "message", out.Message)
+		return
+	}
+	log.V(1).Info("In-place update step", "outcome", out.Kind, "message", out.Message, "retryAfterSeconds", out.RetryAfterSeconds)
 }
 
 // lingerPoll is the pause between two checks of a lingering call.

@@ -7,7 +7,7 @@
 // Cluster API marked for an in-place update (update-in-progress annotation and
 // UpdateMachine pending) in namespaces labelled inplace.capi-inplace.dev/enabled=true
 // are acted on; a request that disagrees with the stored objects gets a Failure and
-// nothing is touched. UpdateDesired is the in-process entry of the single-node
+// nothing is touched. UpdateNode is the in-process entry of the single-node
 // controller, which passes a desired spec not stored yet.
 //
 // Each call loads a scope (the Machine from the management cluster for its nodeRef,

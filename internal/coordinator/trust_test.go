@@ -334,11 +334,11 @@ func TestPickupDeadline(t *testing.T) {
 	g.Expect(f.getNode("pk").Spec.Unschedulable).To(BeTrue())
 }
 
-// TestUpdateDesiredTakesTheSpecFromTheCallerAndTheRestFromTheAPI: the in-process entry
+// TestUpdateNodeTakesTheSpecFromTheCallerAndTheRestFromTheAPI: the in-process entry
 // of the single-node controller updates a node to a spec not stored yet (that
 // controller aligns the stored objects afterwards), without CAPI's marks, but the
 // Machine's cluster, node and identity still come from the stored Machine.
-func TestUpdateDesiredTakesTheSpecFromTheCallerAndTheRestFromTheAPI(t *testing.T) {
+func TestUpdateNodeTakesTheSpecFromTheCallerAndTheRestFromTheAPI(t *testing.T) {
 	g := NewWithT(t)
 	f := newFixture(t, nil)
 	f.node("ud", "v1.35.0", false)
@@ -353,16 +353,20 @@ func TestUpdateDesiredTakesTheSpecFromTheCallerAndTheRestFromTheAPI(t *testing.T
 	req.Desired.Machine.Spec.Version = "v1.36.0"
 	req.Desired.Machine.Spec.ClusterName = "not-this-one"
 	c := f.coordinator()
-	var resp *runtimehooksv1.UpdateMachineResponse
+	bootstrap, err := toUnstructured(req.Desired.BootstrapConfig)
+	g.Expect(err).NotTo(HaveOccurred())
+	infra, err := toUnstructured(req.Desired.InfrastructureMachine)
+	g.Expect(err).NotTo(HaveOccurred())
+	desired := DesiredNode{Machine: &req.Desired.Machine, BootstrapConfig: bootstrap, InfrastructureMachine: infra}
+	var out Outcome
 	for range 3 {
-		resp = &runtimehooksv1.UpdateMachineResponse{}
-		c.UpdateDesired(f.ctx, req, resp)
-		if strings.Contains(resp.Message, "pick up plan") {
+		out = c.UpdateNode(f.ctx, desired)
+		if strings.Contains(out.Message, "pick up plan") {
 			break
 		}
 	}
-	g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusSuccess), resp.Message)
-	g.Expect(resp.Message).To(ContainSubstring("pick up plan"))
+	g.Expect(out.Kind).To(Equal(OutcomeInProgress), out.Message)
+	g.Expect(out.Message).To(ContainSubstring("pick up plan"))
 	g.Expect(f.getNode("ud").Spec.Unschedulable).To(BeTrue())
 
 	// The hook refuses the same request: the stored Machine is neither marked nor at

@@ -2,7 +2,6 @@ package singlenode
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,8 +11,9 @@ import (
 
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	kcppkg "sigs.k8s.io/cluster-api/controlplane/kubeadm/pkg"
+
+	"github.com/capi-inplace/capi-inplace/internal/coordinator"
 )
 
 // KCPFieldManager is the server-side apply field manager of KubeadmControlPlane
@@ -164,42 +164,25 @@ func (a applier) removeInitConfiguration(ctx context.Context, kc *unstructured.U
 	return nil
 }
 
-// updateMachineRequest builds the UpdateMachine request the Machine controller would
-// send once the objects are aligned (cleanupMachine / cleanupUnstructured in
+// desiredNode builds what the coordinator updates the node to once the objects are
+// aligned, from the dry-run results, trimmed as the Machine controller trims the
+// objects of an UpdateMachine request (cleanupMachine / cleanupUnstructured in
 // core/reconcilers/machine/machine_controller_inplace_update.go: identity, labels,
-// annotations and spec; no status), from the dry-run results. The request goes
-// through JSON once, so the coordinator sees exactly what it sees from the wire.
-func updateMachineRequest(aligned desiredObjects, settings map[string]string) (*runtimehooksv1.UpdateMachineRequest, error) {
+// annotations and spec; no status). Typed objects, handed over in process.
+func desiredNode(aligned desiredObjects) (coordinator.DesiredNode, error) {
 	var machine clusterv1.Machine
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(aligned.machine.Object, &machine); err != nil {
-		return nil, fmt.Errorf("decode Machine %s: %w", aligned.machine.GetName(), err)
+		return coordinator.DesiredNode{}, fmt.Errorf("decode Machine %s: %w", aligned.machine.GetName(), err)
 	}
-	wire := runtimehooksv1.UpdateMachineRequest{
-		Desired: runtimehooksv1.UpdateMachineRequestObjects{
-			Machine: clusterv1.Machine{
-				TypeMeta:   machine.TypeMeta,
-				ObjectMeta: machineMeta(machine.Name, machine.Namespace, machine.Labels, machine.Annotations),
-				Spec:       machine.Spec,
-			},
-			InfrastructureMachine: runtime.RawExtension{Object: requestObject(aligned.infraMachine)},
-			BootstrapConfig:       runtime.RawExtension{Object: requestObject(aligned.kubeadmConfig)},
+	return coordinator.DesiredNode{
+		Machine: &clusterv1.Machine{
+			TypeMeta:   machine.TypeMeta,
+			ObjectMeta: metav1.ObjectMeta{Name: machine.Name, Namespace: machine.Namespace, Labels: machine.Labels, Annotations: machine.Annotations},
+			Spec:       machine.Spec,
 		},
-	}
-	wire.SetSettings(settings)
-	wire.SetGroupVersionKind(runtimehooksv1.GroupVersion.WithKind("UpdateMachineRequest"))
-	b, err := json.Marshal(&wire)
-	if err != nil {
-		return nil, fmt.Errorf("encode UpdateMachine request: %w", err)
-	}
-	req := &runtimehooksv1.UpdateMachineRequest{}
-	if err := json.Unmarshal(b, req); err != nil {
-		return nil, fmt.Errorf("decode UpdateMachine request: %w", err)
-	}
-	return req, nil
-}
-
-func machineMeta(name, namespace string, labels, annotations map[string]string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels, Annotations: annotations}
+		InfrastructureMachine: requestObject(aligned.infraMachine),
+		BootstrapConfig:       requestObject(aligned.kubeadmConfig),
+	}, nil
 }
 
 func requestObject(u *unstructured.Unstructured) *unstructured.Unstructured {

@@ -17,17 +17,20 @@ import (
 
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 
 	"github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/coordinator"
+	"github.com/capi-inplace/capi-inplace/internal/planner"
 )
 
-// Updater drives one node update: the coordinator's UpdateMachine, the same entry point
-// upstream's Machine controller reaches through the UpdateMachine hook. It must be
-// idempotent: the controller calls it again with the same desired objects until it
-// answers done or failed, also after either side restarted.
+// Updater drives one node update: the coordinator's in-process entry
+// (coordinator.Coordinator.UpdateNode), the same node update upstream's Machine
+// controller reaches through the UpdateMachine hook. It must be idempotent: the
+// controller calls it again with the same desired objects until it answers done or a
+// final failure, also after either side restarted. The controller decides on the
+// typed Outcome (Kind, Cause), never on its Message.
 type Updater interface {
-	UpdateMachine(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest, resp *runtimehooksv1.UpdateMachineResponse)
+	UpdateNode(ctx context.Context, d coordinator.DesiredNode) coordinator.Outcome
 }
 
 // EventRecorder is the part of k8s.io/client-go/tools/events.EventRecorder we use.
@@ -57,8 +60,14 @@ type Reconciler struct {
 	Client   client.Client
 	Updater  Updater
 	Recorder EventRecorder
-	// Settings are passed as the request settings (like ExtensionConfig spec.settings).
+	// Planner is the one the CanUpdate hooks ask: what it refuses is refused here too.
+	Planner *planner.Planner
+	// Settings are the planner's settings, as the ExtensionConfig's spec.settings are
+	// for the hooks (disableInPlaceUpdates).
 	Settings map[string]string
+	// Workloads reaches the workload cluster, whose kubeadm-config ConfigMap is
+	// updated before each node update.
+	Workloads WorkloadClients
 	// Now is the clock (rollout.before/after evaluation); time.Now when nil.
 	Now func() time.Time
 }
@@ -150,31 +159,42 @@ func (r *Reconciler) update(ctx context.Context, obs *observed, machineName stri
 			fmt.Sprintf("the aligned objects would still be outdated for KubeadmControlPlane, so the node was not touched: %s", strings.Join(why, "; ")))
 	}
 
+	// The same planner as the hooks: a change it cannot apply in place (or in-place
+	// updates disabled) is refused before anything is touched, and the hold stays,
+	// because releasing KCP would make it replace the Machine.
+	if refused, err := r.refusals(machine, obs.results[machineName], aligned); err != nil {
+		return ctrl.Result{}, err
+	} else if len(refused) > 0 {
+		return r.refuse(ctx, obs, machine, refusalMessage(refused))
+	}
+
 	if obs.kcp.Annotations[v1alpha1.HoldUpdatingAnnotation] != machineName {
 		if err := r.patchKCPAnnotations(ctx, obs.kcp, map[string]*string{v1alpha1.HoldUpdatingAnnotation: &machineName}); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
 
-	req, err := updateMachineRequest(aligned, r.Settings)
+	// What KCP would do before any rollout: the workload cluster's kubeadm-config
+	// ConfigMap carries the new ClusterConfiguration, which kubeadm upgrade renders
+	// into the static pod manifests.
+	if err := r.updateWorkloadKubeadmConfig(ctx, obs); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	node, err := desiredNode(aligned)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	resp := &runtimehooksv1.UpdateMachineResponse{}
 	callCtx, cancel := context.WithTimeout(ctx, updaterTimeout)
-	r.Updater.UpdateMachine(callCtx, req, resp)
+	out := Classify(r.Updater.UpdateNode(callCtx, node))
 	cancel()
-	out := Classify(resp)
-	log.V(1).Info("Node update answered", "outcome", out.Kind, "retryAfter", out.RetryAfter, "message", out.Message)
+	log.V(1).Info("Node update answered", "step", out.Step, "retryAfter", out.RetryAfter, "reason", out.Reason, "message", out.Message)
 
-	switch out.Kind {
-	case OutcomeInProgress:
+	switch out.Step {
+	case StepWait:
 		msg := fmt.Sprintf("Machine %s: %s", machineName, out.Message)
-		return ctrl.Result{RequeueAfter: out.RetryAfter}, r.setCondition(ctx, obs, metav1.ConditionFalse, v1alpha1.ReasonInProgress, msg)
-	case OutcomeRetry:
-		msg := fmt.Sprintf("Machine %s: retrying: %s", machineName, out.Message)
-		return ctrl.Result{RequeueAfter: out.RetryAfter}, r.setCondition(ctx, obs, metav1.ConditionFalse, v1alpha1.ReasonInProgress, msg)
-	case OutcomeFailed:
+		return ctrl.Result{RequeueAfter: out.RetryAfter}, r.setCondition(ctx, obs, metav1.ConditionFalse, out.Reason, msg)
+	case StepFail:
 		return r.fail(ctx, obs, machine, out.Reason, out.Message)
 	}
 
@@ -226,8 +246,13 @@ func eventNote(s string) string {
 }
 
 func eventFor(reason string) string {
-	if reason == v1alpha1.ReasonRolledBack {
+	switch reason {
+	case v1alpha1.ReasonRolledBack:
 		return v1alpha1.EventUpdateRolledBack
+	case v1alpha1.ReasonDegraded:
+		return v1alpha1.EventNodeDegraded
+	case v1alpha1.ReasonPlanNotPickedUp:
+		return v1alpha1.EventPlanNotPickedUp
 	}
 	return v1alpha1.EventUpdateFailed
 }

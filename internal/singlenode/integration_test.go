@@ -2,7 +2,6 @@ package singlenode
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -21,10 +20,10 @@ import (
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/cluster-api/controlplane/kubeadm/pkg/desiredstate"
 
 	"github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/coordinator"
 )
 
 const (
@@ -196,9 +195,9 @@ func TestIntegrationHoldUpdateAlignRelease(t *testing.T) {
 	before := &clusterv1.Machine{}
 	g.Expect(env.admin.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: f.machine}, before)).To(Succeed())
 	env.updater.script(f.machine,
-		answer(runtimehooksv1.ResponseStatusSuccess, 1, "step 3/5: waiting for the agent"),
-		answer(runtimehooksv1.ResponseStatusSuccess, 1, "step 4/5: verifying"),
-		answer(runtimehooksv1.ResponseStatusSuccess, 0, "node runs the plan"))
+		inProgress(1, "step 3/5: waiting for the agent"),
+		inProgress(1, "step 4/5: verifying"),
+		done("node runs the plan"))
 
 	// The very write that changes the version carries the pause: KCP can never observe
 	// the new version unpaused.
@@ -237,17 +236,14 @@ func TestIntegrationHoldUpdateAlignRelease(t *testing.T) {
 	calls := env.updater.calls(f.machine)
 	g.Expect(len(calls)).To(BeNumerically(">=", 3))
 	last := calls[len(calls)-1]
-	g.Expect(last.Desired.Machine.Spec.Version).To(Equal(toVersion))
-	g.Expect(last.Desired.Machine.UID).To(BeEmpty(), "hook requests carry no server metadata")
-	g.Expect(last.GetSettings()).To(HaveKeyWithValue("k", "v"))
+	g.Expect(last.Machine.Spec.Version).To(Equal(toVersion))
+	g.Expect(last.Machine.UID).To(BeEmpty(), "hook requests carry no server metadata")
 	var boot bootstrapv1.KubeadmConfig
-	g.Expect(json.Unmarshal(last.Desired.BootstrapConfig.Raw, &boot)).To(Succeed())
+	g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(last.BootstrapConfig.Object, &boot)).To(Succeed())
 	g.Expect(boot.Spec.JoinConfiguration.ControlPlane).NotTo(BeNil())
 	g.Expect(boot.Spec.ClusterConfiguration.FeatureGates).NotTo(HaveKey(kubeletLocalMode))
 	g.Expect(boot.Spec.Files).To(ContainElement(bootstrapv1.File{Path: "/etc/motd", Content: "one"}))
-	infra := map[string]any{}
-	g.Expect(json.Unmarshal(last.Desired.InfrastructureMachine.Raw, &infra)).To(Succeed())
-	g.Expect(infra).To(HaveKeyWithValue("kind", "TestMachine"))
+	g.Expect(last.InfrastructureMachine.GetKind()).To(Equal("TestMachine"))
 	t.Logf("updated %s in place to %s after %d UpdateMachine calls; KCP released; UID %s kept", f.machine, toVersion, len(calls), after.UID)
 
 	// Aligning again (a restart right after the writes) changes nothing.
@@ -299,8 +295,8 @@ func TestIntegrationRetryAfterFailure(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(ctx, t, true)
 	env.updater.script(f.machine,
-		answer(runtimehooksv1.ResponseStatusFailure, 0, "node n: the agent rolled back plan abc: GateFailed: kubelet not Ready"),
-		answer(runtimehooksv1.ResponseStatusSuccess, 0, "node n runs plan def"))
+		failedFinal(coordinator.CauseRolledBack, "node n: the agent rolled back plan abc: GateFailed: kubelet not Ready"),
+		done("node n runs plan def"))
 
 	f.setVersion(ctx, g, toVersion)
 	g.Eventually(func(g Gomega) {
@@ -328,7 +324,7 @@ func TestIntegrationOptOutHandsBackToKCP(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	f := newFixture(ctx, t, true)
-	env.updater.script(f.machine, answer(runtimehooksv1.ResponseStatusFailure, 0, "node n: the agent rolled back plan abc: GateFailed"))
+	env.updater.script(f.machine, failedFinal(coordinator.CauseRolledBack, "node n: the agent rolled back plan abc: GateFailed"))
 	// The operator had paused the KCP before: releasing must keep that pause.
 	kcp := f.getKCP(ctx, g)
 	patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:""}}}`, clusterv1.PausedAnnotation))
@@ -446,8 +442,8 @@ func TestIntegrationFailureAlignsNothingAndKeepsHold(t *testing.T) {
 	f := newFixture(ctx, t, true)
 	const cause = "GateFailed: etcd member unhealthy after kubeadm upgrade"
 	env.updater.script(f.machine,
-		answer(runtimehooksv1.ResponseStatusSuccess, 1, "step 3/5: waiting for the agent"),
-		answer(runtimehooksv1.ResponseStatusFailure, 0, "node node-x: the agent rolled back plan 1a2b3c: "+cause))
+		inProgress(1, "step 3/5: waiting for the agent"),
+		failedFinal(coordinator.CauseRolledBack, "node node-x: the agent rolled back plan 1a2b3c: "+cause))
 	rvBefore := f.versions(ctx, g)
 
 	written := f.setVersion(ctx, g, toVersion)

@@ -1,73 +1,75 @@
 package singlenode
 
 import (
-	"strings"
 	"time"
 
-	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
-
 	"github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/coordinator"
 )
 
-// OutcomeKind is the meaning of one UpdateMachine answer.
-type OutcomeKind string
+// Step is what the controller does with one answer of the coordinator.
+type Step string
 
 const (
-	// OutcomeDone: the node is updated and its gates passed (Success, retry 0).
-	OutcomeDone OutcomeKind = "Done"
-	// OutcomeInProgress: ask again after RetryAfter (Success, retry > 0).
-	OutcomeInProgress OutcomeKind = "InProgress"
-	// OutcomeFailed: the node update of this spec is over and failed: the agent rolled
-	// the node back (or failed its plan). Final for the current target.
-	OutcomeFailed OutcomeKind = "Failed"
-	// OutcomeRetry: a Failure that did not touch the node's result (an API error, a
-	// plan that cannot be built yet, a refused drain): asked again after RetryAfter,
-	// as upstream retries every Failure.
-	OutcomeRetry OutcomeKind = "Retry"
+	// StepDone: the node is updated and its gates passed; align the objects.
+	StepDone Step = "Done"
+	// StepWait: ask again after RetryAfter (the update is in progress, or it failed
+	// around the node and may succeed on a later call, as upstream retries every
+	// Failure).
+	StepWait Step = "Wait"
+	// StepFail: the node update of this target is over and failed (the agent rolled
+	// the node back or failed its plan, the node is degraded, the plan was never
+	// picked up, the desired objects are unusable). Final for the current target:
+	// repeating it would mean another etcd snapshot and another upgrade attempt on the
+	// only control-plane node without anyone asking.
+	StepFail Step = "Fail"
 )
 
-// retryAfterFailure paces retries of non-final failures.
+// retryAfterFailure paces retries of retryable failures.
 const retryAfterFailure = 20 * time.Second
 
-// agentVerdicts are the phrases with which the coordinator reports that the agent
-// finished a plan unsuccessfully ("node N: the agent rolled back plan H: cause", see
-// internal/coordinator decide.go). Only these end an attempt: every other Failure is
-// an error around the node, not a result of it.
-var agentVerdicts = []struct{ phrase, reason string }{
-	{"the agent rolled back plan", v1alpha1.ReasonRolledBack},
-	{"the agent failed plan", v1alpha1.ReasonFailed},
-}
-
-// Outcome is Classify's answer.
-type Outcome struct {
-	Kind       OutcomeKind
+// Verdict is Classify's answer.
+type Verdict struct {
+	Step       Step
 	RetryAfter time.Duration
-	Message    string
-	// Reason is the condition reason for a failure.
+	// Reason is the condition reason (v1alpha1.Reason*).
 	Reason string
+	// Message is for humans: conditions and Events.
+	Message string
 }
 
-// Classify reads an UpdateMachine response with upstream's semantics
-// (UpdateMachineResponse doc: Success + retryAfterSeconds > 0 is in progress, Success +
-// 0 is done). Upstream retries every Failure forever; the single-node path treats the
-// agent's verdict (rolled back, failed) as final for the current target, because
-// repeating it would mean another etcd snapshot and another upgrade attempt on the only
-// control-plane node without anyone asking; every other Failure is retried.
-func Classify(resp *runtimehooksv1.UpdateMachineResponse) Outcome {
-	if resp.GetStatus() == runtimehooksv1.ResponseStatusFailure {
-		msg := resp.GetMessage()
-		if msg == "" {
-			msg = "the node update failed without a message"
+// Classify maps the coordinator's typed outcome to the controller's next step. It
+// decides on the outcome's Kind and Cause only, never on its Message.
+func Classify(out coordinator.Outcome) Verdict {
+	msg := out.Message
+	switch out.Kind {
+	case coordinator.OutcomeDone:
+		return Verdict{Step: StepDone, Reason: v1alpha1.ReasonSucceeded, Message: msg}
+	case coordinator.OutcomeInProgress:
+		retry := time.Duration(out.RetryAfterSeconds) * time.Second
+		if retry <= 0 {
+			retry = time.Second
 		}
-		for _, v := range agentVerdicts {
-			if strings.Contains(msg, v.phrase) {
-				return Outcome{Kind: OutcomeFailed, Message: msg, Reason: v.reason}
-			}
-		}
-		return Outcome{Kind: OutcomeRetry, RetryAfter: retryAfterFailure, Message: msg, Reason: v1alpha1.ReasonFailed}
+		return Verdict{Step: StepWait, RetryAfter: retry, Reason: v1alpha1.ReasonInProgress, Message: msg}
+	case coordinator.OutcomeFailedFinal:
+		return Verdict{Step: StepFail, Reason: failureReason(out.Cause), Message: msg}
+	case coordinator.OutcomeFailedRetryable:
+		return Verdict{Step: StepWait, RetryAfter: retryAfterFailure, Reason: v1alpha1.ReasonInProgress, Message: "retrying: " + msg}
 	}
-	if s := resp.GetRetryAfterSeconds(); s > 0 {
-		return Outcome{Kind: OutcomeInProgress, RetryAfter: time.Duration(s) * time.Second, Message: resp.GetMessage()}
+	// An outcome of no known kind is neither done nor failed: ask again.
+	return Verdict{Step: StepWait, RetryAfter: retryAfterFailure, Reason: v1alpha1.ReasonInProgress,
+		Message: "retrying: the coordinator answered an outcome of unknown kind " + string(out.Kind) + ": " + msg}
+}
+
+// failureReason is the condition reason of a final failure, by its typed cause.
+func failureReason(c coordinator.Cause) string {
+	switch c {
+	case coordinator.CauseRolledBack:
+		return v1alpha1.ReasonRolledBack
+	case coordinator.CauseDegraded:
+		return v1alpha1.ReasonDegraded
+	case coordinator.CausePlanNotPickedUp:
+		return v1alpha1.ReasonPlanNotPickedUp
 	}
-	return Outcome{Kind: OutcomeDone, Message: resp.GetMessage()}
+	return v1alpha1.ReasonFailed
 }

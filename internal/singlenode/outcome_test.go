@@ -6,48 +6,59 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
-
 	"github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/coordinator"
 )
 
+// TestClassify: the step follows the outcome's Kind and Cause. The messages are
+// chosen so that the old message matching would have got each case wrong: a
+// rolled-back update reworded, an API error that quotes the agent's phrase.
 func TestClassify(t *testing.T) {
-	resp := func(status runtimehooksv1.ResponseStatus, msg string, retry int32) *runtimehooksv1.UpdateMachineResponse {
-		r := &runtimehooksv1.UpdateMachineResponse{}
-		r.Status, r.Message, r.RetryAfterSeconds = status, msg, retry
-		return r
+	out := func(kind coordinator.OutcomeKind, cause coordinator.Cause, retry int32, msg string) coordinator.Outcome {
+		return coordinator.Outcome{Kind: kind, Cause: cause, RetryAfterSeconds: retry, Message: msg}
 	}
 	tests := []struct {
 		name string
-		resp *runtimehooksv1.UpdateMachineResponse
-		want Outcome
+		out  coordinator.Outcome
+		want Verdict
 	}{
-		{"done", resp(runtimehooksv1.ResponseStatusSuccess, "committed", 0), Outcome{Kind: OutcomeDone, Message: "committed"}},
-		{"in progress", resp(runtimehooksv1.ResponseStatusSuccess, "step 2/5", 5), Outcome{Kind: OutcomeInProgress, RetryAfter: 5 * time.Second, Message: "step 2/5"}},
+		{"done", out(coordinator.OutcomeDone, "", 0, "committed"), Verdict{Step: StepDone, Reason: v1alpha1.ReasonSucceeded, Message: "committed"}},
+		{"in progress", out(coordinator.OutcomeInProgress, "", 5, "step 2/5"), Verdict{Step: StepWait, RetryAfter: 5 * time.Second, Reason: v1alpha1.ReasonInProgress, Message: "step 2/5"}},
+		{"in progress without retry still waits", out(coordinator.OutcomeInProgress, "", 0, "x"), Verdict{Step: StepWait, RetryAfter: time.Second, Reason: v1alpha1.ReasonInProgress, Message: "x"}},
 		{
-			"agent rolled back",
-			resp(runtimehooksv1.ResponseStatusFailure, "node n1: the agent rolled back plan 1a2b3c: GateFailed: etcd member unhealthy", 0),
-			Outcome{Kind: OutcomeFailed, Message: "node n1: the agent rolled back plan 1a2b3c: GateFailed: etcd member unhealthy", Reason: v1alpha1.ReasonRolledBack},
+			"rolled back, whatever the words",
+			out(coordinator.OutcomeFailedFinal, coordinator.CauseRolledBack, 0, "node n1 went back to where it was"),
+			Verdict{Step: StepFail, Reason: v1alpha1.ReasonRolledBack, Message: "node n1 went back to where it was"},
 		},
 		{
 			"agent failed",
-			resp(runtimehooksv1.ResponseStatusFailure, "node n1: the agent failed plan 1a2b3c: rollback incomplete", 0),
-			Outcome{Kind: OutcomeFailed, Message: "node n1: the agent failed plan 1a2b3c: rollback incomplete", Reason: v1alpha1.ReasonFailed},
+			out(coordinator.OutcomeFailedFinal, coordinator.CauseAgentFailed, 0, "plan refused"),
+			Verdict{Step: StepFail, Reason: v1alpha1.ReasonFailed, Message: "plan refused"},
 		},
 		{
-			"API error is retried, never final",
-			resp(runtimehooksv1.ResponseStatusFailure, "read Machine ns/m1: connection refused", 0),
-			Outcome{Kind: OutcomeRetry, RetryAfter: retryAfterFailure, Message: "read Machine ns/m1: connection refused", Reason: v1alpha1.ReasonFailed},
+			"degraded is final",
+			out(coordinator.OutcomeFailedFinal, coordinator.CauseDegraded, 0, "needs repair"),
+			Verdict{Step: StepFail, Reason: v1alpha1.ReasonDegraded, Message: "needs repair"},
 		},
 		{
-			"failure without message is retried",
-			resp(runtimehooksv1.ResponseStatusFailure, "", 10),
-			Outcome{Kind: OutcomeRetry, RetryAfter: retryAfterFailure, Message: "the node update failed without a message", Reason: v1alpha1.ReasonFailed},
+			"plan never picked up is final",
+			out(coordinator.OutcomeFailedFinal, coordinator.CausePlanNotPickedUp, 0, "withdrawn"),
+			Verdict{Step: StepFail, Reason: v1alpha1.ReasonPlanNotPickedUp, Message: "withdrawn"},
+		},
+		{
+			"API error quoting the agent's phrase is retried",
+			out(coordinator.OutcomeFailedRetryable, coordinator.CauseWorkloadAPI, 0, "the agent rolled back plan: connection refused"),
+			Verdict{Step: StepWait, RetryAfter: retryAfterFailure, Reason: v1alpha1.ReasonInProgress, Message: "retrying: the agent rolled back plan: connection refused"},
+		},
+		{
+			"unknown kind is retried, never done",
+			out("Bogus", "", 0, "?"),
+			Verdict{Step: StepWait, RetryAfter: retryAfterFailure, Reason: v1alpha1.ReasonInProgress, Message: "retrying: the coordinator answered an outcome of unknown kind Bogus: ?"},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			NewWithT(t).Expect(Classify(tt.resp)).To(Equal(tt.want))
+			NewWithT(t).Expect(Classify(tt.out)).To(Equal(tt.want))
 		})
 	}
 }

@@ -21,6 +21,8 @@ import (
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	"github.com/capi-inplace/capi-inplace/internal/planner"
 )
 
 // ControllerName names the controller and its Event source.
@@ -30,8 +32,12 @@ const ControllerName = "capi-inplace-single-node-control-plane"
 type Options struct {
 	// Updater drives node updates: the coordinator. Required.
 	Updater Updater
-	// Settings are passed in every UpdateMachine request, as ExtensionConfig
-	// spec.settings are for hook calls.
+	// Planner decides what can be done in place: the hooks' planner. Required.
+	Planner *planner.Planner
+	// Workloads reaches workload clusters (their kubeadm-config ConfigMap). Required.
+	Workloads WorkloadClients
+	// Settings are the planner's settings, as an ExtensionConfig's spec.settings are
+	// for hook calls (disableInPlaceUpdates=true refuses every change).
 	Settings map[string]string
 	// ControllerUsername, when set, is the user our manager authenticates as (for a
 	// Pod: system:serviceaccount:<namespace>:<name>); a hold release from any other user
@@ -55,8 +61,8 @@ type WebhookRegistry interface {
 // Options.WebhookPath; register it with MutatingWebhook) and the controller that drives
 // held KubeadmControlPlanes. It adds the Cluster API types it needs to mgr's scheme.
 func SetupWithManager(mgr ctrl.Manager, opts Options) error {
-	if opts.Updater == nil {
-		return errors.New("single-node control plane: Options.Updater is required")
+	if opts.Updater == nil || opts.Planner == nil || opts.Workloads == nil {
+		return errors.New("single-node control plane: Options.Updater, Planner and Workloads are required")
 	}
 	if opts.WebhookPath == "" {
 		opts.WebhookPath = DefaultWebhookPath
@@ -84,10 +90,12 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	}})
 
 	r := &Reconciler{
-		Client:   direct,
-		Updater:  opts.Updater,
-		Recorder: mgr.GetEventRecorder(ControllerName),
-		Settings: opts.Settings,
+		Client:    direct,
+		Updater:   opts.Updater,
+		Planner:   opts.Planner,
+		Workloads: opts.Workloads,
+		Recorder:  mgr.GetEventRecorder(ControllerName),
+		Settings:  opts.Settings,
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).

@@ -27,7 +27,10 @@ import (
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
+
+	"github.com/capi-inplace/capi-inplace/internal/coordinator"
+	"github.com/capi-inplace/capi-inplace/internal/planner"
+	"github.com/capi-inplace/capi-inplace/internal/policy"
 )
 
 // suite is the envtest environment shared by the integration tests: a real
@@ -132,7 +135,17 @@ func runSuite(m *testing.M) int {
 		return 1
 	}
 	env.controllerUser = review.Status.UserInfo.Username
-	if err := SetupWithManager(mgr, Options{Updater: env.updater, Settings: map[string]string{"k": "v"}, ControllerUsername: env.controllerUser}); err != nil {
+	plans, err := planner.New(policy.Builtin())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := createKubeadmConfigMap(ctx, direct); err != nil {
+		fmt.Fprintf(os.Stderr, "kubeadm-config: %v\n", err)
+		return 1
+	}
+	if err := SetupWithManager(mgr, Options{Updater: env.updater, Planner: plans, Workloads: sameClusterWorkloads{direct},
+		Settings: map[string]string{"k": "v"}, ControllerUsername: env.controllerUser}); err != nil {
 		fmt.Fprintf(os.Stderr, "SetupWithManager: %v\n", err)
 		return 1
 	}
@@ -180,51 +193,68 @@ func (s *suite) require(t *testing.T) {
 	}
 }
 
-// scriptedUpdater plays the coordinator: per Machine name a script of responses,
+// scriptedUpdater plays the coordinator: per Machine name a script of outcomes,
 // the last one repeating; every request is recorded.
 type scriptedUpdater struct {
 	mu       sync.Mutex
-	scripts  map[string][]runtimehooksv1.UpdateMachineResponse
-	requests map[string][]*runtimehooksv1.UpdateMachineRequest
+	scripts  map[string][]coordinator.Outcome
+	requests map[string][]coordinator.DesiredNode
 }
 
-func (u *scriptedUpdater) script(machine string, responses ...runtimehooksv1.UpdateMachineResponse) {
+func (u *scriptedUpdater) script(machine string, outcomes ...coordinator.Outcome) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.scripts == nil {
-		u.scripts = map[string][]runtimehooksv1.UpdateMachineResponse{}
+		u.scripts = map[string][]coordinator.Outcome{}
 	}
-	u.scripts[machine] = responses
+	u.scripts[machine] = outcomes
 }
 
-func (u *scriptedUpdater) calls(machine string) []*runtimehooksv1.UpdateMachineRequest {
+func (u *scriptedUpdater) calls(machine string) []coordinator.DesiredNode {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return append([]*runtimehooksv1.UpdateMachineRequest(nil), u.requests[machine]...)
+	return append([]coordinator.DesiredNode(nil), u.requests[machine]...)
 }
 
-func (u *scriptedUpdater) UpdateMachine(_ context.Context, req *runtimehooksv1.UpdateMachineRequest, resp *runtimehooksv1.UpdateMachineResponse) {
+func (u *scriptedUpdater) UpdateNode(_ context.Context, d coordinator.DesiredNode) coordinator.Outcome {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	name := req.Desired.Machine.Name
+	name := d.Machine.Name
 	if u.requests == nil {
-		u.requests = map[string][]*runtimehooksv1.UpdateMachineRequest{}
+		u.requests = map[string][]coordinator.DesiredNode{}
 	}
-	u.requests[name] = append(u.requests[name], req)
+	u.requests[name] = append(u.requests[name], d)
 	script := u.scripts[name]
 	if len(script) == 0 {
-		resp.Status, resp.Message, resp.RetryAfterSeconds = runtimehooksv1.ResponseStatusSuccess, "waiting (no script)", 1
-		return
+		return coordinator.Outcome{Kind: coordinator.OutcomeInProgress, RetryAfterSeconds: 1, Message: "waiting (no script)"}
 	}
 	next := script[0]
 	if len(script) > 1 {
 		u.scripts[name] = script[1:]
 	}
-	resp.Status, resp.Message, resp.RetryAfterSeconds = next.Status, next.Message, next.RetryAfterSeconds
+	return next
 }
 
-func answer(status runtimehooksv1.ResponseStatus, retry int32, msg string) runtimehooksv1.UpdateMachineResponse {
-	r := runtimehooksv1.UpdateMachineResponse{}
-	r.Status, r.RetryAfterSeconds, r.Message = status, retry, msg
-	return r
+func inProgress(retry int32, msg string) coordinator.Outcome {
+	return coordinator.Outcome{Kind: coordinator.OutcomeInProgress, RetryAfterSeconds: retry, Message: msg}
+}
+
+func done(msg string) coordinator.Outcome {
+	return coordinator.Outcome{Kind: coordinator.OutcomeDone, Message: msg}
+}
+
+func failedFinal(cause coordinator.Cause, msg string) coordinator.Outcome {
+	return coordinator.Outcome{Kind: coordinator.OutcomeFailedFinal, Cause: cause, Message: msg}
+}
+
+func failedRetryable(cause coordinator.Cause, msg string) coordinator.Outcome {
+	return coordinator.Outcome{Kind: coordinator.OutcomeFailedRetryable, Cause: cause, Message: msg}
+}
+
+// sameClusterWorkloads plays every workload cluster with the test API server itself:
+// the kubeadm-config ConfigMap is kube-system/kubeadm-config there.
+type sameClusterWorkloads struct{ c client.Client }
+
+func (w sameClusterWorkloads) WorkloadClient(context.Context, client.ObjectKey) (client.Client, error) {
+	return w.c, nil
 }
