@@ -34,6 +34,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/guard"
 	"github.com/capi-inplace/capi-inplace/internal/policy"
 	"github.com/capi-inplace/capi-inplace/internal/singlenode"
 )
@@ -194,6 +195,22 @@ func TestRenderedObjects(t *testing.T) {
 		g.Expect(mwc.Webhooks).To(Equal([]admissionregistrationv1.MutatingWebhook{want}))
 	})
 
+	t.Run("the in-place-only guard is guard's registration, on the admission port, opted-in namespaces only", func(t *testing.T) {
+		g := NewWithT(t)
+		u := find(t, objs, "ValidatingWebhookConfiguration", "capi-inplace-guard")
+		g.Expect(u.GetAnnotations()).To(HaveKeyWithValue("cert-manager.io/inject-ca-from", namespace+"/"+certName))
+		vwc := typed[admissionregistrationv1.ValidatingWebhookConfiguration](t, u)
+		want := guard.ValidatingWebhook(admissionregistrationv1.WebhookClientConfig{
+			Service: &admissionregistrationv1.ServiceReference{
+				Namespace: namespace, Name: serviceName, Path: ptr.To(guard.WebhookPath), Port: ptr.To[int32](admissionPort),
+			},
+		})
+		want.NamespaceSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+			Key: inplacev1.NamespaceEnabledLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{"true"},
+		}}}
+		g.Expect(vwc.Webhooks).To(Equal([]admissionregistrationv1.ValidatingWebhook{want}))
+	})
+
 	t.Run("the Deployment runs the extension hardened, with probes and the documented flags", func(t *testing.T) {
 		g := NewWithT(t)
 		dep := typed[appsv1.Deployment](t, find(t, objs, "Deployment", deploymentName))
@@ -326,11 +343,12 @@ func TestRenderedObjects(t *testing.T) {
 			"bootstrap.cluster.x-k8s.io/kubeadmconfigtemplates":         {"get", "list", "watch"},
 			"infrastructure.cluster.x-k8s.io/*":                         {"get", "list", "patch", "update", "watch"},
 			"/secrets":                                                  {"get", "list", "watch"},
-			"/namespaces":                                               {"get"},
-			"/events":                                                   {"create", "patch"},
-			"events.k8s.io/events":                                      {"create", "patch"},
-			"authentication.k8s.io/tokenreviews":                        {"create"},
-			"authorization.k8s.io/subjectaccessreviews":                 {"create"},
+			"apiextensions.k8s.io/customresourcedefinitions":            {"get", "list", "watch"},
+			"/namespaces":                               {"get"},
+			"/events":                                   {"create", "patch"},
+			"events.k8s.io/events":                      {"create", "patch"},
+			"authentication.k8s.io/tokenreviews":        {"create"},
+			"authorization.k8s.io/subjectaccessreviews": {"create"},
 		}))
 		role := typed[rbacv1.Role](t, find(t, objs, "Role", "capi-inplace-leader-election"))
 		g.Expect(role.Namespace).To(Equal(namespace))

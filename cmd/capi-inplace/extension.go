@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/capi-inplace/capi-inplace/internal/coordinator"
 	"github.com/capi-inplace/capi-inplace/internal/extension"
+	"github.com/capi-inplace/capi-inplace/internal/guard"
 	"github.com/capi-inplace/capi-inplace/internal/planner"
 	"github.com/capi-inplace/capi-inplace/internal/policy"
 	"github.com/capi-inplace/capi-inplace/internal/singlenode"
@@ -197,6 +199,12 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 	if err := singlenode.SetupWithManager(mgr, singlenode.Options{Updater: updater, Planner: plans, Workloads: workloadClients{clusters}, WebhookServer: admission}); err != nil {
 		return fmt.Errorf("set up single-node control-plane path: %w", err)
 	}
+	// The in-place-only guard, on the same admission server as the hold webhook. It
+	// reads through the manager's cache (typed and unstructured): it answers every
+	// spec write of an opted-in Cluster's objects within its latency budget.
+	if err := setupGuard(mgr, admission, pol); err != nil {
+		return err
+	}
 	// The hook server needs no leader election: every replica answers hooks.
 	if err := mgr.Add(hookServer); err != nil {
 		return fmt.Errorf("add hook server to manager: %w", err)
@@ -261,4 +269,30 @@ func (w workloadClients) WorkloadClient(ctx context.Context, cluster client.Obje
 		return nil, err
 	}
 	return wc.Client, nil
+}
+
+// setupGuard registers the in-place-only guard (internal/guard) on registry.
+func setupGuard(mgr ctrl.Manager, registry guard.WebhookRegistry, pol *policy.Policy) error {
+	if err := apiextensionsv1.AddToScheme(mgr.GetScheme()); err != nil {
+		return fmt.Errorf("guard: register types: %w", err)
+	}
+	cached, err := client.New(mgr.GetConfig(), client.Options{
+		Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
+		Cache: &client.CacheOptions{Reader: mgr.GetCache(), Unstructured: true},
+	})
+	if err != nil {
+		return fmt.Errorf("guard: client: %w", err)
+	}
+	pl, err := planner.New(pol)
+	if err != nil {
+		return fmt.Errorf("guard: planner: %w", err)
+	}
+	gm, err := guard.NewMetrics(ctrlmetrics.Registry)
+	if err != nil {
+		return err
+	}
+	return guard.Register(registry, guard.Options{
+		Reader: cached, Planner: pl, Policy: pol, Metrics: gm,
+		Recorder: mgr.GetEventRecorder("capi-inplace-guard"),
+	})
 }

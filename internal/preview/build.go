@@ -30,6 +30,9 @@ type Input struct {
 	// Backends are the capabilities of the OS backends known before a node is asked;
 	// a backend missing here (script) declares its capabilities on each node.
 	Backends map[string]backend.Capabilities
+	// Settings are the ExtensionConfig settings the hooks would be called with
+	// (disableInPlaceUpdates makes the planner cover nothing); nil for none.
+	Settings map[string]string
 	// Now is the time rollout.after deadlines are compared with.
 	Now time.Time
 	// Change names the change file, if any; Notes come from Apply.
@@ -47,8 +50,9 @@ type comparison struct {
 	// blocked are reasons that make Cluster API replace the Machine whatever the
 	// planner says (missing objects, ineligible Machine).
 	blocked []string
-	// rollout are the rollout settings that make Cluster API surge.
-	rollout            []string
+	// rollout are the rollout settings (and Machine facts) that make Cluster API
+	// surge or replace.
+	rollout            []Cause
 	curInfra, desInfra *unstructured.Unstructured
 }
 
@@ -165,11 +169,17 @@ func buildMachine(in Input, m *clusterv1.Machine, nodes int) (MachinePlan, error
 		return mp, nil
 	}
 
-	mp.Reasons = append(slices.Clone(c.blocked), c.rollout...)
+	for _, b := range c.blocked {
+		mp.Causes = append(mp.Causes, Cause{Kind: CauseMissingObject, Message: b})
+	}
+	mp.Causes = append(mp.Causes, c.rollout...)
 	for _, d := range mp.Changes {
 		if !d.Covered {
-			mp.Reasons = append(mp.Reasons, refusal(d))
+			mp.Causes = append(mp.Causes, Cause{Kind: CauseField, Message: refusal(d)})
 		}
+	}
+	for _, cause := range mp.Causes {
+		mp.Reasons = append(mp.Reasons, cause.Message)
 	}
 	img := osImageChange(in, c.curInfra, c.desInfra)
 	mp.OSImage = img.change
@@ -298,13 +308,13 @@ func osImageChange(in Input, cur, des *unstructured.Unstructured) imageResult {
 
 // eligibility returns why Cluster API would not update a Machine in place whatever
 // the planner says, from the Machine's own annotations.
-func eligibility(m *clusterv1.Machine) []string {
-	var out []string
+func eligibility(m *clusterv1.Machine) []Cause {
+	var out []Cause
 	if _, ok := m.Annotations[clusterv1.DeleteMachineAnnotation]; ok {
-		out = append(out, fmt.Sprintf("Machine has annotation %s: Cluster API deletes it first", clusterv1.DeleteMachineAnnotation))
+		out = append(out, Cause{Kind: CauseMachineAnnotation, Message: fmt.Sprintf("Machine has annotation %s: Cluster API deletes it first", clusterv1.DeleteMachineAnnotation)})
 	}
 	if _, ok := m.Annotations[clusterv1.RemediateMachineAnnotation]; ok {
-		out = append(out, fmt.Sprintf("Machine has annotation %s: it is remediated by replacement", clusterv1.RemediateMachineAnnotation))
+		out = append(out, Cause{Kind: CauseMachineAnnotation, Message: fmt.Sprintf("Machine has annotation %s: it is remediated by replacement", clusterv1.RemediateMachineAnnotation)})
 	}
 	return out
 }

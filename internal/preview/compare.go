@@ -4,15 +4,18 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	kcppkg "sigs.k8s.io/cluster-api/controlplane/kubeadm/pkg"
 	"sigs.k8s.io/cluster-api/controlplane/kubeadm/pkg/desiredstate"
+	"sigs.k8s.io/cluster-api/util/collections"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/planner"
@@ -98,7 +101,7 @@ func compareControlPlaneMachine(in Input, m *clusterv1.Machine, kcpName string) 
 		return c, fmt.Errorf("set desired version: %w", err)
 	}
 
-	res, err := in.Planner.CanUpdateMachine(nil,
+	res, err := in.Planner.CanUpdateMachine(in.Settings,
 		planner.Objects{Machine: curMachine, Infrastructure: curInfra, Bootstrap: curBoot},
 		planner.Objects{Machine: desMachine, Infrastructure: c.desInfra, Bootstrap: desBoot})
 	if err != nil {
@@ -122,24 +125,59 @@ func compareControlPlaneMachine(in Input, m *clusterv1.Machine, kcpName string) 
 
 // controlPlaneRollout returns the KubeadmControlPlane settings that make KCP create
 // a new Machine instead of updating in place.
-func controlPlaneRollout(in Input, m *clusterv1.Machine) []string {
+func controlPlaneRollout(in Input, m *clusterv1.Machine) []Cause {
 	kcp := in.Proposed.ControlPlane
-	var out []string
+	var out []Cause
+	rollout := func(format string, args ...any) {
+		out = append(out, Cause{Kind: CauseRollout, Message: fmt.Sprintf(format, args...)})
+	}
 	replicas := ptr.Deref(kcp.Spec.Replicas, 1)
 	if replicas < kcpMinReplicasForMaxSurge0 {
 		if !optedIn(in.Proposed.Cluster) {
-			out = append(out, fmt.Sprintf("KubeadmControlPlane %s has %d replica(s): KCP allows maxSurge 0 only from %d replicas, so it creates a new control-plane Machine first; "+
-				"annotate the Cluster with %s=true to update it in place", kcp.Name, replicas, kcpMinReplicasForMaxSurge0, inplacev1.SingleNodeControlPlaneAnnotation))
+			rollout("KubeadmControlPlane %s has %d replica(s): KCP allows maxSurge 0 only from %d replicas, so it creates a new control-plane Machine first; "+
+				"annotate the Cluster with %s=true to update it in place", kcp.Name, replicas, kcpMinReplicasForMaxSurge0, inplacev1.SingleNodeControlPlaneAnnotation)
 		}
 	} else if surge := kcpMaxSurge(kcp.Spec.Rollout.Strategy.RollingUpdate.MaxSurge); surge != 0 {
-		out = append(out, fmt.Sprintf("KubeadmControlPlane %s has rollout.strategy.rollingUpdate.maxSurge %d: KCP creates a new control-plane Machine before it considers in-place updates; set maxSurge: 0",
-			kcp.Name, surge))
+		rollout("KubeadmControlPlane %s has rollout.strategy.rollingUpdate.maxSurge %d: KCP creates a new control-plane Machine before it considers in-place updates; set maxSurge: 0",
+			kcp.Name, surge)
 	}
 	after := kcp.Spec.Rollout.After
 	if !after.IsZero() && !in.Now.Before(after.Time) && m.CreationTimestamp.Before(&after) {
-		out = append(out, fmt.Sprintf("KubeadmControlPlane %s rollout.after %s has passed: KCP replaces Machines created before it", kcp.Name, after.UTC().Format("2006-01-02T15:04:05Z")))
+		rollout("KubeadmControlPlane %s rollout.after %s has passed: KCP replaces Machines created before it", kcp.Name, after.UTC().Format("2006-01-02T15:04:05Z"))
+	}
+	if unhealthy := unhealthyComponents(kcp, m); len(unhealthy) > 0 {
+		out = append(out, Cause{Kind: CauseUnhealthyControlPlane, Message: fmt.Sprintf(
+			"control-plane Machine %s is not healthy (%s): KCP scales an outdated Machine with unhealthy control-plane components down and creates a new one instead of updating it in-place; wait until it is healthy",
+			m.Name, strings.Join(unhealthy, ", "))})
 	}
 	return out
+}
+
+// unhealthyComponents returns the control-plane component conditions that are False
+// on m, when KCP's own filter (collections.HasUnhealthyControlPlaneComponents, which
+// selectMachineForInPlaceUpdateOrScaleDown uses to pick the Machine it deletes) says
+// the Machine is unhealthy.
+func unhealthyComponents(kcp *controlplanev1.KubeadmControlPlane, m *clusterv1.Machine) []string {
+	etcdManaged := !kcp.Spec.KubeadmConfigSpec.ClusterConfiguration.Etcd.External.IsDefined()
+	if !collections.HasUnhealthyControlPlaneComponents(etcdManaged)(m) {
+		return nil
+	}
+	var out []string
+	for _, c := range m.Status.Conditions {
+		if c.Status == metav1.ConditionFalse && slices.Contains(controlPlaneComponentConditions, c.Type) {
+			out = append(out, c.Type+" "+c.Reason)
+		}
+	}
+	return out
+}
+
+// controlPlaneComponentConditions are the Machine conditions KCP's health filter reads.
+var controlPlaneComponentConditions = []string{
+	controlplanev1.KubeadmControlPlaneMachineAPIServerPodHealthyCondition,
+	controlplanev1.KubeadmControlPlaneMachineControllerManagerPodHealthyCondition,
+	controlplanev1.KubeadmControlPlaneMachineSchedulerPodHealthyCondition,
+	controlplanev1.KubeadmControlPlaneMachineEtcdPodHealthyCondition,
+	controlplanev1.KubeadmControlPlaneMachineEtcdMemberHealthyCondition,
 }
 
 // optedIn reports whether a Cluster opted into capi-inplace's single-node
@@ -229,7 +267,7 @@ func compareWorkerMachine(in Input, m *clusterv1.Machine, msName string) (compar
 	desMS := curMS.DeepCopy()
 	desMS.Object["spec"].(map[string]any)["template"] = deepCopyJSON(mdU.Object["spec"].(map[string]any)["template"])
 
-	res, err := in.Planner.CanUpdateMachineSet(nil,
+	res, err := in.Planner.CanUpdateMachineSet(in.Settings,
 		planner.Objects{Machine: curMS, Infrastructure: c.curInfra, Bootstrap: curBoot},
 		planner.Objects{Machine: desMS, Infrastructure: c.desInfra, Bootstrap: desBoot})
 	if err != nil {
@@ -242,11 +280,14 @@ func compareWorkerMachine(in Input, m *clusterv1.Machine, msName string) (compar
 
 // machineDeploymentRollout returns the MachineDeployment settings (and Machine
 // facts) that make Cluster API create a new Machine instead of moving this one.
-func machineDeploymentRollout(md *clusterv1.MachineDeployment, m *clusterv1.Machine) []string {
-	var out []string
+func machineDeploymentRollout(md *clusterv1.MachineDeployment, m *clusterv1.Machine) []Cause {
+	var out []Cause
+	rollout := func(format string, args ...any) {
+		out = append(out, Cause{Kind: CauseRollout, Message: fmt.Sprintf(format, args...)})
+	}
 	strategy := md.Spec.Rollout.Strategy
 	if strategy.Type == clusterv1.OnDeleteMachineDeploymentStrategyType {
-		out = append(out, fmt.Sprintf("MachineDeployment %s uses rollout strategy OnDelete, which never updates in place: a new Machine replaces each one you delete", md.Name))
+		rollout("MachineDeployment %s uses rollout strategy OnDelete, which never updates in place: a new Machine replaces each one you delete", md.Name)
 	} else {
 		replicas := ptr.Deref(md.Spec.Replicas, 1)
 		unavailable := 0
@@ -256,11 +297,11 @@ func machineDeploymentRollout(md *clusterv1.MachineDeployment, m *clusterv1.Mach
 			}
 		}
 		if unavailable == 0 {
-			out = append(out, fmt.Sprintf("MachineDeployment %s has rollout.strategy.rollingUpdate.maxUnavailable 0: Cluster API first creates a new Machine and later deletes an old one; set maxUnavailable to at least 1", md.Name))
+			rollout("MachineDeployment %s has rollout.strategy.rollingUpdate.maxUnavailable 0: Cluster API first creates a new Machine and later deletes an old one; set maxUnavailable to at least 1", md.Name)
 		}
 	}
 	if !m.Status.NodeRef.IsDefined() {
-		out = append(out, "the Machine has no node yet: Cluster API moves only Machines with a node to the new MachineSet")
+		out = append(out, Cause{Kind: CauseNoNode, Message: "the Machine has no node yet: Cluster API moves only Machines with a node to the new MachineSet"})
 	}
 	return out
 }

@@ -84,6 +84,8 @@ type MachinePlan struct {
 	// Reasons say why the Machine is replaced: one per refused field (the planner's
 	// reason) and one per rollout setting that makes Cluster API surge.
 	Reasons []string `json:"reasons,omitempty"`
+	// Causes are Reasons with their kind, in the same order.
+	Causes []Cause `json:"causes,omitempty"`
 	// Changes are the planner's decisions, one per differing field, covered or not.
 	Changes []planner.Decision `json:"changes,omitempty"`
 
@@ -133,3 +135,33 @@ type Backend struct {
 	// Runs is true when the backend swaps the OS image in this update.
 	Runs bool `json:"runs"`
 }
+
+// Cause is one reason a Machine is replaced, with its kind: a small fixed set, so
+// that callers can count and act on reasons without parsing their text (the admission
+// guard labels its refusal metric with it).
+type Cause struct {
+	Kind    CauseKind `json:"kind"`
+	Message string    `json:"message"`
+}
+
+// CauseKind classifies a Cause.
+type CauseKind string
+
+// Cause kinds.
+const (
+	// CauseField: the planner does not cover a changed field in place.
+	CauseField CauseKind = "field"
+	// CauseRollout: a rollout setting makes Cluster API create a new Machine first
+	// (KCP maxSurge, MachineDeployment maxUnavailable 0 or OnDelete, rollout.after, a
+	// control plane below three replicas without the single-node opt-in).
+	CauseRollout CauseKind = "rollout"
+	// CauseUnhealthyControlPlane: the control-plane Machine has an unhealthy
+	// control-plane component, so KCP scales it down instead of updating it in place.
+	CauseUnhealthyControlPlane CauseKind = "unhealthy-control-plane"
+	// CauseMachineAnnotation: the Machine is marked for deletion or remediation.
+	CauseMachineAnnotation CauseKind = "machine-annotation"
+	// CauseNoNode: the Machine has no node yet.
+	CauseNoNode CauseKind = "no-node"
+	// CauseMissingObject: an object the comparison needs was not found.
+	CauseMissingObject CauseKind = "missing-object"
+)

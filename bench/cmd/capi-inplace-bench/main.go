@@ -23,7 +23,7 @@ func main() {
 	o := options{}
 	flag.StringVar(&o.binDir, "bin", "bin", "Directory with capi-inplace, capi-test-extension, kube-apiserver, etcd and capi-config/.")
 	flag.StringVar(&o.out, "out", "_artifacts/bench.md", "Markdown file the table is written to.")
-	flag.StringVar(&o.sections, "sections", "hooks,agent,scale,rollout", "Comma-separated sections to run.")
+	flag.StringVar(&o.sections, "sections", "hooks,agent,scale,rollout,guard", "Comma-separated sections to run.")
 	flag.Float64Var(&o.rate, "rate", 200, "Open-loop rate of the hook latency runs (requests/s).")
 	flag.DurationVar(&o.duration, "duration", 4*time.Second, "Length of one open-loop run (per round and server).")
 	flag.IntVar(&o.rounds, "rounds", 3, "Rounds per hook; the servers' order alternates.")
@@ -114,6 +114,7 @@ func run(ctx context.Context, o options) error {
 	step("hooks", r.hooks)
 	step("scale", r.scale)
 	step("agent", r.agent)
+	step("guard", r.guard)
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "Measured %s on %s (%d CPUs shared), `%s`, in %s. Logs: `%s`.\n\n",

@@ -1,0 +1,31 @@
+package v1alpha1
+
+// The in-place-only admission guard (internal/guard): on by default for every Cluster in
+// a namespace labelled NamespaceEnabledLabel=true, it refuses any write that would make
+// Cluster API replace a Machine of that Cluster.
+const (
+	// AllowReplaceAnnotation, set on the object being written (Cluster,
+	// KubeadmControlPlane, MachineDeployment, MachineSet or template) to a value of the
+	// operator's choice (a ticket, a reason), lets through the one write that sets or
+	// changes it even though it replaces Machines; the guard records an Event with the
+	// value and what is replaced. The same value never admits a second change: the
+	// next replacement needs a new value. On a Cluster it also admits the writes the
+	// topology controller derives for that Cluster (its KubeadmControlPlane,
+	// MachineDeployments, MachineSets and templates) while it stays on the Cluster;
+	// remove it once the rollout is done.
+	AllowReplaceAnnotation = GroupName + "/allow-replace"
+
+	// GuardAnnotation on a Cluster set to GuardDisabled turns the guard off for that
+	// Cluster only. Any other value (or none) leaves it on.
+	GuardAnnotation = GroupName + "/guard"
+
+	// GuardDisabled is the value of GuardAnnotation that turns the guard off.
+	GuardDisabled = "disabled"
+)
+
+// Event reasons of the guard.
+const (
+	// EventGuardOverridden is recorded on the written object when AllowReplaceAnnotation
+	// let a replacing change through.
+	EventGuardOverridden = "InPlaceGuardOverridden"
+)

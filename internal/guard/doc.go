@@ -1,0 +1,44 @@
+// Package guard is the in-place-only admission guard: a validating webhook that
+// refuses, at the write, any change that would make Cluster API replace a Machine of a
+// Cluster in a namespace labelled inplace.capi-inplace.dev/enabled=true (the
+// registration's namespaceSelector), with the planner's reason in the refusal.
+//
+// It decides with the code behind `capi-inplace plan`, so the two never disagree:
+//
+//	webhook.go (I/O)   decode the AdmissionReview's old and new object; find the
+//	                   Cluster(s) the object belongs to (for a template: the Clusters
+//	                   whose KubeadmControlPlane or MachineDeployments reference it);
+//	                   preview.Gatherer reads the live Snapshot and Propose applies the
+//	                   write to it (change.go turns the write into the merge patch
+//	                   Apply expects)
+//	decide.go (pure)   Decide: preview.Build of the Cluster as it is and with the write;
+//	                   a reason to replace a Machine that only the write brings refuses
+//	                   it, unless the write carries a new allow-replace value
+//	metrics.go         refusals by cause kind (preview.CauseKind: a fixed set), writes
+//	                   by kind and result, latency
+//
+// Covered writes: Cluster.spec.topology (the version moves the KubeadmControlPlane and
+// topology-owned MachineDeployments as the topology controller does), KubeadmControlPlane,
+// MachineDeployment, KubeadmConfigTemplate and infrastructure machine templates
+// (changed under their name: planned as if rotated, like plan does), MachineSet
+// deletion. Topology changes other than the version (class, variables) are derived by
+// the topology controller, which the guard does not run: they are judged when the
+// topology controller writes the KubeadmControlPlane or MachineDeployment they
+// produce, and a refusal there leaves the Cluster's TopologyReconciled condition False
+// with the guard's message.
+//
+// Invariants:
+//   - Fails closed for opted-in namespaces: a Cluster that cannot be read or planned
+//     refuses the write (failurePolicy Fail covers an unreachable extension); other
+//     namespaces are never sent to it.
+//   - An update that changes no spec (status, metadata, finalizers) is allowed without
+//     any read, so controllers' own writes cost nothing.
+//   - A reason that exists without the write (a Machine marked for deletion, an
+//     earlier change) does not refuse it.
+//   - The override is one write: AllowReplaceAnnotation admits the write that sets or
+//     changes its value, and is recorded in an Event on the object (not on dry runs).
+//
+// Imports: api/v1alpha1, internal/preview, internal/planner, internal/policy, Cluster
+// API API types, apimachinery, client-go events, controller-runtime's client and
+// admission, prometheus.
+package guard

@@ -1,0 +1,419 @@
+package guard_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/guard"
+	"github.com/capi-inplace/capi-inplace/internal/planner"
+	"github.com/capi-inplace/capi-inplace/internal/policy"
+	"github.com/capi-inplace/capi-inplace/internal/preview/previewtest"
+)
+
+// TestGuardAgainstAPIServer runs the guard behind a real kube-apiserver (envtest, with
+// Cluster API's CRDs and the Dev provider's) that calls it over HTTPS through a
+// ValidatingWebhookConfiguration with the guard's own registration and the
+// namespaceSelector of config/webhook. Writes go through kubectl (server-side apply),
+// as an operator makes them: each refused write prints the planner's reason, and no
+// object in the namespace changes.
+func TestGuardAgainstAPIServer(t *testing.T) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("KUBEBUILDER_ASSETS is not set (make test sets it)")
+		}
+		t.Skip("KUBEBUILDER_ASSETS not set (run make test)")
+	}
+	g := NewWithT(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	hook := guard.ValidatingWebhook(admissionregistrationv1.WebhookClientConfig{
+		Service: &admissionregistrationv1.ServiceReference{Namespace: "capi-inplace-system", Name: "capi-inplace", Path: ptr.To(guard.WebhookPath)},
+	})
+	hook.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{inplacev1.NamespaceEnabledLabel: "true"}}
+	env := &envtest.Environment{
+		CRDInstallOptions: envtest.CRDInstallOptions{CRDs: capiCRDs(t)},
+		WebhookInstallOptions: envtest.WebhookInstallOptions{ValidatingWebhooks: []*admissionregistrationv1.ValidatingWebhookConfiguration{{
+			ObjectMeta: metav1.ObjectMeta{Name: "capi-inplace-guard"},
+			Webhooks:   []admissionregistrationv1.ValidatingWebhook{hook},
+		}}},
+	}
+	cfg, err := env.Start()
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Logf("stop envtest: %v", err)
+		}
+	})
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, clusterv1.AddToScheme, controlplanev1.AddToScheme, bootstrapv1.AddToScheme, apiextensionsv1.AddToScheme} {
+		g.Expect(add(scheme)).To(Succeed())
+	}
+	wio := env.WebhookInstallOptions
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		WebhookServer: webhook.NewServer(webhook.Options{Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir}),
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	// The binary's reader: the manager's cache, typed and unstructured.
+	cached, err := client.New(cfg, client.Options{Scheme: scheme, Mapper: mgr.GetRESTMapper(), Cache: &client.CacheOptions{Reader: mgr.GetCache(), Unstructured: true}})
+	g.Expect(err).NotTo(HaveOccurred())
+	pl, err := planner.New(policy.Builtin())
+	g.Expect(err).NotTo(HaveOccurred())
+	reg := prometheus.NewRegistry()
+	metrics, err := guard.NewMetrics(reg)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(guard.Register(mgr.GetWebhookServer(), guard.Options{
+		Reader: cached, Planner: pl, Policy: policy.Builtin(), Metrics: metrics, Recorder: mgr.GetEventRecorder("capi-inplace-guard"),
+	})).To(Succeed())
+	mctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(mctx); err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}()
+	t.Cleanup(func() { stop(); <-done })
+
+	admin, err := client.New(cfg, client.Options{Scheme: scheme})
+	g.Expect(err).NotTo(HaveOccurred())
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	user, err := env.AddUser(envtest.User{Name: "operator", Groups: []string{"system:masters"}}, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	kc, err := user.KubeConfig()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(os.WriteFile(kubeconfig, kc, 0o600)).To(Succeed())
+
+	// fleet is opted in; other is not. Both hold the same ClusterClass-style cluster;
+	// plain holds a cluster without topology.
+	classy := previewtest.Default()
+	other := previewtest.Default()
+	other.Namespace = "other"
+	plain := previewtest.Default()
+	plain.Namespace, plain.Topology = "plain", false
+	for _, fx := range []previewtest.Options{classy, other, plain} {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fx.Namespace}}
+		if fx.Namespace != "other" {
+			ns.Labels = map[string]string{inplacev1.NamespaceEnabledLabel: "true"}
+		}
+		g.Expect(admin.Create(ctx, ns)).To(Succeed())
+		createFixture(ctx, t, admin, fx)
+	}
+
+	kubectl := func(stdin string, args ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl"), append([]string{"--kubeconfig", kubeconfig}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	apply := func(doc string) (string, error) {
+		return kubectl(doc, "apply", "--server-side", "--force-conflicts", "--field-manager=operator", "-f", "-")
+	}
+	// refused applies doc and expects the guard's refusal naming says, with no object
+	// of the namespace changed.
+	refused := func(t *testing.T, ns, doc string, says ...string) {
+		t.Helper()
+		g := NewWithT(t)
+		// The guard reads through a cache: wait until it holds the fixture.
+		before := resourceVersions(ctx, t, admin, ns)
+		var out string
+		g.Eventually(func() string {
+			out, _ = apply(doc)
+			return out
+		}, 20*time.Second, 250*time.Millisecond).Should(ContainSubstring("capi-inplace guard"))
+		g.Expect(out).To(ContainSubstring("denied the request"))
+		g.Expect(out).To(ContainSubstring("instead of updating them in-place"))
+		for _, s := range says {
+			g.Expect(out).To(ContainSubstring(s))
+		}
+		g.Expect(resourceVersions(ctx, t, admin, ns)).To(Equal(before), "a refused write changes nothing")
+	}
+
+	t.Run("ClusterClass: Cluster.spec.topology two minors up is refused with the field", func(t *testing.T) {
+		refused(t, "fleet", "apiVersion: cluster.x-k8s.io/v1beta2\nkind: Cluster\nmetadata: {name: demo, namespace: fleet}\nspec: {topology: {version: v1.37.0}}\n",
+			"Cluster fleet/demo", "spec.version", "v1.37.0")
+	})
+	t.Run("the same write in a namespace not opted in goes through", func(t *testing.T) {
+		g := NewWithT(t)
+		out, err := apply("apiVersion: cluster.x-k8s.io/v1beta2\nkind: Cluster\nmetadata: {name: demo, namespace: other}\nspec: {topology: {version: v1.37.0}}\n")
+		g.Expect(err).NotTo(HaveOccurred(), out)
+	})
+	t.Run("plain: KubeadmControlPlane bootstrap-only field is refused", func(t *testing.T) {
+		refused(t, "plain", "apiVersion: controlplane.cluster.x-k8s.io/v1beta2\nkind: KubeadmControlPlane\nmetadata: {name: demo-cp, namespace: plain}\nspec: {kubeadmConfigSpec: {preKubeadmCommands: [echo hi]}}\n",
+			"KubeadmControlPlane plain/demo-cp", "spec.preKubeadmCommands", "demo-cp-0")
+	})
+	t.Run("plain: MachineDeployment pointing at a template that does not exist is refused", func(t *testing.T) {
+		refused(t, "plain", "apiVersion: cluster.x-k8s.io/v1beta2\nkind: MachineDeployment\nmetadata: {name: demo-md-0, namespace: plain}\n"+
+			"spec: {clusterName: demo, template: {spec: {clusterName: demo, infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: DevMachineTemplate, name: nope}}}}\n",
+			"MachineDeployment plain/demo-md-0", "DevMachineTemplate nope was not found")
+	})
+	t.Run("plain: MachineDeployment maxUnavailable 0 with a version change is refused", func(t *testing.T) {
+		refused(t, "plain", "apiVersion: cluster.x-k8s.io/v1beta2\nkind: MachineDeployment\nmetadata: {name: demo-md-0, namespace: plain}\n"+
+			"spec: {clusterName: demo, rollout: {strategy: {rollingUpdate: {maxUnavailable: 0, maxSurge: 1}}}, template: {spec: {clusterName: demo, version: v1.35.2}}}\n",
+			"maxUnavailable 0")
+	})
+	t.Run("KubeadmConfigTemplate changed under its name is refused", func(t *testing.T) {
+		refused(t, "plain", "apiVersion: bootstrap.cluster.x-k8s.io/v1beta2\nkind: KubeadmConfigTemplate\nmetadata: {name: demo-md-0-v1, namespace: plain}\n"+
+			"spec: {template: {spec: {preKubeadmCommands: [echo hi]}}}\n",
+			"KubeadmConfigTemplate plain/demo-md-0-v1", "preKubeadmCommands", "demo-md-0-v1-0")
+	})
+	t.Run("infrastructure template OS image the policy does not map is refused", func(t *testing.T) {
+		refused(t, "fleet", "apiVersion: infrastructure.cluster.x-k8s.io/v1beta2\nkind: DevMachineTemplate\nmetadata: {name: demo-md-0-v1, namespace: fleet}\n"+
+			"spec: {template: {spec: {backend: {docker: {customImage: registry.example/node-os:9.9}}}}}\n",
+			"DevMachineTemplate fleet/demo-md-0-v1", "customImage")
+	})
+	t.Run("an unhealthy control-plane Machine refuses a KubeadmControlPlane change", func(t *testing.T) {
+		g := NewWithT(t)
+		m := &clusterv1.Machine{}
+		g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: "plain", Name: "demo-cp-1"}, m)).To(Succeed())
+		m.Status.Conditions = append(m.Status.Conditions, metav1.Condition{
+			Type: controlplanev1.KubeadmControlPlaneMachineAPIServerPodHealthyCondition, Status: metav1.ConditionFalse,
+			Reason: "PodFailed", LastTransitionTime: metav1.Now(),
+		})
+		g.Expect(admin.Status().Update(ctx, m)).To(Succeed())
+		refused(t, "plain", "apiVersion: controlplane.cluster.x-k8s.io/v1beta2\nkind: KubeadmControlPlane\nmetadata: {name: demo-cp, namespace: plain}\nspec: {version: v1.35.2}\n",
+			"demo-cp-1 is not healthy", "APIServerPodHealthy")
+		meta.RemoveStatusCondition(&m.Status.Conditions, controlplanev1.KubeadmControlPlaneMachineAPIServerPodHealthyCondition)
+		g.Expect(admin.Status().Update(ctx, m)).To(Succeed())
+	})
+	t.Run("MachineSet deletion with Machines is refused", func(t *testing.T) {
+		g := NewWithT(t)
+		out, err := kubectl("", "delete", "machineset", "-n", "plain", "demo-md-0-v1", "--wait=false")
+		g.Expect(err).To(HaveOccurred())
+		g.Expect(out).To(ContainSubstring("deleting MachineSet demo-md-0-v1"))
+		g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: "plain", Name: "demo-md-0-v1"}, &clusterv1.MachineSet{})).To(Succeed())
+	})
+	t.Run("an in-place change goes through", func(t *testing.T) {
+		g := NewWithT(t)
+		out, err := apply("apiVersion: controlplane.cluster.x-k8s.io/v1beta2\nkind: KubeadmControlPlane\nmetadata: {name: demo-cp, namespace: plain}\nspec: {version: v1.35.2}\n")
+		g.Expect(err).NotTo(HaveOccurred(), out)
+	})
+	t.Run("the override lets one replacing change through, recorded in an Event, and only one", func(t *testing.T) {
+		g := NewWithT(t)
+		out, err := apply("apiVersion: controlplane.cluster.x-k8s.io/v1beta2\nkind: KubeadmControlPlane\nmetadata: {name: demo-cp, namespace: plain, annotations: {" +
+			inplacev1.AllowReplaceAnnotation + ": CHG-1234}}\nspec: {kubeadmConfigSpec: {preKubeadmCommands: [echo hi]}}\n")
+		g.Expect(err).NotTo(HaveOccurred(), out)
+		g.Eventually(func() []string {
+			list := &eventsv1.EventList{}
+			g.Expect(admin.List(ctx, list, client.InNamespace("plain"))).To(Succeed())
+			var notes []string
+			for _, e := range list.Items {
+				if e.Reason == inplacev1.EventGuardOverridden && e.Regarding.Name == "demo-cp" {
+					notes = append(notes, e.Note)
+				}
+			}
+			return notes
+		}, 20*time.Second, 250*time.Millisecond).Should(ContainElement(And(ContainSubstring("CHG-1234"), ContainSubstring("demo-cp-0"))))
+		// The stored value is spent: the next replacing change is refused again.
+		refused(t, "plain", "apiVersion: controlplane.cluster.x-k8s.io/v1beta2\nkind: KubeadmControlPlane\nmetadata: {name: demo-cp, namespace: plain}\nspec: {kubeadmConfigSpec: {preKubeadmCommands: [echo hi, echo again]}}\n",
+			"preKubeadmCommands")
+	})
+	t.Run("the Cluster annotation turns the guard off for that Cluster", func(t *testing.T) {
+		g := NewWithT(t)
+		out, err := kubectl("", "annotate", "cluster", "-n", "fleet", "demo", inplacev1.GuardAnnotation+"="+inplacev1.GuardDisabled)
+		g.Expect(err).NotTo(HaveOccurred(), out)
+		g.Eventually(func() error {
+			out, err := apply("apiVersion: cluster.x-k8s.io/v1beta2\nkind: Cluster\nmetadata: {name: demo, namespace: fleet}\nspec: {topology: {version: v1.37.0}}\n")
+			if err != nil {
+				return fmt.Errorf("%v: %s", err, out)
+			}
+			return nil
+		}, 20*time.Second, 250*time.Millisecond).Should(Succeed())
+	})
+	t.Run("refusals are counted by reason", func(t *testing.T) {
+		g := NewWithT(t)
+		counts := refusalCounts(t, reg)
+		for _, reason := range []string{"field", "rollout", "missing-object", "unhealthy-control-plane"} {
+			g.Expect(counts).To(HaveKeyWithValue(reason, BeNumerically(">=", 1)), reason)
+		}
+	})
+}
+
+// refusalCounts reads capi_inplace_guard_refusals_total by reason.
+func refusalCounts(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != "capi_inplace_guard_refusals_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			out[labelValue(m, "reason")] = m.GetCounter().GetValue()
+		}
+	}
+	return out
+}
+
+func labelValue(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+// createFixture creates the fixture's objects as their owners would, then writes the
+// Machines' status (nodeRef) through the status subresource.
+func createFixture(ctx context.Context, t *testing.T, c client.Client, fx previewtest.Options) {
+	t.Helper()
+	objs, err := fx.Objects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range objs {
+		obj.SetUID("")
+		var status *clusterv1.MachineStatus
+		if m, ok := obj.(*clusterv1.Machine); ok {
+			status = m.Status.DeepCopy()
+		}
+		if err := c.Create(ctx, obj); err != nil {
+			t.Fatalf("create %T %s: %v", obj, obj.GetName(), err)
+		}
+		if status != nil {
+			m := obj.(*clusterv1.Machine)
+			m.Status = *status
+			if err := c.Status().Update(ctx, m); err != nil {
+				t.Fatalf("write status of Machine %s: %v", m.Name, err)
+			}
+		}
+	}
+	// Owner references point at the real UIDs, as the controllers set them.
+	ms := &clusterv1.MachineSet{}
+	md := &clusterv1.MachineDeployment{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: fx.Namespace, Name: fx.MSName()}, ms); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: fx.Namespace, Name: fx.MDName()}, md); err != nil {
+		t.Fatal(err)
+	}
+	ms.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(md, clusterv1.GroupVersion.WithKind("MachineDeployment"))}
+	if err := c.Update(ctx, ms); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// resourceVersions returns "<kind>/<name>" -> resourceVersion for every object of the
+// fixture's kinds in namespace.
+func resourceVersions(ctx context.Context, t *testing.T, c client.Client, namespace string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, gvk := range []schema.GroupVersionKind{
+		clusterv1.GroupVersion.WithKind("ClusterList"), clusterv1.GroupVersion.WithKind("MachineDeploymentList"),
+		clusterv1.GroupVersion.WithKind("MachineSetList"), clusterv1.GroupVersion.WithKind("MachineList"),
+		controlplanev1.GroupVersion.WithKind("KubeadmControlPlaneList"),
+		bootstrapv1.GroupVersion.WithKind("KubeadmConfigList"), bootstrapv1.GroupVersion.WithKind("KubeadmConfigTemplateList"),
+		{Group: previewtest.InfraGroup, Version: "v1beta2", Kind: "DevMachineList"},
+		{Group: previewtest.InfraGroup, Version: "v1beta2", Kind: "DevMachineTemplateList"},
+	} {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(gvk)
+		if err := c.List(ctx, list, client.InNamespace(namespace)); err != nil {
+			t.Fatalf("list %s: %v", gvk.Kind, err)
+		}
+		for _, item := range list.Items {
+			out[item.GetKind()+"/"+item.GetName()] = item.GetResourceVersion()
+		}
+	}
+	if len(out) < 20 {
+		t.Fatalf("expected the fixture's objects, found %d", len(out))
+	}
+	return out
+}
+
+// capiCRDs returns Cluster API's CRDs (core, KCP, kubeadm bootstrap) and the Dev
+// provider's from the module cache, with the contract labels clusterctl adds (the
+// same set cmd/capi-inplace's plan test installs).
+func capiCRDs(t *testing.T) []*apiextensionsv1.CustomResourceDefinition {
+	t.Helper()
+	modDir := func(dir, module string) string {
+		cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", module)
+		cmd.Dir = dir
+		out, err := cmd.Output()
+		if err != nil || strings.TrimSpace(string(out)) == "" {
+			t.Fatalf("locate %s (run make tools): %v", module, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	capi := modDir(".", "sigs.k8s.io/cluster-api")
+	dirs := []string{
+		filepath.Join(capi, "core", "config", "crd", "bases"),
+		filepath.Join(capi, "controlplane", "kubeadm", "config", "crd", "bases"),
+		filepath.Join(capi, "bootstrap", "kubeadm", "config", "crd", "bases"),
+		filepath.Join(modDir(filepath.Join("..", "..", "hack", "tools", "capi"), "sigs.k8s.io/cluster-api/test"), "infrastructure", "docker", "config", "crd", "bases"),
+	}
+	var out []*apiextensionsv1.CustomResourceDefinition
+	for _, dir := range dirs {
+		paths, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+		if err != nil || len(paths) == 0 {
+			t.Fatalf("no CRDs in %s: %v", dir, err)
+		}
+		for _, p := range paths {
+			data, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+			for {
+				var raw map[string]any
+				if err := dec.Decode(&raw); err != nil {
+					break
+				}
+				if raw["kind"] != "CustomResourceDefinition" {
+					continue
+				}
+				b, _ := sigsyaml.Marshal(raw)
+				crd := &apiextensionsv1.CustomResourceDefinition{}
+				if err := sigsyaml.Unmarshal(b, crd); err != nil {
+					t.Fatalf("decode CRD in %s: %v", p, err)
+				}
+				if crd.Labels == nil {
+					crd.Labels = map[string]string{}
+				}
+				crd.Labels["cluster.x-k8s.io/v1beta1"] = "v1beta1"
+				crd.Labels["cluster.x-k8s.io/v1beta2"] = "v1beta2"
+				out = append(out, crd)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,403 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/labels/format"
+
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/planner"
+	"github.com/capi-inplace/capi-inplace/internal/policy"
+	"github.com/capi-inplace/capi-inplace/internal/preview"
+)
+
+// WebhookPath is where Register serves the guard.
+const WebhookPath = "/validate-cluster-x-k8s-io-inplace-guard"
+
+// WebhookName is the name of the webhook inside its ValidatingWebhookConfiguration.
+const WebhookName = "guard.inplace.capi-inplace.dev"
+
+// infraTemplateResources are the infrastructure machine template kinds the guard
+// registers for (the Docker and Dev providers the e2e and bench stacks run); a
+// deployment with another provider adds its template resource to the rule.
+// Their version is the one the providers' CRDs name for the v1beta2 contract: with
+// matchPolicy Equivalent, writes of other versions reach the guard converted to it, the
+// version preview.Gatherer reads.
+var infraTemplateResources = []string{"dockermachinetemplates", "devmachinetemplates"}
+
+const infraTemplateVersion = "v1beta2"
+
+// ValidatingWebhook returns the guard's registration for a
+// ValidatingWebhookConfiguration, pointing at clientConfig (a Service or URL whose
+// path is WebhookPath). config/webhook registers it with a namespaceSelector on
+// inplace.capi-inplace.dev/enabled=true, so it never sees other namespaces.
+//
+// failurePolicy is Fail on purpose: an opted-in Cluster's writes must not reach Cluster
+// API unguarded while the extension is down (fails closed). The rules cover UPDATE
+// of the objects whose change rolls Machines out, and DELETE of MachineSets (a
+// MachineDeployment replaces the Machines of a deleted MachineSet); an update that
+// changes no spec is answered without any read.
+func ValidatingWebhook(clientConfig admissionregistrationv1.WebhookClientConfig) admissionregistrationv1.ValidatingWebhook {
+	fail := admissionregistrationv1.Fail
+	equivalent := admissionregistrationv1.Equivalent
+	none := admissionregistrationv1.SideEffectClassNoneOnDryRun
+	update := []admissionregistrationv1.OperationType{admissionregistrationv1.Update}
+	rule := func(ops []admissionregistrationv1.OperationType, group, version string, resources ...string) admissionregistrationv1.RuleWithOperations {
+		return admissionregistrationv1.RuleWithOperations{Operations: ops, Rule: admissionregistrationv1.Rule{
+			APIGroups: []string{group}, APIVersions: []string{version}, Resources: resources,
+			Scope: ptr.To(admissionregistrationv1.NamespacedScope),
+		}}
+	}
+	return admissionregistrationv1.ValidatingWebhook{
+		Name:         WebhookName,
+		ClientConfig: clientConfig,
+		Rules: []admissionregistrationv1.RuleWithOperations{
+			rule(update, clusterv1.GroupVersion.Group, clusterv1.GroupVersion.Version, "clusters", "machinedeployments"),
+			rule([]admissionregistrationv1.OperationType{admissionregistrationv1.Update, admissionregistrationv1.Delete},
+				clusterv1.GroupVersion.Group, clusterv1.GroupVersion.Version, "machinesets"),
+			rule(update, controlplanev1.GroupVersion.Group, controlplanev1.GroupVersion.Version, "kubeadmcontrolplanes"),
+			rule(update, bootstrapv1.GroupVersion.Group, bootstrapv1.GroupVersion.Version, "kubeadmconfigtemplates"),
+			rule(update, "infrastructure.cluster.x-k8s.io", infraTemplateVersion, infraTemplateResources...),
+		},
+		FailurePolicy:           &fail,
+		MatchPolicy:             &equivalent,
+		SideEffects:             &none,
+		TimeoutSeconds:          ptr.To[int32](10),
+		AdmissionReviewVersions: []string{"v1"},
+	}
+}
+
+// EventRecorder records the override Events; k8s.io/client-go/tools/events'
+// EventRecorder (as returned by a controller-runtime manager) satisfies it.
+type EventRecorder interface {
+	Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any)
+}
+
+var _ EventRecorder = events.EventRecorder(nil)
+
+// Options configure the guard.
+type Options struct {
+	// Reader reads the Cluster's objects, as preview.Gatherer does; its scheme must know
+	// Cluster API's core and KCP v1beta2 types and apiextensions v1 (for the served
+	// version of references). A cached reader keeps the guard well inside its latency
+	// budget. Required.
+	Reader client.Reader
+	// Planner and Policy are the extension's own, so that the guard and the hooks
+	// decide alike. Required.
+	Planner *planner.Planner
+	Policy  *policy.Policy
+	// Settings are the ExtensionConfig settings the hooks are called with
+	// (disableInPlaceUpdates).
+	Settings map[string]string
+	// Recorder records an Event on the object when an override lets a replacement
+	// through. Required.
+	Recorder EventRecorder
+	// Metrics counts decisions; nil counts nothing.
+	Metrics *Metrics
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// WebhookRegistry is the part of controller-runtime's webhook.Server we use.
+type WebhookRegistry interface {
+	Register(path string, hook http.Handler)
+}
+
+// Register serves the guard on registry at WebhookPath.
+func Register(registry WebhookRegistry, opts Options) error {
+	h, err := NewHandler(opts)
+	if err != nil {
+		return err
+	}
+	registry.Register(WebhookPath, &webhook.Admission{Handler: h})
+	return nil
+}
+
+// Handler is the admission adapter around Decide.
+type Handler struct {
+	opts Options
+}
+
+var _ admission.Handler = &Handler{}
+
+// NewHandler checks opts and returns the admission handler.
+func NewHandler(opts Options) (*Handler, error) {
+	switch {
+	case opts.Reader == nil:
+		return nil, errors.New("guard: Options.Reader is required")
+	case opts.Planner == nil || opts.Policy == nil:
+		return nil, errors.New("guard: Options.Planner and Options.Policy are required")
+	case opts.Recorder == nil:
+		return nil, errors.New("guard: Options.Recorder is required")
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Handler{opts: opts}, nil
+}
+
+// Handle implements admission.Handler.
+func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.Response {
+	start := time.Now()
+	kind := req.Kind.Kind
+	resp, result, reasons := h.handle(ctx, req)
+	h.opts.Metrics.record(kind, result, reasons, time.Since(start).Seconds())
+	return resp
+}
+
+func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.Response, string, []preview.CauseKind) {
+	log := ctrl.LoggerFrom(ctx).WithValues("kind", req.Kind.Kind, "object", req.Namespace+"/"+req.Name)
+	errored := func(code int32, err error) (admission.Response, string, []preview.CauseKind) {
+		log.Error(err, "Guard refused a write it could not decide")
+		return admission.Errored(code, fmt.Errorf("capi-inplace guard (fails closed for Clusters in namespaces labelled %s=true): %w", inplacev1.NamespaceEnabledLabel, err)), ResultError, nil
+	}
+	old := &unstructured.Unstructured{}
+	if err := old.UnmarshalJSON(req.OldObject.Raw); err != nil {
+		return errored(http.StatusBadRequest, fmt.Errorf("decode the stored %s: %w", req.Kind.Kind, err))
+	}
+	if req.Operation == admissionv1.Delete {
+		return h.machineSetDeletion(ctx, old, errored)
+	}
+	if req.Operation != admissionv1.Update {
+		return admission.Allowed(""), ResultAllowed, nil
+	}
+	written := &unstructured.Unstructured{}
+	if err := written.UnmarshalJSON(req.Object.Raw); err != nil {
+		return errored(http.StatusBadRequest, fmt.Errorf("decode the written %s: %w", req.Kind.Kind, err))
+	}
+	if !specChanged(written.GetKind(), old, written) || written.GetDeletionTimestamp() != nil {
+		return admission.Allowed(""), ResultAllowed, nil
+	}
+	if written.GetKind() == "MachineSet" {
+		// A MachineSet creates new Machines from its template and never rolls the
+		// existing ones out; a MachineDeployment's MachineSets follow the
+		// MachineDeployment, which the guard judges at its own write.
+		return admission.Allowed(""), ResultAllowed, nil
+	}
+	clusters, err := h.clustersOf(ctx, written)
+	if err != nil {
+		return errored(http.StatusServiceUnavailable, err)
+	}
+	object := written.GetKind() + " " + written.GetNamespace() + "/" + written.GetName()
+	result := ResultAllowed
+	for _, cluster := range clusters {
+		live, proposed, found, err := h.snapshots(ctx, written.GetNamespace(), cluster, Change(old, written))
+		switch {
+		case errors.Is(err, preview.ErrInvalidChange):
+			return errored(http.StatusForbidden, err)
+		case err != nil:
+			return errored(http.StatusServiceUnavailable, err)
+		case !found || !live.Cluster.DeletionTimestamp.IsZero():
+			continue
+		}
+		override := OverrideOf(old.GetAnnotations(), written.GetAnnotations())
+		if override == "" && written.GetKind() != "Cluster" && derivedFromTopology(written) {
+			override = live.Cluster.Annotations[inplacev1.AllowReplaceAnnotation]
+		}
+		v, err := Decide(Input{
+			Object: object, Live: live, Proposed: proposed, Planner: h.opts.Planner, Policy: h.opts.Policy,
+			Settings: h.opts.Settings, Now: h.opts.Now(), Override: override,
+		})
+		if err != nil {
+			return errored(http.StatusInternalServerError, err)
+		}
+		switch {
+		case v.Disabled:
+			result = ResultDisabled
+		case !v.Allowed:
+			log.V(1).Info("Guard refused a write that replaces Machines", "cluster", cluster, "machines", v.Machines())
+			return admission.Denied(v.Message(object, cluster)), ResultRefused, v.Kinds()
+		case v.Override != "":
+			result = ResultOverridden
+			if !ptr.Deref(req.DryRun, false) {
+				h.opts.Recorder.Eventf(written, nil, corev1.EventTypeWarning, inplacev1.EventGuardOverridden, "AllowReplace",
+					"%s=%q let through a change that replaces Machine(s) %v of Cluster %s: %s",
+					inplacev1.AllowReplaceAnnotation, v.Override, v.Machines(), cluster, v.Refusals[0].Message)
+			}
+			log.Info("Guard let a replacing write through on an override", "cluster", cluster, "override", v.Override, "machines", v.Machines())
+		}
+	}
+	return admission.Allowed(""), result, nil
+}
+
+// snapshots reads the Cluster as stored and applies the write to it, as `capi-inplace
+// plan -f` does. found is false when the Cluster does not exist.
+func (h *Handler) snapshots(ctx context.Context, namespace, cluster string, change *unstructured.Unstructured) (live, proposed preview.Snapshot, found bool, err error) {
+	g := preview.Gatherer{Reader: h.opts.Reader}
+	live, _, err = g.Gather(ctx, namespace, cluster)
+	if errors.Is(err, preview.ErrClusterNotFound) {
+		return preview.Snapshot{}, preview.Snapshot{}, false, nil
+	}
+	if err != nil {
+		return preview.Snapshot{}, preview.Snapshot{}, false, err
+	}
+	proposed, _, err = g.Propose(ctx, &live, []*unstructured.Unstructured{change})
+	if err != nil {
+		return preview.Snapshot{}, preview.Snapshot{}, false, err
+	}
+	return live, proposed, true, nil
+}
+
+// clustersOf returns the Clusters whose Machines a write can roll out: the Cluster
+// itself, the Cluster a KubeadmControlPlane or MachineDeployment belongs to, and for a
+// template every Cluster whose KubeadmControlPlane or MachineDeployments reference it.
+func (h *Handler) clustersOf(ctx context.Context, obj *unstructured.Unstructured) ([]string, error) {
+	switch obj.GetKind() {
+	case "Cluster":
+		return []string{obj.GetName()}, nil
+	case "MachineDeployment":
+		name, _, _ := unstructured.NestedString(obj.Object, "spec", "clusterName")
+		return nonEmpty(name), nil
+	case "KubeadmControlPlane":
+		if name := obj.GetLabels()[clusterv1.ClusterNameLabel]; name != "" {
+			return []string{name}, nil
+		}
+		for _, ref := range obj.GetOwnerReferences() {
+			if ref.Kind == "Cluster" {
+				return []string{ref.Name}, nil
+			}
+		}
+		return nil, nil
+	}
+	return h.referencingClusters(ctx, obj)
+}
+
+// referencingClusters lists the KubeadmControlPlanes and MachineDeployments of the
+// template's namespace that reference it.
+func (h *Handler) referencingClusters(ctx context.Context, tmpl *unstructured.Unstructured) ([]string, error) {
+	key := preview.KeyOf(tmpl)
+	refers := func(ref clusterv1.ContractVersionedObjectReference) bool {
+		return ref.IsDefined() && preview.RefKey(ref) == key
+	}
+	var out []string
+	add := func(name string) {
+		if name != "" && !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	ns := client.InNamespace(tmpl.GetNamespace())
+	kcps := &controlplanev1.KubeadmControlPlaneList{}
+	if err := h.opts.Reader.List(ctx, kcps, ns); err != nil {
+		return nil, fmt.Errorf("list KubeadmControlPlanes referencing %s: %w", key, err)
+	}
+	for i := range kcps.Items {
+		kcp := &kcps.Items[i]
+		if refers(kcp.Spec.MachineTemplate.Spec.InfrastructureRef) {
+			add(kcp.Labels[clusterv1.ClusterNameLabel])
+			for _, ref := range kcp.OwnerReferences {
+				if ref.Kind == "Cluster" {
+					add(ref.Name)
+				}
+			}
+		}
+	}
+	mds := &clusterv1.MachineDeploymentList{}
+	if err := h.opts.Reader.List(ctx, mds, ns); err != nil {
+		return nil, fmt.Errorf("list MachineDeployments referencing %s: %w", key, err)
+	}
+	for i := range mds.Items {
+		md := &mds.Items[i]
+		if refers(md.Spec.Template.Spec.InfrastructureRef) || refers(md.Spec.Template.Spec.Bootstrap.ConfigRef) {
+			add(md.Spec.ClusterName)
+		}
+	}
+	return out, nil
+}
+
+// machineSetDeletion refuses deleting a MachineDeployment's MachineSet that still has
+// Machines: the MachineDeployment creates new Machines in their place.
+func (h *Handler) machineSetDeletion(ctx context.Context, old *unstructured.Unstructured,
+	errored func(int32, error) (admission.Response, string, []preview.CauseKind)) (admission.Response, string, []preview.CauseKind) {
+	ms := &clusterv1.MachineSet{}
+	if err := fromUnstructured(old, ms); err != nil {
+		return errored(http.StatusBadRequest, err)
+	}
+	md := ""
+	for _, ref := range ms.OwnerReferences {
+		if ref.Kind == "MachineDeployment" && ptr.Deref(ref.Controller, false) {
+			md = ref.Name
+		}
+	}
+	if md == "" || ms.Annotations[inplacev1.AllowReplaceAnnotation] != "" {
+		return admission.Allowed(""), ResultAllowed, nil
+	}
+	cluster := &clusterv1.Cluster{}
+	if err := h.opts.Reader.Get(ctx, client.ObjectKey{Namespace: ms.Namespace, Name: ms.Spec.ClusterName}, cluster); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			return admission.Allowed(""), ResultAllowed, nil
+		}
+		return errored(http.StatusServiceUnavailable, fmt.Errorf("read Cluster %s/%s: %w", ms.Namespace, ms.Spec.ClusterName, err))
+	}
+	if !cluster.DeletionTimestamp.IsZero() || cluster.Annotations[inplacev1.GuardAnnotation] == inplacev1.GuardDisabled {
+		return admission.Allowed(""), ResultAllowed, nil
+	}
+	owner := &clusterv1.MachineDeployment{}
+	if err := h.opts.Reader.Get(ctx, client.ObjectKey{Namespace: ms.Namespace, Name: md}, owner); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			return admission.Allowed(""), ResultAllowed, nil
+		}
+		return errored(http.StatusServiceUnavailable, fmt.Errorf("read MachineDeployment %s/%s: %w", ms.Namespace, md, err))
+	}
+	if !owner.DeletionTimestamp.IsZero() {
+		return admission.Allowed(""), ResultAllowed, nil
+	}
+	machines := &clusterv1.MachineList{}
+	if err := h.opts.Reader.List(ctx, machines, client.InNamespace(ms.Namespace), client.MatchingLabels{clusterv1.MachineSetNameLabel: format.MustFormatValue(ms.Name)}); err != nil {
+		return errored(http.StatusServiceUnavailable, fmt.Errorf("list Machines of MachineSet %s/%s: %w", ms.Namespace, ms.Name, err))
+	}
+	var names []string
+	for i := range machines.Items {
+		if machines.Items[i].DeletionTimestamp.IsZero() {
+			names = append(names, machines.Items[i].Name)
+		}
+	}
+	if len(names) == 0 {
+		return admission.Allowed(""), ResultAllowed, nil
+	}
+	v := Verdict{}
+	for _, n := range names {
+		v.Refusals = append(v.Refusals, Refusal{Machine: n, Kind: preview.CauseRollout, Message: fmt.Sprintf(
+			"deleting MachineSet %s deletes its Machines and MachineDeployment %s creates new ones instead of updating them in-place", ms.Name, md)})
+	}
+	return admission.Denied(v.Message("MachineSet "+ms.Namespace+"/"+ms.Name, ms.Spec.ClusterName)), ResultRefused, v.Kinds()
+}
+
+// derivedFromTopology reports whether the topology controller manages an object.
+func derivedFromTopology(obj *unstructured.Unstructured) bool {
+	_, ok := obj.GetLabels()[clusterv1.ClusterTopologyOwnedLabel]
+	return ok
+}
+
+func nonEmpty(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return []string{s}
+}
+
+func fromUnstructured(u *unstructured.Unstructured, obj any) error {
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, obj); err != nil {
+		return fmt.Errorf("decode %s %s: %w", u.GetKind(), u.GetName(), err)
+	}
+	return nil
+}
