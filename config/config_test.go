@@ -331,7 +331,7 @@ func TestRenderedObjects(t *testing.T) {
 		g := NewWithT(t)
 		cr := typed[rbacv1.ClusterRole](t, find(t, objs, "ClusterRole", "capi-inplace-extension"))
 		g.Expect(grants(cr.Rules)).To(Equal(map[string][]string{
-			"cluster.x-k8s.io/clusters":                                 {"get", "list", "watch"},
+			"cluster.x-k8s.io/clusters":                                 {"get", "list", "patch", "watch"},
 			"cluster.x-k8s.io/machinesets":                              {"get", "list", "watch"},
 			"cluster.x-k8s.io/machinedeployments":                       {"get", "list", "watch"},
 			"cluster.x-k8s.io/machines":                                 {"get", "list", "patch", "update", "watch"},
@@ -511,6 +511,7 @@ func TestManifestsApplyToAPIServer(t *testing.T) {
 	}
 	allowed := []access{
 		{"default", "list", "cluster.x-k8s.io", "clusters", ""},
+		{"default", "patch", "cluster.x-k8s.io", "clusters", ""},
 		{"default", "watch", "cluster.x-k8s.io", "machinedeployments", ""},
 		{"default", "patch", "cluster.x-k8s.io", "machines", ""},
 		{"default", "patch", "cluster.x-k8s.io", "machines", "status"},

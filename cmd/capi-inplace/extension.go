@@ -147,6 +147,8 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 		Binaries:     pol,
 		Preflight:    pol,
 		Gates:        pol,
+		Fleet:        pol,
+		FleetMetrics: metrics,
 		Recorder:     mgr.GetEventRecorder("capi-inplace"),
 		Drain:        coordinator.DrainOptionsFromPolicy(pol.Drain()),
 		ManageAgents: o.manageAgents,

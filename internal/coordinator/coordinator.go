@@ -68,6 +68,11 @@ type Options struct {
 	Preflight PreflightResolver
 	// Gates names the user-defined health gates of a Machine's pools; nil: none.
 	Gates GatesResolver
+	// Fleet names the failure budget, maintenance windows and soak of a Machine's
+	// pool (fleet.go); nil: a budget of 1 per cluster, no windows, no soak.
+	Fleet FleetResolver
+	// FleetMetrics counts updates held by the fleet controls; nil: none.
+	FleetMetrics FleetMetrics
 	// Recorder records Events on Machines.
 	Recorder EventRecorder
 	Drain    DrainOptions

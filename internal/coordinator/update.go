@@ -58,6 +58,9 @@ func (c *Coordinator) update(ctx context.Context, desired desiredObjects) Outcom
 	o := observe(s, c.opts.Now())
 	o.PickupTimeout = c.opts.PickupTimeout
 	d := Decide(o)
+	if out, held := c.fleetCheck(ctx, s, o, d); held {
+		return out
+	}
 	switch d.Action {
 	case ActWait:
 		return inProgress(d.RetryAfterSeconds, d.Message)

@@ -12,6 +12,7 @@ type Metrics struct {
 	calls     *prometheus.CounterVec
 	duration  *prometheus.HistogramVec
 	decisions *prometheus.CounterVec
+	holds     *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them on reg (controller-runtime's
@@ -32,6 +33,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "capi_inplace_planner_decisions_total",
 			Help: "Field decisions of the planner, by hook, object kind and whether the change is covered in place.",
 		}, []string{"hook", "object", "covered"}),
+		holds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "capi_inplace_fleet_holds_total",
+			Help: "UpdateMachine calls that held a node update before cordon, by reason (Paused, Halted by the failure budget, WindowClosed, Soaking, Cancelled).",
+		}, []string{"reason"}),
 	}
 	var err error
 	if m.calls, err = register(reg, m.calls); err != nil {
@@ -41,6 +46,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return nil, err
 	}
 	if m.decisions, err = register(reg, m.decisions); err != nil {
+		return nil, err
+	}
+	if m.holds, err = register(reg, m.holds); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -57,4 +65,12 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 		return c, fmt.Errorf("register metrics: %w", err)
 	}
 	return c, nil
+}
+
+// Held counts one node update held by the fleet controls (coordinator.FleetMetrics).
+func (m *Metrics) Held(reason string) {
+	if m == nil {
+		return
+	}
+	m.holds.WithLabelValues(reason).Inc()
 }

@@ -44,6 +44,10 @@ type Config struct {
 	// Kubeadm configures the kubeadm commands the agent runs: the preflight
 	// checks they skip, for every node or per pool.
 	Kubeadm KubeadmConfig `json:"kubeadm,omitempty"`
+
+	// Fleet sets failure budgets, maintenance windows and soak per pool of
+	// Machines (see FleetPoolConfig).
+	Fleet []FleetPoolConfig `json:"fleet,omitempty"`
 }
 
 // DrainConfig configures draining.
@@ -134,6 +138,7 @@ type Policy struct {
 	artifacts           map[string][]Artifact
 	binaries            map[string]map[string]protocol.KubernetesBinaries // version -> platform
 	gatePools           []gatePool
+	fleetPools          []fleetPool
 	preflightGlobal     []string
 	preflightPools      []kubeadmPool
 }
@@ -268,6 +273,10 @@ func New(cfg Config) (*Policy, error) {
 	var kubeadmErrs []error
 	p.preflightGlobal, p.preflightPools, kubeadmErrs = compileKubeadm(cfg.Kubeadm)
 	errs = append(errs, kubeadmErrs...)
+
+	var fleetErrs []error
+	p.fleetPools, fleetErrs = compileFleet(cfg.Fleet)
+	errs = append(errs, fleetErrs...)
 
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))

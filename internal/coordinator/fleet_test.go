@@ -1,0 +1,259 @@
+package coordinator
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/api/meta"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/fleet"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
+)
+
+// annotate sets (or, with value "-", removes) an annotation on a management object.
+func (f *fixture) annotate(obj client.Object, key, value string) {
+	f.t.Helper()
+	g := NewWithT(f.t)
+	g.Expect(f.mgmt.Get(f.ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+	before := obj.DeepCopyObject().(client.Object)
+	ann := obj.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	if value == "-" {
+		delete(ann, key)
+	} else {
+		ann[key] = value
+	}
+	obj.SetAnnotations(ann)
+	g.Expect(f.mgmt.Patch(f.ctx, obj, client.MergeFrom(before))).To(Succeed())
+}
+
+func (f *fixture) cluster() *clusterv1.Cluster {
+	f.t.Helper()
+	c := &clusterv1.Cluster{}
+	if err := f.mgmt.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "c1"}, c); err != nil {
+		f.t.Fatal(err)
+	}
+	return c
+}
+
+func (f *fixture) fleetState() fleet.State {
+	f.t.Helper()
+	st, err := fleet.Decode(f.cluster().Annotations[inplacev1.FleetStateAnnotation])
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return st
+}
+
+func (f *fixture) clusterCondition() *string {
+	cond := meta.FindStatusCondition(f.cluster().Status.Conditions, inplacev1.InPlaceUpdateCondition)
+	if cond == nil {
+		return nil
+	}
+	s := cond.Reason + ": " + cond.Message
+	return &s
+}
+
+// rollBack plays the agent rolling the node's published plan back.
+func (f *fixture) rollBack(c *Coordinator, req *runtimehooksv1.UpdateMachineRequest, node string) string {
+	f.t.Helper()
+	callUntil(f.t, c, req, "pick up plan", 3)
+	hash := f.getNode(node).Annotations[inplacev1.DesiredPlanAnnotation]
+	f.agentReports(node, protocol.NodeStatus{PlanHash: hash, Phase: protocol.PhaseRolledBack, Steps: 6, Step: 4,
+		Reason: "GateFailed", Message: "gate lane-health did not pass"}, false)
+	resp := call(c, req)
+	if resp.Status != runtimehooksv1.ResponseStatusFailure {
+		f.t.Fatalf("after the rollback: %s %q", resp.Status, resp.Message)
+	}
+	return hash
+}
+
+// TestFailureBudgetHaltsAndResumes: a rolled-back node spends the cluster's default
+// budget of 1; the next node is held before cordon with the budget's message, and
+// stays untouched across calls and a coordinator restart; one annotation on the
+// Cluster resumes.
+func TestFailureBudgetHaltsAndResumes(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t, nil)
+	f.node("fb-w1", "v1.35.0", false)
+	f.node("fb-w2", "v1.35.0", false)
+	m1 := f.machine("m-fb-w1", "fb-w1", "v1.36.0", false)
+	m2 := f.machine("m-fb-w2", "fb-w2", "v1.36.0", false)
+	req1, req2 := f.request(m1, nil), f.request(m2, nil)
+	c := f.coordinator()
+
+	f.rollBack(c, req1, "fb-w1")
+	st := f.fleetState()
+	g.Expect(st.Failures).To(HaveLen(1))
+	g.Expect(st.Failures[0].Node).To(Equal("fb-w1"))
+	g.Expect(st.Failures[0].Cause).To(Equal("RolledBack: GateFailed"))
+	call(c, req1) // repeated Failure answers count once
+	g.Expect(f.fleetState().Failures).To(HaveLen(1))
+
+	want := "step 1/6: halted: 1 of 1 failures allowed (node fb-w1: RolledBack: GateFailed); node fb-w2 not started (annotate the Cluster with inplace.capi-inplace.dev/resume to continue)"
+	for _, cc := range []*Coordinator{c, f.coordinator()} { // a restarted coordinator decides alike
+		resp := call(cc, req2)
+		g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusSuccess))
+		g.Expect(resp.RetryAfterSeconds).To(Equal(int32(60)))
+		g.Expect(resp.Message).To(Equal(want))
+	}
+	n2 := f.getNode("fb-w2")
+	g.Expect(n2.Spec.Unschedulable).To(BeFalse(), "held before cordon")
+	g.Expect(n2.Annotations).NotTo(HaveKey(inplacev1.UpdateStartedAnnotation))
+	g.Expect(n2.Annotations).NotTo(HaveKey(inplacev1.DesiredPlanAnnotation))
+	g.Expect(*f.clusterCondition()).To(HavePrefix(inplacev1.ReasonHalted + ": halted: 1 of 1"))
+	g.Expect(strings.Count(strings.Join(f.rec.reasons(), " "), inplacev1.EventUpdatesHalted)).To(Equal(1), "one Event per transition")
+
+	f.annotate(f.cluster(), inplacev1.ResumeAnnotation, "true")
+	callUntil(t, c, req2, "pick up plan", 3)
+	g.Expect(f.getNode("fb-w2").Spec.Unschedulable).To(BeTrue())
+	g.Expect(f.cluster().Annotations).NotTo(HaveKey(inplacev1.ResumeAnnotation))
+	g.Expect(f.fleetState().Failures).To(BeEmpty())
+	g.Expect(*f.clusterCondition()).To(Equal(inplacev1.ReasonActive + ": updating node fb-w2"))
+	g.Expect(f.rec.reasons()).To(ContainElement(inplacev1.EventUpdatesResumed))
+}
+
+// TestRetryAnnotation: one annotation on the Machine retries a rolled-back node:
+// the failed plan and the agent's verdict are cleared, the failure leaves the
+// budget, the annotation goes, and the next call starts the update again.
+func TestRetryAnnotation(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t, nil)
+	f.node("rt-w1", "v1.35.0", false)
+	f.node("rt-peer", "v1.35.0", false)
+	m := f.machine("m-rt-w1", "rt-w1", "v1.36.0", false)
+	req := f.request(m, nil)
+	c := f.coordinator()
+	hash := f.rollBack(c, req, "rt-w1")
+	g.Expect(f.fleetState().Failures).To(HaveLen(1))
+
+	f.annotate(m, inplacev1.RetryAnnotation, "true")
+	resp := call(c, req)
+	g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusSuccess))
+	g.Expect(resp.Message).To(HavePrefix("step 1/6: retrying node rt-w1: the failed plan " + hash[:12] + " was withdrawn"))
+	n := f.getNode("rt-w1")
+	for _, k := range []string{inplacev1.DesiredPlanAnnotation, inplacev1.StatusAnnotation, inplacev1.StateAnnotation} {
+		g.Expect(n.Annotations).NotTo(HaveKey(k))
+	}
+	g.Expect(f.fleetState().Failures).To(BeEmpty())
+	stored := &clusterv1.Machine{}
+	g.Expect(f.mgmt.Get(f.ctx, client.ObjectKeyFromObject(m), stored)).To(Succeed())
+	g.Expect(stored.Annotations).NotTo(HaveKey(inplacev1.RetryAnnotation))
+
+	resp = callUntil(t, c, req, "pick up plan", 3)
+	g.Expect(resp.Message).To(Equal("step 5/6: waiting for the agent on node rt-w1 to pick up plan " + hash[:12]))
+	g.Expect(f.getNode("rt-w1").Spec.Unschedulable).To(BeTrue())
+
+	// Retry of an update that did not fail changes nothing but the annotation.
+	f.annotate(m, inplacev1.RetryAnnotation, "true")
+	g.Expect(call(c, req).Message).To(Equal(resp.Message))
+	g.Expect(f.mgmt.Get(f.ctx, client.ObjectKeyFromObject(m), stored)).To(Succeed())
+	g.Expect(stored.Annotations).NotTo(HaveKey(inplacev1.RetryAnnotation))
+	g.Expect(f.rec.reasons()).To(ContainElement(inplacev1.EventNothingToRetry))
+}
+
+// TestCancelAnnotation: a cancel before the agent acts withdraws the plan and
+// uncordons; Failure (Cancelled) while the annotation stays; removing it starts
+// again; once the agent is applying, cancel is too late and the update runs on.
+func TestCancelAnnotation(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t, nil)
+	f.node("cx-w1", "v1.35.0", false)
+	f.node("cx-peer", "v1.35.0", false)
+	m := f.machine("m-cx-w1", "cx-w1", "v1.36.0", false)
+	req := f.request(m, nil)
+	c := f.coordinator()
+	callUntil(t, c, req, "pick up plan", 3)
+	hash := f.getNode("cx-w1").Annotations[inplacev1.DesiredPlanAnnotation]
+	g.Expect(f.getNode("cx-w1").Spec.Unschedulable).To(BeTrue())
+
+	f.annotate(m, inplacev1.CancelAnnotation, "true")
+	for range 2 {
+		resp := call(c, req)
+		g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusFailure))
+		g.Expect(resp.Message).To(ContainSubstring("node cx-w1: update cancelled by annotation " + inplacev1.CancelAnnotation))
+	}
+	n := f.getNode("cx-w1")
+	g.Expect(n.Spec.Unschedulable).To(BeFalse())
+	g.Expect(n.Annotations).NotTo(HaveKey(inplacev1.DesiredPlanAnnotation))
+	g.Expect(n.Annotations).NotTo(HaveKey(inplacev1.CordonedByAnnotation))
+	g.Expect(n.Annotations).NotTo(HaveKey(inplacev1.UpdateStartedAnnotation))
+	stored := &clusterv1.Machine{}
+	g.Expect(f.mgmt.Get(f.ctx, client.ObjectKeyFromObject(m), stored)).To(Succeed())
+	g.Expect(meta.FindStatusCondition(stored.Status.Conditions, inplacev1.InPlaceUpdateCondition).Reason).To(Equal(inplacev1.ReasonCancelled))
+	g.Expect(strings.Count(strings.Join(f.rec.reasons(), " "), inplacev1.EventUpdateCancelled)).To(Equal(1))
+	g.Expect(f.fleetState().Failures).To(BeEmpty(), "a cancel is not a failure")
+
+	f.annotate(m, inplacev1.CancelAnnotation, "-")
+	callUntil(t, c, req, "pick up plan", 3)
+	g.Expect(f.getNode("cx-w1").Spec.Unschedulable).To(BeTrue())
+
+	f.agentReports("cx-w1", protocol.NodeStatus{PlanHash: hash, Phase: protocol.PhaseApplying, Steps: 6, Step: 2, Action: "kubeadm-upgrade"}, false)
+	f.annotate(m, inplacev1.CancelAnnotation, "true")
+	resp := call(c, req)
+	g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusSuccess))
+	g.Expect(resp.Message).To(ContainSubstring("to apply plan"))
+	g.Expect(f.getNode("cx-w1").Annotations).To(HaveKeyWithValue(inplacev1.DesiredPlanAnnotation, hash))
+}
+
+// TestMaintenanceWindowHoldsBeforeCordon: outside the Cluster's window the node
+// is held, untouched, with the next opening; inside it starts.
+func TestMaintenanceWindowHoldsBeforeCordon(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t, nil)
+	f.node("mw-w1", "v1.35.0", false)
+	f.node("mw-peer", "v1.35.0", false)
+	m := f.machine("m-mw-w1", "mw-w1", "v1.36.0", false)
+	req := f.request(m, nil)
+	f.annotate(f.cluster(), inplacev1.MaintenanceWindowsAnnotation, "Sat 02:00-06:00 Europe/Berlin")
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC) // Tuesday
+	c := f.coordinator(func(o *Options) { o.Now = func() time.Time { return now } })
+
+	resp := call(c, req)
+	g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusSuccess))
+	g.Expect(resp.Message).To(Equal("step 1/6: waiting for a maintenance window: the maintenance window is closed; next opening 2026-12-05T01:00:00Z; node mw-w1 not started"))
+	g.Expect(resp.RetryAfterSeconds).To(Equal(int32(300)))
+	n := f.getNode("mw-w1")
+	g.Expect(n.Spec.Unschedulable).To(BeFalse())
+	g.Expect(n.Annotations).NotTo(HaveKey(inplacev1.UpdateStartedAnnotation))
+	g.Expect(*f.clusterCondition()).To(HavePrefix(inplacev1.ReasonWindowClosed + ":"))
+
+	// Inside the window, but the default expected 30 min do not fit before 06:00.
+	now = time.Date(2026, 12, 5, 4, 45, 0, 0, time.UTC)
+	g.Expect(call(c, req).Message).To(ContainSubstring("closes at 2026-12-05T05:00:00Z, before the expected 30m0s"))
+	g.Expect(f.getNode("mw-w1").Spec.Unschedulable).To(BeFalse())
+
+	now = time.Date(2026, 12, 5, 1, 30, 0, 0, time.UTC)
+	callUntil(t, c, req, "pick up plan", 3)
+	g.Expect(f.getNode("mw-w1").Spec.Unschedulable).To(BeTrue())
+
+	// Once started, a closing window does not strand the update mid-way.
+	now = time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)
+	g.Expect(call(c, req).Message).To(ContainSubstring("pick up plan"))
+}
+
+// TestPauseIsVisibleOnTheCluster: the paused opt-in holds the node and says so in
+// the Cluster's condition, with one Event.
+func TestPauseIsVisibleOnTheCluster(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t, nil)
+	f.node("pz-w1", "v1.35.0", false)
+	m := f.machine("m-pz-w1", "pz-w1", "v1.36.0", false)
+	req := f.request(m, nil)
+	f.annotate(f.cluster(), inplacev1.PausedAnnotation, "true")
+	c := f.coordinator()
+	for range 2 {
+		g.Expect(call(c, req).Message).To(ContainSubstring("cluster is paused"))
+	}
+	g.Expect(f.getNode("pz-w1").Spec.Unschedulable).To(BeFalse())
+	g.Expect(*f.clusterCondition()).To(HavePrefix(inplacev1.ReasonPaused + ":"))
+	g.Expect(strings.Count(strings.Join(f.rec.reasons(), " "), inplacev1.EventUpdatesPaused)).To(Equal(1))
+}
