@@ -285,6 +285,11 @@ func setupGuard(mgr ctrl.Manager, registry guard.WebhookRegistry, pol *policy.Po
 	if err != nil {
 		return fmt.Errorf("guard: client: %w", err)
 	}
+	// Refusals for an object not found are checked again without the cache.
+	direct, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return fmt.Errorf("guard: client: %w", err)
+	}
 	pl, err := planner.New(pol)
 	if err != nil {
 		return fmt.Errorf("guard: planner: %w", err)
@@ -294,7 +299,7 @@ func setupGuard(mgr ctrl.Manager, registry guard.WebhookRegistry, pol *policy.Po
 		return err
 	}
 	return guard.Register(registry, guard.Options{
-		Reader: cached, Planner: pl, Policy: pol, Metrics: gm,
+		Reader: cached, LiveReader: direct, Planner: pl, Policy: pol, Metrics: gm,
 		Recorder: mgr.GetEventRecorder("capi-inplace-guard"),
 	})
 }

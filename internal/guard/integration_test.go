@@ -12,10 +12,12 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -32,6 +34,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -255,6 +258,32 @@ func TestGuardAgainstAPIServer(t *testing.T) {
 			return nil
 		}, 20*time.Second, 250*time.Millisecond).Should(Succeed())
 	})
+	t.Run("a template the cache has not seen yet is read again without the cache before refusing", func(t *testing.T) {
+		g := NewWithT(t)
+		tmpl := &unstructured.Unstructured{}
+		tmpl.SetGroupVersionKind(schema.GroupVersionKind{Group: previewtest.InfraGroup, Version: "v1beta2", Kind: "DevMachineTemplate"})
+		g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: "plain", Name: "demo-md-0-v1"}, tmpl)).To(Succeed())
+		fresh := &unstructured.Unstructured{Object: map[string]any{"apiVersion": tmpl.GetAPIVersion(), "kind": tmpl.GetKind(), "spec": tmpl.Object["spec"]}}
+		fresh.SetNamespace("plain")
+		fresh.SetName("demo-md-0-v2")
+		g.Expect(admin.Create(ctx, fresh)).To(Succeed())
+		md := &clusterv1.MachineDeployment{}
+		g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: "plain", Name: "demo-md-0"}, md)).To(Succeed())
+		written := md.DeepCopy()
+		written.Spec.Template.Spec.InfrastructureRef.Name = "demo-md-0-v2"
+		req := updateRequest(t, clusterv1.GroupVersion.WithKind("MachineDeployment"), "machinedeployments", md, written)
+		// A reader that has not seen the new template, like a cache right after its creation.
+		stale := hidingReader{Reader: admin, name: "demo-md-0-v2"}
+		for _, tc := range []struct {
+			live    client.Reader
+			allowed bool
+		}{{nil, false}, {admin, true}} {
+			h, err := guard.NewHandler(guard.Options{Reader: stale, LiveReader: tc.live, Planner: pl, Policy: policy.Builtin(), Recorder: mgr.GetEventRecorder("test")})
+			g.Expect(err).NotTo(HaveOccurred())
+			resp := h.Handle(ctx, req)
+			g.Expect(resp.Allowed).To(Equal(tc.allowed), "%+v", resp.Result)
+		}
+	})
 	t.Run("refusals are counted by reason", func(t *testing.T) {
 		g := NewWithT(t)
 		counts := refusalCounts(t, reg)
@@ -416,4 +445,41 @@ func capiCRDs(t *testing.T) []*apiextensionsv1.CustomResourceDefinition {
 		}
 	}
 	return out
+}
+
+// hidingReader answers NotFound for one object name.
+type hidingReader struct {
+	client.Reader
+	name string
+}
+
+func (r hidingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if key.Name == r.name {
+		return apierrors.NewNotFound(schema.GroupResource{Resource: "hidden"}, key.Name)
+	}
+	return r.Reader.Get(ctx, key, obj, opts...)
+}
+
+// updateRequest is the admission request of an update of old to written.
+func updateRequest(t *testing.T, gvk schema.GroupVersionKind, resource string, old, written client.Object) admission.Request {
+	t.Helper()
+	encode := func(o client.Object) []byte {
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		obj := &unstructured.Unstructured{Object: u}
+		obj.SetGroupVersionKind(gvk)
+		b, err := obj.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	return admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		UID: "test", Kind: metav1.GroupVersionKind{Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind},
+		Resource:  metav1.GroupVersionResource{Group: gvk.Group, Version: gvk.Version, Resource: resource},
+		Namespace: old.GetNamespace(), Name: old.GetName(), Operation: admissionv1.Update,
+		Object: runtime.RawExtension{Raw: encode(written)}, OldObject: runtime.RawExtension{Raw: encode(old)},
+	}}
 }

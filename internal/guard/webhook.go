@@ -102,6 +102,11 @@ type Options struct {
 	// version of references). A cached reader keeps the guard well inside its latency
 	// budget. Required.
 	Reader client.Reader
+	// LiveReader, when set, reads without a cache: a refusal because an object was not
+	// found is checked again through it before it stands, since a cache may not hold
+	// yet the template that was created just before the write that references it (the
+	// topology controller's rotation does exactly that).
+	LiveReader client.Reader
 	// Planner and Policy are the extension's own, so that the guard and the hooks
 	// decide alike. Required.
 	Planner *planner.Planner
@@ -201,25 +206,17 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 	object := written.GetKind() + " " + written.GetNamespace() + "/" + written.GetName()
 	result := ResultAllowed
 	for _, cluster := range clusters {
-		live, proposed, found, err := h.snapshots(ctx, written.GetNamespace(), cluster, Change(old, written))
+		v, found, err := h.decide(ctx, h.opts.Reader, object, cluster, old, written)
+		if err == nil && found && missingObject(v) && h.opts.LiveReader != nil {
+			v, found, err = h.decide(ctx, h.opts.LiveReader, object, cluster, old, written)
+		}
 		switch {
 		case errors.Is(err, preview.ErrInvalidChange):
 			return errored(http.StatusForbidden, err)
 		case err != nil:
 			return errored(http.StatusServiceUnavailable, err)
-		case !found || !live.Cluster.DeletionTimestamp.IsZero():
+		case !found:
 			continue
-		}
-		override := OverrideOf(old.GetAnnotations(), written.GetAnnotations())
-		if override == "" && written.GetKind() != "Cluster" && derivedFromTopology(written) {
-			override = live.Cluster.Annotations[inplacev1.AllowReplaceAnnotation]
-		}
-		v, err := Decide(Input{
-			Object: object, Live: live, Proposed: proposed, Planner: h.opts.Planner, Policy: h.opts.Policy,
-			Settings: h.opts.Settings, Now: h.opts.Now(), Override: override,
-		})
-		if err != nil {
-			return errored(http.StatusInternalServerError, err)
 		}
 		switch {
 		case v.Disabled:
@@ -240,10 +237,43 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 	return admission.Allowed(""), result, nil
 }
 
+// decide reads one Cluster through reader and decides the write. found is false when
+// the Cluster does not exist or is being deleted (nothing to guard).
+func (h *Handler) decide(ctx context.Context, reader client.Reader, object, cluster string, old, written *unstructured.Unstructured) (Verdict, bool, error) {
+	live, proposed, found, err := h.snapshots(ctx, reader, written.GetNamespace(), cluster, Change(old, written))
+	if err != nil || !found || !live.Cluster.DeletionTimestamp.IsZero() {
+		return Verdict{}, false, err
+	}
+	override := OverrideOf(old.GetAnnotations(), written.GetAnnotations())
+	if override == "" && written.GetKind() != "Cluster" && derivedFromTopology(written) {
+		override = live.Cluster.Annotations[inplacev1.AllowReplaceAnnotation]
+	}
+	v, err := Decide(Input{
+		Object: object, Live: live, Proposed: proposed, Planner: h.opts.Planner, Policy: h.opts.Policy,
+		Settings: h.opts.Settings, Now: h.opts.Now(), Override: override,
+	})
+	if err != nil {
+		return Verdict{}, false, fmt.Errorf("%w: %w", errPlan, err)
+	}
+	return v, true, nil
+}
+
+// errPlan marks a Cluster the planner cannot read.
+var errPlan = errors.New("plan the Cluster")
+
+func missingObject(v Verdict) bool {
+	for _, r := range v.Refusals {
+		if r.Kind == preview.CauseMissingObject {
+			return true
+		}
+	}
+	return false
+}
+
 // snapshots reads the Cluster as stored and applies the write to it, as `capi-inplace
 // plan -f` does. found is false when the Cluster does not exist.
-func (h *Handler) snapshots(ctx context.Context, namespace, cluster string, change *unstructured.Unstructured) (live, proposed preview.Snapshot, found bool, err error) {
-	g := preview.Gatherer{Reader: h.opts.Reader}
+func (h *Handler) snapshots(ctx context.Context, reader client.Reader, namespace, cluster string, change *unstructured.Unstructured) (live, proposed preview.Snapshot, found bool, err error) {
+	g := preview.Gatherer{Reader: reader}
 	live, _, err = g.Gather(ctx, namespace, cluster)
 	if errors.Is(err, preview.ErrClusterNotFound) {
 		return preview.Snapshot{}, preview.Snapshot{}, false, nil
