@@ -13,9 +13,14 @@ E2E_FLAGS ?= -count=1 -timeout=60m -v
 help: ## Show this help.
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
 
+# The product binaries (static: they run in distroless images) and the test harness's.
+# capi-inplace: extension and CLI; capi-inplace-agent: the node agent;
+# capi-inplace-dev: the demo and the simulated agent (never shipped).
 .PHONY: build
-build: ## Build bin/capi-inplace (static: it also runs in the agent image).
+build: ## Build bin/capi-inplace, bin/capi-inplace-agent and the harness bin/capi-inplace-dev.
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/capi-inplace ./cmd/capi-inplace
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/capi-inplace-agent ./cmd/capi-inplace-agent
+	$(GO) build -o $(BIN)/capi-inplace-dev ./test/cmd/capi-inplace-dev
 
 IMG ?= ghcr.io/capi-inplace/capi-inplace:dev
 
@@ -64,9 +69,10 @@ e2e: tools-capi build ## End-to-end scenarios against real upstream Cluster API.
 	$(GO) test $(E2E_FLAGS) -tags e2e ./test/e2e/...
 	@# The single-node path with CAPI's InPlaceUpdates gate off needs a stack of its own.
 	E2E_SINGLENODE_GATE_OFF=1 $(GO) test $(E2E_FLAGS) -tags e2e ./test/e2e/ -run TestSingleNodeInPlaceWithGateOff
-	@# A second run, not a second package in the same run: packages run in parallel and
-	@# only one local stack fits on a machine (the in-memory provider's fixed port).
-	$(GO) test $(E2E_FLAGS) -tags e2e ./cmd/capi-inplace/ -run 'TestDemo|TestPlanOnLocalStack'
+	@# A second run, not a second package in the first run: packages run in parallel and
+	@# only one local stack fits on a machine (the in-memory provider's fixed port); -p 1
+	@# runs these two packages one after the other.
+	$(GO) test $(E2E_FLAGS) -p 1 -tags e2e ./cmd/capi-inplace/ ./test/cmd/capi-inplace-dev/ -run 'TestDemo|TestPlanOnLocalStack'
 
 # The agent's image for the real-node lane, tagged by the binary's content.
 E2ENODE_IMAGE_TAR := $(ROOT)/_artifacts/realnode/capi-inplace-image.tar
@@ -90,11 +96,12 @@ BENCH_FLAGS ?=
 bench: tools-capi build ## Performance suite (hooks vs upstream, rollout vs a null extension, agent, scale); one table, also in _artifacts/bench.md.
 	$(GO) build -o $(BIN)/capi-inplace-nullext ./bench/cmd/capi-inplace-nullext
 	$(GO) build -o $(BIN)/capi-inplace-bench ./bench/cmd/capi-inplace-bench
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/capi-inplace-nodeinformer ./bench/cmd/capi-inplace-nodeinformer
 	$(BIN)/capi-inplace-bench -bin $(BIN) -null-extension $(BIN)/capi-inplace-nullext -out _artifacts/bench.md $(BENCH_FLAGS)
 
 .PHONY: demo
 demo: tools-capi build ## The whole in-place upgrade on this machine, with live progress.
-	$(BIN)/capi-inplace demo
+	$(BIN)/capi-inplace-dev demo
 
 .PHONY: clean
 clean: ## Remove built binaries (tools are rebuilt when missing).

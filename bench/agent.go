@@ -35,7 +35,7 @@ type AgentResult struct {
 	After ProcStat // after the publications (HWM: peak)
 }
 
-// MeasureAgent runs `capi-inplace agent --simulate` for one Node of env (the
+// MeasureAgent runs the simulated agent (`capi-inplace-dev agent --simulate`) for one Node of env (the
 // workload cluster here), measures it idle, then publishes plans one after the
 // other as the coordinator does and times the agent's pick-up.
 // Publications are pause apart: a rollout publishes one plan per node, minutes
@@ -62,7 +62,7 @@ func MeasureAgent(ctx context.Context, env *Env, binDir, dir, logDir string, idl
 		return res, fmt.Errorf("node status: %w", err)
 	}
 	p, err := localstack.StartProcess(localstack.ProcessSpec{
-		Name: "agent-" + node, Path: filepath.Join(binDir, "capi-inplace"), LogDir: logDir,
+		Name: "agent-" + node, Path: filepath.Join(binDir, localstack.AgentBinary), LogDir: logDir,
 		Args: []string{"agent", "--simulate", "--host-root", filepath.Join(dir, "agent-host"), "--node-name", node,
 			"--kubeconfig", env.Kubeconfig, "--health-addr=0", "--v=1"},
 	})

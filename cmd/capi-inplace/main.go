@@ -1,5 +1,8 @@
-// Command capi-inplace is the single binary of capi-inplace: the Cluster API
-// update extension, the node agent, and the operator CLI (status, plan, demo).
+// Command capi-inplace is the Cluster API update extension and the operator CLI
+// (status, plan). The node agent is its own binary and image
+// (cmd/capi-inplace-agent); the demo and the simulated agent are the test harness
+// binary's (test/cmd/capi-inplace-dev), so that neither the agent nor the
+// extension links test code (test/productdeps).
 package main
 
 import (
@@ -43,7 +46,6 @@ worker nodes, with drain, health gates and automatic rollback.`,
 		newAgentCommand(),
 		newStatusCommand(),
 		newPlanCommand(),
-		newDemoCommand(),
 		newVersionCommand(),
 	)
 	return root

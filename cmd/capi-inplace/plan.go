@@ -21,7 +21,6 @@ import (
 	"github.com/capi-inplace/capi-inplace/internal/backend"
 	"github.com/capi-inplace/capi-inplace/internal/backend/none"
 	"github.com/capi-inplace/capi-inplace/internal/backend/registry"
-	"github.com/capi-inplace/capi-inplace/internal/backend/simulated"
 	"github.com/capi-inplace/capi-inplace/internal/backend/swupdate"
 	"github.com/capi-inplace/capi-inplace/internal/planner"
 	"github.com/capi-inplace/capi-inplace/internal/preview"
@@ -252,9 +251,10 @@ func planBackendCapabilities(ctx context.Context) map[string]backend.Capabilitie
 	}
 	// os.DevNull as the host root: no node file is read (rauc looks for its system.conf).
 	built := registry.Build(ctx, cfg, registry.Env{HostRoot: os.DevNull, Runner: refusingRunner{}})
+	// The simulated backend of the test harness is not linked into this binary: plan
+	// assumes a reboot for it, as for any backend it does not know.
 	out := map[string]backend.Capabilities{
-		none.Name:      none.New().Capabilities(),
-		simulated.Name: simulated.New(os.DevNull).Capabilities(),
+		none.Name: none.New().Capabilities(),
 	}
 	for name, b := range built {
 		if _, unavailable := b.(registry.Unavailable); unavailable {

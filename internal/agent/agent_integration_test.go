@@ -32,7 +32,7 @@ import (
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
-// The suite runs the real `capi-inplace agent --simulate` binary against a real
+// The suite runs the real agent (`capi-inplace-dev agent --simulate`) against a real
 // kube-apiserver (envtest), driven only through the API objects of the protocol.
 var (
 	client     kubernetes.Interface
@@ -61,11 +61,11 @@ func runSuite(m *testing.M) int {
 	defer os.RemoveAll(tmp)
 	_, file, _, _ := runtime.Caller(0)
 	repo := filepath.Join(filepath.Dir(file), "..", "..")
-	binary = filepath.Join(tmp, "capi-inplace")
-	build := exec.Command("go", "build", "-o", binary, "./cmd/capi-inplace")
+	binary = filepath.Join(tmp, "capi-inplace-dev")
+	build := exec.Command("go", "build", "-o", binary, "./test/cmd/capi-inplace-dev")
 	build.Dir = repo
 	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Printf("build capi-inplace: %v\n%s\n", err, out)
+		fmt.Printf("build capi-inplace-dev: %v\n%s\n", err, out)
 		return 1
 	}
 	env := &envtest.Environment{}

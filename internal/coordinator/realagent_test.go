@@ -15,18 +15,19 @@ import (
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 )
 
-// buildBinary builds cmd/capi-inplace once per test binary run into dir.
+// buildBinary builds the harness binary with the simulated agent
+// (test/cmd/capi-inplace-dev) into a temporary directory.
 func buildBinary(t *testing.T) string {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "capi-inplace")
-	cmd := exec.Command("go", "build", "-o", out, "github.com/capi-inplace/capi-inplace/cmd/capi-inplace")
+	out := filepath.Join(t.TempDir(), "capi-inplace-dev")
+	cmd := exec.Command("go", "build", "-o", out, "github.com/capi-inplace/capi-inplace/test/cmd/capi-inplace-dev")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build capi-inplace: %v\n%s", err, b)
+		t.Fatalf("build capi-inplace-dev: %v\n%s", err, b)
 	}
 	return out
 }
 
-// agentProcess runs the real `capi-inplace agent --simulate` for one node.
+// agentProcess runs the real agent (`capi-inplace-dev agent --simulate`) for one node.
 type agentProcess struct {
 	t       *testing.T
 	bin     string

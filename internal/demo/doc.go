@@ -1,4 +1,4 @@
-// Package demo is `capi-inplace demo`: the whole in-place upgrade on this machine, visible.
+// Package demo is `capi-inplace-dev demo`: the whole in-place upgrade on this machine, visible.
 //
 // It starts the local upstream Cluster API stack (internal/localstack), registers our
 // extension and its single-node control-plane hold webhook, creates a ClusterClass

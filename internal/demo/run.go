@@ -178,7 +178,7 @@ func (r *run) demo(ctx, outer context.Context) error {
 	}
 	done("all %d machines running", machinesAll)
 
-	done = r.phase(4, "simulated node agents (bin/capi-inplace agent --simulate), one per node")
+	done = r.phase(4, "simulated node agents (bin/capi-inplace-dev agent --simulate), one per node")
 	r.stackLn.setConsole(false)
 	if r.agents, err = r.startAgents(ctx); err != nil {
 		return err
@@ -244,7 +244,7 @@ func waitPort(ctx context.Context, port int, wait time.Duration) error {
 		if !time.Now().Before(deadline) {
 			return fmt.Errorf("demo: port %d is in use: another local Cluster API stack (a demo, `make e2e` or `make bench`) runs on this machine, "+
 				"and upstream's in-memory provider can only run once per machine (fixed port). Stop it, or run the demo in its own "+
-				"network namespace: sudo unshare -n bench/netns.sh bin/capi-inplace demo (%w)", port, err)
+				"network namespace: sudo unshare -n bench/netns.sh bin/capi-inplace-dev demo (%w)", port, err)
 		}
 		select {
 		case <-ctx.Done():

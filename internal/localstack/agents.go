@@ -21,8 +21,13 @@ type AgentOptions struct {
 	GateTimeout time.Duration
 }
 
-// AgentArgs returns the command line of one simulated agent: the real agent binary
-// in its simulated-host mode, talking only to the workload cluster's API. Many agents
+// AgentBinary is the binary of the simulated agents in the stack's BinDir: the
+// test harness binary (test/cmd/capi-inplace-dev), whose agent is the product's
+// (internal/agent/agentcmd) on a simulated host.
+const AgentBinary = "capi-inplace-dev"
+
+// AgentArgs returns the command line of one simulated agent (AgentBinary): the real
+// agent code in its simulated-host mode, talking only to the workload cluster's API. Many agents
 // share this machine, so none serves a health port.
 func AgentArgs(hostRoot, nodeName, kubeconfig string, gateTimeout time.Duration) []string {
 	return []string{"agent", "--simulate", "--host-root", hostRoot, "--node-name", nodeName, "--kubeconfig", kubeconfig,
@@ -169,7 +174,7 @@ func (a *Agents) start(node string) error {
 	}
 	p, err := a.stack.StartProcess(ProcessSpec{
 		Name: fmt.Sprintf("agent-%s-%s", a.namespace, node),
-		Path: filepath.Join(a.stack.BinDir(), "capi-inplace"),
+		Path: filepath.Join(a.stack.BinDir(), AgentBinary),
 		Args: AgentArgs(root, node, a.agentKubeconfig, a.opts.GateTimeout),
 	})
 	if err != nil {

@@ -24,7 +24,8 @@
 //
 // Allowed imports: standard library, controller-runtime (client, envtest), k8s.io/*,
 // sigs.k8s.io/cluster-api/api types, api/v1alpha1. Never the extension, coordinator or
-// agent packages: the stack runs them as the binary the user runs (bin/capi-inplace).
+// agent packages: the stack runs them as binaries (bin/capi-inplace for the extension,
+// bin/capi-inplace-dev agent --simulate for the agents).
 //
 // Invariants:
 //   - Every process the stack starts runs in its own process group with a parent-death

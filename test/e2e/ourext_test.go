@@ -26,22 +26,24 @@ var ours struct {
 	err  error
 }
 
-// requireBinary fails the test unless bin/capi-inplace has the extension and the
-// simulated agent (they are built by `make build`; the e2e target depends on it).
+// requireBinary fails the test unless bin/capi-inplace has the extension and
+// bin/capi-inplace-dev the simulated agent (they are built by `make build`; the e2e
+// target depends on it).
 func requireBinary(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(suite.stack.BinDir(), "capi-inplace")
 	for _, c := range []struct {
+		bin  string
 		args []string
 		want string
 	}{
-		{[]string{"extension", "--help"}, "--manage-agents"},
-		{[]string{"agent", "--help"}, "--simulate"},
+		{bin, []string{"extension", "--help"}, "--manage-agents"},
+		{filepath.Join(suite.stack.BinDir(), localstack.AgentBinary), []string{"agent", "--help"}, "--simulate"},
 	} {
-		out, err := exec.Command(bin, c.args...).CombinedOutput()
+		out, err := exec.Command(c.bin, c.args...).CombinedOutput()
 		if err != nil || !bytes.Contains(out, []byte(c.want)) {
 			t.Fatalf("%s %s does not offer %s yet (err %v): build it with `make build` once the extension and agent have landed\n%s",
-				bin, strings.Join(c.args, " "), c.want, err, out)
+				c.bin, strings.Join(c.args, " "), c.want, err, out)
 		}
 	}
 	return bin

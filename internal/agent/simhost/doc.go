@@ -2,7 +2,7 @@
 // kubeadm, the kubelet, systemctl, the local etcd member (through etcd.Member, as
 // the agent reaches a real one: the host has no etcdctl/etcdutl) and reboots, so the real agent
 // code (state machine, journal, executor, Kubernetes layer, gates, simulated OS
-// backend) runs unchanged against it. It is what `capi-inplace agent --simulate`
+// backend) runs unchanged against it. It is what `capi-inplace-dev agent --simulate`
 // uses, in our tests and for anyone attaching simulated nodes to a workload
 // cluster such as Cluster API's in-memory one.
 //

@@ -19,9 +19,10 @@ func newDemoCommand() *cobra.Command {
 		Short: "Run the whole in-place upgrade on this machine, with live progress",
 		Long: `demo starts a local upstream Cluster API v1.14.2 management cluster (kube-apiserver and
 etcd, the core, KubeadmControlPlane, kubeadm bootstrap and in-memory infrastructure
-managers as processes), this binary's extension over HTTPS registered with an
+managers as processes), the extension (bin/capi-inplace) over HTTPS registered with an
 ExtensionConfig, and a ClusterClass cluster of one control-plane node (opted into the
-single-node control-plane path) and two workers, each node with a simulated agent.
+single-node control-plane path) and two workers, each node with a simulated agent
+(this binary's agent --simulate).
 
 It then moves spec.topology.version one minor up and changes a file in one update, shows
 each machine's step, drain state and elapsed time live, and ends with a summary: the
@@ -31,7 +32,7 @@ It exits 1 when any check fails. Ctrl-C tears everything down.
 
 Only one local stack can run per machine (upstream's in-memory provider binds port 19000).`,
 		Example: `  make demo
-  bin/capi-inplace demo --keep`,
+  bin/capi-inplace-dev demo --keep`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Out = cmd.OutOrStdout()
@@ -56,7 +57,7 @@ Only one local stack can run per machine (upstream's in-memory provider binds po
 	f.BoolVar(&o.Keep, "keep", false, "keep the stack running after the summary and print how to reach it (Ctrl-C to stop)")
 	f.DurationVar(&o.Timeout, "timeout", 15*time.Minute, "give up (and tear down) after this long")
 	f.StringVar(&o.ArtifactsDir, "artifacts", "", "directory for every process's log (default _artifacts/demo-<time>)")
-	f.StringVar(&o.BinDir, "bin-dir", "", "directory of kube-apiserver, etcd, the capi-* managers and capi-inplace (default: this binary's directory)")
+	f.StringVar(&o.BinDir, "bin-dir", "", "directory of kube-apiserver, etcd, the capi-* managers, capi-inplace and capi-inplace-dev (default: this binary's directory)")
 	// Tests wait for another local stack to end instead of failing fast.
 	f.DurationVar(&o.PortWait, "port-wait", 0, "wait this long for port 19000 when another local stack holds it (default: fail at once)")
 	_ = f.MarkHidden("port-wait")

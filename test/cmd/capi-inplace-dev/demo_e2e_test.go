@@ -14,7 +14,7 @@ import (
 	. "github.com/onsi/gomega"
 )
 
-// TestDemo runs `capi-inplace demo` in-process, its output not a terminal (changed rows
+// TestDemo runs `capi-inplace-dev demo` in-process, its output not a terminal (changed rows
 // as log lines), and checks the summary: the same three Machines (one control plane
 // through the single-node path, two workers) with the same UIDs as recorded before the
 // update, no Machine created, every node at the new kubelet, the new file on every
@@ -23,12 +23,12 @@ import (
 // Only one local stack runs per machine (port 19000): the demo waits for the port here
 // (--port-wait) instead of failing fast as it does for a user.
 //
-// go test -tags e2e ./cmd/capi-inplace -run TestDemo -v (needs make tools-capi build).
+// go test -tags e2e ./test/cmd/capi-inplace-dev -run TestDemo -v (needs make build tools-capi).
 func TestDemo(t *testing.T) {
 	g := NewWithT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Minute)
 	defer cancel()
-	root := filepath.Join("..", "..")
+	root := filepath.Join("..", "..", "..")
 	artifacts := filepath.Join(root, "_artifacts", "demo-e2e-"+time.Now().UTC().Format("20060102-150405"))
 
 	var out bytes.Buffer
@@ -74,4 +74,11 @@ func TestDemo(t *testing.T) {
 	g.Expect(text).To(ContainSubstring("\nRESULT: PASS\n"))
 	// The live view printed per-machine progress rows with a bar.
 	g.Expect(text).To(MatchRegexp(`\[[#-]+\] \d+/\d+`))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(bytes.TrimRight(p, "\n")))
+	return len(p), nil
 }

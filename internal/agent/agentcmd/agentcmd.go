@@ -1,0 +1,244 @@
+package agentcmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2/textlogger"
+
+	"github.com/capi-inplace/capi-inplace/internal/agent"
+	"github.com/capi-inplace/capi-inplace/internal/agent/etcd"
+	"github.com/capi-inplace/capi-inplace/internal/agent/executor"
+	"github.com/capi-inplace/capi-inplace/internal/agent/gate"
+	"github.com/capi-inplace/capi-inplace/internal/agent/journal"
+	"github.com/capi-inplace/capi-inplace/internal/agent/kube"
+	"github.com/capi-inplace/capi-inplace/internal/agent/service"
+	"github.com/capi-inplace/capi-inplace/internal/backend"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
+)
+
+// Simulation is a simulated host: the edges of a node that `--simulate` replaces.
+// Every field is required.
+type Simulation struct {
+	Runner     backend.Runner
+	Rebooter   executor.Rebooter
+	Faults     executor.Faults
+	GateFaults gate.Faults
+	Binaries   kube.BinarySource
+	Etcd       etcd.Member
+	// Backends are the OS backends of the simulated host, by name.
+	Backends map[string]backend.Backend
+	// WrapTransport wraps the agent's connection to its API server (the simulated
+	// host injects API outages there).
+	WrapTransport func(http.RoundTripper) http.RoundTripper
+	// Start is called once the workload cluster client exists, before the agent
+	// runs. It returns when the host is ready; what it starts (the simulated
+	// kubelet) runs until ctx ends.
+	Start func(ctx context.Context, client kubernetes.Interface) error
+}
+
+// Simulator builds the simulated host of node nodeName inside the directory root.
+type Simulator func(root, nodeName string, log logr.Logger) (*Simulation, error)
+
+// Options are the agent's flags.
+type Options struct {
+	NodeName    string
+	Kubeconfig  string
+	HostRoot    string
+	StateDir    string
+	Simulate    bool
+	GateTimeout time.Duration
+	NodeConfig  string
+	HealthAddr  string
+	Verbosity   int
+	// Version is logged at start.
+	Version string
+}
+
+// NewCommand returns the agent command named use. With a nil sim (product
+// binaries) it has no --simulate flag.
+func NewCommand(use, version string, sim Simulator) *cobra.Command {
+	o := Options{Version: version}
+	long := `The agent runs on every node of a workload cluster (the extension installs it as a
+DaemonSet). It watches its own Node and its plan Secret, applies the desired plan
+step by step with a crash-safe journal on the host disk, checks health gates,
+rolls back on failure, and reports progress on its Node's annotations.`
+	if sim != nil {
+		long += `
+
+With --simulate, the host is the directory --host-root: kubeadm, the kubelet,
+systemctl, etcd and reboots are emulated there, and fault files under
+<host-root>/.sim inject failures (see docs/agent-node.md).`
+	}
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: "Run the node agent: apply this node's plan (kubeadm, files, OS image) with a journal, gates and rollback",
+		Long:  long,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return Run(cmd.Context(), o, sim)
+		},
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "Name of this node (default $NODE_NAME).")
+	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "Path to the workload cluster's kubeconfig; empty means the in-cluster config.")
+	f.StringVar(&o.HostRoot, "host-root", "/host", "The host's root directory as seen by the agent.")
+	f.StringVar(&o.StateDir, "state-dir", "", "Directory of the journal (default <host-root>/var/lib/capi-inplace).")
+	if sim != nil {
+		f.BoolVar(&o.Simulate, "simulate", false, "Emulate the host inside --host-root (tests, demos, CAPI's in-memory clusters).")
+	}
+	f.DurationVar(&o.GateTimeout, "gate-timeout", 5*time.Minute, "How long each health gate may take to pass before the update is rolled back.")
+	f.StringVar(&o.NodeConfig, "node-config", agent.NodeConfigPath, "Host path (under --host-root) of the node configuration: the service manager (see docs/agent-node.md); a missing file means systemd.")
+	f.StringVar(&o.HealthAddr, "health-addr", ":9441", "Address of the health probe (/healthz); \"0\" disables it.")
+	f.IntVarP(&o.Verbosity, "v", "v", 0, "Log verbosity (0 or 1).")
+	return cmd
+}
+
+// Run runs the agent until ctx ends. sim is used only with o.Simulate.
+func Run(ctx context.Context, o Options, sim Simulator) error {
+	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(o.Verbosity))).WithName("agent")
+	if o.NodeName == "" {
+		return errors.New("--node-name (or $NODE_NAME) is required")
+	}
+	if o.Simulate && sim == nil {
+		return errors.New("--simulate: this binary has no simulated host")
+	}
+	root, err := filepath.Abs(o.HostRoot)
+	if err != nil {
+		return fmt.Errorf("--host-root: %w", err)
+	}
+	if o.StateDir == "" {
+		o.StateDir = filepath.Join(root, kube.WorkDir)
+	}
+	cfg, err := restConfig(o.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.UserAgent = "capi-inplace-agent/" + o.NodeName
+
+	nodeCfg, err := agent.LoadNodeConfig(root, o.NodeConfig)
+	if err != nil {
+		return err
+	}
+	var s *Simulation
+	if o.Simulate {
+		if err := os.MkdirAll(root, 0o755); err != nil {
+			return fmt.Errorf("create simulated host %s: %w", root, err)
+		}
+		if s, err = sim(root, o.NodeName, log.WithName("simhost")); err != nil {
+			return fmt.Errorf("simulated host %s: %w", root, err)
+		}
+		cfg.WrapTransport = s.WrapTransport
+	}
+	var (
+		runner   backend.Runner = agent.HostRunner{Root: root, Exec: backend.ExecRunner{}}
+		rebooter executor.Rebooter
+		faults   executor.Faults
+		gFaults  gate.Faults
+		binaries kube.BinarySource
+		// etcd through its Go libraries: a kubeadm host has no etcdctl or etcdutl.
+		member etcd.Member = etcd.KubeadmLocal(root)
+	)
+	if s != nil {
+		runner, rebooter, faults, gFaults, binaries, member = s.Runner, s.Rebooter, s.Faults, s.GateFaults, s.Binaries, s.Etcd
+	}
+	services, err := service.New(nodeCfg.ServiceManager, runner)
+	if err != nil {
+		return fmt.Errorf("node configuration %s: %w", o.NodeConfig, err)
+	}
+	if rebooter == nil {
+		rebooter = agent.Rebooter{Services: services}
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("workload cluster client: %w", err)
+	}
+	if s != nil {
+		if err := s.Start(ctx, client); err != nil {
+			return err
+		}
+	}
+
+	jr, err := journal.NewFile(o.StateDir)
+	if err != nil {
+		return err
+	}
+	// The node key lives on the host's disk with the journal and never leaves it.
+	nodeKey, err := agent.LoadOrCreateNodeKey(o.StateDir)
+	if err != nil {
+		return err
+	}
+	var backends map[string]backend.Backend
+	if s != nil {
+		backends = withNone(s.Backends)
+	} else {
+		backends = hostBackends(ctx, root, runner)
+	}
+	reporter := &agent.Reporter{Client: client, NodeName: o.NodeName, Log: log}
+	kubeHost := &kube.Host{Root: root, Runner: runner, Binaries: binaries, Services: services, Etcd: member}
+	x := &executor.Executor{
+		Journal: jr,
+		Kube:    kubeHost,
+		Gates: &gate.Checker{Nodes: agent.NodeReader{Client: client, NodeName: o.NodeName}, Etcd: kubeHost, Runner: runner,
+			Timeout: o.GateTimeout, Interval: 2 * time.Second, MaxInterval: 5 * time.Second, CommandTimeout: 30 * time.Second, Faults: gFaults},
+		Backends: lookupBackend(backends),
+		Rebooter: rebooter,
+		Reporter: reporter,
+		Faults:   faults,
+		Now:      time.Now,
+		Log:      log,
+	}
+	a := &agent.Agent{NodeName: o.NodeName, Client: client, Executor: x, Reporter: reporter, Backends: backendNames(backends), Key: nodeKey, Log: log}
+
+	if o.HealthAddr != "0" && o.HealthAddr != "" {
+		srv := &http.Server{Addr: o.HealthAddr, ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = w.Write([]byte("ok\n"))
+		})}
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error(err, "Health endpoint stopped", "address", o.HealthAddr)
+			}
+		}()
+		defer srv.Close()
+	}
+	log.Info("Agent starting", "version", o.Version, "node", o.NodeName, "hostRoot", root, "stateDir", o.StateDir, "simulate", o.Simulate,
+		"serviceManager", serviceManagerType(nodeCfg.ServiceManager), "backends", backendNames(backends), "key", protocol.KeyID(nodeKey.PublicKey()))
+	return a.Run(ctx)
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig == "" {
+		if cfg, err = rest.InClusterConfig(); err != nil {
+			return nil, fmt.Errorf("in-cluster config (pass --kubeconfig outside a pod): %w", err)
+		}
+	} else if cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
+		return nil, fmt.Errorf("load kubeconfig %s: %w", kubeconfig, err)
+	}
+	// The agent writes a few status patches per step; client-go's default of
+	// 5 requests/s spaced back-to-back plans 200 ms apart (measured in bench/).
+	if cfg.QPS == 0 {
+		cfg.QPS, cfg.Burst = 20, 40
+	}
+	return cfg, nil
+}
+
+func serviceManagerType(c service.Config) string {
+	if c.Type == "" {
+		return service.TypeSystemd
+	}
+	return c.Type
+}

@@ -1,0 +1,55 @@
+package agentcmd
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"sort"
+
+	"github.com/capi-inplace/capi-inplace/internal/backend"
+	"github.com/capi-inplace/capi-inplace/internal/backend/none"
+	"github.com/capi-inplace/capi-inplace/internal/backend/registry"
+)
+
+// hostBackends returns the OS backends of a real node, by name: none, and the ones
+// the node is configured with (registry.ConfigPath on the host). A misconfigured
+// one is registered as registry.Unavailable, so a plan naming it fails with the
+// configuration error.
+func hostBackends(ctx context.Context, hostRoot string, runner backend.Runner) map[string]backend.Backend {
+	configured, err := registry.Load(ctx, registry.Env{HostRoot: hostRoot, Runner: runner})
+	if err != nil {
+		configured = map[string]backend.Backend{}
+		for _, name := range []string{"ostree", "bootc", "rauc", "swupdate", "mender", "packages", "script"} {
+			configured[name] = registry.Unavailable{BackendName: name, Err: err}
+		}
+	}
+	return withNone(configured)
+}
+
+// withNone adds the none backend (no OS image change) to bs.
+func withNone(bs map[string]backend.Backend) map[string]backend.Backend {
+	out := map[string]backend.Backend{none.Name: none.New()}
+	maps.Copy(out, bs)
+	return out
+}
+
+// backendNames lists the names of backends, sorted.
+func backendNames(bs map[string]backend.Backend) []string {
+	names := make([]string, 0, len(bs))
+	for n := range bs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// lookupBackend adapts a backend map to executor.Backends.
+func lookupBackend(bs map[string]backend.Backend) func(string) (backend.Backend, error) {
+	return func(name string) (backend.Backend, error) {
+		b, ok := bs[name]
+		if !ok {
+			return nil, fmt.Errorf("unknown OS backend %q (have %v)", name, backendNames(bs))
+		}
+		return b, nil
+	}
+}

@@ -1,0 +1,118 @@
+package productdeps
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/capi-inplace/capi-inplace"
+
+// products are the shipped binaries.
+var products = []string{module + "/cmd/capi-inplace", module + "/cmd/capi-inplace-agent"}
+
+// harness are the packages (and package trees, with a trailing "/") no product
+// binary may link.
+var harness = []string{
+	module + "/internal/agent/simhost",
+	module + "/internal/backend/simulated",
+	module + "/internal/localstack",
+	module + "/internal/demo",
+	module + "/bench",
+	module + "/test/",
+	module + "/internal/agent/etcd/etcdtest",
+	module + "/internal/backend/backendtest",
+	module + "/internal/coordinator/coordinatortest",
+	module + "/internal/extension/extensiontest",
+	module + "/internal/preview/previewtest",
+	"sigs.k8s.io/controller-runtime/pkg/envtest",
+	"github.com/onsi/ginkgo",
+}
+
+// agentForbidden are what the agent, which runs on every node, must not link on
+// top of the harness: the extension's side (controller-runtime, the coordinator,
+// the Cluster API types and their conversion code, which links gomega).
+var agentForbidden = []string{
+	"sigs.k8s.io/controller-runtime",
+	"sigs.k8s.io/cluster-api/",
+	module + "/internal/coordinator",
+	module + "/internal/extension",
+	module + "/internal/singlenode",
+	module + "/internal/policy",
+	module + "/internal/planner",
+	"github.com/onsi/gomega",
+}
+
+// deps lists the packages pkg links (go list -deps, as the linker sees them:
+// without test files).
+func deps(t *testing.T, pkg string) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", pkg).Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("go list -deps %s: %v\n%s", pkg, err, stderr)
+	}
+	return strings.Fields(string(out))
+}
+
+// linked returns the packages of list that match one of the forbidden entries.
+func linked(list, forbidden []string) []string {
+	var bad []string
+	for _, p := range list {
+		for _, f := range forbidden {
+			if p == strings.TrimSuffix(f, "/") || strings.HasPrefix(p, strings.TrimSuffix(f, "/")+"/") {
+				bad = append(bad, p)
+				break
+			}
+		}
+	}
+	return bad
+}
+
+func TestProductBinariesLinkNoHarness(t *testing.T) {
+	for _, p := range products {
+		list := deps(t, p)
+		if len(list) < 50 {
+			t.Fatalf("go list -deps %s listed only %d packages: %v", p, len(list), list)
+		}
+		if bad := linked(list, harness); len(bad) > 0 {
+			t.Errorf("%s links test harness packages (move their use to test/cmd/capi-inplace-dev):\n  %s", p, strings.Join(bad, "\n  "))
+		}
+	}
+}
+
+func TestAgentLinksNoExtension(t *testing.T) {
+	if bad := linked(deps(t, module+"/cmd/capi-inplace-agent"), agentForbidden); len(bad) > 0 {
+		t.Errorf("capi-inplace-agent links the extension's side:\n  %s", strings.Join(bad, "\n  "))
+	}
+}
+
+// TestHarnessBinaryLinksTheSimulator keeps the forbidden list honest: the harness
+// binary does link the simulated host and the local stack, so a renamed package
+// fails here instead of silently passing the product checks.
+func TestHarnessBinaryLinksTheSimulator(t *testing.T) {
+	list := deps(t, module+"/test/cmd/capi-inplace-dev")
+	for _, want := range []string{module + "/internal/agent/simhost", module + "/internal/backend/simulated", module + "/internal/localstack", module + "/internal/demo"} {
+		if len(linked(list, []string{want})) == 0 {
+			t.Errorf("capi-inplace-dev does not link %s: update the harness list", want)
+		}
+	}
+}
+
+func TestLinked(t *testing.T) {
+	for _, tc := range []struct {
+		list, forbidden, want []string
+	}{
+		{[]string{"a/b", "a/bc", "a/b/c"}, []string{"a/b"}, []string{"a/b", "a/b/c"}},
+		{[]string{"a/b", "a/bc", "a/b/c"}, []string{"a/b/"}, []string{"a/b", "a/b/c"}},
+		{[]string{"x/test", "x/testing"}, []string{"x/test/"}, []string{"x/test"}},
+		{[]string{"fmt"}, []string{"a"}, nil},
+	} {
+		if got := linked(tc.list, tc.forbidden); strings.Join(got, ",") != strings.Join(tc.want, ",") {
+			t.Errorf("linked(%v, %v) = %v, want %v", tc.list, tc.forbidden, got, tc.want)
+		}
+	}
+}
