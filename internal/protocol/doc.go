@@ -15,6 +15,6 @@
 // of its content: the same desired state always yields the same plan hash, which
 // is what makes every coordinator call idempotent.
 //
-// Imports: standard library and api/v1alpha1 only. No I/O (sealing reads
+// Imports: standard library, api/v1alpha1 and blang/semver (version.go) only. No I/O (sealing reads
 // crypto/rand for its one-time key and nonce).
 package protocol

@@ -111,7 +111,7 @@ func (c *Checker) Gates(p *protocol.NodePlan) []Gate {
 			if err != nil {
 				return err
 			}
-			if got := n.Status.NodeInfo.KubeletVersion; !sameVersion(got, version) {
+			if got := n.Status.NodeInfo.KubeletVersion; !protocol.SameRelease(got, version) {
 				return fmt.Errorf("kubelet reports %s, want %s", got, version)
 			}
 			return nil
@@ -175,7 +175,7 @@ func (c *Checker) staticPods(ctx context.Context, node, version string) error {
 			return fmt.Errorf("static pod %s has no container %s", pod.Name, name)
 		}
 		i := strings.LastIndex(image, ":")
-		if i < 0 || !sameVersion(image[i+1:], version) {
+		if i < 0 || !protocol.SameRelease(image[i+1:], version) {
 			return fmt.Errorf("static pod %s runs %s, want tag %s", pod.Name, image, version)
 		}
 	}
@@ -244,7 +244,3 @@ func (c *Checker) check(ctx context.Context, g Gate) error {
 }
 
 const defaultAttemptTimeout = 10 * time.Second
-
-func sameVersion(a, b string) bool {
-	return strings.SplitN(strings.TrimPrefix(a, "v"), "+", 2)[0] == strings.SplitN(strings.TrimPrefix(b, "v"), "+", 2)[0]
-}

@@ -14,7 +14,7 @@
 // pre-change copy), and CollectAttempts removes finished attempts' directories.
 //
 // Imports: internal/backend, internal/protocol, internal/agent/etcd,
-// internal/agent/service, internal/atomicfile, semver, golang.org/x/sys/unix,
+// internal/agent/service, internal/atomicfile, golang.org/x/sys/unix,
 // filepath-securejoin (every host path resolved inside the host root, hostfs.go)
 // and the standard library (net/http for the binaries a plan names by URL and digest,
 // binaries.go).

@@ -3,10 +3,7 @@ package kube
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
-
-	"github.com/blang/semver/v4"
 
 	"github.com/capi-inplace/capi-inplace/internal/agent/etcd"
 	"github.com/capi-inplace/capi-inplace/internal/agent/service"
@@ -74,9 +71,6 @@ func (h *Host) services() service.Manager {
 	return h.Services
 }
 
-// path returns the agent's view of a host path.
-func (h *Host) path(hostPath string) string { return filepath.Join(h.Root, hostPath) }
-
 func (h *Host) run(ctx context.Context, name string, args ...string) (backend.Result, error) {
 	return h.Runner.Run(ctx, backend.Command{Name: name, Args: args})
 }
@@ -99,20 +93,10 @@ func (h *Host) checkKubeadmVersion(ctx context.Context, version string) error {
 		return fmt.Errorf("kubeadm version: %w", err)
 	}
 	got := strings.TrimSpace(string(res.Stdout))
-	if !sameVersion(got, version) {
+	if !protocol.SameRelease(got, version) {
 		return fmt.Errorf("kubeadm on the node is %s, the plan needs %s: deliver kubeadm and kubelet with the OS image or a package source, or list them in the policy's kubernetesBinaries", got, version)
 	}
 	return nil
-}
-
-func sameVersion(a, b string) bool {
-	va, err1 := semver.ParseTolerant(a)
-	vb, err2 := semver.ParseTolerant(b)
-	if err1 != nil || err2 != nil {
-		return a == b
-	}
-	va.Build, vb.Build = nil, nil
-	return va.EQ(vb)
 }
 
 // KubeadmUpgrade runs the plan's kubeadm command, skipping the preflight checks

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/blang/semver/v4"
-
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
@@ -53,32 +51,26 @@ func admitVersion(k protocol.KubernetesPlan, current string) *Rejection {
 	if current == "" {
 		return unreachable("the node reports no kubelet version, so Kubernetes %s cannot be checked for skew", k.Version)
 	}
-	cur, err := semver.ParseTolerant(current)
+	cur, err := protocol.ParseVersion(current)
 	if err != nil {
 		return unreachable("the node's kubelet version %q is not a version", current)
 	}
-	want, err := semver.ParseTolerant(k.Version)
+	want, err := protocol.ParseVersion(k.Version)
 	if err != nil {
 		return unreachable("the target version %q is not a version", k.Version)
 	}
+	step := protocol.ClassifyVersionStep(cur, want)
 	if k.Action == protocol.KubeadmNone {
-		if !sameRelease(cur, want) {
+		if step != protocol.StepSame {
 			return unreachable("the plan targets Kubernetes %s but runs no kubeadm upgrade, and the kubelet is %s", k.Version, current)
 		}
 		return nil
 	}
-	if want.LT(cur) && !sameRelease(cur, want) {
+	switch step {
+	case protocol.StepDowngrade:
 		return unreachable("Kubernetes %s is older than the node's kubelet %s: downgrades are not supported", k.Version, current)
-	}
-	if want.Major != cur.Major || want.Minor > cur.Minor+1 {
+	case protocol.StepMajor, protocol.StepSkipsMinor:
 		return unreachable("Kubernetes %s is more than one minor version from the node's kubelet %s: kubeadm upgrades one minor at a time", k.Version, current)
 	}
 	return nil
-}
-
-// sameRelease compares versions without build metadata (kubelets may report
-// "v1.36.0+k3s1"-like suffixes).
-func sameRelease(a, b semver.Version) bool {
-	a.Build, b.Build = nil, nil
-	return a.EQ(b)
 }

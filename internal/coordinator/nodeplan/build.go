@@ -70,6 +70,9 @@ type Input struct {
 	// Gates are the user-defined health gates of the Machine's pools, from the
 	// policy, in the order they run; nil when none.
 	Gates []protocol.Gate
+	// OSBackends is the OS backend configuration of the Machine's pool, from the
+	// policy; the plan carries it only with an OS image change.
+	OSBackends json.RawMessage
 	// Node are the observed facts that decide the kubeadm action.
 	Node NodeFacts
 	// IgnorePreflightErrors are the kubeadm preflight checks the policy lets this
@@ -123,18 +126,10 @@ func RoleOf(m *clusterv1.Machine) protocol.Role {
 	return protocol.RoleWorker
 }
 
-// SameVersion compares two Kubernetes versions, ignoring a leading "v" and build
-// metadata ("+k0s"): the kubelet reports what it was built as, the Machine what was asked.
-func SameVersion(a, b string) bool {
-	norm := func(v string) string {
-		v = strings.TrimPrefix(strings.TrimSpace(v), "v")
-		if i := strings.IndexByte(v, '+'); i >= 0 {
-			v = v[:i]
-		}
-		return v
-	}
-	return a != "" && b != "" && norm(a) == norm(b)
-}
+// SameVersion compares two Kubernetes versions ignoring build metadata ("+k0s"): the
+// kubelet reports what it was built as, the Machine what was asked. It is
+// protocol.SameRelease, the rule the agent's gates use too.
+func SameVersion(a, b string) bool { return protocol.SameRelease(a, b) }
 
 // KubeadmActionFor decides the kubeadm command: none when the version does not change,
 // `upgrade apply` on the first control-plane node of the upgrade (no other control-plane
@@ -172,6 +167,9 @@ func Build(in Input) (*protocol.NodePlan, error) {
 	p.Kubernetes = protocol.KubernetesPlan{Role: role, Version: version, Action: action, IgnorePreflightErrors: in.IgnorePreflightErrors, Binaries: in.Binaries}
 	p.OS = in.OS
 	p.Gates = in.Gates
+	if in.OS != nil {
+		p.OSBackends = in.OSBackends
+	}
 
 	if cfg := in.KubeadmConfig; cfg != nil {
 		if err := addKubeadmConfig(p, cfg, in); err != nil {
