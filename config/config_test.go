@@ -344,6 +344,7 @@ func TestRenderedObjects(t *testing.T) {
 			"infrastructure.cluster.x-k8s.io/*":                         {"get", "list", "patch", "update", "watch"},
 			"/secrets":                                                  {"get", "list", "watch"},
 			"apiextensions.k8s.io/customresourcedefinitions":            {"get", "list", "watch"},
+			"runtime.cluster.x-k8s.io/extensionconfigs":                 {"get", "list", "watch"},
 			"/namespaces":                               {"get"},
 			"/events":                                   {"create", "patch"},
 			"events.k8s.io/events":                      {"create", "patch"},

@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2/textlogger"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -275,8 +276,10 @@ func (w workloadClients) WorkloadClient(ctx context.Context, cluster client.Obje
 
 // setupGuard registers the in-place-only guard (internal/guard) on registry.
 func setupGuard(mgr ctrl.Manager, registry guard.WebhookRegistry, pol *policy.Policy) error {
-	if err := apiextensionsv1.AddToScheme(mgr.GetScheme()); err != nil {
-		return fmt.Errorf("guard: register types: %w", err)
+	for _, add := range []func(*runtime.Scheme) error{apiextensionsv1.AddToScheme, runtimev1.AddToScheme} {
+		if err := add(mgr.GetScheme()); err != nil {
+			return fmt.Errorf("guard: register types: %w", err)
+		}
 	}
 	cached, err := client.New(mgr.GetConfig(), client.Options{
 		Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
@@ -300,6 +303,8 @@ func setupGuard(mgr ctrl.Manager, registry guard.WebhookRegistry, pol *policy.Po
 	}
 	return guard.Register(registry, guard.Options{
 		Reader: cached, LiveReader: direct, Planner: pl, Policy: pol, Metrics: gm,
-		Recorder: mgr.GetEventRecorder("capi-inplace-guard"),
+		// config/extensionconfig's name: its settings are the ones the hooks get.
+		ExtensionConfig: "capi-inplace",
+		Recorder:        mgr.GetEventRecorder("capi-inplace-guard"),
 	})
 }

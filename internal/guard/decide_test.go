@@ -323,3 +323,25 @@ func TestMergePatch(t *testing.T) {
 		})
 	}
 }
+
+func TestSpecChanged(t *testing.T) {
+	obj := func(spec map[string]any, labels map[string]any) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"labels": labels}, "spec": spec}}
+	}
+	tests := []struct {
+		name     string
+		kind     string
+		old, new *unstructured.Unstructured
+		want     bool
+	}{
+		{"metadata only", "KubeadmControlPlane", obj(map[string]any{"version": "v1"}, nil), obj(map[string]any{"version": "v1"}, map[string]any{"a": "b"}), false},
+		{"spec field", "KubeadmControlPlane", obj(map[string]any{"version": "v1"}, nil), obj(map[string]any{"version": "v2"}, nil), true},
+		{"Cluster: outside spec.topology", "Cluster", obj(map[string]any{"paused": false}, nil), obj(map[string]any{"paused": true}, nil), false},
+		{"Cluster: spec.topology", "Cluster", obj(map[string]any{"topology": map[string]any{"version": "v1"}}, nil), obj(map[string]any{"topology": map[string]any{"version": "v2"}}, nil), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			NewWithT(t).Expect(specChanged(tt.kind, tt.old, tt.new)).To(Equal(tt.want))
+		})
+	}
+}

@@ -29,6 +29,7 @@ import (
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -83,7 +84,7 @@ func TestGuardAgainstAPIServer(t *testing.T) {
 		}
 	})
 	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, clusterv1.AddToScheme, controlplanev1.AddToScheme, bootstrapv1.AddToScheme, apiextensionsv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, clusterv1.AddToScheme, controlplanev1.AddToScheme, bootstrapv1.AddToScheme, apiextensionsv1.AddToScheme, runtimev1.AddToScheme} {
 		g.Expect(add(scheme)).To(Succeed())
 	}
 	wio := env.WebhookInstallOptions
@@ -102,6 +103,7 @@ func TestGuardAgainstAPIServer(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(guard.Register(mgr.GetWebhookServer(), guard.Options{
 		Reader: cached, Planner: pl, Policy: policy.Builtin(), Metrics: metrics, Recorder: mgr.GetEventRecorder("capi-inplace-guard"),
+		ExtensionConfig: "capi-inplace",
 	})).To(Succeed())
 	mctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -283,6 +285,24 @@ func TestGuardAgainstAPIServer(t *testing.T) {
 			resp := h.Handle(ctx, req)
 			g.Expect(resp.Allowed).To(Equal(tc.allowed), "%+v", resp.Result)
 		}
+	})
+	t.Run("disableInPlaceUpdates in the ExtensionConfig makes an in-place change a replacement", func(t *testing.T) {
+		g := NewWithT(t)
+		ec := &runtimev1.ExtensionConfig{
+			ObjectMeta: metav1.ObjectMeta{Name: "capi-inplace"},
+			Spec: runtimev1.ExtensionConfigSpec{
+				ClientConfig: runtimev1.ClientConfig{URL: "https://127.0.0.1:1"},
+				Settings:     map[string]string{inplacev1.SettingDisableInPlaceUpdates: "true"},
+			},
+		}
+		g.Expect(admin.Create(ctx, ec)).To(Succeed())
+		// The guard reads it through the cache: wait until the cache has it.
+		g.Eventually(func() error {
+			return cached.Get(ctx, client.ObjectKey{Name: "capi-inplace"}, &runtimev1.ExtensionConfig{})
+		}, 20*time.Second, 100*time.Millisecond).Should(Succeed())
+		refused(t, "plain", "apiVersion: controlplane.cluster.x-k8s.io/v1beta2\nkind: KubeadmControlPlane\nmetadata: {name: demo-cp, namespace: plain}\nspec: {version: v1.35.3}\n",
+			"disableInPlaceUpdates=true")
+		g.Expect(admin.Delete(ctx, ec)).To(Succeed())
 	})
 	t.Run("refusals are counted by reason", func(t *testing.T) {
 		g := NewWithT(t)

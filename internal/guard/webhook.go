@@ -23,6 +23,7 @@ import (
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
 	"sigs.k8s.io/cluster-api/util/labels/format"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
@@ -98,8 +99,8 @@ var _ EventRecorder = events.EventRecorder(nil)
 // Options configure the guard.
 type Options struct {
 	// Reader reads the Cluster's objects, as preview.Gatherer does; its scheme must know
-	// Cluster API's core and KCP v1beta2 types and apiextensions v1 (for the served
-	// version of references). A cached reader keeps the guard well inside its latency
+	// Cluster API's core, KCP and runtime (ExtensionConfig) v1beta2 types and
+	// apiextensions v1 (for the served version of references). A cached reader keeps the guard well inside its latency
 	// budget. Required.
 	Reader client.Reader
 	// LiveReader, when set, reads without a cache: a refusal because an object was not
@@ -112,8 +113,13 @@ type Options struct {
 	Planner *planner.Planner
 	Policy  *policy.Policy
 	// Settings are the ExtensionConfig settings the hooks are called with
-	// (disableInPlaceUpdates).
+	// (disableInPlaceUpdates), when no ExtensionConfig is named.
 	Settings map[string]string
+	// ExtensionConfig, when set, names the ExtensionConfig that registers this
+	// extension: its spec.settings, read through Reader on every decision, are the
+	// settings Cluster API calls the hooks with (disableInPlaceUpdates makes every
+	// change a replacement). An ExtensionConfig that does not exist means no settings.
+	ExtensionConfig string
 	// Recorder records an Event on the object when an override lets a replacement
 	// through. Required.
 	Recorder EventRecorder
@@ -203,12 +209,16 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 	if err != nil {
 		return errored(http.StatusServiceUnavailable, err)
 	}
+	settings, err := h.settings(ctx)
+	if err != nil {
+		return errored(http.StatusServiceUnavailable, err)
+	}
 	object := written.GetKind() + " " + written.GetNamespace() + "/" + written.GetName()
 	result := ResultAllowed
 	for _, cluster := range clusters {
-		v, found, err := h.decide(ctx, h.opts.Reader, object, cluster, old, written)
+		v, found, err := h.decide(ctx, h.opts.Reader, settings, object, cluster, old, written)
 		if err == nil && found && missingObject(v) && h.opts.LiveReader != nil {
-			v, found, err = h.decide(ctx, h.opts.LiveReader, object, cluster, old, written)
+			v, found, err = h.decide(ctx, h.opts.LiveReader, settings, object, cluster, old, written)
 		}
 		switch {
 		case errors.Is(err, preview.ErrInvalidChange):
@@ -239,7 +249,7 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 
 // decide reads one Cluster through reader and decides the write. found is false when
 // the Cluster does not exist or is being deleted (nothing to guard).
-func (h *Handler) decide(ctx context.Context, reader client.Reader, object, cluster string, old, written *unstructured.Unstructured) (Verdict, bool, error) {
+func (h *Handler) decide(ctx context.Context, reader client.Reader, settings map[string]string, object, cluster string, old, written *unstructured.Unstructured) (Verdict, bool, error) {
 	live, proposed, found, err := h.snapshots(ctx, reader, written.GetNamespace(), cluster, Change(old, written))
 	if err != nil || !found || !live.Cluster.DeletionTimestamp.IsZero() {
 		return Verdict{}, false, err
@@ -250,12 +260,27 @@ func (h *Handler) decide(ctx context.Context, reader client.Reader, object, clus
 	}
 	v, err := Decide(Input{
 		Object: object, Live: live, Proposed: proposed, Planner: h.opts.Planner, Policy: h.opts.Policy,
-		Settings: h.opts.Settings, Now: h.opts.Now(), Override: override,
+		Settings: settings, Now: h.opts.Now(), Override: override,
 	})
 	if err != nil {
 		return Verdict{}, false, fmt.Errorf("%w: %w", errPlan, err)
 	}
 	return v, true, nil
+}
+
+// settings returns the settings the hooks are called with.
+func (h *Handler) settings(ctx context.Context) (map[string]string, error) {
+	if h.opts.ExtensionConfig == "" {
+		return h.opts.Settings, nil
+	}
+	ec := &runtimev1.ExtensionConfig{}
+	if err := h.opts.Reader.Get(ctx, client.ObjectKey{Name: h.opts.ExtensionConfig}, ec); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("read ExtensionConfig %s for its settings: %w", h.opts.ExtensionConfig, err)
+	}
+	return ec.Spec.Settings, nil
 }
 
 // errPlan marks a Cluster the planner cannot read.

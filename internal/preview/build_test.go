@@ -420,6 +420,42 @@ func TestBuildControlPlaneSpecifics(t *testing.T) {
 	})
 }
 
+// TestBuildUnhealthyControlPlaneMachine: a control-plane Machine whose control-plane
+// component condition is False is replaced when its KubeadmControlPlane changes (KCP
+// scales it down instead of updating it in place); healthy ones stay in place, and
+// without a change nothing is reported.
+func TestBuildUnhealthyControlPlaneMachine(t *testing.T) {
+	g := NewWithT(t)
+	pl, err := planner.New(policy.Builtin())
+	g.Expect(err).NotTo(HaveOccurred())
+	live := previewtest.MustSnapshot(t, previewtest.Default())
+	for i := range live.Machines {
+		if live.Machines[i].Name == "demo-cp-1" {
+			live.Machines[i].Status.Conditions = append(live.Machines[i].Status.Conditions, metav1.Condition{
+				Type: "EtcdMemberHealthy", Status: metav1.ConditionFalse, Reason: "MemberUnhealthy",
+			})
+		}
+	}
+	r, err := preview.Build(preview.Input{Live: live, Proposed: live, Planner: pl, Policy: policy.Builtin(), Now: now})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(machine(t, r, "demo-cp-1").Verdict).To(Equal(preview.VerdictUnchanged))
+
+	objs, err := preview.ParseChange([]byte(topologyVersion("v1.36.0")))
+	g.Expect(err).NotTo(HaveOccurred())
+	proposed, _, err := preview.Apply(live, objs)
+	g.Expect(err).NotTo(HaveOccurred())
+	r, err = preview.Build(preview.Input{Live: live, Proposed: proposed, Planner: pl, Policy: policy.Builtin(), Now: now})
+	g.Expect(err).NotTo(HaveOccurred())
+	m := machine(t, r, "demo-cp-1")
+	g.Expect(m.Verdict).To(Equal(preview.VerdictReplace))
+	g.Expect(m.Causes).To(HaveExactElements(And(
+		HaveField("Kind", preview.CauseUnhealthyControlPlane),
+		HaveField("Message", ContainSubstring("demo-cp-1 is not healthy (EtcdMemberHealthy MemberUnhealthy)")))))
+	g.Expect(m.Reasons).To(HaveExactElements(m.Causes[0].Message))
+	g.Expect(machine(t, r, "demo-cp-0").Verdict).To(Equal(preview.VerdictInPlace))
+	g.Expect(machine(t, r, "demo-cp-2").Verdict).To(Equal(preview.VerdictInPlace))
+}
+
 // TestBuildMachineAnnotations covers the Machine-level reasons for replacement.
 func TestBuildMachineAnnotations(t *testing.T) {
 	tests := []struct {

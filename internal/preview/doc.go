@@ -19,7 +19,11 @@
 //	                                     on the Machine's MachineSet and its templates
 //	                                     against the MachineDeployment's), decided by the
 //	                                     real internal/planner, then the rollout settings
-//	                                     that make Cluster API surge a new machine anyway
+//	                                     that make Cluster API surge a new machine anyway,
+//	                                     and a control-plane Machine with an unhealthy
+//	                                     component (KCP's own filter: KCP scales it down);
+//	                                     each reason carries a Cause kind, which the
+//	                                     admission guard (internal/guard) counts
 //	Render (pure)  -> table or JSON       render.go
 //
 // How close to Cluster API it is: the desired KubeadmConfig of a control-plane Machine
