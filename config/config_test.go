@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,7 +51,7 @@ const (
 	extConfigName  = "capi-inplace"
 	certName       = "capi-inplace-serving-cert"
 	issuerName     = "capi-inplace-selfsigned-issuer"
-	imageUser      = int64(65532) // distroless/static:nonroot
+	imageUser      = int64(65532) // the extension image's user (hack/tools/images NonRootUser)
 	admissionPort  = 9444         // the hold webhook's own port (--admission-port)
 )
 
@@ -234,8 +235,8 @@ func TestRenderedObjects(t *testing.T) {
 			"--policy-file=/etc/capi-inplace/policy.yaml",
 			"--agent-image=$(AGENT_IMAGE)",
 		}))
-		g.Expect(c.Env).To(ContainElement(corev1.EnvVar{Name: "AGENT_IMAGE", Value: c.Image}),
-			"the agent runs the extension's image, whatever `kustomize edit set image` says")
+		g.Expect(c.Env).To(ContainElement(corev1.EnvVar{Name: "AGENT_IMAGE", Value: "ghcr.io/capi-inplace/capi-inplace-agent:dev"}),
+			"the agent runs its own image, set by the images transformer like the extension's")
 		g.Expect(c.SecurityContext.ReadOnlyRootFilesystem).To(HaveValue(BeTrue()))
 		g.Expect(c.SecurityContext.AllowPrivilegeEscalation).To(HaveValue(BeFalse()))
 		g.Expect(c.SecurityContext.Capabilities.Drop).To(Equal([]corev1.Capability{"ALL"}))
@@ -396,46 +397,30 @@ func grants(rules []rbacv1.PolicyRule) map[string][]string {
 	return out
 }
 
-// TestImageMatchesBuildAndManifests checks the Dockerfile against the Makefile's build
-// and the Deployment (no Docker engine here to build it).
+// TestImageMatchesBuildAndManifests checks `make image` against the manifests and
+// `make build` (hack/tools/images builds and tests the images themselves): the
+// extension image runs /capi-inplace from ./cmd/capi-inplace as the non-root user the
+// Deployment runs as, the agent image /capi-inplace-agent from ./cmd/capi-inplace-agent
+// as root, and `make build` builds the same packages.
 func TestImageMatchesBuildAndManifests(t *testing.T) {
 	g := NewWithT(t)
-	dockerfile, err := os.ReadFile("../Dockerfile")
-	g.Expect(err).NotTo(HaveOccurred())
 	makefile, err := os.ReadFile("../Makefile")
 	g.Expect(err).NotTo(HaveOccurred())
+	tool, err := os.ReadFile("../hack/tools/images/build.go")
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = os.Stat("../Dockerfile")
+	g.Expect(os.IsNotExist(err)).To(BeTrue(), "no Dockerfile: images are built by make image without a Docker engine")
 
-	makeBuild := regexp.MustCompile(`(?m)^\tCGO_ENABLED=0 \$\(GO\) build (.*)-o \$\(BIN\)/capi-inplace (\./cmd/capi-inplace)$`).FindSubmatch(makefile)
-	g.Expect(makeBuild).NotTo(BeNil(), "the Makefile's build target")
-	dockerBuild := regexp.MustCompile(`go build -trimpath (.*)-o /out/capi-inplace (\./cmd/capi-inplace)`).FindSubmatch(dockerfile)
-	g.Expect(dockerBuild).NotTo(BeNil(), "the Dockerfile's go build")
-	g.Expect(string(dockerBuild[2])).To(Equal(string(makeBuild[2])), "the image builds the same package as make build")
-
-	df := string(dockerfile)
-	g.Expect(df).To(ContainSubstring("FROM golang:1.26 AS builder"))
-	g.Expect(df).To(ContainSubstring("CGO_ENABLED=0"))
-	g.Expect(df).To(ContainSubstring("FROM gcr.io/distroless/static:nonroot"))
-	g.Expect(df).To(ContainSubstring(`ENTRYPOINT ["/capi-inplace"]`))
-	g.Expect(df).To(ContainSubstring("USER 65532:65532"))
-
-	// The builder copies only some directories: every package of ours that the binary
-	// needs must be inside one of them, or the image build breaks.
-	var copied []string
-	for _, m := range regexp.MustCompile(`(?m)^COPY (\w+)/ `).FindAllStringSubmatch(df, -1) {
-		copied = append(copied, m[1]+"/")
-	}
-	g.Expect(copied).To(ConsistOf("api/", "cmd/", "internal/"))
-	list := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "./cmd/capi-inplace")
-	list.Dir = ".."
-	out, err := list.Output()
-	g.Expect(err).NotTo(HaveOccurred(), "go list the binary's packages")
-	const module = "github.com/capi-inplace/capi-inplace/"
-	for pkg := range strings.Lines(string(out)) {
-		pkg = strings.TrimSpace(pkg)
-		if rel, ok := strings.CutPrefix(pkg, module); ok {
-			g.Expect(slices.ContainsFunc(copied, func(dir string) bool { return strings.HasPrefix(rel, dir) })).
-				To(BeTrue(), "package %s is not copied into the image's build stage", pkg)
-		}
+	image := regexp.MustCompile(`(?ms)^image:.*?\n\n`).Find(makefile)
+	g.Expect(image).NotTo(BeNil(), "the Makefile's image target")
+	g.Expect(string(image)).To(ContainSubstring("-image capi-inplace=./cmd/capi-inplace "))
+	g.Expect(string(image)).To(ContainSubstring("-image capi-inplace-agent=./cmd/capi-inplace-agent "))
+	g.Expect(string(image)).To(ContainSubstring("-root-image capi-inplace-agent"), "the agent alone runs as root")
+	g.Expect(makefile).To(ContainSubstring("IMAGE_PLATFORMS ?= linux/amd64,linux/arm64"))
+	g.Expect(string(tool)).To(ContainSubstring(fmt.Sprintf(`NonRootUser = "%d:%d"`, imageUser, imageUser)), "the image's user is the Deployment's runAsUser")
+	g.Expect(string(tool)).To(ContainSubstring(`entrypoint := "/" + spec.Name`), "entrypoint /<image name>: /capi-inplace as the Deployment's command")
+	for _, pkg := range []string{"capi-inplace", "capi-inplace-agent"} {
+		g.Expect(makefile).To(MatchRegexp(`(?m)^\tCGO_ENABLED=0 \$\(GO\) build .*-o \$\(BIN\)/`+pkg+` \./cmd/`+pkg+`$`), "make build builds %s static", pkg)
 	}
 }
 

@@ -17,13 +17,14 @@ func (r *runner) agent(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	const rssTarget = 40 << 20
 	cpuPct := 100 * res.IdleCPU.Seconds() / res.IdleWindow.Seconds()
 	pick := bench.Result{Latencies: res.PickUp}
 	apply := bench.Result{Latencies: res.Apply}
 	r.rows = append(r.rows,
-		bench.Row{Section: "3", Measurement: "idle agent (`agent --simulate`, envtest) RSS",
-			Ours: fmt.Sprintf("%s (anon %s, file-backed %s)", bench.MiB(res.Idle.RSS), bench.MiB(res.Idle.Anon), bench.MiB(res.Idle.File)), Target: "< 40 MiB", Verdict: bench.Verdict(res.Idle.RSS < rssTarget)},
+		// The harness's agent (simulated host, demo and local stack linked in); the
+		// product agent's footprint and target are the footprint rows.
+		bench.Row{Section: "3", Measurement: "idle simulated agent (`capi-inplace-dev agent --simulate`, test harness binary, envtest) RSS",
+			Ours: fmt.Sprintf("%s (anon %s, file-backed %s)", bench.MiB(res.Idle.RSS), bench.MiB(res.Idle.Anon), bench.MiB(res.Idle.File))},
 		bench.Row{Section: "3", Measurement: fmt.Sprintf("idle agent CPU (utime+stime over %s)", res.IdleWindow.Round(time.Second)),
 			Ours: fmt.Sprintf("%s (%.2f%% of one core)", res.IdleCPU, cpuPct)},
 		bench.Row{Section: "3", Measurement: fmt.Sprintf("plan pick-up: desired-plan write → first status of the plan (watch), p50 / p99 / max (n=%d, %s apart)", len(res.PickUp), r.o.publishPause),
@@ -32,5 +33,5 @@ func (r *runner) agent(ctx context.Context) error {
 		bench.Row{Section: "3", Measurement: "files-only plan: desired-plan write → Committed, p50 / max; agent RSS after (peak)",
 			Ours: fmt.Sprintf("%s / %s; %s (%s)", ms(apply.Percentile(0.5)), ms(apply.Percentile(1)), bench.MiB(res.After.RSS), bench.MiB(res.After.HWM))},
 	)
-	return nil
+	return r.footprint(ctx)
 }
