@@ -143,8 +143,20 @@ func (l *Local) Snapshot(ctx context.Context, w io.Writer) error {
 	return nil
 }
 
+// RestoreRevisionBump is how far a restore moves etcd's revision past the
+// snapshot's, the value Kubernetes documents for restoring a cluster's etcd
+// (etcdutl snapshot restore --bump-revision 1000000000 --mark-compacted). Without
+// it the revision goes back to the snapshot's: every watch of the API server and
+// its clients (the kubelet's, the agent's own Node watch) then waits for a
+// revision that the restored etcd reaches only after as many writes as were lost,
+// and sees nothing; on the real-node lane the agent never saw the retry's
+// annotations after a rollback. Marking the bumped revision compacted makes every
+// such watch fail at once, so its client lists again.
+const RestoreRevisionBump = 1_000_000_000
+
 // Restore implements Member with etcdutl's snapshot restore, which verifies the
-// snapshot's hash and writes a data directory whose only member is c's.
+// snapshot's hash and writes a data directory whose only member is c's, with the
+// revision moved forward (RestoreRevisionBump).
 func (l *Local) Restore(_ context.Context, c RestoreConfig) error {
 	if _, err := os.Stat(c.DataDir); err == nil {
 		return fmt.Errorf("etcd restore: %s already exists", c.DataDir)
@@ -156,6 +168,8 @@ func (l *Local) Restore(_ context.Context, c RestoreConfig) error {
 		PeerURLs:            c.PeerURLs,
 		InitialCluster:      c.InitialCluster,
 		InitialClusterToken: c.InitialClusterToken,
+		RevisionBump:        RestoreRevisionBump,
+		MarkCompacted:       true,
 	})
 	if err != nil {
 		return fmt.Errorf("etcd restore of %s: %w", c.SnapshotPath, err)
