@@ -121,7 +121,17 @@ type Decision struct {
 	Cause Cause
 }
 
+// stepUnknown is the step of a message written before the node was read: the
+// coordinator keeps no state between calls, so while the workload cluster's API
+// server is down (a single control plane's restarts during its own upgrade, when
+// the node is at step 5) it cannot say which step the update is at, and must not
+// claim step 1.
+const stepUnknown = 0
+
 func stepMsg(step int, format string, args ...any) string {
+	if step == stepUnknown {
+		return fmt.Sprintf(format, args...)
+	}
 	return fmt.Sprintf("step %d/%d: ", step, totalSteps) + fmt.Sprintf(format, args...)
 }
 

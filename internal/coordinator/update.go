@@ -69,7 +69,7 @@ func (c *Coordinator) update(ctx context.Context, desired desiredObjects) Outcom
 	case ActAwaitAgent:
 		// Keep the published plan in place (someone may have deleted it) and the
 		// agent installed; both are no-ops when nothing changed.
-		if out, ok := c.ensureAgent(ctx, s); !ok {
+		if out, ok := c.ensureAgent(ctx, s, stepApply); !ok {
 			return out
 		}
 		if out, ok := c.awaitAgentKey(s); !ok {
@@ -115,7 +115,7 @@ func (c *Coordinator) update(ctx context.Context, desired desiredObjects) Outcom
 
 // start runs the steps before the agent takes over: agent, cordon, drain, publish.
 func (c *Coordinator) start(ctx context.Context, s *scope) Outcome {
-	if out, ok := c.ensureAgent(ctx, s); !ok {
+	if out, ok := c.ensureAgent(ctx, s, stepAgent); !ok {
 		return out
 	}
 	if out, ok := c.awaitAgentKey(s); !ok {
@@ -141,13 +141,15 @@ func (c *Coordinator) start(ctx context.Context, s *scope) Outcome {
 	return inProgress(waitRetry(0), stepMsg(stepApply, "waiting for the agent on node %s to pick up plan %s", s.node.Name, short(s.planHash)))
 }
 
-func (c *Coordinator) ensureAgent(ctx context.Context, s *scope) (Outcome, bool) {
+// step is the step the update is at, for the message of a failure: ensuring the
+// agent is step 1 of a new update and repeated at step 5 while the agent works.
+func (c *Coordinator) ensureAgent(ctx context.Context, s *scope, step int) (Outcome, bool) {
 	if !c.opts.ManageAgents {
 		return Outcome{}, true
 	}
 	applied, err := agentinstall.Ensure(ctx, s.wc.Client, c.agentConfig(s.cluster))
 	if err != nil {
-		return c.workloadFailure(s, stepAgent, err), false
+		return c.workloadFailure(s, step, err), false
 	}
 	if applied {
 		ctrl.LoggerFrom(ctx).Info("Installed the node agent", "Cluster", s.clusterKey.String(), "image", c.opts.AgentImage)
@@ -408,8 +410,13 @@ func unreachable(err error) bool {
 	if !errors.As(err, &st) {
 		return !errors.Is(err, nodeplan.ErrInput)
 	}
+	// A server error without a reason (a control-plane node's kube-apiserver starting
+	// after its upgrade answered discovery with one, "unknown", on the real-node lane)
+	// is no refusal; a client error without a reason (a webhook's denial) is.
+	status := st.Status()
 	return apierrors.IsServiceUnavailable(err) || apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) ||
-		apierrors.IsTooManyRequests(err) || apierrors.IsInternalError(err) || apierrors.IsUnauthorized(err)
+		apierrors.IsTooManyRequests(err) || apierrors.IsInternalError(err) || apierrors.IsUnauthorized(err) ||
+		(status.Reason == metav1.StatusReasonUnknown && (status.Code == 0 || status.Code >= 500))
 }
 
 // loadScope reads everything one call needs besides the desired objects. ok is
@@ -436,7 +443,7 @@ func (c *Coordinator) loadScope(ctx context.Context, desired desiredObjects) (*s
 	wc, err := c.opts.Clusters.Get(ctx, s.clusterKey)
 	if err != nil {
 		c.opts.Clusters.Invalidate(s.clusterKey)
-		return nil, inProgress(retryUnreachable, stepMsg(stepAgent, "waiting for a connection to cluster %s: %v", s.clusterKey.Name, err)), false
+		return nil, inProgress(retryUnreachable, stepMsg(stepUnknown, "waiting for a connection to cluster %s: %v", s.clusterKey.Name, err)), false
 	}
 	s.wc = wc
 	s.node = &corev1.Node{}
@@ -444,19 +451,19 @@ func (c *Coordinator) loadScope(ctx context.Context, desired desiredObjects) (*s
 		if apierrors.IsNotFound(err) {
 			return nil, retryable(CauseNodeMissing, fmt.Sprintf("node %s of Machine %s does not exist in cluster %s", nodeName, mkey, s.clusterKey.Name)), false
 		}
-		return nil, c.workloadFailure(s, stepAgent, fmt.Errorf("read node %s: %w", nodeName, err)), false
+		return nil, c.workloadFailure(s, stepUnknown, fmt.Errorf("read node %s: %w", nodeName, err)), false
 	}
 
 	published, err := c.loadPublished(ctx, s)
 	if err != nil {
-		return nil, c.workloadFailure(s, stepPublish, err), false
+		return nil, c.workloadFailure(s, stepUnknown, err), false
 	}
 	in, err := c.planInput(ctx, s, desired)
 	if err != nil {
 		if errors.Is(err, nodeplan.ErrInput) {
 			return nil, retryable(CauseInvalidInput, fmt.Sprintf("build plan for node %s: %v", nodeName, err)), false
 		}
-		return nil, c.workloadFailure(s, stepAgent, err), false
+		return nil, c.workloadFailure(s, stepUnknown, err), false
 	}
 	built, err := nodeplan.Build(in)
 	if err != nil {

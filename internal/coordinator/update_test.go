@@ -320,7 +320,7 @@ func TestNotReadyYetAndErrors(t *testing.T) {
 		{"node missing", f.coordinator(), f.request(ghost, nil), runtimehooksv1.ResponseStatusFailure, 0,
 			"node ghost-node of Machine " + f.ns + "/m-ghost does not exist in cluster c1"},
 		{"workload cluster unreachable", f.coordinator(func(o *Options) { o.Clusters = StaticClusters{Cluster: unreachable} }), f.request(far, nil),
-			runtimehooksv1.ResponseStatusSuccess, 10, "step 1/6: waiting for the API server of cluster c1: read node w5:"},
+			runtimehooksv1.ResponseStatusSuccess, 10, "waiting for the API server of cluster c1: read node w5:"},
 		{"missing file secret", f.coordinator(), f.request(secretless, &bootstrapv1.KubeadmConfig{Spec: bootstrapv1.KubeadmConfigSpec{Files: []bootstrapv1.File{
 			{Path: "/etc/k", ContentFrom: bootstrapv1.FileSource{Secret: bootstrapv1.SecretFileSource{Name: "nope", Key: "k"}}}}}}),
 			runtimehooksv1.ResponseStatusFailure, 0, "build plan for node w5: cannot build node plan: file /etc/k: secret nope not found"},
