@@ -3,7 +3,7 @@
 # each only when missing. No prebuilt binary can be downloaded in our build
 # environments, so everything comes from the Go module proxy.
 #
-# usage: hack/tools/build.sh [k8s] [capi]    (default: k8s)
+# usage: hack/tools/build.sh [k8s] [capi] [lint]    (default: k8s)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -29,6 +29,9 @@ for t in "${targets[@]}"; do
 		build k8s etcdutl go.etcd.io/etcd/etcdutl/v3
 		build k8s kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$(k8s_ldflags "$k8s_version")"
 		build k8s kubectl k8s.io/kubernetes/cmd/kubectl "$(k8s_ldflags "$k8s_version")"
+		;;
+	lint)
+		build golangci golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 		;;
 	capi)
 		if [[ -x "$root/hack/tools/capi.sh" ]]; then
