@@ -12,3 +12,7 @@ const (
 	// (JSON) for the plan of StagePlanAnnotation.
 	StagingStatusAnnotation = GroupName + "/staging"
 )
+
+// EventStagingFailed is the Machine Event of a node that could not stage its plan
+// (it was not cordoned).
+const EventStagingFailed = "InPlaceStagingFailed"

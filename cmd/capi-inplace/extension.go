@@ -142,18 +142,20 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 		return fmt.Errorf("create workload cluster clients: %w", err)
 	}
 	updater, err := coordinator.New(coordinator.Options{
-		Client:       direct,
-		Clusters:     clusters,
-		OSImages:     coordinator.OSImagesFromPolicy(pol),
-		Binaries:     pol,
-		Preflight:    pol,
-		Gates:        pol,
-		Fleet:        pol,
-		FleetMetrics: metrics,
-		Recorder:     mgr.GetEventRecorder("capi-inplace"),
-		Drain:        coordinator.DrainOptionsFromPolicy(pol.Drain()),
-		ManageAgents: o.manageAgents,
-		AgentImage:   o.agentImage,
+		Client:           direct,
+		Clusters:         clusters,
+		OSImages:         coordinator.OSImagesFromPolicy(pol),
+		Binaries:         pol,
+		Preflight:        pol,
+		Gates:            pol,
+		NodeConfig:       pol,
+		DeclaredOSImages: pol,
+		Fleet:            pol,
+		FleetMetrics:     metrics,
+		Recorder:         mgr.GetEventRecorder("capi-inplace"),
+		Drain:            coordinator.DrainOptionsFromPolicy(pol.Drain()),
+		ManageAgents:     o.manageAgents,
+		AgentImage:       o.agentImage,
 	})
 	if err != nil {
 		return fmt.Errorf("create coordinator: %w", err)

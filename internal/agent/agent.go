@@ -31,7 +31,10 @@ type Agent struct {
 	Backends []string
 	// Key is the node's private key (LoadOrCreateNodeKey): plans are sealed to it.
 	Key *ecdh.PrivateKey
-	Log logr.Logger
+	// Stager stages a plan the coordinator names before it cordons the node; nil
+	// stages nothing (the coordinator then waits: wire one in every agent).
+	Stager *Stager
+	Log    logr.Logger
 
 	kick chan struct{}
 }
@@ -42,6 +45,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return errors.New("the agent has no node key")
 	}
 	a.kick = make(chan struct{}, 1)
+	a.defaultStager()
 	go a.Reporter.Run(ctx)
 
 	nodeInformer := cache.NewSharedIndexInformer(byName(a.Client.CoreV1().Nodes(), a.NodeName), &corev1.Node{}, 0, cache.Indexers{})
@@ -91,6 +95,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
+			if errors.Is(err, ErrNodeConfigChanged) {
+				return err
+			}
 			a.Log.Error(err, "Reconcile failed", "node", a.NodeName)
 			// A journal error or a failed key publication; retry later rather than spin.
 			select {
@@ -122,6 +129,11 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, secret *corev1
 	}
 	if err := a.publishKey(ctx, node); err != nil {
 		return err
+	}
+	if a.Stager != nil {
+		if err := a.Stager.Reconcile(ctx, node, secret, a.Key); err != nil {
+			return err
+		}
 	}
 	desired := node.Annotations[inplacev1.DesiredPlanAnnotation]
 	st, _, err := a.Executor.Load()

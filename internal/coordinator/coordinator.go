@@ -68,6 +68,12 @@ type Options struct {
 	Preflight PreflightResolver
 	// Gates names the user-defined health gates of a Machine's pools; nil: none.
 	Gates GatesResolver
+	// NodeConfig names the OS backend configuration of a Machine's pool
+	// (nodeconfig.go); nil: nodes keep the configuration they have.
+	NodeConfig NodeConfigResolver
+	// DeclaredOSImages resolves the OS image a KubeadmConfig declares in
+	// policy.OSImageFile (nodeconfig.go); nil: such a declaration is only a file.
+	DeclaredOSImages DeclaredOSImageResolver
 	// Fleet names the failure budget, maintenance windows and soak of a Machine's
 	// pool (fleet.go); nil: a budget of 1 per cluster, no windows, no soak.
 	Fleet FleetResolver

@@ -121,6 +121,9 @@ func (c *Coordinator) start(ctx context.Context, s *scope) Outcome {
 	if out, ok := c.awaitAgentKey(s); !ok {
 		return out
 	}
+	if out, ok := c.stage(ctx, s); !ok {
+		return out
+	}
 	if err := c.protectFromRemediation(ctx, s); err != nil {
 		return retryable(CauseManagementAPI, stepMsg(stepCordon, "%v", err))
 	}
@@ -237,6 +240,32 @@ func (c *Coordinator) drain(ctx context.Context, s *scope) (Outcome, bool) {
 // it, in that order so that the agent never sees a hash without its plan. It writes
 // nothing when both already hold the plan.
 func (c *Coordinator) publish(ctx context.Context, s *scope) (bool, error) {
+	written, err := c.writePlanSecret(ctx, s)
+	if err != nil {
+		return false, err
+	}
+	if ann := s.node.GetAnnotations(); ann[inplacev1.DesiredPlanAnnotation] != s.planHash || ann[inplacev1.PlanPublishedAnnotation] == "" {
+		before := s.node.DeepCopy()
+		if ann == nil {
+			ann = map[string]string{}
+		}
+		if ann[inplacev1.DesiredPlanAnnotation] != s.planHash || ann[inplacev1.PlanPublishedAnnotation] == "" {
+			// Dates the agent's pick-up deadline.
+			ann[inplacev1.PlanPublishedAnnotation] = c.opts.Now().UTC().Format(time.RFC3339)
+		}
+		ann[inplacev1.DesiredPlanAnnotation] = s.planHash
+		s.node.SetAnnotations(ann)
+		if err := s.wc.Client.Patch(ctx, s.node, client.MergeFrom(before)); err != nil {
+			return written, fmt.Errorf("annotate node %s with plan %s: %w", s.node.Name, s.planHash, err)
+		}
+		written = true
+	}
+	return written, nil
+}
+
+// writePlanSecret writes the plan, sealed to the node's key, into the node's plan
+// Secret unless it holds it already; written reports a write.
+func (c *Coordinator) writePlanSecret(ctx context.Context, s *scope) (bool, error) {
 	written := false
 	labels := map[string]string{inplacev1.PlanNodeLabel: s.node.Name, inplacev1.ManagedByLabel: inplacev1.ManagedByValue}
 	data, err := sealedPlanData(s, s.agentKey)
@@ -270,22 +299,6 @@ func (c *Coordinator) publish(ctx context.Context, s *scope) (bool, error) {
 			return false, fmt.Errorf("update plan secret for node %s: %w", s.node.Name, err)
 		}
 		s.planSecret, written = sec, true
-	}
-	if ann := s.node.GetAnnotations(); ann[inplacev1.DesiredPlanAnnotation] != s.planHash || ann[inplacev1.PlanPublishedAnnotation] == "" {
-		before := s.node.DeepCopy()
-		if ann == nil {
-			ann = map[string]string{}
-		}
-		if ann[inplacev1.DesiredPlanAnnotation] != s.planHash || ann[inplacev1.PlanPublishedAnnotation] == "" {
-			// Dates the agent's pick-up deadline.
-			ann[inplacev1.PlanPublishedAnnotation] = c.opts.Now().UTC().Format(time.RFC3339)
-		}
-		ann[inplacev1.DesiredPlanAnnotation] = s.planHash
-		s.node.SetAnnotations(ann)
-		if err := s.wc.Client.Patch(ctx, s.node, client.MergeFrom(before)); err != nil {
-			return written, fmt.Errorf("annotate node %s with plan %s: %w", s.node.Name, s.planHash, err)
-		}
-		written = true
 	}
 	return written, nil
 }
@@ -540,6 +553,14 @@ func (c *Coordinator) planInput(ctx context.Context, s *scope, desired desiredOb
 	}
 	if in.Gates, err = userGates(c.opts.Gates, s.machine); err != nil {
 		return in, err
+	}
+	in.OSBackends = poolOSBackends(c.opts.NodeConfig, s.machine)
+	// An image declared in the KubeadmConfig wins over the infrastructure's: it is
+	// the one that can change in place on every provider.
+	if declared, err := declaredOSImage(c.opts.DeclaredOSImages, cfg, s.machine); err != nil {
+		return in, err
+	} else if declared != nil {
+		in.OS = declared
 	}
 	target := s.machine.Spec.Version
 	if nodeplan.RoleOf(s.machine) == protocol.RoleControlPlane && target != "" && !nodeplan.SameVersion(target, in.Node.KubeletVersion) {

@@ -167,6 +167,9 @@ func (p *Planner) plan(s shape, settings map[string]string, current, desired Obj
 	clusterName, _ := lookup(machine.des, []string{"spec", "clusterName"})
 	clusterStr, _ := clusterName.(string)
 	p.planInfrastructure(current.Infrastructure, desired.Infrastructure, s, infra, desired.Machine.GetNamespace(), clusterStr, res)
+	if desired.Bootstrap != nil {
+		p.planDeclaredImage(desired.Bootstrap.GetKind(), bp, desired.Machine.GetNamespace(), clusterStr, res)
+	}
 
 	if res.MachinePatch, err = makePatch(machine.cur, machine.des, machine.covered, len(machine.base)); err != nil {
 		return nil, fmt.Errorf("%s: machine patch: %w", s.hook, err)

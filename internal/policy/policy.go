@@ -45,6 +45,10 @@ type Config struct {
 	// checks they skip, for every node or per pool.
 	Kubeadm KubeadmConfig `json:"kubeadm,omitempty"`
 
+	// OSBackends configures the OS backends of the nodes of each pool (see
+	// OSBackendsPoolConfig).
+	OSBackends []OSBackendsPoolConfig `json:"osBackends,omitempty"`
+
 	// Fleet sets failure budgets, maintenance windows and soak per pool of
 	// Machines (see FleetPoolConfig).
 	Fleet []FleetPoolConfig `json:"fleet,omitempty"`
@@ -98,11 +102,19 @@ type ArtifactConfig struct {
 	Kind string `json:"kind,omitempty"`
 	// Backend is the OS backend; empty means the cluster's backend.
 	Backend string `json:"backend,omitempty"`
-	// Ref is the artifact: an OCI reference, an ostree ref, a bundle URL.
-	Ref string `json:"ref"`
+	// Ref is the artifact: an OCI reference, an ostree ref, a bundle path on the
+	// node. Leave it empty with URL.
+	Ref string `json:"ref,omitempty"`
 	// Digest is "sha256:<64 hex>". Without it the image change is refused: the
 	// agent must be able to verify what it installs.
 	Digest string `json:"digest,omitempty"`
+	// URL is where the agent downloads a bundle (RAUC, SWUpdate, Mender) before the
+	// node is cordoned: an http(s) URL or oci://<registry>/<repository> holding the
+	// bundle as the blob of Digest. The backend then reads it from the node's
+	// artifact store (protocol.ArtifactPath).
+	URL string `json:"url,omitempty"`
+	// Mirrors are other sources of the same bundle, tried first.
+	Mirrors []string `json:"mirrors,omitempty"`
 }
 
 // Drain is the validated drain policy.
@@ -122,10 +134,11 @@ type InfraKind struct {
 
 // Artifact is a validated artifact entry.
 type Artifact struct {
-	Kind    string
-	Backend string
-	Ref     string
-	Digest  string
+	Kind     string
+	Backend  string
+	Ref      string
+	Digest   string
+	Download *protocol.BinaryArtifact
 }
 
 // Policy is the validated, immutable policy. Build it with New, Parse or Builtin.
@@ -141,6 +154,7 @@ type Policy struct {
 	fleetPools          []fleetPool
 	preflightGlobal     []string
 	preflightPools      []kubeadmPool
+	osBackendPools      []osBackendsPool
 }
 
 // Backends are the OS backend names the agent knows (see protocol.OSImage).
@@ -242,8 +256,20 @@ func New(cfg Config) (*Policy, error) {
 			add("artifacts[%d].image must be a non-empty string or object", i)
 			continue
 		}
-		if a.Ref == "" {
-			add("artifacts[%d].ref is empty", i)
+		var download *protocol.BinaryArtifact
+		switch {
+		case a.URL != "" && a.Ref != "":
+			add("artifacts[%d]: ref and url exclude each other (with url the agent stages the bundle at %s)", i, protocol.ArtifactPath("sha256:<hex>"))
+		case a.URL != "":
+			download = &protocol.BinaryArtifact{URL: a.URL, Digest: a.Digest, Mirrors: slices.Clone(a.Mirrors)}
+			if err := download.Validate(); err != nil {
+				add("artifacts[%d]: %w", i, err)
+			}
+			a.Ref = protocol.ArtifactPath(a.Digest)
+		case a.Ref == "":
+			add("artifacts[%d]: ref or url is required", i)
+		case len(a.Mirrors) > 0:
+			add("artifacts[%d].mirrors need a url", i)
 		}
 		if a.Digest != "" && !protocol.ValidDigest(a.Digest) {
 			add("artifacts[%d].digest %q is not sha256:<64 lowercase hex>", i, a.Digest)
@@ -259,7 +285,7 @@ func New(cfg Config) (*Policy, error) {
 				add("artifacts[%d]: image %s is mapped twice for kind %q", i, key, a.Kind)
 			}
 		}
-		p.artifacts[key] = append(p.artifacts[key], Artifact{Kind: a.Kind, Backend: a.Backend, Ref: a.Ref, Digest: a.Digest})
+		p.artifacts[key] = append(p.artifacts[key], Artifact{Kind: a.Kind, Backend: a.Backend, Ref: a.Ref, Digest: a.Digest, Download: download})
 	}
 
 	binaries, binErrs := compileBinaries(cfg.KubernetesBinaries)
@@ -269,6 +295,10 @@ func New(cfg Config) (*Policy, error) {
 	var gateErrs []error
 	p.gatePools, gateErrs = compileGates(cfg.Gates)
 	errs = append(errs, gateErrs...)
+
+	var osErrs []error
+	p.osBackendPools, osErrs = compileOSBackends(cfg.OSBackends)
+	errs = append(errs, osErrs...)
 
 	var kubeadmErrs []error
 	p.preflightGlobal, p.preflightPools, kubeadmErrs = compileKubeadm(cfg.Kubeadm)
@@ -403,5 +433,11 @@ func (p *Policy) OSImageFor(machineKind string, image any, namespace, cluster st
 	if backend == "" {
 		return nil, fmt.Sprintf("image %s maps to artifact %s, but no OS backend is configured for cluster %s/%s", key, a.Ref, namespace, cluster)
 	}
-	return &protocol.OSImage{Backend: backend, Ref: a.Ref, Digest: a.Digest}, ""
+	img := &protocol.OSImage{Backend: backend, Ref: a.Ref, Digest: a.Digest}
+	if a.Download != nil {
+		d := *a.Download
+		d.Mirrors = slices.Clone(d.Mirrors)
+		img.Download = &d
+	}
+	return img, ""
 }

@@ -73,6 +73,12 @@ type NodePlan struct {
 	// Gates are user-defined health checks that must pass before commit, in addition
 	// to the built-in ones.
 	Gates []Gate `json:"gates,omitempty"`
+
+	// OSBackends is the node's OS backend configuration from the policy of its pool
+	// (the JSON of /etc/capi-inplace/os-backends.json), carried when the OS image
+	// changes: the agent writes it to the host before it stages the image. Empty:
+	// the node keeps the file it has.
+	OSBackends json.RawMessage `json:"osBackends,omitempty"`
 }
 
 // MachineRef names a CAPI Machine.
@@ -271,6 +277,9 @@ func (p *NodePlan) Validate() error {
 				add("os.ref %q must be %s, where the agent stages the download", p.OS.Ref, want)
 			}
 		}
+	}
+	if len(p.OSBackends) > 0 && (!json.Valid(p.OSBackends) || p.OSBackends[0] != '{') {
+		add("osBackends is not a JSON object")
 	}
 	for name, raw := range map[string]json.RawMessage{"users": p.Users, "ntp": p.NTP, "clusterConfiguration": p.ClusterConfiguration} {
 		if len(raw) > 0 && !json.Valid(raw) {

@@ -88,6 +88,8 @@ const (
 	StageReasonInvalidPlan = "InvalidPlan"
 	// StageReasonOSStage: the OS backend refused or failed to stage the image.
 	StageReasonOSStage = "OSStageFailed"
+	// StageReasonNodeConfig: the pool's OS backend configuration cannot be written.
+	StageReasonNodeConfig = "NodeConfigFailed"
 )
 
 // StagingStatusVersion is the version of the StagingStatus envelope.

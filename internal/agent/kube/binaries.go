@@ -76,6 +76,10 @@ type HTTPBinaries struct {
 	Timeout time.Duration
 	// Platform is the agent's "<os>/<arch>"; "" means runtime.GOOS/runtime.GOARCH.
 	Platform string
+	// Staged opens the file of a digest that the agent fetched before the node was
+	// cordoned (artifact.Store.Open); nil, or an error from it, means download.
+	// What it yields is hashed like a download.
+	Staged func(digest string) (io.ReadCloser, error)
 }
 
 func (b *HTTPBinaries) client() *http.Client {
@@ -192,7 +196,7 @@ func (b *HTTPBinaries) stage(ctx context.Context, root, hostPath string, a proto
 		}
 	}()
 	h := sha256.New()
-	if err := b.download(ctx, name, a.URL, io.MultiWriter(tmp, h)); err != nil {
+	if err := b.fetch(ctx, name, a, io.MultiWriter(tmp, h)); err != nil {
 		return staged{}, err
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != wantHex {
@@ -209,6 +213,28 @@ func (b *HTTPBinaries) stage(ctx context.Context, root, hostPath string, a proto
 	}
 	ok = true
 	return staged{tmp: tmp.Name(), dest: dest}, nil
+}
+
+// fetch writes the artifact to w: from the staged copy when there is one,
+// otherwise downloaded from its first http(s) source.
+func (b *HTTPBinaries) fetch(ctx context.Context, name string, a protocol.BinaryArtifact, w io.Writer) error {
+	if b.Staged != nil {
+		if rc, err := b.Staged(a.Digest); err == nil {
+			defer rc.Close()
+			if _, err := io.Copy(w, io.LimitReader(rc, b.maxBytes()+1)); err != nil {
+				return fmt.Errorf("%s: copy the staged file: %w", name, err)
+			}
+			return nil
+		}
+	}
+	// One source only: w may hold part of a failed body, which only a fresh
+	// start could verify. Fallback across mirrors is the stager's.
+	for _, src := range a.Sources() {
+		if strings.HasPrefix(src, "http://") || strings.HasPrefix(src, "https://") {
+			return b.download(ctx, name, src, w)
+		}
+	}
+	return fmt.Errorf("%s: %w: nothing staged and no http(s) source (an OCI source is fetched while the node stages the plan, before it is cordoned)", name, ErrDownload)
 }
 
 // download writes the body of url to w, at most maxBytes of it.

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -222,4 +223,20 @@ func (u Unavailable) Rollback(context.Context, backend.Artifact) error { return 
 // Status implements backend.Backend.
 func (u Unavailable) Status(context.Context) (backend.Status, error) {
 	return backend.Status{}, u.err()
+}
+
+// Parse reads an OS backend configuration strictly: unknown fields are refused,
+// so that a misspelt key in a pool's policy is an error rather than a backend
+// that silently keeps its defaults.
+func Parse(data []byte) (Config, error) {
+	var cfg Config
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cfg); err != nil {
+		return Config{}, fmt.Errorf("OS backend configuration: %w", err)
+	}
+	if dec.More() {
+		return Config{}, errors.New("OS backend configuration: trailing data after the JSON object")
+	}
+	return cfg, nil
 }
