@@ -22,6 +22,7 @@
 // pods kube-system/<component>-<node> for the static-pod gate. The simulated host
 // additionally patches nodes/status and creates/patches those mirror pods.
 //
-// Imports: internal/agent/{state,executor,journal}, internal/protocol,
-// internal/atomicfile, api/v1alpha1, client-go and logr.
+// Imports: internal/agent/{state,executor,journal,artifact,kube}, internal/protocol,
+// internal/backend{,/registry} (staging, stage.go), internal/atomicfile,
+// api/v1alpha1, client-go and logr.
 package agent

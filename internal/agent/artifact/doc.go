@@ -15,5 +15,5 @@
 // disruptive part of an update copies from local disk instead of downloading.
 //
 // Imports: the standard library, go-containerregistry (name, remote) for OCI
-// registries, internal/protocol.
+// registries, internal/atomicfile, internal/protocol.
 package artifact

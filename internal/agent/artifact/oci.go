@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
@@ -51,13 +50,7 @@ func (s *Store) openOCI(ctx context.Context, src, digest string) (io.ReadCloser,
 	return digestErrReader{body}, size, nil
 }
 
-func registryErr(err error) error {
-	var te *transport.Error
-	if errors.As(err, &te) {
-		return fmt.Errorf("registry answered %d: %w", te.StatusCode, err)
-	}
-	return err
-}
+func registryErr(err error) error { return fmt.Errorf("registry: %w", err) }
 
 // digestErrReader marks the verifying reader's mismatch error, which it returns
 // at the end of the body, as errDigest.
