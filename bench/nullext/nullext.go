@@ -6,7 +6,7 @@
 // reconcile cadence; capi-inplace's rollout time divided by it is our
 // orchestration overhead.
 //
-// Imports: internal/extension, internal/policy, Cluster API hook types,
+// Imports: internal/extension, internal/coordinator (Outcome), internal/policy, Cluster API hook types,
 // prometheus. Benchmark code only: it lies about work done by design.
 package nullext
 
@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 
+	"github.com/capi-inplace/capi-inplace/internal/coordinator"
 	"github.com/capi-inplace/capi-inplace/internal/extension"
 	"github.com/capi-inplace/capi-inplace/internal/policy"
 )
@@ -29,11 +30,9 @@ type Updater struct{}
 
 var _ extension.MachineUpdater = Updater{}
 
-// UpdateMachine answers Success with retryAfterSeconds 0.
-func (Updater) UpdateMachine(_ context.Context, _ *runtimehooksv1.UpdateMachineRequest, resp *runtimehooksv1.UpdateMachineResponse) {
-	resp.Status = runtimehooksv1.ResponseStatusSuccess
-	resp.RetryAfterSeconds = 0
-	resp.Message = Message
+// Update answers done (Success with retryAfterSeconds 0 on the wire).
+func (Updater) Update(context.Context, *runtimehooksv1.UpdateMachineRequest) coordinator.Outcome {
+	return coordinator.Outcome{Kind: coordinator.OutcomeDone, Message: Message}
 }
 
 // NewHandlers returns capi-inplace's hook handlers with the built-in policy and the

@@ -48,6 +48,7 @@ type extensionOptions struct {
 	policyFile           string
 	manageAgents         bool
 	agentImage           string
+	extensionConfigName  string
 	verbosity            int
 }
 
@@ -79,6 +80,7 @@ over HTTPS (register it with an ExtensionConfig whose caBundle is the CA of
 	f.StringVar(&o.policyFile, "policy-file", "", "Path to the policy file (YAML or JSON); empty means the built-in policy (no OS image artifacts, bootstrap-only fields refused).")
 	f.BoolVar(&o.manageAgents, "manage-agents", true, "Install and upgrade the node agent (DaemonSet and RBAC) in each workload cluster.")
 	f.StringVar(&o.agentImage, "agent-image", "", "Container image of the node agent that --manage-agents installs.")
+	f.StringVar(&o.extensionConfigName, "extension-config-name", "", "Name of the ExtensionConfig that registers these hooks; the single-node control-plane path then reads its spec.settings (disableInPlaceUpdates) as Cluster API passes them to the hooks (needs get on runtime.cluster.x-k8s.io extensionconfigs). Empty: no settings.")
 	f.IntVarP(&o.verbosity, "v", "v", 0, "Log verbosity (0 or 1).")
 	return cmd
 }
@@ -201,7 +203,10 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 	if err != nil {
 		return fmt.Errorf("single-node control-plane planner: %w", err)
 	}
-	if err := singlenode.SetupWithManager(mgr, singlenode.Options{Updater: updater, Planner: plans, Workloads: workloadClients{clusters}, WebhookServer: admission}); err != nil {
+	if err := singlenode.SetupWithManager(mgr, singlenode.Options{
+		Updater: updater, Planner: plans, Workloads: workloadClients{clusters}, WebhookServer: admission,
+		ExtensionConfigName: o.extensionConfigName,
+	}); err != nil {
 		return fmt.Errorf("set up single-node control-plane path: %w", err)
 	}
 	// The in-place-only guard, on the same admission server as the hold webhook. It

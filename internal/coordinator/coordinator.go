@@ -168,6 +168,12 @@ func New(opts Options) (*Coordinator, error) {
 // by Cluster API for an in-place update in a namespace that opted in, and a request
 // that disagrees with the stored objects is refused before anything is touched.
 func (c *Coordinator) UpdateMachine(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest, resp *runtimehooksv1.UpdateMachineResponse) {
+	c.Update(ctx, req).WriteResponse(resp)
+}
+
+// Update is UpdateMachine answering the typed Outcome, which the hook handler
+// consumes (and writes with Outcome.WriteResponse).
+func (c *Coordinator) Update(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest) Outcome {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.CallTimeout)
 	defer cancel()
 	ctx = c.withMachineLogger(ctx, &req.Desired.Machine)
@@ -178,17 +184,13 @@ func (c *Coordinator) UpdateMachine(ctx context.Context, req *runtimehooksv1.Upd
 		}
 		return c.lingerUpdate(ctx, d)
 	}()
-	writeResponse(ctx, out, resp)
+	logOutcome(ctx, out)
+	return out
 }
 
 func (c *Coordinator) withMachineLogger(ctx context.Context, m *clusterv1.Machine) context.Context {
 	log := ctrl.LoggerFrom(ctx).WithValues("Machine", client.ObjectKeyFromObject(m).String())
 	return ctrl.LoggerInto(ctx, log)
-}
-
-func writeResponse(ctx context.Context, out Outcome, resp *runtimehooksv1.UpdateMachineResponse) {
-	logOutcome(ctx, out)
-	out.WriteResponse(resp)
 }
 
 // WriteResponse writes the outcome as an UpdateMachine hook response (upstream's

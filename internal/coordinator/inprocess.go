@@ -51,3 +51,13 @@ func (c *Coordinator) UpdateNode(ctx context.Context, d DesiredNode) Outcome {
 	logOutcome(ctx, out)
 	return out
 }
+
+// Known reports whether k is one of the four outcome kinds; a caller treats any
+// other value (a zero Outcome) as neither done nor failed.
+func (k OutcomeKind) Known() bool {
+	switch k {
+	case OutcomeInProgress, OutcomeDone, OutcomeFailedFinal, OutcomeFailedRetryable:
+		return true
+	}
+	return false
+}

@@ -18,5 +18,6 @@
 // Imports: cluster-api hook and catalog types, the runtime server
 // (sigs.k8s.io/cluster-api/exp/runtime/server), controller-runtime logging and
 // webhook server, golang.org/x/sync/semaphore (the in-flight request budget),
-// prometheus, internal/planner, internal/policy.
+// prometheus, internal/planner, internal/policy, internal/coordinator (its Outcome
+// type: UpdateMachine writes the coordinator's typed answer).
 package extension

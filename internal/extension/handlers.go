@@ -16,15 +16,17 @@ import (
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/capi-inplace/capi-inplace/internal/coordinator"
 	"github.com/capi-inplace/capi-inplace/internal/planner"
 	"github.com/capi-inplace/capi-inplace/internal/policy"
 )
 
 // MachineUpdater performs an in-place update: the coordinator. It must be
-// idempotent (CAPI calls it again until it answers Success with retryAfterSeconds
-// 0, and may call it after that) and must never answer Success for work not done.
+// idempotent (CAPI calls it again until it answers done, and may call it after that)
+// and must never answer done for work not done. It answers the coordinator's typed
+// Outcome, which the handler writes into the response.
 type MachineUpdater interface {
-	UpdateMachine(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest, resp *runtimehooksv1.UpdateMachineResponse)
+	Update(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest) coordinator.Outcome
 }
 
 // Hook names, as CAPI's catalog names them; used in logs, metrics and messages.
@@ -117,12 +119,14 @@ func (h *Handlers) DoUpdateMachine(ctx context.Context, req *runtimehooksv1.Upda
 		resp.SetMessage(MessageNoCoordinator)
 		return
 	}
-	h.updater.UpdateMachine(ctx, req, resp)
-	if resp.GetStatus() == "" {
-		// An empty status would read as neither done nor failed; never let it
+	out := h.updater.Update(ctx, req)
+	if !out.Kind.Known() {
+		// An outcome of no known kind is neither done nor failed; never let it
 		// pass as Success.
-		fail(resp, errors.New("the coordinator returned no status"))
+		fail(resp, fmt.Errorf("the coordinator returned no outcome (kind %q)", out.Kind))
+		return
 	}
+	out.WriteResponse(resp)
 }
 
 // finish recovers a panic into a Failure response (reset clears anything half

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 
+	"github.com/capi-inplace/capi-inplace/internal/coordinator"
 	"github.com/capi-inplace/capi-inplace/internal/policy"
 )
 
@@ -144,12 +145,11 @@ func FuzzCanUpdateMachineSet(f *testing.F) {
 // that it was called, so the target checks what reaches it.
 type staticUpdater struct{ called bool }
 
-func (s *staticUpdater) UpdateMachine(_ context.Context, req *runtimehooksv1.UpdateMachineRequest, resp *runtimehooksv1.UpdateMachineResponse) {
+func (s *staticUpdater) Update(_ context.Context, req *runtimehooksv1.UpdateMachineRequest) coordinator.Outcome {
 	s.called = true
 	// Touch what the coordinator reads from the request.
 	_ = req.Desired.Machine.Name + req.Desired.Machine.Namespace + req.Desired.Machine.Spec.ClusterName
-	resp.SetStatus(runtimehooksv1.ResponseStatusSuccess)
-	resp.SetRetryAfterSeconds(5)
+	return coordinator.Outcome{Kind: coordinator.OutcomeInProgress, RetryAfterSeconds: 5}
 }
 
 // FuzzUpdateMachine: UpdateMachine's own decoding and validation, with a static

@@ -12,6 +12,7 @@ import (
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 
+	"github.com/capi-inplace/capi-inplace/internal/coordinator"
 	pt "github.com/capi-inplace/capi-inplace/internal/planner/plannertest"
 	"github.com/capi-inplace/capi-inplace/internal/policy"
 )
@@ -171,12 +172,12 @@ func TestPanicBecomesFailure(t *testing.T) {
 
 type fakeUpdater struct {
 	calls int
-	do    func(*runtimehooksv1.UpdateMachineResponse)
+	do    func() coordinator.Outcome
 }
 
-func (f *fakeUpdater) UpdateMachine(_ context.Context, _ *runtimehooksv1.UpdateMachineRequest, resp *runtimehooksv1.UpdateMachineResponse) {
+func (f *fakeUpdater) Update(context.Context, *runtimehooksv1.UpdateMachineRequest) coordinator.Outcome {
 	f.calls++
-	f.do(resp)
+	return f.do()
 }
 
 func TestDoUpdateMachine(t *testing.T) {
@@ -195,15 +196,18 @@ func TestDoUpdateMachine(t *testing.T) {
 		wantCalls   int
 	}{
 		{name: "no coordinator", req: okReq(), wantStatus: runtimehooksv1.ResponseStatusFailure, wantMessage: MessageNoCoordinator},
-		{name: "delegated, in progress", req: okReq(), updater: &fakeUpdater{do: func(r *runtimehooksv1.UpdateMachineResponse) {
-			r.SetStatus(runtimehooksv1.ResponseStatusSuccess)
-			r.SetRetryAfterSeconds(10)
-			r.SetMessage("draining")
+		{name: "delegated, in progress", req: okReq(), updater: &fakeUpdater{do: func() coordinator.Outcome {
+			return coordinator.Outcome{Kind: coordinator.OutcomeInProgress, RetryAfterSeconds: 10, Message: "draining"}
 		}}, wantStatus: runtimehooksv1.ResponseStatusSuccess, wantMessage: "draining", wantRetry: 10, wantCalls: 1},
-		{name: "coordinator sets no status", req: okReq(), updater: &fakeUpdater{do: func(*runtimehooksv1.UpdateMachineResponse) {}},
-			wantStatus: runtimehooksv1.ResponseStatusFailure, wantMessage: "the coordinator returned no status", wantCalls: 1},
-		{name: "coordinator panics", req: okReq(), updater: &fakeUpdater{do: func(r *runtimehooksv1.UpdateMachineResponse) {
-			r.SetStatus(runtimehooksv1.ResponseStatusSuccess)
+		{name: "done", req: okReq(), updater: &fakeUpdater{do: func() coordinator.Outcome {
+			return coordinator.Outcome{Kind: coordinator.OutcomeDone, Message: "node runs plan"}
+		}}, wantStatus: runtimehooksv1.ResponseStatusSuccess, wantMessage: "node runs plan", wantCalls: 1},
+		{name: "final failure has no retry on the wire", req: okReq(), updater: &fakeUpdater{do: func() coordinator.Outcome {
+			return coordinator.Outcome{Kind: coordinator.OutcomeFailedFinal, Cause: coordinator.CauseRolledBack, RetryAfterSeconds: 7, Message: "rolled back"}
+		}}, wantStatus: runtimehooksv1.ResponseStatusFailure, wantMessage: "rolled back", wantCalls: 1},
+		{name: "coordinator answers no outcome", req: okReq(), updater: &fakeUpdater{do: func() coordinator.Outcome { return coordinator.Outcome{RetryAfterSeconds: 3} }},
+			wantStatus: runtimehooksv1.ResponseStatusFailure, wantMessage: "the coordinator returned no outcome", wantCalls: 1},
+		{name: "coordinator panics", req: okReq(), updater: &fakeUpdater{do: func() coordinator.Outcome {
 			panic("boom")
 		}}, wantStatus: runtimehooksv1.ResponseStatusFailure, wantMessage: "UpdateMachine: internal error: boom", wantCalls: 1},
 		{name: "wrong request kind", req: &runtimehooksv1.UpdateMachineRequest{}, updater: &fakeUpdater{},

@@ -65,6 +65,9 @@ type Reconciler struct {
 	// Settings are the planner's settings, as the ExtensionConfig's spec.settings are
 	// for the hooks (disableInPlaceUpdates).
 	Settings map[string]string
+	// ExtensionConfigName names the ExtensionConfig registering the hooks; its
+	// spec.settings overlay Settings (empty: Settings only).
+	ExtensionConfigName string
 	// Workloads reaches the workload cluster, whose kubeadm-config ConfigMap is
 	// updated before each node update.
 	Workloads WorkloadClients
@@ -162,7 +165,7 @@ func (r *Reconciler) update(ctx context.Context, obs *observed, machineName stri
 	// The same planner as the hooks: a change it cannot apply in place (or in-place
 	// updates disabled) is refused before anything is touched, and the hold stays,
 	// because releasing KCP would make it replace the Machine.
-	if refused, err := r.refusals(machine, obs.results[machineName], aligned); err != nil {
+	if refused, err := r.refusals(ctx, machine, obs.results[machineName], aligned); err != nil {
 		return ctrl.Result{}, err
 	} else if len(refused) > 0 {
 		return r.refuse(ctx, obs, machine, refusalMessage(refused))

@@ -20,13 +20,18 @@
 //  2. Update. The controller (Reconciler) runs KCP's own up-to-date comparison
 //     (sigs.k8s.io/cluster-api/controlplane/kubeadm/pkg.UpToDate, which also computes the
 //     desired Machine, KubeadmConfig and InfraMachine with desiredstate.ComputeDesired*),
-//     dry-runs the alignment, and drives one node update at a time through the Updater
-//     (the coordinator's UpdateMachine), honouring retryAfterSeconds.
+//     dry-runs the alignment, asks the hooks' planner (internal/planner, the same policy
+//     and settings, disableInPlaceUpdates included) exactly what KCP's CanUpdateMachine
+//     call would ask and refuses what it refuses (ReasonRefused, the hold stays), writes
+//     the KCP's ClusterConfiguration into the workload cluster's kubeadm-config as KCP
+//     does before a rollout, and drives one node update at a time through the Updater
+//     (the coordinator's UpdateNode), deciding on its typed Outcome (Classify).
 //  3. Align. On success it server-side applies the InfraMachine, KubeadmConfig and Machine
 //     under KCP's field manager, as KCP's triggerInPlaceUpdate would.
 //  4. Release. With every Machine up to date it removes the hold and the pause; KCP
 //     then finds nothing to roll out and creates nothing.
-//  5. Failure. A Failure answer (the agent rolled the node back) aligns nothing, records
+//  5. Failure. A final failure (the agent rolled the node back, the node is degraded,
+//     the plan was never picked up) aligns nothing, records
 //     the target in v1alpha1.HoldFailedAnnotation, sets InPlaceUpdate=False with the
 //     cause on the KCP and the Cluster, records Events, and keeps KCP paused: releasing it
 //     with an outdated Machine would make KCP create a surge Machine. Reverting or
@@ -37,10 +42,11 @@
 // restart at any point; alignment happens only after the node update succeeded and
 // only while KCP is paused, so KCP never sees a half-aligned Machine.
 //
-// Pure parts: TargetHash, DecideHold, Decide, Classify. Imperative shell: the webhook
+// Pure parts: TargetHash, DecideHold, Decide, Classify, planRequest. Imperative shell: the webhook
 // handler, observe, applier, Reconciler.
 //
-// Imports: api/v1alpha1, Cluster API API types and its public KCP packages
-// (controlplane/kubeadm/pkg, controllers/external, util), controller-runtime, k8s.io/*.
-// Never the coordinator: it is reached through the Updater interface.
+// Imports: api/v1alpha1, internal/planner, internal/coordinator (its DesiredNode and
+// Outcome types only; the coordinator itself is reached through the Updater
+// interface), Cluster API API types and its public KCP packages (controlplane/kubeadm/pkg
+// with its Workload, controllers/external, util), controller-runtime, k8s.io/*.
 package singlenode

@@ -155,3 +155,19 @@ func (d HoldDecision) HoldAnnotations() map[string]string {
 func OptedIn(cluster *clusterv1.Cluster) bool {
 	return cluster != nil && cluster.Annotations[v1alpha1.SingleNodeControlPlaneAnnotation] == "true"
 }
+
+// KCPOptedIn reports whether the KubeadmControlPlane itself carries the opt-in (for a
+// ClusterClass cluster: spec.topology.controlPlane.metadata.annotations, which the
+// topology controller applies to the KCP in the same write as a version change).
+//
+// Why a second place: Cluster API's topology controller can delete a Cluster
+// annotation added shortly before a topology upgrade. It computes the desired Cluster
+// from its cached copy, then marks the upgrade hooks pending with a patch that refreshes
+// its current copy from the server (now with the new annotation), and finally patches
+// the Cluster with a merge patch from that current copy to the stale desired one, which
+// sets the new annotation to null (CAPI v1.14 core/reconcilers/topology/cluster,
+// reconcileCluster; seen in the late opt-in end-to-end test). The KCP's own metadata is
+// never written that way.
+func KCPOptedIn(kcp *controlplanev1.KubeadmControlPlane) bool {
+	return kcp != nil && kcp.Annotations[v1alpha1.SingleNodeControlPlaneAnnotation] == "true"
+}

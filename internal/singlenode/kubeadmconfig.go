@@ -18,7 +18,8 @@ type WorkloadClients interface {
 	WorkloadClient(ctx context.Context, cluster client.ObjectKey) (client.Client, error)
 }
 
-// updateKubeadmConfigMap writes the KubeadmControlPlane's ClusterConfiguration into
+// updateKubeadmConfigMap ensures kubeadm's RBAC and writes the KubeadmControlPlane's
+// ClusterConfiguration into
 // the workload cluster's kube-system/kubeadm-config ConfigMap exactly as KCP does
 // before it rolls out a change (updateControlPlane in controlplane/kubeadm/reconcilers/
 // kubeadmcontrolplane/update.go, with KCP's own Workload mutators): image repository,
@@ -34,6 +35,10 @@ func updateKubeadmConfigMap(ctx context.Context, wc client.Client, kcp *controlp
 		return fmt.Errorf("KubeadmControlPlane %s: version %q: %w", kcp.Name, kcp.Spec.Version, err)
 	}
 	w := &kcppkg.Workload{Client: wc}
+	// As KCP: the ClusterRoles and bindings newer kubeadm versions expect.
+	if err := w.EnsureKubeadmPermissions(ctx, version); err != nil {
+		return fmt.Errorf("ensure kubeadm's RBAC in the workload cluster: %w", err)
+	}
 	cc := kcp.Spec.KubeadmConfigSpec.ClusterConfiguration
 	var mutators []func(*bootstrapv1.ClusterConfiguration)
 	if cc.IsDefined() {

@@ -98,7 +98,7 @@ func observe(ctx context.Context, c client.Client, kcp *controlplanev1.KubeadmCo
 func (o *observed) state() State {
 	s := State{
 		Held:           IsHeld(o.kcp),
-		OptedIn:        OptedIn(o.cluster),
+		OptedIn:        OptedIn(o.cluster) || KCPOptedIn(o.kcp),
 		BelowThreshold: replicasBelowThreshold(o.kcp),
 		Target:         TargetHash(o.kcp),
 		FailedTarget:   o.kcp.Annotations[v1alpha1.HoldFailedAnnotation],

@@ -19,7 +19,7 @@ import (
 )
 
 // refusals asks the planner about the Machine's change and returns what it refuses.
-func (r *Reconciler) refusals(machine *clusterv1.Machine, res *kcppkg.UpToDateResult, aligned desiredObjects) ([]planner.Decision, error) {
+func (r *Reconciler) refusals(ctx context.Context, machine *clusterv1.Machine, res *kcppkg.UpToDateResult, aligned desiredObjects) ([]planner.Decision, error) {
 	if r.Planner == nil {
 		return nil, errors.New("single-node control plane: no planner configured")
 	}
@@ -27,7 +27,11 @@ func (r *Reconciler) refusals(machine *clusterv1.Machine, res *kcppkg.UpToDateRe
 	if err != nil {
 		return nil, err
 	}
-	result, err := r.Planner.CanUpdateMachine(r.Settings, current, desired)
+	settings, err := r.settings(ctx)
+	if err != nil {
+		return nil, err
+	}
+	result, err := r.Planner.CanUpdateMachine(settings, current, desired)
 	if err != nil {
 		return nil, fmt.Errorf("plan the in-place update of Machine %s: %w", machine.Name, err)
 	}

@@ -39,6 +39,10 @@ type Options struct {
 	// Settings are the planner's settings, as an ExtensionConfig's spec.settings are
 	// for hook calls (disableInPlaceUpdates=true refuses every change).
 	Settings map[string]string
+	// ExtensionConfigName names the ExtensionConfig that registers the hooks: its
+	// spec.settings (read on every decision) overlay Settings, so the single-node path
+	// honours what Cluster API passes to the hooks. Empty: Settings only.
+	ExtensionConfigName string
 	// ControllerUsername, when set, is the user our manager authenticates as (for a
 	// Pod: system:serviceaccount:<namespace>:<name>); a hold release from any other user
 	// is refused (the hold is put back). Empty: any write carrying the release
@@ -96,6 +100,8 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		Workloads: opts.Workloads,
 		Recorder:  mgr.GetEventRecorder(ControllerName),
 		Settings:  opts.Settings,
+
+		ExtensionConfigName: opts.ExtensionConfigName,
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).

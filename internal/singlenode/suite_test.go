@@ -145,7 +145,7 @@ func runSuite(m *testing.M) int {
 		return 1
 	}
 	if err := SetupWithManager(mgr, Options{Updater: env.updater, Planner: plans, Workloads: sameClusterWorkloads{direct},
-		Settings: map[string]string{"k": "v"}, ControllerUsername: env.controllerUser}); err != nil {
+		Settings: map[string]string{"k": "v"}, ExtensionConfigName: testExtensionConfig, ControllerUsername: env.controllerUser}); err != nil {
 		fmt.Fprintf(os.Stderr, "SetupWithManager: %v\n", err)
 		return 1
 	}
@@ -199,6 +199,35 @@ type scriptedUpdater struct {
 	mu       sync.Mutex
 	scripts  map[string][]coordinator.Outcome
 	requests map[string][]coordinator.DesiredNode
+	// sequence is every call's Machine name, in call order.
+	sequence []string
+	// first runs once, at a Machine's first call, before it is answered.
+	first map[string]func()
+}
+
+// onFirstCall runs fn at the first call for machine (outside the lock).
+func (u *scriptedUpdater) onFirstCall(machine string, fn func()) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.first == nil {
+		u.first = map[string]func(){}
+	}
+	u.first[machine] = fn
+}
+
+// order returns the calls among names, in call order.
+func (u *scriptedUpdater) order(names ...string) []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var out []string
+	for _, n := range u.sequence {
+		for _, want := range names {
+			if n == want {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
 }
 
 func (u *scriptedUpdater) script(machine string, outcomes ...coordinator.Outcome) {
@@ -217,9 +246,17 @@ func (u *scriptedUpdater) calls(machine string) []coordinator.DesiredNode {
 }
 
 func (u *scriptedUpdater) UpdateNode(_ context.Context, d coordinator.DesiredNode) coordinator.Outcome {
+	name := d.Machine.Name
+	u.mu.Lock()
+	fn := u.first[name]
+	delete(u.first, name)
+	u.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	name := d.Machine.Name
+	u.sequence = append(u.sequence, name)
 	if u.requests == nil {
 		u.requests = map[string][]coordinator.DesiredNode{}
 	}

@@ -126,6 +126,9 @@ func (w *holdWebhook) Handle(ctx context.Context, req admission.Request) admissi
 
 // optedIn reads the owning Cluster. A missing Cluster means no opt-in.
 func (w *holdWebhook) optedIn(ctx context.Context, kcp *controlplanev1.KubeadmControlPlane) (bool, error) {
+	if KCPOptedIn(kcp) {
+		return true, nil
+	}
 	name := ClusterNameOf(kcp)
 	if name == "" {
 		return false, nil

@@ -33,8 +33,13 @@
 //	                       covers them (opt-in: absent means every check passes)
 //
 // Like kubeadm 1.35+, the simulated kubeadm writes
-// /var/lib/kubelet/instance-config.yaml at init and on every upgrade.
+// /var/lib/kubelet/instance-config.yaml at init and on every upgrade. Like the real
+// one, `kubeadm upgrade apply` and `kubeadm upgrade node` on a control-plane node render
+// the static pod manifests from the cluster's kube-system/kubeadm-config
+// (ClusterConfiguration, kubeadm v1beta3 or v1beta4): the components' extraArgs become
+// command flags, extraVolumes host-path volumes; a cluster without the ConfigMap gets
+// kubeadm's defaults, an unreadable one fails the upgrade.
 //
 // Imports: internal/backend, internal/backend/simulated, internal/agent/etcd, internal/agent/executor
-// (ErrRebooted), client-go and the standard library.
+// (ErrRebooted), client-go, apimachinery, sigs.k8s.io/yaml and the standard library.
 package simhost

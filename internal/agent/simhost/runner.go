@@ -31,7 +31,7 @@ func (r runner) Run(ctx context.Context, c backend.Command) (backend.Result, err
 	var err error
 	switch filepath.Base(c.Name) {
 	case "kubeadm":
-		out, err = h.kubeadm(c.Args)
+		out, err = h.kubeadm(ctx, c.Args)
 	case "systemctl":
 		out, err = h.systemctl(c.Args)
 	case "etcdctl", "etcdutl":
@@ -64,7 +64,7 @@ func (h *Host) logCommand(c backend.Command) {
 	_, _ = fmt.Fprintln(f, c.String())
 }
 
-func (h *Host) kubeadm(args []string) (string, error) {
+func (h *Host) kubeadm(ctx context.Context, args []string) (string, error) {
 	kubeadmVersion := h.BinaryVersion("kubeadm")
 	switch {
 	case len(args) >= 1 && args[0] == "version":
@@ -84,22 +84,30 @@ func (h *Host) kubeadm(args []string) (string, error) {
 		if err := h.preflight(args, true); err != nil {
 			return "", err
 		}
-		return h.upgrade(args[2])
+		return h.upgrade(ctx, args[2])
 	case len(args) >= 2 && args[0] == "upgrade" && args[1] == "node":
 		if err := h.preflight(args, false); err != nil {
 			return "", err
 		}
-		return h.upgrade(kubeadmVersion)
+		return h.upgrade(ctx, kubeadmVersion)
 	}
 	return "", fmt.Errorf("simulated kubeadm: unsupported arguments %q", strings.Join(args, " "))
 }
 
 // upgrade rewrites what kubeadm upgrade rewrites on a node: the static pod
-// manifests (control plane) and the kubelet configuration.
-func (h *Host) upgrade(version string) (string, error) {
+// manifests (control plane, rendered from the cluster's kubeadm-config) and the
+// kubelet configuration.
+func (h *Host) upgrade(ctx context.Context, version string) (string, error) {
 	if h.ControlPlane() {
+		// Bounded like the real kubeadm's API calls.
+		readCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		cc, err := h.readClusterConfiguration(readCtx)
+		cancel()
+		if err != nil {
+			return "", err
+		}
 		for _, c := range staticPods() {
-			if err := writeFile(h.path("etc/kubernetes/manifests/"+c+".yaml"), []byte(manifest(c, "registry.k8s.io/"+c+":"+version))); err != nil {
+			if err := writeFile(h.path("etc/kubernetes/manifests/"+c+".yaml"), []byte(renderManifest(c, "registry.k8s.io/"+c+":"+version, cc.component(c)))); err != nil {
 				return "", err
 			}
 		}
