@@ -2,9 +2,12 @@ package guard
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	"github.com/capi-inplace/capi-inplace/internal/planner"
 	"github.com/capi-inplace/capi-inplace/internal/policy"
@@ -84,10 +87,13 @@ func Decide(in Input) (Verdict, error) {
 		if m.Verdict != preview.VerdictReplace {
 			continue
 		}
+		// A write that changes what the Machine's owner desires makes the replacement
+		// its own even when the reasons read as before (the same field, another value).
+		retargeted := ownerChanged(in.Live, in.Proposed, m.Owner)
 		for _, c := range m.Causes {
 			// A Machine marked for deletion or remediation is replaced whatever is
 			// written: not this write's doing.
-			if c.Kind != preview.CauseMachineAnnotation && !slices.Contains(known[m.Name], c.Message) {
+			if c.Kind != preview.CauseMachineAnnotation && (retargeted || !slices.Contains(known[m.Name], c.Message)) {
 				refusals = append(refusals, Refusal{Machine: m.Name, Kind: c.Kind, Message: c.Message})
 			}
 		}
@@ -97,6 +103,51 @@ func Decide(in Input) (Verdict, error) {
 		v.Allowed, v.Override = true, in.Override
 	}
 	return v, nil
+}
+
+// ownerChanged reports whether the write changes the desired state of a Machine's
+// owner ("KubeadmControlPlane/<name>" or "MachineDeployment/<name>", as
+// preview.MachinePlan.Owner names it): its spec, or a template it references.
+func ownerChanged(live, proposed preview.Snapshot, owner string) bool {
+	kind, name, _ := strings.Cut(owner, "/")
+	var refs []preview.ObjectKey
+	switch kind {
+	case "KubeadmControlPlane":
+		if live.ControlPlane == nil || proposed.ControlPlane == nil {
+			return live.ControlPlane != proposed.ControlPlane
+		}
+		if !reflect.DeepEqual(live.ControlPlane.Spec, proposed.ControlPlane.Spec) {
+			return true
+		}
+		refs = append(refs, preview.RefKey(proposed.ControlPlane.Spec.MachineTemplate.Spec.InfrastructureRef))
+	case "MachineDeployment":
+		l, p := machineDeployment(live, name), machineDeployment(proposed, name)
+		if l == nil || p == nil {
+			return l != p
+		}
+		if !reflect.DeepEqual(l.Spec.Template, p.Spec.Template) {
+			return true
+		}
+		refs = append(refs, preview.RefKey(p.Spec.Template.Spec.InfrastructureRef), preview.RefKey(p.Spec.Template.Spec.Bootstrap.ConfigRef))
+	default:
+		return false
+	}
+	for _, k := range refs {
+		l, p := live.Objects[k], proposed.Objects[k]
+		if (l == nil) != (p == nil) || (l != nil && !reflect.DeepEqual(l.Object["spec"], p.Object["spec"])) {
+			return true
+		}
+	}
+	return false
+}
+
+func machineDeployment(s preview.Snapshot, name string) *clusterv1.MachineDeployment {
+	for i := range s.MachineDeployments {
+		if s.MachineDeployments[i].Name == name {
+			return &s.MachineDeployments[i]
+		}
+	}
+	return nil
 }
 
 func disabled(s preview.Snapshot) bool {

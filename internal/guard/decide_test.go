@@ -258,6 +258,20 @@ func TestDecide(t *testing.T) {
 			write: version("v1.37.0"), allowed: true, disabled: true,
 		},
 		{
+			name: "an already pending replacement retargeted by the write (same reason text, new value) is this write's doing", opts: plain,
+			settings: map[string]string{inplacev1.SettingDisableInPlaceUpdates: "true"},
+			prepare:  func(s *preview.Snapshot) { s.ControlPlane.Spec.Version = "v1.35.2" },
+			write:    kcpWrite(kcpVersion("v1.35.3")),
+			machines: cp, kinds: []preview.CauseKind{preview.CauseField}, says: []string{"disableInPlaceUpdates"},
+		},
+		{
+			name: "an already pending replacement the write does not touch: a worker-only write is allowed", opts: plain,
+			settings: map[string]string{inplacev1.SettingDisableInPlaceUpdates: "true"},
+			prepare:  func(s *preview.Snapshot) { s.ControlPlane.Spec.Version = "v1.35.2" },
+			write:    mdWrite(func(md *clusterv1.MachineDeployment) { md.Spec.Template.Spec.MinReadySeconds = ptr.To[int32](5) }),
+			allowed:  true,
+		},
+		{
 			name: "a Machine already marked for deletion is not this write's doing", opts: plain,
 			prepare: func(s *preview.Snapshot) {
 				s.Machines[0].Annotations = map[string]string{clusterv1.DeleteMachineAnnotation: ""}

@@ -146,8 +146,13 @@ func TestGuardAgainstAPIServer(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
+	// Each apply is its own field manager, so that a later partial apply never drops
+	// a field an earlier one set (server-side apply removes a manager's fields that its
+	// next configuration leaves out).
+	applies := 0
 	apply := func(doc string) (string, error) {
-		return kubectl(doc, "apply", "--server-side", "--force-conflicts", "--field-manager=operator", "-f", "-")
+		applies++
+		return kubectl(doc, "apply", "--server-side", "--force-conflicts", fmt.Sprintf("--field-manager=operator-%d", applies), "-f", "-")
 	}
 	// refused applies doc and expects the guard's refusal naming says, with no object
 	// of the namespace changed.
