@@ -29,6 +29,9 @@ type Input struct {
 	// Settings are the ExtensionConfig settings the hooks are called with.
 	Settings map[string]string
 	Now      time.Time
+	// Before, when set, is preview.Build of Live (with the same planner, policy and
+	// settings) from an earlier decision on the same stored objects; nil builds it.
+	Before *preview.Report
 	// Override is the AllowReplaceAnnotation value that this write sets or changes on
 	// the object, or the Cluster's value for a write derived from the Cluster's
 	// topology; "" when there is none.
@@ -44,6 +47,9 @@ type Verdict struct {
 	// new reason. When Allowed with Override set, these are the replacements the
 	// override let through.
 	Refusals []Refusal
+	// Before, when set, is preview.Build of Live (with the same planner, policy and
+	// settings) from an earlier decision on the same stored objects; nil builds it.
+	Before *preview.Report
 	// Override is the AllowReplaceAnnotation value that admitted Refusals.
 	Override string
 }
@@ -64,15 +70,14 @@ func Decide(in Input) (Verdict, error) {
 	if disabled(in.Live) || disabled(in.Proposed) {
 		return Verdict{Allowed: true, Disabled: true}, nil
 	}
-	build := func(proposed preview.Snapshot) (preview.Report, error) {
-		return preview.Build(preview.Input{
-			Live: in.Live, Proposed: proposed, Planner: in.Planner, Policy: in.Policy,
-			Settings: in.Settings, Now: in.Now,
-		})
-	}
-	before, err := build(in.Live)
-	if err != nil {
-		return Verdict{}, fmt.Errorf("plan the Cluster as it is: %w", err)
+	build := func(proposed preview.Snapshot) (preview.Report, error) { return Plan(in, proposed) }
+	before := in.Before
+	if before == nil {
+		b, err := build(in.Live)
+		if err != nil {
+			return Verdict{}, fmt.Errorf("plan the Cluster as it is: %w", err)
+		}
+		before = &b
 	}
 	after, err := build(in.Proposed)
 	if err != nil {
@@ -148,6 +153,15 @@ func machineDeployment(s preview.Snapshot, name string) *clusterv1.MachineDeploy
 		}
 	}
 	return nil
+}
+
+// Plan is preview.Build of the Cluster of in with proposed applied (in.Live for the
+// Cluster as it is), with in's planner, policy, settings and clock.
+func Plan(in Input, proposed preview.Snapshot) (preview.Report, error) {
+	return preview.Build(preview.Input{
+		Live: in.Live, Proposed: proposed, Planner: in.Planner, Policy: in.Policy,
+		Settings: in.Settings, Now: in.Now,
+	})
 }
 
 func disabled(s preview.Snapshot) bool {

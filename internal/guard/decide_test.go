@@ -359,3 +359,34 @@ func TestSpecChanged(t *testing.T) {
 		})
 	}
 }
+
+// TestFingerprint: the remembered plan of the stored objects is reused only while
+// every object, the settings and the minute are the same.
+func TestFingerprint(t *testing.T) {
+	g := NewWithT(t)
+	live := previewtest.MustSnapshot(t, previewtest.Default())
+	in := Input{Live: live, Now: now}
+	base := fingerprint(in)
+	g.Expect(fingerprint(in)).To(Equal(base))
+
+	moved := in
+	moved.Live = live.DeepCopy()
+	moved.Live.Machines[1].ResourceVersion = "42"
+	g.Expect(fingerprint(moved)).NotTo(Equal(base), "a Machine written since")
+
+	for k := range moved.Live.Objects {
+		moved = in
+		moved.Live = live.DeepCopy()
+		moved.Live.Objects[k].SetResourceVersion("43")
+		g.Expect(fingerprint(moved)).NotTo(Equal(base), "%s written since", k)
+		break
+	}
+
+	set := in
+	set.Settings = map[string]string{inplacev1.SettingDisableInPlaceUpdates: "true"}
+	g.Expect(fingerprint(set)).NotTo(Equal(base), "other settings")
+
+	later := in
+	later.Now = now.Add(time.Minute)
+	g.Expect(fingerprint(later)).NotTo(Equal(base), "another minute")
+}

@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
@@ -147,6 +150,8 @@ func Register(registry WebhookRegistry, opts Options) error {
 // Handler is the admission adapter around Decide.
 type Handler struct {
 	opts Options
+	mu   sync.Mutex
+	memo map[string]memoEntry
 }
 
 var _ admission.Handler = &Handler{}
@@ -164,7 +169,7 @@ func NewHandler(opts Options) (*Handler, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Handler{opts: opts}, nil
+	return &Handler{opts: opts, memo: map[string]memoEntry{}}, nil
 }
 
 // Handle implements admission.Handler.
@@ -258,14 +263,94 @@ func (h *Handler) decide(ctx context.Context, reader client.Reader, settings map
 	if override == "" && written.GetKind() != "Cluster" && derivedFromTopology(written) {
 		override = live.Cluster.Annotations[inplacev1.AllowReplaceAnnotation]
 	}
-	v, err := Decide(Input{
+	in := Input{
 		Object: object, Live: live, Proposed: proposed, Planner: h.opts.Planner, Policy: h.opts.Policy,
 		Settings: settings, Now: h.opts.Now(), Override: override,
-	})
+	}
+	if !disabled(live) {
+		before, err := h.baseline(in)
+		if err != nil {
+			return Verdict{}, false, fmt.Errorf("%w: %w", errPlan, err)
+		}
+		in.Before = &before
+	}
+	v, err := Decide(in)
 	if err != nil {
 		return Verdict{}, false, fmt.Errorf("%w: %w", errPlan, err)
 	}
 	return v, true, nil
+}
+
+// baseline returns the plan of the Cluster as it is, from the memo when the stored
+// objects, the settings and the minute are those of an earlier decision: the same
+// Cluster is written several times in a row (the topology controller writes its
+// KubeadmControlPlane and MachineDeployments one after the other), and half of a
+// decision's work is this plan.
+func (h *Handler) baseline(in Input) (preview.Report, error) {
+	key := in.Live.Cluster.Namespace + "/" + in.Live.Cluster.Name
+	fp := fingerprint(in)
+	h.mu.Lock()
+	e, ok := h.memo[key]
+	h.mu.Unlock()
+	if ok && e.fingerprint == fp {
+		return e.report, nil
+	}
+	r, err := Plan(in, in.Live)
+	if err != nil {
+		return preview.Report{}, err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.memo) >= maxMemo {
+		clear(h.memo)
+	}
+	h.memo[key] = memoEntry{fingerprint: fp, report: r}
+	return r, nil
+}
+
+// maxMemo bounds the memo (one entry per Cluster).
+const maxMemo = 1024
+
+type memoEntry struct {
+	fingerprint string
+	report      preview.Report
+}
+
+// fingerprint identifies what the plan of the Cluster as it is depends on: every
+// stored object's UID and resourceVersion, the settings, and the time to the minute
+// (rollout.after deadlines).
+func fingerprint(in Input) string {
+	var b strings.Builder
+	add := func(o metav1.Object) { b.WriteString(string(o.GetUID()) + "@" + o.GetResourceVersion() + ";") }
+	add(in.Live.Cluster)
+	if in.Live.ControlPlane != nil {
+		add(in.Live.ControlPlane)
+	}
+	for i := range in.Live.MachineDeployments {
+		add(&in.Live.MachineDeployments[i])
+	}
+	for i := range in.Live.MachineSets {
+		add(&in.Live.MachineSets[i])
+	}
+	for i := range in.Live.Machines {
+		add(&in.Live.Machines[i])
+	}
+	keys := make([]preview.ObjectKey, 0, len(in.Live.Objects))
+	for k := range in.Live.Objects {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b preview.ObjectKey) int { return strings.Compare(a.Group+a.Kind+a.Name, b.Group+b.Kind+b.Name) })
+	for _, k := range keys {
+		b.WriteString(k.Group + "/" + k.Kind + "/")
+		add(in.Live.Objects[k])
+	}
+	settings := make([]string, 0, len(in.Settings))
+	for k, v := range in.Settings {
+		settings = append(settings, k+"="+v)
+	}
+	slices.Sort(settings)
+	b.WriteString(strings.Join(settings, ",") + ";" + in.Now.UTC().Truncate(time.Minute).Format(time.RFC3339))
+	return b.String()
 }
 
 // settings returns the settings the hooks are called with.
