@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -29,8 +30,10 @@ import (
 const repoRoot = "../../.."
 
 // TestAgentImageReproducibleAndPulledByDigest builds the node agent's image for
-// linux/amd64 and linux/arm64 twice from this commit into two directories and
-// requires the same index digest; pushes it to a registry started here
+// linux/amd64 and linux/arm64 from two copies of this source tree at different paths
+// (the files git lists: tracked and untracked-not-ignored, so neither a concurrent
+// edit of the tree nor the checkout path can enter) and requires the same index
+// digest; pushes it to a registry started here
 // (go-containerregistry's pkg/registry) and pulls it back by digest; and checks
 // what each platform's image holds: the binary for its architecture as the root
 // entrypoint, the CA bundle, the SBOM naming the modules the binary links.
@@ -46,17 +49,24 @@ func TestAgentImageReproducibleAndPulledByDigest(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := ImageSpec{Name: "capi-inplace-agent", Package: "./cmd/capi-inplace-agent", User: RootUser}
-	build := func(out, push string) Result {
+	// The commit's time, as Build reads it from git in a checkout.
+	created, err := sourceDate(ctx, repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := func(src, out, push string) Result {
 		t.Helper()
-		res, err := Build(ctx, Options{RepoRoot: repoRoot, Out: out, Version: "test", Platforms: []string{"linux/amd64", "linux/arm64"},
-			Images: []ImageSpec{spec}, Push: push})
+		res, err := Build(ctx, Options{RepoRoot: src, Out: out, Version: "test", Platforms: []string{"linux/amd64", "linux/arm64"},
+			Images: []ImageSpec{spec}, Push: push, Created: created})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return res[0]
 	}
-	first := build(t.TempDir(), "")
-	second := build(t.TempDir(), u.Host+"/capi-inplace")
+	srcA, srcB := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "checkout-b")
+	copySource(t, repoRoot, srcA, srcB)
+	first := build(srcA, t.TempDir(), "")
+	second := build(srcB, t.TempDir(), u.Host+"/capi-inplace")
 	if first.Digest != second.Digest {
 		t.Fatalf("same commit, two digests: %s and %s", first.Digest, second.Digest)
 	}
@@ -265,3 +275,35 @@ func requireCABundle(t *testing.T, b []byte) {
 }
 
 func discardLogger() *log.Logger { return log.New(io.Discard, "", 0) }
+
+// copySource copies the files git lists in repo (tracked, and untracked but not
+// ignored) into each of dsts.
+func copySource(t *testing.T, repo string, dsts ...string) {
+	t.Helper()
+	cmd := exec.Command("git", "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+	cmd.Dir = repo
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("git ls-files: %v", err)
+	}
+	for _, f := range strings.Split(strings.TrimRight(string(out), "\x00"), "\x00") {
+		src := filepath.Join(repo, f)
+		st, err := os.Lstat(src)
+		if err != nil || !st.Mode().IsRegular() {
+			continue // deleted in the tree, or not a regular file
+		}
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range dsts {
+			dst := filepath.Join(d, f)
+			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(dst, b, st.Mode().Perm()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
