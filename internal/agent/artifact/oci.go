@@ -58,7 +58,7 @@ type digestErrReader struct{ io.ReadCloser }
 
 func (r digestErrReader) Read(p []byte) (int, error) {
 	n, err := r.ReadCloser.Read(p)
-	if err != nil && err != io.EOF && strings.Contains(err.Error(), "error verifying") {
+	if err != nil && !errors.Is(err, io.EOF) && strings.Contains(err.Error(), "error verifying") {
 		err = fmt.Errorf("%w: %w", errDigest, err)
 	}
 	return n, err
