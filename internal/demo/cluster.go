@@ -135,7 +135,7 @@ func poll(ctx context.Context, timeout time.Duration, check func() error) error 
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+			return fmt.Errorf("%w (last: %w)", ctx.Err(), err)
 		case <-time.After(time.Second):
 		}
 	}
@@ -216,7 +216,7 @@ func (r *run) startAgents(ctx context.Context) (*localstack.Agents, error) {
 		}
 		for _, n := range a.Nodes() {
 			if exited, err := a.Process(n).Exited(); exited {
-				return fmt.Errorf("agent of %s exited: %v (log %s)", n, err, a.Process(n).LogPath)
+				return fmt.Errorf("agent of %s exited: %w (log %s)", n, err, a.Process(n).LogPath)
 			}
 		}
 		return nil

@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 
-	admissionv1 "k8s.io/api/admissionregistration/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
@@ -110,8 +110,8 @@ func loadCRDs(dir string) ([]*apiextensionsv1.CustomResourceDefinition, error) {
 // providerWebhooks holds one provider's admission webhook configurations, renamed so
 // that the providers' identically named configurations can coexist.
 type providerWebhooks struct {
-	mutating   []*admissionv1.MutatingWebhookConfiguration
-	validating []*admissionv1.ValidatingWebhookConfiguration
+	mutating   []*admissionregistrationv1.MutatingWebhookConfiguration
+	validating []*admissionregistrationv1.ValidatingWebhookConfiguration
 }
 
 // loadWebhooks reads a provider's config/webhook/manifests.yaml and prefixes every
@@ -135,14 +135,14 @@ func loadWebhooks(path string, p Provider) (providerWebhooks, error) {
 		}
 		switch meta.Kind {
 		case "MutatingWebhookConfiguration":
-			w := &admissionv1.MutatingWebhookConfiguration{}
+			w := &admissionregistrationv1.MutatingWebhookConfiguration{}
 			if err := yaml.Unmarshal(doc, w); err != nil {
 				return providerWebhooks{}, fmt.Errorf("decode mutating webhooks in %s: %w", path, err)
 			}
 			w.Name = string(p) + "-" + w.Name
 			out.mutating = append(out.mutating, w)
 		case "ValidatingWebhookConfiguration":
-			w := &admissionv1.ValidatingWebhookConfiguration{}
+			w := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 			if err := yaml.Unmarshal(doc, w); err != nil {
 				return providerWebhooks{}, fmt.Errorf("decode validating webhooks in %s: %w", path, err)
 			}

@@ -127,7 +127,7 @@ func (p *Process) WaitReady(ctx context.Context, what string, check func(context
 	var last error
 	for {
 		if exited, err := p.Exited(); exited {
-			return fmt.Errorf("%s exited before %s (log %s): %v", p.Name, what, p.LogPath, err)
+			return fmt.Errorf("%s exited before %s (log %s): %w", p.Name, what, p.LogPath, err)
 		}
 		if last = check(ctx); last == nil {
 			return nil
