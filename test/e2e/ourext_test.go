@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -92,7 +91,7 @@ func (s *scenario) startAgentsWith(cluster string, want int, opts localstack.Age
 		}
 		for _, n := range a.Nodes() {
 			if exited, err := a.Process(n).Exited(); exited {
-				return fmt.Errorf("agent of %s exited: %v (log %s)", n, err, a.Process(n).LogPath)
+				return fmt.Errorf("agent of %s exited: %w (log %s)", n, err, a.Process(n).LogPath)
 			}
 		}
 		return nil
@@ -158,11 +157,4 @@ func countCommands(a *localstack.Agents, substr string) map[string]int {
 		out[n] = strings.Count(string(b), substr)
 	}
 	return out
-}
-
-// withTimeout runs fn with a context bounded by d.
-func withTimeout(parent context.Context, d time.Duration, fn func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(parent, d)
-	defer cancel()
-	return fn(ctx)
 }

@@ -151,17 +151,6 @@ func sha256File(path string) (string, error) {
 	return hex.EncodeToString(sum[:]), nil
 }
 
-// countPrefixed counts the names in a listing that start with prefix.
-func countPrefixed(listing, prefix string) int {
-	n := 0
-	for _, l := range strings.Fields(listing) {
-		if strings.HasPrefix(l, prefix) {
-			n++
-		}
-	}
-	return n
-}
-
 // CordonWatch records when a Node was cordoned and uncordoned, polled every 500 ms.
 type CordonWatch struct {
 	mu                   sync.Mutex

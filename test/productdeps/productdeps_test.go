@@ -1,6 +1,7 @@
 package productdeps
 
 import (
+	"errors"
 	"os/exec"
 	"strings"
 	"testing"
@@ -50,7 +51,8 @@ func deps(t *testing.T, pkg string) []string {
 	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", pkg).Output()
 	if err != nil {
 		var stderr []byte
-		if ee, ok := err.(*exec.ExitError); ok {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
 			stderr = ee.Stderr
 		}
 		t.Fatalf("go list -deps %s: %v\n%s", pkg, err, stderr)
