@@ -158,7 +158,7 @@ type Policy struct {
 }
 
 // Backends are the OS backend names the agent knows (see protocol.OSImage).
-var knownBackends = []string{"ostree", "bootc", "rauc", "swupdate", "mender", "packages", "script", "none", "simulated"}
+var knownBackends = protocol.KnownBackends()
 
 // ErrInvalid is wrapped by every validation error of a policy.
 var ErrInvalid = errors.New("invalid policy")

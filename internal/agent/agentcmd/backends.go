@@ -9,6 +9,7 @@ import (
 	"github.com/capi-inplace/capi-inplace/internal/backend"
 	"github.com/capi-inplace/capi-inplace/internal/backend/none"
 	"github.com/capi-inplace/capi-inplace/internal/backend/registry"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 // hostBackends returns the OS backends of a real node, by name: none, and the ones
@@ -19,7 +20,7 @@ func hostBackends(ctx context.Context, hostRoot string, runner backend.Runner) m
 	configured, err := registry.Load(ctx, registry.Env{HostRoot: hostRoot, Runner: runner})
 	if err != nil {
 		configured = map[string]backend.Backend{}
-		for _, name := range []string{"ostree", "bootc", "rauc", "swupdate", "mender", "packages", "script"} {
+		for _, name := range protocol.NodeBackends() {
 			configured[name] = registry.Unavailable{BackendName: name, Err: err}
 		}
 	}

@@ -7,10 +7,11 @@ import (
 	"strings"
 
 	"github.com/capi-inplace/capi-inplace/internal/backend"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 // Name is the backend's name in plans and configuration.
-const Name = "bootc"
+const Name = protocol.BackendBootc
 
 // Options configure the bootc backend.
 type Options struct {

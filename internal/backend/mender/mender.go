@@ -11,10 +11,11 @@ import (
 
 	"github.com/capi-inplace/capi-inplace/internal/atomicfile"
 	"github.com/capi-inplace/capi-inplace/internal/backend"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 // Name is the backend's name in plans and configuration.
-const Name = "mender"
+const Name = protocol.BackendMender
 
 // exitNothingInProgress is the exit code of commit/rollback without an update
 // in progress, for both mender 3.x and mender-update.

@@ -11,10 +11,11 @@ import (
 	"fmt"
 
 	"github.com/capi-inplace/capi-inplace/internal/backend"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 // Name is the backend's name in plans.
-const Name = "none"
+const Name = protocol.BackendNone
 
 // Backend is the none backend.
 type Backend struct{}

@@ -8,10 +8,11 @@ import (
 	"strings"
 
 	"github.com/capi-inplace/capi-inplace/internal/backend"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 // Name is the backend's name in plans and configuration.
-const Name = "ostree"
+const Name = protocol.BackendOSTree
 
 // StagingRef holds a staged commit in the sysroot repository until Commit or
 // Rollback, so that a prune between Stage and Activate cannot remove it.

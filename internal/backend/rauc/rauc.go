@@ -10,10 +10,11 @@ import (
 
 	"github.com/capi-inplace/capi-inplace/internal/atomicfile"
 	"github.com/capi-inplace/capi-inplace/internal/backend"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 // Name is the backend's name in plans and configuration.
-const Name = "rauc"
+const Name = protocol.BackendRAUC
 
 // DefaultConf is where RAUC reads its system configuration by default.
 const DefaultConf = "/etc/rauc/system.conf"

@@ -9,10 +9,11 @@ import (
 	"path/filepath"
 
 	"github.com/capi-inplace/capi-inplace/internal/backend"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 // Name is the backend's name in plans and configuration.
-const Name = "script"
+const Name = protocol.BackendScript
 
 // Exit codes of the script contract (see the package documentation).
 const (

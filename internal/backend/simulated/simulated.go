@@ -13,10 +13,11 @@ import (
 
 	"github.com/capi-inplace/capi-inplace/internal/atomicfile"
 	"github.com/capi-inplace/capi-inplace/internal/backend"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 // Name is the backend's name in plans.
-const Name = "simulated"
+const Name = protocol.BackendSimulated
 
 // InitialRef is the image a fresh simulated host boots.
 const InitialRef = "sim:initial"

@@ -11,10 +11,11 @@ import (
 
 	"github.com/capi-inplace/capi-inplace/internal/atomicfile"
 	"github.com/capi-inplace/capi-inplace/internal/backend"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 // Name is the backend's name in plans and configuration.
-const Name = "swupdate"
+const Name = protocol.BackendSWUpdate
 
 // Slot is one of the two A/B slots.
 type Slot struct {
