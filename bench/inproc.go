@@ -11,14 +11,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/cluster-api/util/kubeconfig"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/capi-inplace/capi-inplace/internal/coordinator"
 	"github.com/capi-inplace/capi-inplace/internal/extension"
 	"github.com/capi-inplace/capi-inplace/internal/extension/extensiontest"
 	"github.com/capi-inplace/capi-inplace/internal/policy"
+	"github.com/capi-inplace/capi-inplace/internal/workload"
 )
 
 // NewHandlers wires the hook handlers exactly as `capi-inplace extension` does
@@ -72,20 +71,19 @@ type unthrottledClusters struct {
 
 func (u *unthrottledClusters) Get(ctx context.Context, key client.ObjectKey) (*coordinator.WorkloadCluster, error) {
 	// Read the Secret every call, as KubeconfigClusters does (rotation check).
-	data, err := kubeconfig.FromSecret(ctx, u.mgmt, key)
+	data, err := workload.Kubeconfig(ctx, u.mgmt, key)
 	if err != nil {
-		return nil, fmt.Errorf("read kubeconfig of cluster %s: %w", key, err)
+		return nil, err
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if wc, ok := u.cache[key]; ok {
 		return wc, nil
 	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
+	cfg, err := workload.RESTConfig(data, key, workload.Options{Unthrottled: true})
 	if err != nil {
 		return nil, err
 	}
-	cfg.QPS, cfg.Burst = -1, 0
 	wc, err := coordinator.NewWorkloadCluster(cfg, u.scheme, 4*time.Second)
 	if err != nil {
 		return nil, err

@@ -10,9 +10,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/cluster-api/util/kubeconfig"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/capi-inplace/capi-inplace/internal/workload"
 )
 
 // WorkloadCluster holds the clients of one workload cluster: a controller-runtime
@@ -64,9 +64,9 @@ func NewKubeconfigClusters(mgmt client.Reader, scheme *runtime.Scheme, timeout t
 
 // Get implements WorkloadClusters.
 func (k *KubeconfigClusters) Get(ctx context.Context, cluster client.ObjectKey) (*WorkloadCluster, error) {
-	data, err := kubeconfig.FromSecret(ctx, k.mgmt, cluster)
+	data, err := workload.Kubeconfig(ctx, k.mgmt, cluster)
 	if err != nil {
-		return nil, fmt.Errorf("read kubeconfig of cluster %s: %w", cluster, err)
+		return nil, err
 	}
 	sum := sha256.Sum256(data)
 	k.mu.Lock()
@@ -74,9 +74,9 @@ func (k *KubeconfigClusters) Get(ctx context.Context, cluster client.ObjectKey) 
 	if c, ok := k.cache[cluster]; ok && c.kubeconfigHash == sum {
 		return c.cluster, nil
 	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
+	cfg, err := workload.RESTConfig(data, cluster, workload.Options{})
 	if err != nil {
-		return nil, fmt.Errorf("parse kubeconfig of cluster %s: %w", cluster, err)
+		return nil, err
 	}
 	wc, err := NewWorkloadCluster(cfg, k.scheme, k.timeout)
 	if err != nil {
@@ -95,17 +95,7 @@ func (k *KubeconfigClusters) Invalidate(cluster client.ObjectKey) {
 
 // NewWorkloadCluster builds the clients of one cluster from a rest config.
 func NewWorkloadCluster(cfg *rest.Config, scheme *runtime.Scheme, timeout time.Duration) (*WorkloadCluster, error) {
-	cfg = rest.CopyConfig(cfg)
-	cfg.UserAgent = "capi-inplace-coordinator"
-	// client-go's default of 5 requests/s per cluster throttled UpdateMachine to a
-	// few calls a second under load (measured in bench/); CAPI's own workload
-	// clients allow far more.
-	if cfg.QPS == 0 {
-		cfg.QPS, cfg.Burst = 100, 200
-	}
-	if timeout > 0 {
-		cfg.Timeout = timeout
-	}
+	cfg = workload.Configure(cfg, workload.Options{UserAgent: "capi-inplace-coordinator", Timeout: timeout})
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return nil, fmt.Errorf("build workload client: %w", err)

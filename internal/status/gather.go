@@ -10,10 +10,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/cluster-api/util/kubeconfig"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/capi-inplace/capi-inplace/internal/workload"
 )
 
 // Workload reads the Nodes of a workload cluster.
@@ -105,19 +105,18 @@ type KubeconfigWorkload struct {
 
 // Nodes lists the Nodes of the workload cluster.
 func (k KubeconfigWorkload) Nodes(ctx context.Context, cluster client.ObjectKey) ([]corev1.Node, error) {
-	data, err := kubeconfig.FromSecret(ctx, k.Management, cluster)
+	data, err := workload.Kubeconfig(ctx, k.Management, cluster)
 	if err != nil {
-		return nil, fmt.Errorf("read kubeconfig secret of cluster %s: %w", cluster, err)
+		return nil, err
 	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
+	timeout := k.Timeout
+	if timeout == 0 {
+		timeout = workloadTimeout
+	}
+	cfg, err := workload.RESTConfig(data, cluster, workload.Options{UserAgent: "capi-inplace-status", Timeout: timeout})
 	if err != nil {
-		return nil, fmt.Errorf("parse kubeconfig of cluster %s: %w", cluster, err)
+		return nil, err
 	}
-	cfg.Timeout = k.Timeout
-	if cfg.Timeout == 0 {
-		cfg.Timeout = workloadTimeout
-	}
-	cfg.UserAgent = "capi-inplace-status"
 	// A typed clientset needs no discovery: one request per look, even in --watch.
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
