@@ -72,7 +72,7 @@ func desiredFrom(res *kcppkg.UpToDateResult) (desiredObjects, error) {
 	m.SetGroupVersionKind(clusterv1.GroupVersion.WithKind("Machine"))
 	mU, err := toApplyIntent(m)
 	if err != nil {
-		return desiredObjects{}, fmt.Errorf("Machine %s: %w", m.Name, err)
+		return desiredObjects{}, fmt.Errorf("machine %s: %w", m.Name, err)
 	}
 
 	infraU, err := toApplyIntent(infra)

@@ -18,7 +18,7 @@ import (
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
-	"github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/coordinator"
 	"github.com/capi-inplace/capi-inplace/internal/planner"
 )
@@ -38,7 +38,7 @@ type EventRecorder interface {
 	Eventf(regarding runtime.Object, related runtime.Object, eventtype, reason, action, note string, args ...any)
 }
 
-// Event reasons on the KubeadmControlPlane, besides the v1alpha1.Event* ones.
+// Event reasons on the KubeadmControlPlane, besides the inplacev1.Event* ones.
 const (
 	eventHoldReleased = "InPlaceHoldReleased"
 	eventAlignFailed  = "InPlaceAlignFailed"
@@ -122,7 +122,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// The failure condition was written when the update failed; nothing to redo.
 		return ctrl.Result{}, nil
 	case ActionWait:
-		return ctrl.Result{RequeueAfter: waitRequeue}, r.setCondition(ctx, obs, metav1.ConditionFalse, v1alpha1.ReasonWaiting, d.Message)
+		return ctrl.Result{RequeueAfter: waitRequeue}, r.setCondition(ctx, obs, metav1.ConditionFalse, inplacev1.ReasonWaiting, d.Message)
 	case ActionUpdate:
 		return r.update(ctx, obs, d.Machine)
 	}
@@ -145,7 +145,7 @@ func (r *Reconciler) update(ctx context.Context, obs *observed, machineName stri
 	aligned, err := a.apply(ctx, objs, true)
 	if err != nil {
 		if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
-			return r.fail(ctx, obs, machine, v1alpha1.ReasonFailed,
+			return r.fail(ctx, obs, machine, inplacev1.ReasonFailed,
 				fmt.Sprintf("the API refuses the aligned objects, so the node was not touched: %v", err))
 		}
 		return ctrl.Result{}, fmt.Errorf("dry-run alignment of Machine %s: %w", machineName, err)
@@ -158,7 +158,7 @@ func (r *Reconciler) update(ctx context.Context, obs *observed, machineName stri
 	if ok, why, err := alignedUpToDate(ctx, r.Client, obs, machine, aligned); err != nil {
 		return ctrl.Result{}, err
 	} else if !ok {
-		return r.fail(ctx, obs, machine, v1alpha1.ReasonFailed,
+		return r.fail(ctx, obs, machine, inplacev1.ReasonFailed,
 			fmt.Sprintf("the aligned objects would still be outdated for KubeadmControlPlane, so the node was not touched: %s", strings.Join(why, "; ")))
 	}
 
@@ -171,8 +171,8 @@ func (r *Reconciler) update(ctx context.Context, obs *observed, machineName stri
 		return r.refuse(ctx, obs, machine, refusalMessage(refused))
 	}
 
-	if obs.kcp.Annotations[v1alpha1.HoldUpdatingAnnotation] != machineName {
-		if err := r.patchKCPAnnotations(ctx, obs.kcp, map[string]*string{v1alpha1.HoldUpdatingAnnotation: &machineName}); err != nil {
+	if obs.kcp.Annotations[inplacev1.HoldUpdatingAnnotation] != machineName {
+		if err := r.patchKCPAnnotations(ctx, obs.kcp, map[string]*string{inplacev1.HoldUpdatingAnnotation: &machineName}); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -207,11 +207,11 @@ func (r *Reconciler) update(ctx context.Context, obs *observed, machineName stri
 			eventNote(fmt.Sprintf("Machine %s was updated in place but its objects could not be aligned yet (will retry; KCP stays held): %v", machineName, err)))
 		return ctrl.Result{}, fmt.Errorf("align Machine %s: %w", machineName, err)
 	}
-	if err := r.patchKCPAnnotations(ctx, obs.kcp, map[string]*string{v1alpha1.HoldUpdatingAnnotation: nil}); err != nil {
+	if err := r.patchKCPAnnotations(ctx, obs.kcp, map[string]*string{inplacev1.HoldUpdatingAnnotation: nil}); err != nil {
 		return ctrl.Result{}, err
 	}
 	log.Info("Control-plane Machine updated in place and aligned")
-	r.Recorder.Eventf(machine, obs.kcp, corev1.EventTypeNormal, v1alpha1.EventUpdateSucceeded, "Update",
+	r.Recorder.Eventf(machine, obs.kcp, corev1.EventTypeNormal, inplacev1.EventUpdateSucceeded, "Update",
 		"Updated in place to %s and aligned with KubeadmControlPlane %s", obs.kcp.Spec.Version, obs.kcp.Name)
 	return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 }
@@ -224,13 +224,13 @@ func (r *Reconciler) update(ctx context.Context, obs *observed, machineName stri
 func (r *Reconciler) fail(ctx context.Context, obs *observed, machine *clusterv1.Machine, reason, cause string) (ctrl.Result, error) {
 	target := TargetHash(obs.kcp)
 	if err := r.patchKCPAnnotations(ctx, obs.kcp, map[string]*string{
-		v1alpha1.HoldFailedAnnotation:   &target,
-		v1alpha1.HoldUpdatingAnnotation: nil,
+		inplacev1.HoldFailedAnnotation:   &target,
+		inplacev1.HoldUpdatingAnnotation: nil,
 	}); err != nil {
 		return ctrl.Result{}, err
 	}
 	msg := fmt.Sprintf("Machine %s was not updated: %s. KubeadmControlPlane %s stays paused at its new spec (no Machine is created); revert or change the spec, or remove annotation %s to retry (with the node's %s and %s annotations, which keep the node's verdict)",
-		machine.Name, cause, obs.kcp.Name, v1alpha1.HoldFailedAnnotation, v1alpha1.DesiredPlanAnnotation, v1alpha1.StatusAnnotation)
+		machine.Name, cause, obs.kcp.Name, inplacev1.HoldFailedAnnotation, inplacev1.DesiredPlanAnnotation, inplacev1.StatusAnnotation)
 	ctrl.LoggerFrom(ctx).Info("In-place update of a control-plane Machine failed", "Machine", klog.KObj(machine), "reason", reason, "cause", cause)
 	r.Recorder.Eventf(obs.kcp, machine, corev1.EventTypeWarning, eventFor(reason), "Update", "%s", eventNote(msg))
 	r.Recorder.Eventf(machine, obs.kcp, corev1.EventTypeWarning, eventFor(reason), "Update", "%s", eventNote(cause))
@@ -250,14 +250,14 @@ func eventNote(s string) string {
 
 func eventFor(reason string) string {
 	switch reason {
-	case v1alpha1.ReasonRolledBack:
-		return v1alpha1.EventUpdateRolledBack
-	case v1alpha1.ReasonDegraded:
-		return v1alpha1.EventNodeDegraded
-	case v1alpha1.ReasonPlanNotPickedUp:
-		return v1alpha1.EventPlanNotPickedUp
+	case inplacev1.ReasonRolledBack:
+		return inplacev1.EventUpdateRolledBack
+	case inplacev1.ReasonDegraded:
+		return inplacev1.EventNodeDegraded
+	case inplacev1.ReasonPlanNotPickedUp:
+		return inplacev1.EventPlanNotPickedUp
 	}
-	return v1alpha1.EventUpdateFailed
+	return inplacev1.EventUpdateFailed
 }
 
 // release removes the hold (and CAPI's pause unless the operator had paused the KCP
@@ -266,20 +266,20 @@ func eventFor(reason string) string {
 // optimistic lock makes a spec change that arrived since the observation conflict, and
 // the next reconcile judges the new spec.
 func (r *Reconciler) release(ctx context.Context, obs *observed, d Decision) error {
-	target := obs.kcp.Annotations[v1alpha1.HoldAnnotation]
+	target := obs.kcp.Annotations[inplacev1.HoldAnnotation]
 	remove := map[string]*string{
-		v1alpha1.HoldReleaseAnnotation:        &target,
-		v1alpha1.HoldAnnotation:               nil,
-		v1alpha1.HoldOperatorPausedAnnotation: nil,
-		v1alpha1.HoldUpdatingAnnotation:       nil,
-		v1alpha1.HoldFailedAnnotation:         nil,
+		inplacev1.HoldReleaseAnnotation:        &target,
+		inplacev1.HoldAnnotation:               nil,
+		inplacev1.HoldOperatorPausedAnnotation: nil,
+		inplacev1.HoldUpdatingAnnotation:       nil,
+		inplacev1.HoldFailedAnnotation:         nil,
 	}
-	if _, operatorPaused := obs.kcp.Annotations[v1alpha1.HoldOperatorPausedAnnotation]; !operatorPaused {
+	if _, operatorPaused := obs.kcp.Annotations[inplacev1.HoldOperatorPausedAnnotation]; !operatorPaused {
 		remove[clusterv1.PausedAnnotation] = nil
 	}
-	status, reason := metav1.ConditionTrue, v1alpha1.ReasonSucceeded
+	status, reason := metav1.ConditionTrue, inplacev1.ReasonSucceeded
 	if !obs.state().OptedIn || !obs.state().BelowThreshold {
-		status, reason = metav1.ConditionFalse, v1alpha1.ReasonReleased
+		status, reason = metav1.ConditionFalse, inplacev1.ReasonReleased
 	}
 	// The condition first: once released, KCP owns the object again.
 	if err := r.setCondition(ctx, obs, status, reason, d.Message); err != nil {
@@ -316,7 +316,7 @@ func (r *Reconciler) patchKCPAnnotations(ctx context.Context, kcp *controlplanev
 // setCondition mirrors the InPlaceUpdate condition on the KubeadmControlPlane and the
 // Cluster, patching status only when the condition changes.
 func (r *Reconciler) setCondition(ctx context.Context, obs *observed, status metav1.ConditionStatus, reason, message string) error {
-	cond := metav1.Condition{Type: v1alpha1.InPlaceUpdateCondition, Status: status, Reason: reason, Message: message}
+	cond := metav1.Condition{Type: inplacev1.InPlaceUpdateCondition, Status: status, Reason: reason, Message: message}
 	if err := r.setStatusCondition(ctx, obs.kcp, &obs.kcp.Status.Conditions, cond); err != nil {
 		return fmt.Errorf("set condition on KubeadmControlPlane %s: %w", obs.kcp.Name, err)
 	}

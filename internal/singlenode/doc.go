@@ -3,17 +3,17 @@
 // webhook refuses rollingUpdate.maxSurge 0 below three replicas, and with maxSurge 1 it
 // creates a new Machine first.
 //
-// Opt-in per Cluster (annotation v1alpha1.SingleNodeControlPlaneAnnotation "true").
+// Opt-in per Cluster (annotation inplacev1.SingleNodeControlPlaneAnnotation "true").
 // Without it nothing here acts, and KCP behaves exactly as upstream.
 //
 // Flow:
 //  1. Hold. A mutating admission webhook on KCP UPDATE (DecideHold) adds CAPI's
-//     cluster.x-k8s.io/paused and v1alpha1.HoldAnnotation (the target hash) in the same
+//     cluster.x-k8s.io/paused and inplacev1.HoldAnnotation (the target hash) in the same
 //     write that changes spec.version, spec.kubeadmConfigSpec or the machine template's
 //     infrastructureRef, so KCP never observes an outdated spec unpaused and never
 //     surges. While held, every later write (the topology controller's server-side
 //     apply that omits the annotations, a kubectl edit that deletes them) gets them back,
-//     re-derived from the old object. Only a write carrying v1alpha1.HoldReleaseAnnotation
+//     re-derived from the old object. Only a write carrying inplacev1.HoldReleaseAnnotation
 //     with the current hold value (the controller's release; optionally also checked
 //     against the controller's username) drops the hold, and the webhook never stores
 //     that marker.
@@ -32,7 +32,7 @@
 //     then finds nothing to roll out and creates nothing.
 //  5. Failure. A final failure (the agent rolled the node back, the node is degraded,
 //     the plan was never picked up) aligns nothing, records
-//     the target in v1alpha1.HoldFailedAnnotation, sets InPlaceUpdate=False with the
+//     the target in inplacev1.HoldFailedAnnotation, sets InPlaceUpdate=False with the
 //     cause on the KCP and the Cluster, records Events, and keeps KCP paused: releasing it
 //     with an outdated Machine would make KCP create a surge Machine. Reverting or
 //     changing the spec, or removing the hold-failed annotation, moves on.

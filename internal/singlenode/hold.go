@@ -9,7 +9,7 @@ import (
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
-	"github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 )
 
 // maxReplicas is the first replica count that upstream KubeadmControlPlane can update in
@@ -76,7 +76,7 @@ type HoldDecision struct {
 
 // IsHeld reports whether a KubeadmControlPlane carries capi-inplace's hold.
 func IsHeld(kcp *controlplanev1.KubeadmControlPlane) bool {
-	_, ok := kcp.GetAnnotations()[v1alpha1.HoldAnnotation]
+	_, ok := kcp.GetAnnotations()[inplacev1.HoldAnnotation]
 	return ok
 }
 
@@ -110,14 +110,14 @@ func NeedsCluster(old, updated *controlplanev1.KubeadmControlPlane) bool {
 func DecideHold(in HoldInput) HoldDecision {
 	oldTarget, newTarget := TargetHash(in.Old), TargetHash(in.New)
 	if IsHeld(in.Old) {
-		target := in.Old.Annotations[v1alpha1.HoldAnnotation]
+		target := in.Old.Annotations[inplacev1.HoldAnnotation]
 		if in.Release != "" && in.Release == target && in.ReleaseUserOK && oldTarget == newTarget {
 			return HoldDecision{Released: true, Reason: "released by capi-inplace's controller"}
 		}
 		if oldTarget != newTarget {
 			target = newTarget
 		}
-		_, operatorPaused := in.Old.Annotations[v1alpha1.HoldOperatorPausedAnnotation]
+		_, operatorPaused := in.Old.Annotations[inplacev1.HoldOperatorPausedAnnotation]
 		return HoldDecision{Hold: true, Target: target, OperatorPaused: operatorPaused, Reason: "hold active"}
 	}
 	switch {
@@ -143,17 +143,17 @@ func (d HoldDecision) HoldAnnotations() map[string]string {
 	}
 	out := map[string]string{
 		clusterv1.PausedAnnotation: "",
-		v1alpha1.HoldAnnotation:    d.Target,
+		inplacev1.HoldAnnotation:   d.Target,
 	}
 	if d.OperatorPaused {
-		out[v1alpha1.HoldOperatorPausedAnnotation] = "true"
+		out[inplacev1.HoldOperatorPausedAnnotation] = "true"
 	}
 	return out
 }
 
 // OptedIn reports whether a Cluster opted into the single-node control-plane path.
 func OptedIn(cluster *clusterv1.Cluster) bool {
-	return cluster != nil && cluster.Annotations[v1alpha1.SingleNodeControlPlaneAnnotation] == "true"
+	return cluster != nil && cluster.Annotations[inplacev1.SingleNodeControlPlaneAnnotation] == "true"
 }
 
 // KCPOptedIn reports whether the KubeadmControlPlane itself carries the opt-in (for a
@@ -169,5 +169,5 @@ func OptedIn(cluster *clusterv1.Cluster) bool {
 // reconcileCluster; seen in the late opt-in end-to-end test). The KCP's own metadata is
 // never written that way.
 func KCPOptedIn(kcp *controlplanev1.KubeadmControlPlane) bool {
-	return kcp != nil && kcp.Annotations[v1alpha1.SingleNodeControlPlaneAnnotation] == "true"
+	return kcp != nil && kcp.Annotations[inplacev1.SingleNodeControlPlaneAnnotation] == "true"
 }

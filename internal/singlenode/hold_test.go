@@ -11,7 +11,7 @@ import (
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
-	"github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 )
 
 func testKCP(mutate ...func(*controlplanev1.KubeadmControlPlane)) *controlplanev1.KubeadmControlPlane {
@@ -90,7 +90,7 @@ func TestTargetHash(t *testing.T) {
 
 func TestDecideHold(t *testing.T) {
 	newTarget := TargetHash(testKCP(withVersion("v1.36.0")))
-	held := withAnnotation(v1alpha1.HoldAnnotation, "old-target")
+	held := withAnnotation(inplacev1.HoldAnnotation, "old-target")
 	tests := []struct {
 		name string
 		in   HoldInput
@@ -155,7 +155,7 @@ func TestDecideHold(t *testing.T) {
 		},
 		{
 			name: "active hold keeps the operator-paused marker",
-			in:   HoldInput{Old: testKCP(held, withAnnotation(v1alpha1.HoldOperatorPausedAnnotation, "true")), New: testKCP()},
+			in:   HoldInput{Old: testKCP(held, withAnnotation(inplacev1.HoldOperatorPausedAnnotation, "true")), New: testKCP()},
 			want: HoldDecision{Hold: true, Target: "old-target", OperatorPaused: true},
 		},
 		{
@@ -198,9 +198,9 @@ func TestHoldAnnotations(t *testing.T) {
 	g := NewWithT(t)
 	g.Expect(HoldDecision{}.HoldAnnotations()).To(BeEmpty())
 	g.Expect(HoldDecision{Hold: true, Target: "t"}.HoldAnnotations()).To(Equal(map[string]string{
-		clusterv1.PausedAnnotation: "", v1alpha1.HoldAnnotation: "t",
+		clusterv1.PausedAnnotation: "", inplacev1.HoldAnnotation: "t",
 	}))
-	g.Expect(HoldDecision{Hold: true, Target: "t", OperatorPaused: true}.HoldAnnotations()).To(HaveKeyWithValue(v1alpha1.HoldOperatorPausedAnnotation, "true"))
+	g.Expect(HoldDecision{Hold: true, Target: "t", OperatorPaused: true}.HoldAnnotations()).To(HaveKeyWithValue(inplacev1.HoldOperatorPausedAnnotation, "true"))
 }
 
 func TestNeedsCluster(t *testing.T) {
@@ -212,7 +212,7 @@ func TestNeedsCluster(t *testing.T) {
 		{"version change below three replicas", testKCP(), testKCP(withVersion("v1.36.0")), true},
 		{"no relevant change", testKCP(), testKCP(withAnnotation("a", "b")), false},
 		{"three replicas", testKCP(withReplicas(ptr.To[int32](3))), testKCP(withReplicas(ptr.To[int32](3)), withVersion("v1.36.0")), false},
-		{"already held", testKCP(withAnnotation(v1alpha1.HoldAnnotation, "x")), testKCP(withVersion("v1.36.0")), false},
+		{"already held", testKCP(withAnnotation(inplacev1.HoldAnnotation, "x")), testKCP(withVersion("v1.36.0")), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -22,7 +22,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controlplane/kubeadm/pkg/desiredstate"
 
-	"github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/coordinator"
 )
 
@@ -71,7 +71,7 @@ func newFixtureWith(ctx context.Context, t *testing.T, optIn bool, createKubeadm
 		},
 	}
 	if optIn {
-		f.cluster.Annotations = map[string]string{v1alpha1.SingleNodeControlPlaneAnnotation: "true"}
+		f.cluster.Annotations = map[string]string{inplacev1.SingleNodeControlPlaneAnnotation: "true"}
 	}
 	g.Expect(c.Create(ctx, f.cluster)).To(Succeed())
 
@@ -203,16 +203,16 @@ func TestIntegrationHoldUpdateAlignRelease(t *testing.T) {
 	// the new version unpaused.
 	written := f.setVersion(ctx, g, toVersion)
 	g.Expect(held(written)).To(BeTrue(), "annotations: %v", written.Annotations)
-	g.Expect(written.Annotations[v1alpha1.HoldAnnotation]).To(Equal(TargetHash(written)))
+	g.Expect(written.Annotations[inplacev1.HoldAnnotation]).To(Equal(TargetHash(written)))
 
 	g.Eventually(func(g Gomega) {
 		kcp := f.getKCP(ctx, g)
 		g.Expect(kcp.Annotations).NotTo(HaveKey(clusterv1.PausedAnnotation))
-		g.Expect(kcp.Annotations).NotTo(HaveKey(v1alpha1.HoldAnnotation))
-		cond := meta.FindStatusCondition(kcp.Status.Conditions, v1alpha1.InPlaceUpdateCondition)
+		g.Expect(kcp.Annotations).NotTo(HaveKey(inplacev1.HoldAnnotation))
+		cond := meta.FindStatusCondition(kcp.Status.Conditions, inplacev1.InPlaceUpdateCondition)
 		g.Expect(cond).NotTo(BeNil())
 		g.Expect(cond.Status).To(Equal(metav1.ConditionTrue))
-		g.Expect(cond.Reason).To(Equal(v1alpha1.ReasonSucceeded))
+		g.Expect(cond.Reason).To(Equal(inplacev1.ReasonSucceeded))
 	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 
 	// Aligned exactly as KCP would have: its own comparison now says up to date.
@@ -228,7 +228,7 @@ func TestIntegrationHoldUpdateAlignRelease(t *testing.T) {
 	g.Expect(kc.Spec.InitConfiguration.IsDefined()).To(BeFalse(), "desired KubeadmConfig is the join form")
 	g.Expect(f.machineCount(ctx, g)).To(Equal(1))
 
-	cond := meta.FindStatusCondition(f.getCluster(ctx, g).Status.Conditions, v1alpha1.InPlaceUpdateCondition)
+	cond := meta.FindStatusCondition(f.getCluster(ctx, g).Status.Conditions, inplacev1.InPlaceUpdateCondition)
 	g.Expect(cond).NotTo(BeNil())
 	g.Expect(cond.Status).To(Equal(metav1.ConditionTrue))
 
@@ -277,10 +277,10 @@ func TestIntegrationUnalignableObjectsNeverTouchTheNode(t *testing.T) {
 	g.Expect(held(f.setVersion(ctx, g, toVersion))).To(BeTrue())
 	g.Eventually(func(g Gomega) {
 		kcp := f.getKCP(ctx, g)
-		g.Expect(kcp.Annotations).To(HaveKeyWithValue(v1alpha1.HoldFailedAnnotation, TargetHash(kcp)))
-		cond := meta.FindStatusCondition(kcp.Status.Conditions, v1alpha1.InPlaceUpdateCondition)
+		g.Expect(kcp.Annotations).To(HaveKeyWithValue(inplacev1.HoldFailedAnnotation, TargetHash(kcp)))
+		cond := meta.FindStatusCondition(kcp.Status.Conditions, inplacev1.InPlaceUpdateCondition)
 		g.Expect(cond).NotTo(BeNil())
-		g.Expect(cond.Reason).To(Equal(v1alpha1.ReasonFailed))
+		g.Expect(cond.Reason).To(Equal(inplacev1.ReasonFailed))
 		g.Expect(cond.Message).To(ContainSubstring("node was not touched"))
 		g.Expect(cond.Message).To(ContainSubstring(kubeletLocalMode))
 	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
@@ -300,18 +300,18 @@ func TestIntegrationRetryAfterFailure(t *testing.T) {
 
 	f.setVersion(ctx, g, toVersion)
 	g.Eventually(func(g Gomega) {
-		g.Expect(f.getKCP(ctx, g).Annotations).To(HaveKey(v1alpha1.HoldFailedAnnotation))
+		g.Expect(f.getKCP(ctx, g).Annotations).To(HaveKey(inplacev1.HoldFailedAnnotation))
 	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 
 	// The operator asks for another attempt of the same spec.
 	kcp := f.getKCP(ctx, g)
-	patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, v1alpha1.HoldFailedAnnotation))
+	patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, inplacev1.HoldFailedAnnotation))
 	g.Expect(env.topology.Patch(ctx, kcp, client.RawPatch("application/merge-patch+json", patch))).To(Succeed())
 	g.Expect(held(kcp)).To(BeTrue())
 
 	g.Eventually(func(g Gomega) {
 		kcp := f.getKCP(ctx, g)
-		g.Expect(kcp.Annotations).NotTo(HaveKey(v1alpha1.HoldAnnotation))
+		g.Expect(kcp.Annotations).NotTo(HaveKey(inplacev1.HoldAnnotation))
 		g.Expect(kcp.Annotations).NotTo(HaveKey(clusterv1.PausedAnnotation))
 	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 	ok, why := f.upToDate(ctx, g)
@@ -330,23 +330,23 @@ func TestIntegrationOptOutHandsBackToKCP(t *testing.T) {
 	patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:""}}}`, clusterv1.PausedAnnotation))
 	g.Expect(env.topology.Patch(ctx, kcp, client.RawPatch("application/merge-patch+json", patch))).To(Succeed())
 
-	g.Expect(f.setVersion(ctx, g, toVersion).Annotations).To(HaveKeyWithValue(v1alpha1.HoldOperatorPausedAnnotation, "true"))
+	g.Expect(f.setVersion(ctx, g, toVersion).Annotations).To(HaveKeyWithValue(inplacev1.HoldOperatorPausedAnnotation, "true"))
 	g.Eventually(func(g Gomega) {
-		g.Expect(f.getKCP(ctx, g).Annotations).To(HaveKey(v1alpha1.HoldFailedAnnotation))
+		g.Expect(f.getKCP(ctx, g).Annotations).To(HaveKey(inplacev1.HoldFailedAnnotation))
 	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 
 	cluster := f.getCluster(ctx, g)
-	patch = []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, v1alpha1.SingleNodeControlPlaneAnnotation))
+	patch = []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, inplacev1.SingleNodeControlPlaneAnnotation))
 	g.Expect(env.topology.Patch(ctx, cluster, client.RawPatch("application/merge-patch+json", patch))).To(Succeed())
 
 	g.Eventually(func(g Gomega) {
 		kcp := f.getKCP(ctx, g)
-		g.Expect(kcp.Annotations).NotTo(HaveKey(v1alpha1.HoldAnnotation))
-		g.Expect(kcp.Annotations).NotTo(HaveKey(v1alpha1.HoldOperatorPausedAnnotation))
+		g.Expect(kcp.Annotations).NotTo(HaveKey(inplacev1.HoldAnnotation))
+		g.Expect(kcp.Annotations).NotTo(HaveKey(inplacev1.HoldOperatorPausedAnnotation))
 		g.Expect(kcp.Annotations).To(HaveKey(clusterv1.PausedAnnotation), "the operator's own pause stays")
-		cond := meta.FindStatusCondition(kcp.Status.Conditions, v1alpha1.InPlaceUpdateCondition)
+		cond := meta.FindStatusCondition(kcp.Status.Conditions, inplacev1.InPlaceUpdateCondition)
 		g.Expect(cond).NotTo(BeNil())
-		g.Expect(cond.Reason).To(Equal(v1alpha1.ReasonReleased))
+		g.Expect(cond.Reason).To(Equal(inplacev1.ReasonReleased))
 	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 }
 
@@ -358,11 +358,11 @@ func TestIntegrationNotOptedInIsUntouched(t *testing.T) {
 
 	written := f.setVersion(ctx, g, toVersion)
 	g.Expect(written.Annotations).NotTo(HaveKey(clusterv1.PausedAnnotation))
-	g.Expect(written.Annotations).NotTo(HaveKey(v1alpha1.HoldAnnotation))
+	g.Expect(written.Annotations).NotTo(HaveKey(inplacev1.HoldAnnotation))
 	g.Consistently(func(g Gomega) {
 		kcp := f.getKCP(ctx, g)
-		g.Expect(kcp.Annotations).NotTo(HaveKey(v1alpha1.HoldAnnotation))
-		g.Expect(meta.FindStatusCondition(kcp.Status.Conditions, v1alpha1.InPlaceUpdateCondition)).To(BeNil())
+		g.Expect(kcp.Annotations).NotTo(HaveKey(inplacev1.HoldAnnotation))
+		g.Expect(meta.FindStatusCondition(kcp.Status.Conditions, inplacev1.InPlaceUpdateCondition)).To(BeNil())
 	}, 2*time.Second, 200*time.Millisecond).Should(Succeed())
 	g.Expect(env.updater.calls(f.machine)).To(BeEmpty())
 }
@@ -392,45 +392,45 @@ func TestIntegrationHoldSurvivesServerSideApplyAndEdits(t *testing.T) {
 	// 1. The topology controller's apply changes the version: held in the same write.
 	got := apply(nil)
 	g.Expect(annotationsOf(got)).To(HaveKey(clusterv1.PausedAnnotation))
-	g.Expect(annotationsOf(got)).To(HaveKey(v1alpha1.HoldAnnotation))
-	target := annotationsOf(got)[v1alpha1.HoldAnnotation]
+	g.Expect(annotationsOf(got)).To(HaveKey(inplacev1.HoldAnnotation))
+	target := annotationsOf(got)[inplacev1.HoldAnnotation]
 
 	// 2. Its next apply, which does not list the annotations.
 	got = apply(nil)
 	g.Expect(annotationsOf(got)).To(HaveKey(clusterv1.PausedAnnotation))
-	g.Expect(annotationsOf(got)).To(HaveKeyWithValue(v1alpha1.HoldAnnotation, target))
+	g.Expect(annotationsOf(got)).To(HaveKeyWithValue(inplacev1.HoldAnnotation, target))
 
 	// 3. Worst case: the applier owns both annotations (it listed them once), then
 	// drops them, so server-side apply removes them; the webhook puts them back.
-	got = apply(map[string]any{clusterv1.PausedAnnotation: "", v1alpha1.HoldAnnotation: target})
-	g.Expect(annotationsOf(got)).To(HaveKeyWithValue(v1alpha1.HoldAnnotation, target))
+	got = apply(map[string]any{clusterv1.PausedAnnotation: "", inplacev1.HoldAnnotation: target})
+	g.Expect(annotationsOf(got)).To(HaveKeyWithValue(inplacev1.HoldAnnotation, target))
 	got = apply(nil)
 	g.Expect(annotationsOf(got)).To(HaveKey(clusterv1.PausedAnnotation))
-	g.Expect(annotationsOf(got)).To(HaveKeyWithValue(v1alpha1.HoldAnnotation, target))
+	g.Expect(annotationsOf(got)).To(HaveKeyWithValue(inplacev1.HoldAnnotation, target))
 
 	// 4. Someone else removes the pause by hand: it comes back.
 	kcp := f.getKCP(ctx, g)
 	delete(kcp.Annotations, clusterv1.PausedAnnotation)
-	delete(kcp.Annotations, v1alpha1.HoldAnnotation)
+	delete(kcp.Annotations, inplacev1.HoldAnnotation)
 	g.Expect(env.topology.Update(ctx, kcp)).To(Succeed())
 	g.Expect(held(kcp)).To(BeTrue(), "annotations after an edit removing them: %v", kcp.Annotations)
 
 	// 5. Someone else forges the controller's release: the hold stays and the marker
 	// is not stored.
 	kcp = f.getKCP(ctx, g)
-	kcp.Annotations[v1alpha1.HoldReleaseAnnotation] = kcp.Annotations[v1alpha1.HoldAnnotation]
+	kcp.Annotations[inplacev1.HoldReleaseAnnotation] = kcp.Annotations[inplacev1.HoldAnnotation]
 	delete(kcp.Annotations, clusterv1.PausedAnnotation)
-	delete(kcp.Annotations, v1alpha1.HoldAnnotation)
+	delete(kcp.Annotations, inplacev1.HoldAnnotation)
 	g.Expect(env.topology.Update(ctx, kcp)).To(Succeed())
 	g.Expect(held(kcp)).To(BeTrue(), "annotations after a forged release: %v", kcp.Annotations)
-	g.Expect(kcp.Annotations).NotTo(HaveKey(v1alpha1.HoldReleaseAnnotation))
+	g.Expect(kcp.Annotations).NotTo(HaveKey(inplacev1.HoldReleaseAnnotation))
 
 	// Meanwhile the node update is in flight, reported on the KCP, and no Machine was created.
 	g.Eventually(func(g Gomega) {
-		cond := meta.FindStatusCondition(f.getKCP(ctx, g).Status.Conditions, v1alpha1.InPlaceUpdateCondition)
+		cond := meta.FindStatusCondition(f.getKCP(ctx, g).Status.Conditions, inplacev1.InPlaceUpdateCondition)
 		g.Expect(cond).NotTo(BeNil())
-		g.Expect(cond.Reason).To(Equal(v1alpha1.ReasonInProgress))
-		g.Expect(f.getKCP(ctx, g).Annotations).To(HaveKeyWithValue(v1alpha1.HoldUpdatingAnnotation, f.machine))
+		g.Expect(cond.Reason).To(Equal(inplacev1.ReasonInProgress))
+		g.Expect(f.getKCP(ctx, g).Annotations).To(HaveKeyWithValue(inplacev1.HoldUpdatingAnnotation, f.machine))
 	}, 20*time.Second, 200*time.Millisecond).Should(Succeed())
 	g.Expect(f.machineCount(ctx, g)).To(Equal(1))
 }
@@ -451,20 +451,20 @@ func TestIntegrationFailureAlignsNothingAndKeepsHold(t *testing.T) {
 
 	g.Eventually(func(g Gomega) {
 		kcp := f.getKCP(ctx, g)
-		g.Expect(kcp.Annotations).To(HaveKeyWithValue(v1alpha1.HoldFailedAnnotation, TargetHash(kcp)))
-		cond := meta.FindStatusCondition(kcp.Status.Conditions, v1alpha1.InPlaceUpdateCondition)
+		g.Expect(kcp.Annotations).To(HaveKeyWithValue(inplacev1.HoldFailedAnnotation, TargetHash(kcp)))
+		cond := meta.FindStatusCondition(kcp.Status.Conditions, inplacev1.InPlaceUpdateCondition)
 		g.Expect(cond).NotTo(BeNil())
 		g.Expect(cond.Status).To(Equal(metav1.ConditionFalse))
-		g.Expect(cond.Reason).To(Equal(v1alpha1.ReasonRolledBack))
+		g.Expect(cond.Reason).To(Equal(inplacev1.ReasonRolledBack))
 		g.Expect(cond.Message).To(ContainSubstring(cause))
 	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 
 	kcp := f.getKCP(ctx, g)
 	g.Expect(held(kcp)).To(BeTrue(), "KCP stays paused: releasing it would create a surge Machine")
-	g.Expect(kcp.Annotations).NotTo(HaveKey(v1alpha1.HoldUpdatingAnnotation))
-	cond := meta.FindStatusCondition(f.getCluster(ctx, g).Status.Conditions, v1alpha1.InPlaceUpdateCondition)
+	g.Expect(kcp.Annotations).NotTo(HaveKey(inplacev1.HoldUpdatingAnnotation))
+	cond := meta.FindStatusCondition(f.getCluster(ctx, g).Status.Conditions, inplacev1.InPlaceUpdateCondition)
 	g.Expect(cond).NotTo(BeNil())
-	g.Expect(cond.Reason).To(Equal(v1alpha1.ReasonRolledBack))
+	g.Expect(cond.Reason).To(Equal(inplacev1.ReasonRolledBack))
 	g.Expect(cond.Message).To(ContainSubstring(cause))
 
 	// Nothing aligned: not one write to the Machine, its KubeadmConfig or TestMachine.
@@ -487,7 +487,7 @@ func TestIntegrationFailureAlignsNothingAndKeepsHold(t *testing.T) {
 		g.Expect(env.admin.List(ctx, list, client.InNamespace(f.ns))).To(Succeed())
 		found := false
 		for _, e := range list.Items {
-			if e.Reason == v1alpha1.EventUpdateRolledBack && strings.Contains(e.Message, cause) {
+			if e.Reason == inplacev1.EventUpdateRolledBack && strings.Contains(e.Message, cause) {
 				found = true
 			}
 		}
@@ -499,8 +499,8 @@ func TestIntegrationFailureAlignsNothingAndKeepsHold(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		kcp := f.getKCP(ctx, g)
 		g.Expect(kcp.Annotations).NotTo(HaveKey(clusterv1.PausedAnnotation))
-		g.Expect(kcp.Annotations).NotTo(HaveKey(v1alpha1.HoldAnnotation))
-		g.Expect(kcp.Annotations).NotTo(HaveKey(v1alpha1.HoldFailedAnnotation))
+		g.Expect(kcp.Annotations).NotTo(HaveKey(inplacev1.HoldAnnotation))
+		g.Expect(kcp.Annotations).NotTo(HaveKey(inplacev1.HoldFailedAnnotation))
 	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 	g.Expect(f.versions(ctx, g)).To(Equal(rvBefore))
 	g.Expect(f.machineCount(ctx, g)).To(Equal(1))

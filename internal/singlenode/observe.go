@@ -21,7 +21,7 @@ import (
 	kcppkg "sigs.k8s.io/cluster-api/controlplane/kubeadm/pkg"
 	"sigs.k8s.io/cluster-api/util/labels/format"
 
-	"github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 )
 
 // observed is everything read for one held KubeadmControlPlane.
@@ -101,8 +101,8 @@ func (o *observed) state() State {
 		OptedIn:        OptedIn(o.cluster) || KCPOptedIn(o.kcp),
 		BelowThreshold: replicasBelowThreshold(o.kcp),
 		Target:         TargetHash(o.kcp),
-		FailedTarget:   o.kcp.Annotations[v1alpha1.HoldFailedAnnotation],
-		Updating:       o.kcp.Annotations[v1alpha1.HoldUpdatingAnnotation],
+		FailedTarget:   o.kcp.Annotations[inplacev1.HoldFailedAnnotation],
+		Updating:       o.kcp.Annotations[inplacev1.HoldUpdatingAnnotation],
 	}
 	for _, m := range o.machines {
 		res := o.results[m.Name]

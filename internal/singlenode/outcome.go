@@ -3,7 +3,7 @@ package singlenode
 import (
 	"time"
 
-	"github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/coordinator"
 )
 
@@ -32,7 +32,7 @@ const retryAfterFailure = 20 * time.Second
 type Verdict struct {
 	Step       Step
 	RetryAfter time.Duration
-	// Reason is the condition reason (v1alpha1.Reason*).
+	// Reason is the condition reason (inplacev1.Reason*).
 	Reason string
 	// Message is for humans: conditions and Events.
 	Message string
@@ -44,20 +44,20 @@ func Classify(out coordinator.Outcome) Verdict {
 	msg := out.Message
 	switch out.Kind {
 	case coordinator.OutcomeDone:
-		return Verdict{Step: StepDone, Reason: v1alpha1.ReasonSucceeded, Message: msg}
+		return Verdict{Step: StepDone, Reason: inplacev1.ReasonSucceeded, Message: msg}
 	case coordinator.OutcomeInProgress:
 		retry := time.Duration(out.RetryAfterSeconds) * time.Second
 		if retry <= 0 {
 			retry = time.Second
 		}
-		return Verdict{Step: StepWait, RetryAfter: retry, Reason: v1alpha1.ReasonInProgress, Message: msg}
+		return Verdict{Step: StepWait, RetryAfter: retry, Reason: inplacev1.ReasonInProgress, Message: msg}
 	case coordinator.OutcomeFailedFinal:
 		return Verdict{Step: StepFail, Reason: failureReason(out.Cause), Message: msg}
 	case coordinator.OutcomeFailedRetryable:
-		return Verdict{Step: StepWait, RetryAfter: retryAfterFailure, Reason: v1alpha1.ReasonInProgress, Message: "retrying: " + msg}
+		return Verdict{Step: StepWait, RetryAfter: retryAfterFailure, Reason: inplacev1.ReasonInProgress, Message: "retrying: " + msg}
 	}
 	// An outcome of no known kind is neither done nor failed: ask again.
-	return Verdict{Step: StepWait, RetryAfter: retryAfterFailure, Reason: v1alpha1.ReasonInProgress,
+	return Verdict{Step: StepWait, RetryAfter: retryAfterFailure, Reason: inplacev1.ReasonInProgress,
 		Message: "retrying: the coordinator answered an outcome of unknown kind " + string(out.Kind) + ": " + msg}
 }
 
@@ -65,11 +65,11 @@ func Classify(out coordinator.Outcome) Verdict {
 func failureReason(c coordinator.Cause) string {
 	switch c {
 	case coordinator.CauseRolledBack:
-		return v1alpha1.ReasonRolledBack
+		return inplacev1.ReasonRolledBack
 	case coordinator.CauseDegraded:
-		return v1alpha1.ReasonDegraded
+		return inplacev1.ReasonDegraded
 	case coordinator.CausePlanNotPickedUp:
-		return v1alpha1.ReasonPlanNotPickedUp
+		return inplacev1.ReasonPlanNotPickedUp
 	}
-	return v1alpha1.ReasonFailed
+	return inplacev1.ReasonFailed
 }

@@ -6,7 +6,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/coordinator"
 )
 
@@ -22,38 +22,38 @@ func TestClassify(t *testing.T) {
 		out  coordinator.Outcome
 		want Verdict
 	}{
-		{"done", out(coordinator.OutcomeDone, "", 0, "committed"), Verdict{Step: StepDone, Reason: v1alpha1.ReasonSucceeded, Message: "committed"}},
-		{"in progress", out(coordinator.OutcomeInProgress, "", 5, "step 2/5"), Verdict{Step: StepWait, RetryAfter: 5 * time.Second, Reason: v1alpha1.ReasonInProgress, Message: "step 2/5"}},
-		{"in progress without retry still waits", out(coordinator.OutcomeInProgress, "", 0, "x"), Verdict{Step: StepWait, RetryAfter: time.Second, Reason: v1alpha1.ReasonInProgress, Message: "x"}},
+		{"done", out(coordinator.OutcomeDone, "", 0, "committed"), Verdict{Step: StepDone, Reason: inplacev1.ReasonSucceeded, Message: "committed"}},
+		{"in progress", out(coordinator.OutcomeInProgress, "", 5, "step 2/5"), Verdict{Step: StepWait, RetryAfter: 5 * time.Second, Reason: inplacev1.ReasonInProgress, Message: "step 2/5"}},
+		{"in progress without retry still waits", out(coordinator.OutcomeInProgress, "", 0, "x"), Verdict{Step: StepWait, RetryAfter: time.Second, Reason: inplacev1.ReasonInProgress, Message: "x"}},
 		{
 			"rolled back, whatever the words",
 			out(coordinator.OutcomeFailedFinal, coordinator.CauseRolledBack, 0, "node n1 went back to where it was"),
-			Verdict{Step: StepFail, Reason: v1alpha1.ReasonRolledBack, Message: "node n1 went back to where it was"},
+			Verdict{Step: StepFail, Reason: inplacev1.ReasonRolledBack, Message: "node n1 went back to where it was"},
 		},
 		{
 			"agent failed",
 			out(coordinator.OutcomeFailedFinal, coordinator.CauseAgentFailed, 0, "plan refused"),
-			Verdict{Step: StepFail, Reason: v1alpha1.ReasonFailed, Message: "plan refused"},
+			Verdict{Step: StepFail, Reason: inplacev1.ReasonFailed, Message: "plan refused"},
 		},
 		{
 			"degraded is final",
 			out(coordinator.OutcomeFailedFinal, coordinator.CauseDegraded, 0, "needs repair"),
-			Verdict{Step: StepFail, Reason: v1alpha1.ReasonDegraded, Message: "needs repair"},
+			Verdict{Step: StepFail, Reason: inplacev1.ReasonDegraded, Message: "needs repair"},
 		},
 		{
 			"plan never picked up is final",
 			out(coordinator.OutcomeFailedFinal, coordinator.CausePlanNotPickedUp, 0, "withdrawn"),
-			Verdict{Step: StepFail, Reason: v1alpha1.ReasonPlanNotPickedUp, Message: "withdrawn"},
+			Verdict{Step: StepFail, Reason: inplacev1.ReasonPlanNotPickedUp, Message: "withdrawn"},
 		},
 		{
 			"API error quoting the agent's phrase is retried",
 			out(coordinator.OutcomeFailedRetryable, coordinator.CauseWorkloadAPI, 0, "the agent rolled back plan: connection refused"),
-			Verdict{Step: StepWait, RetryAfter: retryAfterFailure, Reason: v1alpha1.ReasonInProgress, Message: "retrying: the agent rolled back plan: connection refused"},
+			Verdict{Step: StepWait, RetryAfter: retryAfterFailure, Reason: inplacev1.ReasonInProgress, Message: "retrying: the agent rolled back plan: connection refused"},
 		},
 		{
 			"unknown kind is retried, never done",
 			out("Bogus", "", 0, "?"),
-			Verdict{Step: StepWait, RetryAfter: retryAfterFailure, Reason: v1alpha1.ReasonInProgress, Message: "retrying: the coordinator answered an outcome of unknown kind Bogus: ?"},
+			Verdict{Step: StepWait, RetryAfter: retryAfterFailure, Reason: inplacev1.ReasonInProgress, Message: "retrying: the coordinator answered an outcome of unknown kind Bogus: ?"},
 		},
 	}
 	for _, tt := range tests {

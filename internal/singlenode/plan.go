@@ -25,7 +25,7 @@ import (
 // asks the planner exactly what the hooks would be asked for the same change.
 func planRequest(stored *clusterv1.Machine, res *kcppkg.UpToDateResult, aligned desiredObjects) (current, desired planner.Objects, err error) {
 	if res == nil || res.CurrentKubeadmConfig == nil || res.DesiredKubeadmConfig == nil || res.CurrentInfraMachine == nil {
-		return planner.Objects{}, planner.Objects{}, fmt.Errorf("Machine %s: KubeadmControlPlane's comparison gave no current KubeadmConfig or infrastructure machine", stored.Name)
+		return planner.Objects{}, planner.Objects{}, fmt.Errorf("machine %s: KubeadmControlPlane's comparison gave no current KubeadmConfig or infrastructure machine", stored.Name)
 	}
 	desiredKC, currentKC := kcppkg.PrepareKubeadmConfigsForDiff(res.DesiredKubeadmConfig, res.CurrentKubeadmConfig, true)
 	currentKC.Labels, currentKC.Annotations = desiredKC.Labels, desiredKC.Annotations

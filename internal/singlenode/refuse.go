@@ -14,7 +14,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	kcppkg "sigs.k8s.io/cluster-api/controlplane/kubeadm/pkg"
 
-	"github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/planner"
 )
 
@@ -45,13 +45,13 @@ func (r *Reconciler) refusals(ctx context.Context, machine *clusterv1.Machine, r
 // so a policy or settings change, or a spec change, moves on.
 func (r *Reconciler) refuse(ctx context.Context, obs *observed, machine *clusterv1.Machine, why string) (ctrl.Result, error) {
 	msg := fmt.Sprintf("Machine %s cannot be updated in place, so nothing was changed and KubeadmControlPlane %s stays paused at its new spec (no Machine is created): %s. Revert or change the spec, or remove the Cluster's %s annotation to let KubeadmControlPlane replace the Machine",
-		machine.Name, obs.kcp.Name, why, v1alpha1.SingleNodeControlPlaneAnnotation)
-	if cur := meta.FindStatusCondition(obs.kcp.Status.Conditions, v1alpha1.InPlaceUpdateCondition); cur == nil || cur.Reason != v1alpha1.ReasonRefused || cur.Message != msg {
+		machine.Name, obs.kcp.Name, why, inplacev1.SingleNodeControlPlaneAnnotation)
+	if cur := meta.FindStatusCondition(obs.kcp.Status.Conditions, inplacev1.InPlaceUpdateCondition); cur == nil || cur.Reason != inplacev1.ReasonRefused || cur.Message != msg {
 		ctrl.LoggerFrom(ctx).Info("In-place update of a control-plane Machine refused", "Machine", client.ObjectKeyFromObject(machine).String(), "refused", why)
-		r.Recorder.Eventf(obs.kcp, machine, corev1.EventTypeWarning, v1alpha1.EventUpdateRefused, "Plan", "%s", eventNote(msg))
-		r.Recorder.Eventf(machine, obs.kcp, corev1.EventTypeWarning, v1alpha1.EventUpdateRefused, "Plan", "%s", eventNote(why))
+		r.Recorder.Eventf(obs.kcp, machine, corev1.EventTypeWarning, inplacev1.EventUpdateRefused, "Plan", "%s", eventNote(msg))
+		r.Recorder.Eventf(machine, obs.kcp, corev1.EventTypeWarning, inplacev1.EventUpdateRefused, "Plan", "%s", eventNote(why))
 	}
-	return ctrl.Result{RequeueAfter: waitRequeue}, r.setCondition(ctx, obs, metav1.ConditionFalse, v1alpha1.ReasonRefused, msg)
+	return ctrl.Result{RequeueAfter: waitRequeue}, r.setCondition(ctx, obs, metav1.ConditionFalse, inplacev1.ReasonRefused, msg)
 }
 
 // updateWorkloadKubeadmConfig updates the workload cluster's kubeadm-config ConfigMap

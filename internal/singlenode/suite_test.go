@@ -284,10 +284,6 @@ func failedFinal(cause coordinator.Cause, msg string) coordinator.Outcome {
 	return coordinator.Outcome{Kind: coordinator.OutcomeFailedFinal, Cause: cause, Message: msg}
 }
 
-func failedRetryable(cause coordinator.Cause, msg string) coordinator.Outcome {
-	return coordinator.Outcome{Kind: coordinator.OutcomeFailedRetryable, Cause: cause, Message: msg}
-}
-
 // sameClusterWorkloads plays every workload cluster with the test API server itself:
 // the kubeadm-config ConfigMap is kube-system/kubeadm-config there.
 type sameClusterWorkloads struct{ c client.Client }

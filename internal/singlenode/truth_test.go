@@ -18,7 +18,7 @@ import (
 	kubeadmtypes "sigs.k8s.io/cluster-api/bootstrap/kubeadm/pkg/types"
 	"sigs.k8s.io/cluster-api/controlplane/kubeadm/pkg/desiredstate"
 
-	"github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 )
 
 // patchKCPSpec changes the KCP's spec as another user (an operator, the topology
@@ -42,10 +42,10 @@ func TestIntegrationPlannerRefusalIsVisibleAndTouchesNothing(t *testing.T) {
 	f.patchKCPSpec(ctx, g, `{"spec":{"kubeadmConfigSpec":{"clusterConfiguration":{"apiServer":{"certSANs":["new.example.com"]}}}}}`)
 	g.Eventually(func(g Gomega) {
 		for _, conds := range [][]metav1.Condition{f.getKCP(ctx, g).Status.Conditions, f.getCluster(ctx, g).Status.Conditions} {
-			cond := meta.FindStatusCondition(conds, v1alpha1.InPlaceUpdateCondition)
+			cond := meta.FindStatusCondition(conds, inplacev1.InPlaceUpdateCondition)
 			g.Expect(cond).NotTo(BeNil())
 			g.Expect(cond.Status).To(Equal(metav1.ConditionFalse))
-			g.Expect(cond.Reason).To(Equal(v1alpha1.ReasonRefused))
+			g.Expect(cond.Reason).To(Equal(inplacev1.ReasonRefused))
 			g.Expect(cond.Message).To(ContainSubstring("clusterConfiguration.apiServer.certSANs"))
 		}
 	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
@@ -56,7 +56,7 @@ func TestIntegrationPlannerRefusalIsVisibleAndTouchesNothing(t *testing.T) {
 		for _, e := range events.Items {
 			reasons = append(reasons, e.Reason)
 		}
-		g.Expect(reasons).To(ContainElement(v1alpha1.EventUpdateRefused))
+		g.Expect(reasons).To(ContainElement(inplacev1.EventUpdateRefused))
 	}, 10*time.Second, 200*time.Millisecond).Should(Succeed())
 
 	g.Consistently(func(g Gomega) {
@@ -156,7 +156,7 @@ func TestIntegrationTwoReplicasOneNodeAtATime(t *testing.T) {
 	g.Expect(held(f.setVersion(ctx, g, toVersion))).To(BeTrue())
 	g.Eventually(func(g Gomega) {
 		kcp := f.getKCP(ctx, g)
-		g.Expect(kcp.Annotations).NotTo(HaveKey(v1alpha1.HoldAnnotation))
+		g.Expect(kcp.Annotations).NotTo(HaveKey(inplacev1.HoldAnnotation))
 		g.Expect(kcp.Annotations).NotTo(HaveKey(clusterv1.PausedAnnotation))
 	}, 40*time.Second, 200*time.Millisecond).Should(Succeed())
 
@@ -202,18 +202,18 @@ func TestIntegrationOptInAddedAfterCreation(t *testing.T) {
 	env.updater.script(f.machine, done("node runs the plan"))
 	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: f.cluster.Name}}
 	g.Expect(env.topology.Patch(ctx, cluster, client.RawPatch("application/merge-patch+json",
-		[]byte(`{"metadata":{"annotations":{"`+v1alpha1.SingleNodeControlPlaneAnnotation+`":"true"}}}`)))).To(Succeed())
+		[]byte(`{"metadata":{"annotations":{"`+inplacev1.SingleNodeControlPlaneAnnotation+`":"true"}}}`)))).To(Succeed())
 
 	g.Expect(held(f.setVersion(ctx, g, toVersion))).To(BeTrue(), "the version change after a late opt-in must be held")
 	g.Eventually(func(g Gomega) {
 		kcp := f.getKCP(ctx, g)
-		g.Expect(kcp.Annotations).NotTo(HaveKey(v1alpha1.HoldAnnotation))
+		g.Expect(kcp.Annotations).NotTo(HaveKey(inplacev1.HoldAnnotation))
 		g.Expect(f.versions(ctx, g)).NotTo(BeEmpty())
 	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 	m := &clusterv1.Machine{}
 	g.Expect(env.admin.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: f.machine}, m)).To(Succeed())
 	g.Expect(m.Spec.Version).To(Equal(toVersion))
-	g.Expect(f.getCluster(ctx, g).Annotations).To(HaveKeyWithValue(v1alpha1.SingleNodeControlPlaneAnnotation, "true"))
+	g.Expect(f.getCluster(ctx, g).Annotations).To(HaveKeyWithValue(inplacev1.SingleNodeControlPlaneAnnotation, "true"))
 }
 
 // testExtensionConfig is the ExtensionConfig whose settings the suite's controller reads.
@@ -233,7 +233,7 @@ func TestIntegrationDisableInPlaceUpdatesIsHonoured(t *testing.T) {
 		"metadata": map[string]any{"name": testExtensionConfig},
 		"spec": map[string]any{
 			"clientConfig": map[string]any{"url": "https://127.0.0.1:1"},
-			"settings":     map[string]any{v1alpha1.SettingDisableInPlaceUpdates: "true"},
+			"settings":     map[string]any{inplacev1.SettingDisableInPlaceUpdates: "true"},
 		},
 	}}
 	g.Expect(env.admin.Create(ctx, ec)).To(Succeed())
@@ -243,10 +243,10 @@ func TestIntegrationDisableInPlaceUpdatesIsHonoured(t *testing.T) {
 	env.updater.script(f.machine, done("node runs the plan"))
 	g.Expect(held(f.setVersion(ctx, g, toVersion))).To(BeTrue())
 	g.Eventually(func(g Gomega) {
-		cond := meta.FindStatusCondition(f.getKCP(ctx, g).Status.Conditions, v1alpha1.InPlaceUpdateCondition)
+		cond := meta.FindStatusCondition(f.getKCP(ctx, g).Status.Conditions, inplacev1.InPlaceUpdateCondition)
 		g.Expect(cond).NotTo(BeNil())
-		g.Expect(cond.Reason).To(Equal(v1alpha1.ReasonRefused))
-		g.Expect(cond.Message).To(ContainSubstring(v1alpha1.SettingDisableInPlaceUpdates + "=true"))
+		g.Expect(cond.Reason).To(Equal(inplacev1.ReasonRefused))
+		g.Expect(cond.Message).To(ContainSubstring(inplacev1.SettingDisableInPlaceUpdates + "=true"))
 	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 	g.Expect(env.updater.calls(f.machine)).To(BeEmpty())
 	g.Expect(held(f.getKCP(ctx, g))).To(BeTrue())
@@ -264,14 +264,14 @@ func TestIntegrationOptInOnTheKCP(t *testing.T) {
 	f := newFixture(ctx, t, false)
 	env.updater.script(f.machine, done("node runs the plan"))
 	kcp := &controlplanev1.KubeadmControlPlane{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "cp"}}
-	patch := `{"metadata":{"annotations":{"` + v1alpha1.SingleNodeControlPlaneAnnotation + `":"true"}},"spec":{"version":"` + toVersion + `"}}`
+	patch := `{"metadata":{"annotations":{"` + inplacev1.SingleNodeControlPlaneAnnotation + `":"true"}},"spec":{"version":"` + toVersion + `"}}`
 	g.Expect(env.topology.Patch(ctx, kcp, client.RawPatch("application/merge-patch+json", []byte(patch)))).To(Succeed())
 	g.Expect(held(kcp)).To(BeTrue(), "annotations: %v", kcp.Annotations)
 	g.Eventually(func(g Gomega) {
 		m := &clusterv1.Machine{}
 		g.Expect(env.admin.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: f.machine}, m)).To(Succeed())
 		g.Expect(m.Spec.Version).To(Equal(toVersion))
-		g.Expect(f.getKCP(ctx, g).Annotations).NotTo(HaveKey(v1alpha1.HoldAnnotation))
+		g.Expect(f.getKCP(ctx, g).Annotations).NotTo(HaveKey(inplacev1.HoldAnnotation))
 	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 	g.Expect(f.machineCount(ctx, g)).To(Equal(1))
 }

@@ -18,7 +18,7 @@ import (
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
-	"github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 )
 
 // DefaultWebhookPath is where SetupWithManager registers the hold webhook on the
@@ -97,7 +97,7 @@ func (w *holdWebhook) Handle(ctx context.Context, req admission.Request) admissi
 	in := HoldInput{
 		Old:           oldKCP,
 		New:           newKCP,
-		Release:       newKCP.Annotations[v1alpha1.HoldReleaseAnnotation],
+		Release:       newKCP.Annotations[inplacev1.HoldReleaseAnnotation],
 		ReleaseUserOK: user == "" || req.UserInfo.Username == user,
 	}
 	if NeedsCluster(oldKCP, newKCP) {
@@ -111,7 +111,7 @@ func (w *holdWebhook) Handle(ctx context.Context, req admission.Request) admissi
 	}
 
 	d := DecideHold(in)
-	patched, changed, err := withAnnotations(req.Object.Raw, d.HoldAnnotations(), []string{v1alpha1.HoldReleaseAnnotation})
+	patched, changed, err := withAnnotations(req.Object.Raw, d.HoldAnnotations(), []string{inplacev1.HoldReleaseAnnotation})
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}

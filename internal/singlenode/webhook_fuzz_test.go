@@ -19,7 +19,7 @@ import (
 
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 
-	"github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 )
 
 // FuzzHoldWebhook: the hold webhook decodes whatever AdmissionReview reaches it
@@ -38,7 +38,7 @@ func FuzzHoldWebhook(f *testing.F) {
 		}
 	}
 	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1",
-		Annotations: map[string]string{v1alpha1.SingleNodeControlPlaneAnnotation: "true"}}}
+		Annotations: map[string]string{inplacev1.SingleNodeControlPlaneAnnotation: "true"}}}
 	reader := fake.NewClientBuilder().WithScheme(scheme).WithObjects(cluster).Build()
 	wh := &admission.Webhook{Handler: &holdWebhook{reader: reader, decoder: admission.NewDecoder(scheme), controllerUser: "system:serviceaccount:capi-inplace-system:capi-inplace"}}
 	wh.WithRecoverPanic(false)
