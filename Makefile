@@ -93,7 +93,7 @@ e2e: tools-capi build ## End-to-end scenarios against real upstream Cluster API.
 E2ENODE_IMAGE_TAR := $(ROOT)/_artifacts/realnode/capi-inplace-image.tar
 
 .PHONY: e2e-node
-e2e-node: tools-capi build ## Real-node lane: the agent upgrades real kubeadm nodes in place (root; docs/real-node.md).
+e2e-node: tools-capi build ## Real-node lane: the agent upgrades real kubeadm nodes in place, rolls back a failed gate, resumes after being killed (root; docs/real-node.md).
 	hack/install-deps.sh
 	hack/realnode/build.sh
 	@mkdir -p $(dir $(E2ENODE_IMAGE_TAR))
@@ -102,7 +102,8 @@ e2e-node: tools-capi build ## Real-node lane: the agent upgrades real kubeadm no
 		-file $(BIN)/capi-inplace=/capi-inplace -entrypoint /capi-inplace >/dev/null; \
 	echo "==> agent image $$tag"; \
 	E2ENODE_AGENT_IMAGE=$$tag E2ENODE_AGENT_IMAGE_TAR=$(E2ENODE_IMAGE_TAR) \
-		$(GO) test $(E2E_FLAGS) -tags e2enode ./test/e2enode/
+		$(GO) test $(E2E_FLAGS) -tags e2enode ./test/e2enode/; \
+	rc=$$?; hack/realnode/node.sh down-all; exit $$rc
 
 # BENCH_FLAGS are passed to the driver, e.g. BENCH_FLAGS='-sections hooks,agent -rounds 5'.
 BENCH_FLAGS ?=

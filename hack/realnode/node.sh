@@ -17,6 +17,9 @@
 #   node.sh route <node> <cidr> <via>              route another node's pod CIDR
 #   node.sh down <node>                            kill everything, remove state
 #   node.sh pid <node>                             the holder's PID (for nsenter)
+#   node.sh down-all                               down every node left in the state
+#                                                  directory, then the switch (make
+#                                                  e2e-node runs it however the test ends)
 #
 # REALNODE_STATE (default _artifacts/realnode) holds each node's state and logs;
 # REALNODE_CACHE (default _cache/realnode) holds hack/realnode/build.sh's output.
@@ -307,6 +310,15 @@ route) alive "$1" || die "node $1 is down"; in_node "$1" ip route replace "$2" v
 init) [[ $# -eq 3 ]] || die "usage: node.sh init <node> <ip> <version>"; node_init "$@" ;;
 join) [[ $# -eq 3 ]] || die "usage: node.sh join <node> <ip> <control-plane ip>"; node_join "$@" ;;
 down) node_down "$1" ;;
+down-all)
+	for d in "$state"/*/pid; do
+		[[ -e $d ]] || continue
+		n=$(basename "$(dirname "$d")")
+		[[ $n == switch ]] && continue
+		log "down $n (left by an earlier step)"
+		node_down "$n"
+	done
+	switch_down ;;
 pid) pid_of "$1" ;;
-*) sed -n '2,21p' "$0" >&2; exit 2 ;;
+*) sed -n '2,24p' "$0" >&2; exit 2 ;;
 esac

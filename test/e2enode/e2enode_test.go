@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,11 +21,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -86,7 +90,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	cancel()
+	laneStart := time.Now()
 	code := m.Run()
+	figures.Add("lane: go test wall time (clusters, management cluster, every test; without build.sh and install-deps)", time.Since(laneStart))
 	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
 	_, _ = lane.Run(ctx, "switch-down")
 	cancel()
@@ -191,32 +197,157 @@ func TestAgentUpgradesRealNodes(t *testing.T) {
 
 	machines := &MachineController{Mgmt: mgmt, Hooks: ext.Client, Logf: t.Logf}
 
-	t.Run("control plane "+from+" to "+to, func(t *testing.T) {
+	// The control plane is upgraded twice: the first attempt fails its pool's
+	// health gate and is rolled back, the retry passes it, with the agent killed and
+	// the kubelet restarted under it mid-update.
+	var cpChange = Change{Version: to, Config: func(s *bootstrapv1.KubeadmConfigSpec) {
+		s.Files = append(s.Files,
+			bootstrapv1.File{Path: "/etc/realnode/cp.conf", Content: "after\n", Permissions: "0644"},
+			bootstrapv1.File{Path: "/etc/realnode/cp-new.conf", Content: "new\n", Permissions: "0644"})
+	}}
+	t.Run("control plane "+from+" to "+to+": a failing health gate rolls it back", func(t *testing.T) {
 		g := NewWithT(t)
+		lane.MustExec(t, cpNode, "sh", "-c", "mkdir -p /etc/realnode && echo before >/etc/realnode/cp.conf && rm -f "+healthyFile)
+		before := readNodeState(t, cpNode)
+		steps := WatchJournal(cpNode, nil)
+		res, err := machines.Update(ctx, cpNode.Name, cpChange, 25*time.Minute, func(c HookCall) bool {
+			// Not any Failure: a call during the API outage may answer one that CAPI
+			// simply retries.
+			return c.Status == runtimehooksv1.ResponseStatusFailure && strings.Contains(c.Message, laneGate)
+		})
+		figures.Add("agent: control-plane steps of the failed attempt (time in flight on the node)", steps.Stop())
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(res.Done).To(BeFalse())
+		last := res.Calls[len(res.Calls)-1]
+		g.Expect(last.Message).To(ContainSubstring(laneGate), "the hook names the failed gate")
+		figures.Add("agent: control-plane failed attempt, first UpdateMachine call to Failure (upgrade, gate timeout, rollback)", res.Duration)
+
+		// The node is back at the old release, as it was.
+		g.Expect(readNodeState(t, cpNode).diff(before)).To(BeEmpty(), "binaries, manifests, kubelet configuration and files restored")
+		g.Expect(lane.MustExec(t, cpNode, "cat", "/etc/realnode/cp.conf")).To(Equal("before\n"))
+		for _, c := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+			g.Expect(lane.MustExec(t, cpNode, "cat", "/etc/kubernetes/manifests/"+c+".yaml")).To(ContainSubstring("image: registry.k8s.io/" + c + ":" + from))
+		}
+		g.Expect(lane.MustExec(t, cpNode, "/usr/bin/kubelet", "--version")).To(ContainSubstring(from))
+		g.Expect(strings.TrimSpace(lane.MustExec(t, cpNode, "/usr/bin/kubeadm", "version", "-o", "short"))).To(Equal(from))
+		// The control plane serves again, at the old release.
+		g.Expect(WaitNode(ctx, wc.Client, cpNode.Name, from, 5*time.Minute)).To(Succeed())
+		g.Expect(WaitStaticPods(ctx, wc.Client, cpNode.Name, from, 5*time.Minute)).To(Succeed())
+		node, err := wc.Client.CoreV1().Nodes().Get(ctx, cpNode.Name, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(node.Spec.Unschedulable).To(BeFalse(), "a rolled back node is put back in service")
+		st, err := protocol.DecodeStatus(node.Annotations[inplacev1.StatusAnnotation])
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(st.Phase).To(Equal(protocol.PhaseRolledBack))
+
+		// The failure is on the Machine and in `capi-inplace status`.
+		m := &clusterv1.Machine{}
+		g.Expect(mc.Get(ctx, client.ObjectKey{Namespace: namespace, Name: cpNode.Name}, m)).To(Succeed())
+		cond := meta.FindStatusCondition(m.Status.Conditions, inplacev1.InPlaceUpdateCondition)
+		g.Expect(cond).NotTo(BeNil())
+		g.Expect(cond.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(cond.Reason).To(Equal(inplacev1.ReasonRolledBack))
+		g.Expect(cond.Message).To(ContainSubstring(laneGate))
+		out, code := statusCLI(t, env.Kubeconfig)
+		g.Expect(code).To(Equal(3), "status exits 3 when a node rolled back:\n%s", out)
+		g.Expect(out).To(MatchRegexp(`"name": *"`+cpNode.Name+`"`), out)
+		g.Expect(out).To(ContainSubstring(`"phase": "RolledBack"`), out)
+		g.Expect(out).To(ContainSubstring(laneGate), out)
+
+		// The operator asks for a retry (docs/fleet-controls.md): the coordinator
+		// withdraws the failed plan and clears the agent's verdict, and the agent
+		// forgets the failed plan on the node.
+		retryFailedPlan(ctx, t, machines, cpNode)
+	})
+
+	t.Run("control plane "+from+" to "+to+", the agent killed and the kubelet restarted mid-update", func(t *testing.T) {
+		g := NewWithT(t)
+		lane.MustExec(t, cpNode, "sh", "-c", "touch "+healthyFile)
+		backupsBefore := listPrefixed(t, cpNode, "/etc/kubernetes/tmp", "kubeadm-backup-manifests-")
+		oldPID := agentPID(cpNode)
+		g.Expect(oldPID).NotTo(BeZero(), "the agent runs on %s", cpNode.Name)
+		killed := make(chan string, 1)
+		var once sync.Once
+		steps := WatchJournal(cpNode, func(e journalEntry) {
+			// Kill once every action before the gates is done: kubeadm upgrade
+			// apply and the kubelet swap must not run again on resume.
+			if e.InFlight != "gates" {
+				return
+			}
+			once.Do(func() {
+				pid := agentPID(cpNode)
+				if pid == 0 {
+					killed <- "no agent process"
+					return
+				}
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				kctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+				defer cancel()
+				_, err := lane.Exec(kctx, cpNode, "systemctl", "restart", "kubelet")
+				killed <- fmt.Sprintf("agent %d killed during %s; kubelet restarted (%v)", pid, e.InFlight, err)
+			})
+		})
 		outage := ProbeAPI(wc.Client)
 		cordon := WatchCordon(wc.Client, cpNode.Name)
-		res, err := machines.Update(ctx, cpNode.Name, Change{Version: to}, 20*time.Minute, nil)
+		res, err := machines.Update(ctx, cpNode.Name, Change{}, 25*time.Minute, nil)
 		down, longest, windows := outage.Stop()
 		cordoned := cordon.Stop()
+		figures.Add("agent: control-plane steps (time in flight on the node; gates include the kill and restart)", steps.Stop())
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(res.Done).To(BeTrue())
+		select {
+		case k := <-killed:
+			t.Log(k)
+			g.Expect(k).To(ContainSubstring("killed during gates"))
+		default:
+			t.Fatal("the agent was never seen running the gates")
+		}
+		newPID := agentPID(cpNode)
+		g.Expect(newPID).NotTo(BeZero())
+		g.Expect(newPID).NotTo(Equal(oldPID), "the agent runs as a new process")
 
 		assertNodeAt(t, wc, cpNode, to)
 		g.Expect(WaitStaticPods(ctx, wc.Client, cpNode.Name, to, 2*time.Minute)).To(Succeed())
 		manifest := lane.MustExec(t, cpNode, "cat", "/etc/kubernetes/manifests/kube-apiserver.yaml")
 		g.Expect(manifest).To(ContainSubstring("image: registry.k8s.io/kube-apiserver:" + to))
-		// kubeadm upgrade apply ran exactly once: it keeps one manifest backup per run.
-		g.Expect(countPrefixed(lane.MustExec(t, cpNode, "ls", "/etc/kubernetes/tmp"), "kubeadm-backup-manifests-")).To(Equal(1))
+		g.Expect(lane.MustExec(t, cpNode, "cat", "/etc/realnode/cp.conf")).To(Equal("after\n"))
+		// Each action ran once: kubeadm upgrade apply keeps one manifest backup per
+		// run, the attempt has one etcd snapshot, and the journal counts one start
+		// per action but the gates, which the kill interrupted and the new agent ran
+		// again.
+		g.Expect(newNames(backupsBefore, listPrefixed(t, cpNode, "/etc/kubernetes/tmp", "kubeadm-backup-manifests-"))).To(HaveLen(1), "kubeadm upgrade apply ran once")
+		j, err := readJournal(ctx, cpNode)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(j.State.Phase).To(Equal(string(protocol.PhaseCommitted)))
+		for a, n := range j.Runs {
+			if a == "gates" {
+				g.Expect(n).To(Equal(2), "the interrupted gates ran again: %v", j.Runs)
+				continue
+			}
+			g.Expect(n).To(Equal(1), "action %s ran once: %v", a, j.Runs)
+		}
+		g.Expect(j.Runs).To(HaveKey("kubeadm-upgrade"))
+		g.Expect(j.Runs).To(HaveKey("etcd-snapshot"))
+		snaps := strings.Fields(lane.MustExec(t, cpNode, "find", agentWorkDir+"/attempts/"+j.Attempt, "-name", "*.db"))
+		g.Expect(snaps).To(HaveLen(1), "one etcd snapshot for the attempt")
 		assertSnapshotValid(t, cpNode)
+		// The coordinator never claims step 1 once the node is at step 5 (it cannot
+		// read the node while its API server is down).
+		at5 := false
+		for _, c := range res.Calls {
+			at5 = at5 || strings.HasPrefix(c.Message, "step 5/6")
+			g.Expect(at5 && strings.HasPrefix(c.Message, "step 1/6")).To(BeFalse(), "message after step 5: %q", c.Message)
+		}
 
-		figures.Add("agent: control-plane node update "+from+" -> "+to+" (first UpdateMachine call to done)", res.Duration)
+		figures.Add("agent: control-plane node update "+from+" -> "+to+" (first UpdateMachine call to done; includes the agent kill and a kubelet restart)", res.Duration)
 		figures.Add("agent: control-plane node cordon -> uncordon", cordoned)
 		figures.Add("agent: control-plane API server unavailable (total, longest window, windows)", fmt.Sprintf("%s, %s, %d", down.Round(100*time.Millisecond), longest.Round(100*time.Millisecond), windows))
 		figures.Add("agent: UpdateMachine calls for the control-plane node", len(res.Calls))
 		if baselineTotal > 0 {
-			figures.Add("agent / bare kubeadm (control-plane node, target <= 1.15)", fmt.Sprintf("%.2f", res.Duration.Seconds()/baselineTotal.Seconds()))
+			figures.Add("agent / bare kubeadm (control-plane node, same run, target <= 1.15; the agent's run includes the kill and kubelet restart)", fmt.Sprintf("%.2f", res.Duration.Seconds()/baselineTotal.Seconds()))
 		}
-		figures.Add("agent pod memory on the control-plane node (usage / max)", agentMemory(t, wc, cpNode))
+		figures.Add("agent pod memory cgroup on the control-plane node (usage / max; counts kubeadm and page cache)", agentMemory(t, wc, cpNode))
+		figures.Add("agent process memory on the control-plane node (/proc/<pid>/status)", agentRSS(cpNode))
 	})
 
 	t.Run("worker "+from+" to "+to+" with a PodDisruptionBudget", func(t *testing.T) {
@@ -246,7 +377,9 @@ func TestAgentUpgradesRealNodes(t *testing.T) {
 		_, err = wc.Client.PolicyV1().PodDisruptionBudgets("default").Update(ctx, pdb, metav1.UpdateOptions{})
 		g.Expect(err).NotTo(HaveOccurred())
 		allowed := time.Now()
+		steps := WatchJournal(wNode, nil)
 		res2, err := machines.Update(ctx, wNode.Name, Change{Version: to}, 10*time.Minute, nil)
+		figures.Add("agent: worker steps (time in flight on the node)", steps.Stop())
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(res2.Done).To(BeTrue())
 		cordoned := cordon.Stop()
@@ -259,7 +392,8 @@ func TestAgentUpgradesRealNodes(t *testing.T) {
 		figures.Add("agent: worker cordon -> uncordon, including the wait for the operator to relax the PDB", cordoned)
 		figures.Add("agent: worker PDB relaxed -> uncordoned (eviction, kubeadm upgrade node, kubelet swap, gates; target < 60 s)", uncordonedAfterAllow)
 		figures.Add("agent: worker drain reported blocked by the PDB after", res.Duration)
-		figures.Add("agent pod memory on the worker (usage / max)", agentMemory(t, wc, wNode))
+		figures.Add("agent pod memory cgroup on the worker (usage / max; counts kubeadm and page cache)", agentMemory(t, wc, wNode))
+		figures.Add("agent process memory on the worker (/proc/<pid>/status)", agentRSS(wNode))
 	})
 
 	t.Run("KubeadmConfig changes on the real nodes", func(t *testing.T) {
@@ -300,8 +434,9 @@ func TestAgentUpgradesRealNodes(t *testing.T) {
 }
 
 // writePolicy writes the extension's policy for the lane: the Kubernetes binaries of
-// the target release from the artifact server, and kubeadm's preflight exceptions
-// this machine needs.
+// the target release from the artifact server, kubeadm's preflight exceptions this
+// machine needs, and a health gate for the control plane that passes only while
+// healthyFile exists on the node.
 func writePolicy(path, artifactURL string) error {
 	sums := map[string]string{}
 	for _, b := range []string{"kubeadm", "kubelet"} {
@@ -318,7 +453,17 @@ kubernetesBinaries:
     linux/amd64:
       kubeadm: {url: %s/%s/kubeadm, digest: "sha256:%s"}
       kubelet: {url: %s/%s/kubelet, digest: "sha256:%s"}
-`, strings.Join(upgradePreflightIgnores, ", "), to, artifactURL, to, sums["kubeadm"], artifactURL, to, sums["kubelet"])
+gates:
+- cluster: %s/%s
+  machineSelector:
+    matchExpressions:
+    - {key: cluster.x-k8s.io/control-plane, operator: Exists}
+  gates:
+  - name: %s
+    command: ["/bin/sh", "-c", "test -f %s"]
+    passWithinSeconds: 20
+`, strings.Join(upgradePreflightIgnores, ", "), to, artifactURL, to, sums["kubeadm"], artifactURL, to, sums["kubelet"],
+		namespace, clusterName, laneGate, healthyFile)
 	return os.WriteFile(path, []byte(policy), 0o600)
 }
 

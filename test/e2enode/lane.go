@@ -105,34 +105,37 @@ type Cluster struct {
 // pod CIDRs between the nodes and waits until every node is Ready.
 func (l *Lane) CreateCluster(ctx context.Context, t *testing.T, version string, cp Node, workers ...Node) (*Cluster, error) {
 	t.Helper()
+	// Returned on every error too: the caller's Destroy must stop the nodes that
+	// came up before the failure.
+	c := &Cluster{ControlPlane: cp, Workers: workers}
 	for _, n := range append([]Node{cp}, workers...) {
 		if err := l.Up(ctx, n, version); err != nil {
-			return nil, err
+			return c, err
 		}
 	}
 	start := time.Now()
 	if _, err := l.Run(ctx, "init", cp.Name, cp.IP, version); err != nil {
-		return nil, err
+		return c, err
 	}
 	t.Logf("kubeadm init %s on %s: %s", version, cp.Name, time.Since(start).Round(100*time.Millisecond))
 	kc, err := l.ReadFile(ctx, cp, "/etc/kubernetes/admin.conf")
 	if err != nil {
-		return nil, err
+		return c, err
 	}
 	cfg, err := clientcmd.RESTConfigFromKubeConfig([]byte(kc))
 	if err != nil {
-		return nil, fmt.Errorf("admin.conf: %w", err)
+		return c, fmt.Errorf("admin.conf: %w", err)
 	}
 	cfg.QPS, cfg.Burst = 50, 100
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, err
+		return c, err
 	}
-	c := &Cluster{ControlPlane: cp, Workers: workers, Kubeconfig: []byte(kc), Client: cs}
+	c.Kubeconfig, c.Client = []byte(kc), cs
 	for _, w := range workers {
 		start := time.Now()
 		if _, err := l.Run(ctx, "join", w.Name, w.IP, cp.IP); err != nil {
-			return nil, err
+			return c, err
 		}
 		t.Logf("kubeadm join on %s: %s", w.Name, time.Since(start).Round(100*time.Millisecond))
 	}
@@ -141,14 +144,14 @@ func (l *Lane) CreateCluster(ctx context.Context, t *testing.T, version string, 
 		for _, b := range all {
 			if a != b {
 				if _, err := l.Run(ctx, "route", a.Name, b.PodCIDR, b.IP); err != nil {
-					return nil, err
+					return c, err
 				}
 			}
 		}
 	}
 	for _, n := range all {
 		if err := WaitNode(ctx, cs, n.Name, version, 5*time.Minute); err != nil {
-			return nil, err
+			return c, err
 		}
 	}
 	return c, nil
