@@ -194,6 +194,12 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, secret *corev1
 		_, err := a.Executor.Reject(desired, r.Reason, r.Message)
 		return err
 	}
+	if ok, err := a.claimPlan(ctx, desired); err != nil || !ok {
+		if err == nil {
+			log.Info("Not starting plan: the coordinator withdrew it")
+		}
+		return err
+	}
 	log.Info("Applying plan", "version", plan.Kubernetes.Version, "action", plan.Kubernetes.Action)
 	st, err = a.Executor.Start(ctx, plan)
 	if errors.Is(err, state.ErrBusy) {

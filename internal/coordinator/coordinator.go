@@ -135,6 +135,7 @@ func New(opts Options) (*Coordinator, error) {
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("coordinator options: %w", errors.Join(errs...))
 	}
+	opts.Recorder = redactingRecorder{opts.Recorder}
 	if opts.Drain.Timeout == 0 {
 		opts.Drain.Timeout = 10 * time.Minute
 	}
@@ -300,15 +301,18 @@ func (o Outcome) Failed() bool {
 	return o.Kind == OutcomeFailedFinal || o.Kind == OutcomeFailedRetryable
 }
 
+// Every Outcome is built here, and its message redacted here: it reaches the hook
+// response, logs and, on the single-node path, conditions and Events, and it may
+// quote errors that carry secret values (a password hash in a rendered file).
 func inProgress(retry int32, msg string) Outcome {
-	return Outcome{Kind: OutcomeInProgress, RetryAfterSeconds: retry, Message: msg}
+	return Outcome{Kind: OutcomeInProgress, RetryAfterSeconds: retry, Message: protocol.RedactKnownSecrets(msg)}
 }
-func done(msg string) Outcome { return Outcome{Kind: OutcomeDone, Message: msg} }
+func done(msg string) Outcome { return Outcome{Kind: OutcomeDone, Message: protocol.RedactKnownSecrets(msg)} }
 func final(cause Cause, msg string) Outcome {
-	return Outcome{Kind: OutcomeFailedFinal, Cause: cause, Message: msg}
+	return Outcome{Kind: OutcomeFailedFinal, Cause: cause, Message: protocol.RedactKnownSecrets(msg)}
 }
 func retryable(cause Cause, msg string) Outcome {
-	return Outcome{Kind: OutcomeFailedRetryable, Cause: cause, Message: msg}
+	return Outcome{Kind: OutcomeFailedRetryable, Cause: cause, Message: protocol.RedactKnownSecrets(msg)}
 }
 func rejected(msg string) Outcome { return retryable(CauseRequestRejected, msg) }
 

@@ -322,7 +322,9 @@ func (c *Coordinator) finish(ctx context.Context, s *scope) error {
 // abandon withdraws a plan the agent never picked up, marks it as not picked up and
 // puts the node back in service (if we cordoned it): nothing on the node changed.
 func (c *Coordinator) abandon(ctx context.Context, s *scope) error {
-	return c.patchNode(ctx, s, "withdraw the plan from", func(n *corev1.Node, ann map[string]string) {
+	// Precondition on the Node as read: the agent claims a plan with the same one
+	// (agent/claim.go), so a withdrawal and a pick-up never both land.
+	return c.patchNodeAs(ctx, s, "withdraw the plan from", true, func(n *corev1.Node, ann map[string]string) {
 		if ann[inplacev1.DesiredPlanAnnotation] == s.planHash {
 			delete(ann, inplacev1.DesiredPlanAnnotation)
 		}
@@ -338,6 +340,12 @@ func (c *Coordinator) abandon(ctx context.Context, s *scope) error {
 
 // patchNode applies mutate to the node and patches it when anything changed.
 func (c *Coordinator) patchNode(ctx context.Context, s *scope, verb string, mutate func(*corev1.Node, map[string]string)) error {
+	return c.patchNodeAs(ctx, s, verb, false, mutate)
+}
+
+// patchNodeAs is patchNode; locked makes the patch conditional on the node's
+// resourceVersion as read (a Conflict when anything changed since).
+func (c *Coordinator) patchNodeAs(ctx context.Context, s *scope, verb string, locked bool, mutate func(*corev1.Node, map[string]string)) error {
 	before := s.node.DeepCopy()
 	ann := s.node.GetAnnotations()
 	if ann == nil {
@@ -348,7 +356,12 @@ func (c *Coordinator) patchNode(ctx context.Context, s *scope, verb string, muta
 	if equality.Semantic.DeepEqual(before.Spec, s.node.Spec) && equality.Semantic.DeepEqual(before.Annotations, s.node.Annotations) {
 		return nil
 	}
-	if err := s.wc.Client.Patch(ctx, s.node, client.MergeFrom(before)); err != nil {
+	patch := client.MergeFrom(before)
+	if locked {
+		patch = client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})
+	}
+	if err := s.wc.Client.Patch(ctx, s.node, patch); err != nil {
+		*s.node = *before
 		return fmt.Errorf("%s node %s: %w", verb, s.node.Name, err)
 	}
 	return nil
@@ -358,7 +371,7 @@ func (c *Coordinator) patchNode(ctx context.Context, s *scope, verb string, muta
 // and, when the condition changed, an Event. A failed write is retried by the next
 // call (the answer does not depend on it).
 func (c *Coordinator) report(ctx context.Context, s *scope, d Decision) {
-	cond := metav1.Condition{Type: inplacev1.InPlaceUpdateCondition, Status: metav1.ConditionFalse, Message: d.Message}
+	cond := metav1.Condition{Type: inplacev1.InPlaceUpdateCondition, Status: metav1.ConditionFalse, Message: protocol.RedactKnownSecrets(d.Message)}
 	eventType := corev1.EventTypeWarning
 	switch d.Action {
 	case ActSucceed:
