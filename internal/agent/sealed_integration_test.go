@@ -161,9 +161,12 @@ func TestPlansAreNodePrivate(t *testing.T) {
 	kubeconfigB, _ := boundAgentCredentials(t, restConfig, b.name)
 
 	// The admission policy is loaded asynchronously: wait until it confines agent A.
+	// The probe is a dry run: before the policy is loaded it would otherwise succeed
+	// and leave a bogus key on B's Node, which the test could read as B's (the
+	// flake: "a key read as a low-order point").
 	foreignKey := `{"metadata":{"annotations":{"` + inplacev1.AgentKeyAnnotation + `":"x25519:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="}}}`
 	g.Eventually(func() error {
-		_, err := clientA.CoreV1().Nodes().Patch(ctx, b.name, types.MergePatchType, []byte(foreignKey), metav1.PatchOptions{})
+		_, err := clientA.CoreV1().Nodes().Patch(ctx, b.name, types.MergePatchType, []byte(foreignKey), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 		return err
 	}, 20*time.Second, 200*time.Millisecond).Should(MatchError(ContainSubstring("may only modify the node it runs on")))
 

@@ -5,8 +5,9 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
-	"regexp"
 	"strings"
+
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 // Command is one program invocation.
@@ -24,7 +25,7 @@ type Command struct {
 }
 
 // Redacted stands for a secret value in every text the agent produces.
-const Redacted = "<redacted>"
+const Redacted = protocol.Redacted
 
 // String renders the command for logs and errors, secrets redacted.
 func (c Command) String() string {
@@ -45,17 +46,9 @@ func RedactSecrets(s string, secrets ...string) string {
 	return RedactKnownSecrets(s)
 }
 
-// cryptHashRE matches crypt(3) hashes as /etc/shadow and KubeadmConfig passwd
-// hold them: MD5 ($1$), bcrypt ($2a$ $2b$ $2x$ $2y$), SHA-256/512 ($5$ $6$, with
-// rounds=), yescrypt ($y$), gost-yescrypt ($gy$), scrypt ($7$), sha1crypt and
-// argon2 variants.
-var cryptHashRE = regexp.MustCompile(`\$(?:1|2[abxy]|5|6|y|gy|7|sha1|md5|argon2(?:id|i|d))\$[A-Za-z0-9./$=,+-]+`)
-
-// RedactKnownSecrets replaces every crypt(3) password hash in s with Redacted.
-// It is the last line of defence where status text is built from errors.
-func RedactKnownSecrets(s string) string {
-	return cryptHashRE.ReplaceAllString(s, Redacted)
-}
+// RedactKnownSecrets replaces every crypt(3) password hash in s with Redacted
+// (protocol.RedactKnownSecrets: one rule for the agent and the coordinator).
+func RedactKnownSecrets(s string) string { return protocol.RedactKnownSecrets(s) }
 
 // Result is the outcome of a command that ran.
 type Result struct {

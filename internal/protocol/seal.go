@@ -122,6 +122,15 @@ func ParseAgentKey(value string) (*ecdh.PublicKey, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidAgentKey, err)
 	}
+	// A low-order point (all zeros, for one) parses but no plan can be sealed to
+	// it; refusing it here makes it "no usable key yet", not a sealing failure.
+	probe, err := ecdh.X25519().GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("check agent key: %w", err)
+	}
+	if _, err := probe.ECDH(pub); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidAgentKey, err)
+	}
 	return pub, nil
 }
 

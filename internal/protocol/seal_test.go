@@ -150,6 +150,7 @@ func TestParseAgentKey(t *testing.T) {
 		{"not base64", AgentKeyPrefix + "!!", true},
 		{"short key", AgentKeyPrefix + "AAAA", true},
 		{"empty", "", true},
+		{"low-order point (all zeros): nothing can be sealed to it", AgentKeyPrefix + "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

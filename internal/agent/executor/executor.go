@@ -145,6 +145,12 @@ func (x *Executor) Start(ctx context.Context, p *protocol.NodePlan) (state.State
 		return state.State{}, err
 	}
 	spec := state.SpecFor(p, b.Capabilities())
+	if spec.OS && imageBooted(ctx, b, p) {
+		// The node already runs the plan's image: staging, activating and
+		// rebooting into it again would only take the node down for nothing.
+		x.Log.Info("The plan's OS image is already booted; no OS actions, no reboot", "plan", hash, "backend", b.Name())
+		spec.OS = false
+	}
 	spec.ControlPlaneConfig = clusterConfigChanged(e.Committed, p)
 	st, _, err := state.Step(cur, state.PlanObserved{Hash: hash, Spec: spec, At: x.Now()})
 	if err != nil {
@@ -265,7 +271,7 @@ func (x *Executor) Resume(ctx context.Context) (state.State, error) {
 		if actErr == nil && a.Name == state.ActEtcdSnapshot && !a.Rollback {
 			etcdMembers, actErr = x.Kube.EtcdSnapshot(ctx, e.Attempt)
 		} else if actErr == nil {
-			actErr = x.perform(ctx, e.Attempt, plan, a)
+			actErr = x.perform(ctx, e.Attempt, plan, st.Spec, a)
 		}
 		if ctx.Err() != nil {
 			// Interrupted, not failed: Resume repeats the action.
@@ -326,9 +332,21 @@ func (x *Executor) backendFor(p *protocol.NodePlan) (backend.Backend, error) {
 	return b, nil
 }
 
+// imageBooted reports whether the node already runs the plan's OS image, as the
+// backend itself judges it (Verify: "the node runs this image"; each backend
+// identifies images its own way, which Status().Booted only names). Any error,
+// ErrVerifyFailed or another, counts as not booted: the OS actions then run and
+// report what is wrong.
+func imageBooted(ctx context.Context, b backend.Backend, p *protocol.NodePlan) bool {
+	if p.OS == nil {
+		return false
+	}
+	return b.Verify(ctx, backend.Artifact{Ref: p.OS.Ref, Digest: p.OS.Digest}) == nil
+}
+
 // perform runs one action of the attempt (every action but etcd-snapshot, which
-// also returns the member count).
-func (x *Executor) perform(ctx context.Context, attempt string, p *protocol.NodePlan, a state.Action) error {
+// also returns the member count); spec is the attempt's, as the state holds it.
+func (x *Executor) perform(ctx context.Context, attempt string, p *protocol.NodePlan, spec state.Spec, a state.Action) error {
 	var artifact backend.Artifact
 	if p.OS != nil {
 		artifact = backend.Artifact{Ref: p.OS.Ref, Digest: p.OS.Digest}
@@ -367,6 +385,12 @@ func (x *Executor) perform(ctx context.Context, attempt string, p *protocol.Node
 	case state.ActBackendCommit:
 		return b.Commit(ctx, artifact)
 	case state.ActRestoreFiles:
+		if spec.OS && spec.Caps.NeedsReboot {
+			// The image rollback ran first and takes effect at the reboot that
+			// ends this rollback: what the image owns (a read-only /usr) comes
+			// back with it.
+			return x.Kube.RestoreWithImageRollback(ctx, attempt)
+		}
 		return x.Kube.Restore(ctx, attempt)
 	case state.ActRestoreEtcd:
 		return x.Kube.RestoreEtcd(ctx, attempt)

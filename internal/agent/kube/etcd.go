@@ -31,8 +31,11 @@ func SnapshotSpace(dbSize int64, members int) uint64 {
 	return need
 }
 
+// snapshotFile is the etcd snapshot's name in its attempt directory.
+const snapshotFile = "etcd-snapshot.db"
+
 // SnapshotPath is the host path of an attempt's etcd snapshot.
-func SnapshotPath(attempt string) string { return attemptDir(attempt) + "/etcd-snapshot.db" }
+func SnapshotPath(attempt string) string { return attemptDir(attempt) + "/" + snapshotFile }
 
 // etcdRecord is what the snapshot saw, kept beside it: the restore refuses to run
 // unless the cluster had exactly one member then.
@@ -63,8 +66,12 @@ func (h *Host) EtcdSnapshot(ctx context.Context, attempt string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("read the etcd cluster before the snapshot: %w", err)
 	}
-	dir := h.path(attemptDir(attempt))
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	dir, release, err := h.hostDir(attemptDir(attempt), true)
+	if err != nil {
+		return 0, err
+	}
+	defer release()
+	if err := os.Chmod(dir, 0o700); err != nil {
 		return 0, fmt.Errorf("create %s: %w", attemptDir(attempt), err)
 	}
 	need := SnapshotSpace(st.DBSize, len(st.Members))
@@ -83,7 +90,7 @@ func (h *Host) EtcdSnapshot(ctx context.Context, attempt string) (int, error) {
 	if err := atomicfile.Write(filepath.Join(dir, "etcd-members.json"), rec, 0o600); err != nil {
 		return 0, fmt.Errorf("record etcd members: %w", err)
 	}
-	if err := h.writeSnapshot(ctx, m, h.path(SnapshotPath(attempt))); err != nil {
+	if err := h.writeSnapshot(ctx, m, filepath.Join(dir, snapshotFile)); err != nil {
 		return 0, err
 	}
 	return len(st.Members), nil
@@ -146,8 +153,12 @@ func (h *Host) RestoreEtcd(ctx context.Context, attempt string) error {
 	if err != nil {
 		return err
 	}
-	dir := attemptDir(attempt)
-	raw, err := os.ReadFile(h.path(dir + "/etcd-members.json"))
+	dir, release, err := h.hostDir(attemptDir(attempt), false)
+	if err != nil {
+		return fmt.Errorf("etcd restore: %w", err)
+	}
+	defer release()
+	raw, err := os.ReadFile(filepath.Join(dir, "etcd-members.json"))
 	if err != nil {
 		return fmt.Errorf("etcd restore: read the member list taken with the snapshot: %w", err)
 	}
@@ -158,14 +169,14 @@ func (h *Host) RestoreEtcd(ctx context.Context, attempt string) error {
 	if len(rec.Members) != 1 {
 		return fmt.Errorf("etcd restore refused: %w (it had %d when the snapshot was taken)", etcd.ErrNotSingleMember, len(rec.Members))
 	}
-	parked := dir + "/etcd.yaml"
-	done := h.path(dir + "/etcd-restored")
+	parked := filepath.Join(dir, "etcd.yaml")
+	done := filepath.Join(dir, "etcd-restored")
 	if _, err := os.Stat(done); err != nil {
-		if err := h.restoreEtcdData(ctx, m, attempt, parked); err != nil {
+		if err := h.restoreEtcdData(ctx, m, dir, parked); err != nil {
 			// The rollback stops here and the node needs a human; until the data
 			// directory was swapped, the member's own data is intact, so it is
 			// started again rather than left down with the control plane.
-			if _, errSwapped := os.Stat(h.path(dir + "/etcd-replaced")); errors.Is(errSwapped, os.ErrNotExist) {
+			if _, errSwapped := os.Lstat(filepath.Join(dir, "etcd-replaced")); errors.Is(errSwapped, os.ErrNotExist) {
 				if errBack := h.unparkEtcdManifest(parked); errBack != nil {
 					return errors.Join(err, errBack)
 				}
@@ -176,34 +187,36 @@ func (h *Host) RestoreEtcd(ctx context.Context, attempt string) error {
 	return h.unparkEtcdManifest(parked)
 }
 
-// unparkEtcdManifest puts the parked etcd manifest back when it is not in the
-// manifest directory: the kubelet then starts the member.
+// unparkEtcdManifest puts the parked etcd manifest (a path in the attempt
+// directory as hostDir resolved it) back when it is not in the manifest directory:
+// the kubelet then starts the member.
 func (h *Host) unparkEtcdManifest(parked string) error {
-	if _, err := os.Stat(h.path(EtcdManifest)); errors.Is(err, os.ErrNotExist) {
-		manifest, err := os.ReadFile(h.path(parked))
+	if _, err := h.readHostFile(EtcdManifest); errors.Is(err, os.ErrNotExist) {
+		manifest, err := os.ReadFile(parked)
 		if err != nil {
 			return fmt.Errorf("etcd restore: read the parked manifest: %w", err)
 		}
-		if err := atomicfile.Write(h.path(EtcdManifest), manifest, 0o600); err != nil {
+		if err := h.writeHostFile(EtcdManifest, manifest, 0o600, -1, -1); err != nil {
 			return fmt.Errorf("etcd restore: put the manifest back: %w", err)
 		}
 	}
 	return nil
 }
 
-func (h *Host) restoreEtcdData(ctx context.Context, m etcd.Member, attempt, parked string) error {
-	dir := attemptDir(attempt)
-	if live, err := os.ReadFile(h.path(EtcdManifest)); err == nil {
-		if err := atomicfile.Write(h.path(parked), live, 0o600); err != nil {
+// restoreEtcdData runs the restore inside the attempt directory dir (a path
+// hostDir resolved) with the manifest parked at parked.
+func (h *Host) restoreEtcdData(ctx context.Context, m etcd.Member, dir, parked string) error {
+	if live, err := h.readHostFile(EtcdManifest); err == nil {
+		if err := atomicfile.Write(parked, live.Data, 0o600); err != nil {
 			return fmt.Errorf("etcd restore: park the manifest: %w", err)
 		}
-		if err := os.Remove(h.path(EtcdManifest)); err != nil {
+		if err := h.removeHostFile(EtcdManifest); err != nil {
 			return fmt.Errorf("etcd restore: stop the member: %w", err)
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("etcd restore: %w", err)
 	}
-	manifest, err := os.ReadFile(h.path(parked))
+	manifest, err := os.ReadFile(parked)
 	if err != nil {
 		return fmt.Errorf("etcd restore: read the etcd manifest: %w", err)
 	}
@@ -211,21 +224,25 @@ func (h *Host) restoreEtcdData(ctx context.Context, m etcd.Member, attempt, park
 	if err != nil {
 		return fmt.Errorf("etcd restore: %w", err)
 	}
-	data := h.path(cfg.DataDir)
+	data, release, err := h.inRoot(cfg.DataDir, true)
+	if err != nil {
+		return fmt.Errorf("etcd restore: %w", err)
+	}
+	defer release()
 	if err := h.waitStopped(ctx, m, data); err != nil {
 		return err
 	}
-	restore := h.path(dir + "/etcd-restore")
+	restore := filepath.Join(dir, "etcd-restore")
 	if err := os.RemoveAll(restore); err != nil {
 		return fmt.Errorf("etcd restore: clean %s: %w", restore, err)
 	}
-	if err := m.Restore(ctx, etcd.RestoreConfig{SnapshotPath: h.path(SnapshotPath(attempt)), DataDir: restore,
+	if err := m.Restore(ctx, etcd.RestoreConfig{SnapshotPath: filepath.Join(dir, snapshotFile), DataDir: restore,
 		Name: cfg.Name, PeerURLs: cfg.PeerURLs, InitialCluster: cfg.SingleMemberCluster(), InitialClusterToken: cfg.InitialClusterToken}); err != nil {
 		return err
 	}
-	replaced := h.path(dir + "/etcd-replaced")
-	_, errReplaced := os.Stat(replaced)
-	_, errCurrent := os.Stat(data)
+	replaced := filepath.Join(dir, "etcd-replaced")
+	_, errReplaced := os.Lstat(replaced)
+	_, errCurrent := os.Lstat(data)
 	switch {
 	case errors.Is(errReplaced, os.ErrNotExist) && errCurrent == nil:
 		if err := os.Rename(data, replaced); err != nil {
@@ -243,7 +260,7 @@ func (h *Host) restoreEtcdData(ctx context.Context, m etcd.Member, attempt, park
 	if err := atomicfile.SyncDir(filepath.Dir(data)); err != nil {
 		return err
 	}
-	return atomicfile.Write(h.path(dir+"/etcd-restored"), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o600)
+	return atomicfile.Write(filepath.Join(dir, "etcd-restored"), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o600)
 }
 
 func (h *Host) waitStopped(ctx context.Context, m etcd.Member, dataDir string) error {

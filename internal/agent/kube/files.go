@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
@@ -90,9 +92,24 @@ func (h *Host) Backup(_ context.Context, hash string, paths []string) error {
 }
 
 // Restore puts every backed-up path back as it was: content, mode and owner, or
-// absence.
-func (h *Host) Restore(_ context.Context, hash string) error {
-	manifest, err := h.readHostFile(h.backupDir(hash) + "/manifest.json")
+// absence. A path already as it was is left alone, so a read-only /usr whose
+// kubeadm and kubelet the update never changed (an ostree or bootc host, a
+// Kubernetes-only plan) restores fine.
+func (h *Host) Restore(_ context.Context, attempt string) error {
+	return h.restore(attempt, false)
+}
+
+// RestoreWithImageRollback is Restore for a rollback that also returns the OS image
+// at the next reboot (DeriveRollback runs that first): a path that cannot be
+// written because its file system is read-only belongs to the image (ostree's and
+// bootc's /usr) and comes back with it, so it is skipped instead of failing the
+// rollback. On a writable file system every path is restored as by Restore.
+func (h *Host) RestoreWithImageRollback(_ context.Context, attempt string) error {
+	return h.restore(attempt, true)
+}
+
+func (h *Host) restore(attempt string, imageOwnsReadOnly bool) error {
+	manifest, err := h.readHostFile(h.backupDir(attempt) + "/manifest.json")
 	if errors.Is(err, os.ErrNotExist) {
 		return nil // the backup never completed, so nothing was changed after it
 	}
@@ -105,16 +122,32 @@ func (h *Host) Restore(_ context.Context, hash string) error {
 	}
 	for _, e := range entries {
 		if !e.Existed {
+			f, _, err := h.openHostFile(e.Path)
+			if errors.Is(err, os.ErrNotExist) {
+				continue // already absent
+			}
+			if err == nil {
+				_ = f.Close()
+			}
 			if err := h.removeHostFile(e.Path); err != nil {
+				if imageOwnsReadOnly && errors.Is(err, unix.EROFS) {
+					continue
+				}
 				return fmt.Errorf("restore %s: %w", e.Path, err)
 			}
 			continue
 		}
-		saved, err := h.readHostFile(h.backupDir(hash) + "/files" + e.Path)
+		saved, err := h.readHostFile(h.backupDir(attempt) + "/files" + e.Path)
 		if err != nil {
 			return fmt.Errorf("restore %s: %w", e.Path, err)
 		}
+		if h.hostFileIs(e.Path, &hostFile{Data: saved.Data, Mode: e.Mode, UID: e.UID, GID: e.GID}) {
+			continue
+		}
 		if err := h.writeHostFile(e.Path, saved.Data, e.Mode, e.UID, e.GID); err != nil {
+			if imageOwnsReadOnly && errors.Is(err, unix.EROFS) {
+				continue
+			}
 			return fmt.Errorf("restore %s: %w", e.Path, err)
 		}
 	}

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -78,36 +79,77 @@ type hostFile struct {
 // readHostFile reads a regular host file without following a symlink at its
 // final component. A missing file (or directory on the way) is os.ErrNotExist.
 func (h *Host) readHostFile(p string) (*hostFile, error) {
-	dir, name, err := splitHostPath(p)
+	f, st, err := h.openHostFile(p)
 	if err != nil {
 		return nil, err
 	}
-	d, err := h.openDir(dir, false)
-	if err != nil {
-		return nil, err
-	}
-	defer d.Close()
-	fd, err := unix.Openat(int(d.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		if errors.Is(err, unix.ELOOP) {
-			return nil, fmt.Errorf("read %s: %w: the file is a symlink", p, ErrSymlinkRefused)
-		}
-		return nil, fmt.Errorf("read %s: %w", p, err)
-	}
-	f := os.NewFile(uintptr(fd), p)
 	defer f.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, fmt.Errorf("stat %s: %w", p, err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, fmt.Errorf("read %s: not a regular file", p)
-	}
 	data, err := io.ReadAll(f)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", p, err)
 	}
 	return &hostFile{Data: data, Mode: os.FileMode(st.Mode).Perm(), UID: int(st.Uid), GID: int(st.Gid)}, nil
+}
+
+// hostFileIs reports whether the host file p is a regular file with exactly want
+// as content, mode and owner. It streams the file (a kubelet binary is ~100 MiB):
+// only want is held in memory.
+func (h *Host) hostFileIs(p string, want *hostFile) bool {
+	f, st, err := h.openHostFile(p)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if st.Size != int64(len(want.Data)) || os.FileMode(st.Mode).Perm() != want.Mode || int(st.Uid) != want.UID || int(st.Gid) != want.GID {
+		return false
+	}
+	buf := make([]byte, 1<<20)
+	rest := want.Data
+	for {
+		n, err := f.Read(buf)
+		if n > len(rest) || !bytes.Equal(buf[:n], rest[:n]) {
+			return false
+		}
+		rest = rest[n:]
+		if errors.Is(err, io.EOF) {
+			return len(rest) == 0
+		}
+		if err != nil {
+			return false
+		}
+	}
+}
+
+// openHostFile opens a regular host file for reading without following a symlink
+// at its final component.
+func (h *Host) openHostFile(p string) (*os.File, *unix.Stat_t, error) {
+	dir, name, err := splitHostPath(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := h.openDir(dir, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer d.Close()
+	fd, err := unix.Openat(int(d.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) {
+			return nil, nil, fmt.Errorf("read %s: %w: the file is a symlink", p, ErrSymlinkRefused)
+		}
+		return nil, nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	f := os.NewFile(uintptr(fd), p)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		_ = f.Close()
+		return nil, nil, fmt.Errorf("stat %s: %w", p, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		_ = f.Close()
+		return nil, nil, fmt.Errorf("read %s: not a regular file", p)
+	}
+	return f, &st, nil
 }
 
 // hostFileExists reports whether a host path (any type) exists inside the root,
@@ -233,4 +275,32 @@ func openRealSubdir(parent *os.File, p, name string, mode os.FileMode) (*os.File
 		return nil, fmt.Errorf("open %s: %w", p, err)
 	}
 	return os.NewFile(uintptr(fd), p), nil
+}
+
+// inRoot returns a path for hostPath whose directory is resolved inside the host
+// root (as openDir does; created 0755 when create is set) and pinned by an open
+// handle: "/proc/self/fd/<dir>/<name>". Plain os calls on it (rename, remove,
+// RemoveAll, create, an etcd client writing a file) then cannot be sent outside the
+// root by a symlink on the way; the final name is the caller's (rename and remove
+// act on the entry itself). release closes the handle; the path is valid until then.
+func (h *Host) inRoot(hostPath string, create bool) (p string, release func(), err error) {
+	dir, name, err := splitHostPath(hostPath)
+	if err != nil {
+		return "", nil, err
+	}
+	d, err := h.openDir(dir, create)
+	if err != nil {
+		return "", nil, err
+	}
+	return fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), name), func() { _ = d.Close() }, nil
+}
+
+// hostDir is inRoot for a directory itself: the host directory (created 0755 with
+// its parents when create is set) resolved inside the root, as "/proc/self/fd/<n>".
+func (h *Host) hostDir(hostDir string, create bool) (p string, release func(), err error) {
+	d, err := h.openDir(hostDir, create)
+	if err != nil {
+		return "", nil, err
+	}
+	return fmt.Sprintf("/proc/self/fd/%d", d.Fd()), func() { _ = d.Close() }, nil
 }

@@ -53,42 +53,62 @@ var legacyPlanDir = regexp.MustCompile(`^[0-9a-f]{32}$`)
 // CollectAttempts removes the work directories of every attempt not in keep
 // (and the per-plan directories of older agents). The executor keeps the
 // current attempt and the last committed one: that one's backups stay until the
-// next attempt commits.
+// next attempt commits. Directories are resolved inside the host root (inRoot):
+// a symlinked work directory can never make it remove anything outside.
 func (h *Host) CollectAttempts(keep ...string) error {
 	var errs []error
-	entries, err := os.ReadDir(h.path(AttemptsDir))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("list %s: %w", AttemptsDir, err)
+	attempts, err := h.listDirs(AttemptsDir)
+	if err != nil {
+		return err
 	}
-	for _, e := range entries {
-		if e.IsDir() && !slices.Contains(keep, e.Name()) {
-			if err := os.RemoveAll(h.path(attemptDir(e.Name()))); err != nil {
-				errs = append(errs, fmt.Errorf("remove attempt %s: %w", e.Name(), err))
-			}
+	for _, name := range attempts {
+		if !slices.Contains(keep, name) {
+			errs = append(errs, h.removeAllInRoot(attemptDir(name)))
 		}
 	}
-	legacy, err := os.ReadDir(h.path(WorkDir))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, fmt.Errorf("list %s: %w", WorkDir, err))
+	legacy, err := h.listDirs(WorkDir)
+	if err != nil {
+		errs = append(errs, err)
 	}
-	for _, e := range legacy {
-		if e.IsDir() && legacyPlanDir.MatchString(e.Name()) {
-			if err := os.RemoveAll(h.path(WorkDir + "/" + e.Name())); err != nil {
-				errs = append(errs, fmt.Errorf("remove %s: %w", e.Name(), err))
-			}
+	for _, name := range legacy {
+		if legacyPlanDir.MatchString(name) {
+			errs = append(errs, h.removeAllInRoot(WorkDir+"/"+name))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// Attempts lists the attempt directories present on the host.
-func (h *Host) Attempts() ([]string, error) {
-	entries, err := os.ReadDir(h.path(AttemptsDir))
+// removeAllInRoot removes a host directory tree (a symlink at its name is removed,
+// never followed).
+func (h *Host) removeAllInRoot(hostPath string) error {
+	p, release, err := h.inRoot(hostPath, false)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("remove %s: %w", hostPath, err)
+	}
+	defer release()
+	if err := os.RemoveAll(p); err != nil {
+		return fmt.Errorf("remove %s: %w", hostPath, err)
+	}
+	return nil
+}
+
+// listDirs lists the real directories (not symlinks) in a host directory; a
+// missing one has none.
+func (h *Host) listDirs(hostDir string) ([]string, error) {
+	d, err := h.openDir(hostDir, false)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("list %s: %w", AttemptsDir, err)
+		return nil, fmt.Errorf("list %s: %w", hostDir, err)
+	}
+	defer d.Close()
+	entries, err := os.ReadDir(fmt.Sprintf("/proc/self/fd/%d", d.Fd()))
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", hostDir, err)
 	}
 	var out []string
 	for _, e := range entries {
@@ -97,4 +117,9 @@ func (h *Host) Attempts() ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// Attempts lists the attempt directories present on the host.
+func (h *Host) Attempts() ([]string, error) {
+	return h.listDirs(AttemptsDir)
 }

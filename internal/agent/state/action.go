@@ -174,11 +174,22 @@ func Derive(s Spec) []Action {
 
 // DeriveRollback returns the rollback actions for the forward actions that were
 // started (done, or failed while running: a failed action may have changed part of
-// the node). Order: Kubernetes files and binaries first, then the etcd data that
-// belongs to them, then the OS image, then the reboot into it, so the node comes
-// up once on a fully restored state; the kubelet is restarted last when no reboot
-// does it. etcdMembers is the member count the etcd-snapshot action saw: the etcd
-// data is restored only when it was exactly one (0, unknown, restores nothing).
+// the node). Each layer is undone where it can be:
+//   - An OS image that takes effect at a reboot (ostree, bootc, A/B slots) is rolled
+//     back first: that only selects the previous image for the next boot, so it
+//     cannot be blocked by the Kubernetes layer (on ostree and bootc /usr, with
+//     kubeadm and kubelet, is read-only and comes back with the image, not from our
+//     backup), and a files restore that fails still leaves the node booting into
+//     the image it ran before.
+//   - An OS change applied live (packages) is rolled back after the Kubernetes
+//     layer, last in first out: the backup was taken after the OS change, so
+//     restoring it after the OS rollback would put the new packages' files back.
+//
+// Then the Kubernetes files and binaries, then the etcd data that belongs to them,
+// then the reboot, so the node comes up once on a fully restored state; the kubelet
+// is restarted last when no reboot does it. etcdMembers is the member count the
+// etcd-snapshot action saw: the etcd data is restored only when it was exactly one
+// (0, unknown, restores nothing).
 func DeriveRollback(s Spec, forward []Action, failed ActionName, etcdMembers int) []Action {
 	started := map[ActionName]bool{failed: true}
 	done := map[ActionName]bool{}
@@ -189,6 +200,10 @@ func DeriveRollback(s Spec, forward []Action, failed ActionName, etcdMembers int
 		}
 	}
 	var names []ActionName
+	osAtReboot := started[ActBackendStage] && s.Caps.NeedsReboot
+	if osAtReboot {
+		names = append(names, ActBackendRollback)
+	}
 	restoreFiles := started[ActWriteFiles] || started[ActApplyUsers] || started[ActApplyNTP] || started[ActKubeletConfig] || started[ActControlPlaneConfig] || started[ActInstallBinaries] ||
 		started[ActKubeadmUpgrade] || started[ActRestartKubelet]
 	if restoreFiles {
@@ -197,7 +212,7 @@ func DeriveRollback(s Spec, forward []Action, failed ActionName, etcdMembers int
 	if done[ActEtcdSnapshot] && etcdMembers == 1 && (started[ActKubeadmUpgrade] || started[ActControlPlaneConfig]) {
 		names = append(names, ActRestoreEtcd)
 	}
-	if started[ActBackendStage] {
+	if started[ActBackendStage] && !osAtReboot {
 		names = append(names, ActBackendRollback)
 	}
 	// A reboot that failed did not happen: only a completed one must be undone.

@@ -93,14 +93,17 @@ func TestDeriveRollback(t *testing.T) {
 		{"reboot command fails: no reboot to undo", cpFull, ActReboot, []ActionName{ActBackendRollback}},
 		{"verify fails after reboot: rollback and reboot back", cpFull, ActBackendVerify, []ActionName{ActBackendRollback, ActReboot}},
 		{"backup fails after reboot", cpFull, ActBackupFiles, []ActionName{ActBackendRollback, ActReboot}},
-		{"kubeadm upgrade fails on control plane: everything", cpFull, ActKubeadmUpgrade, []ActionName{ActRestoreFiles, ActRestoreEtcd, ActBackendRollback, ActReboot}},
-		{"gates fail on control plane: everything, in order", cpFull, ActGates, []ActionName{ActRestoreFiles, ActRestoreEtcd, ActBackendRollback, ActReboot}},
-		{"commit fails", cpFull, ActBackendCommit, []ActionName{ActRestoreFiles, ActRestoreEtcd, ActBackendRollback, ActReboot}},
+		{"kubeadm upgrade fails on control plane: everything", cpFull, ActKubeadmUpgrade, []ActionName{ActBackendRollback, ActRestoreFiles, ActRestoreEtcd, ActReboot}},
+		{"gates fail on control plane: everything, image first (read-only /usr comes back with it)", cpFull, ActGates, []ActionName{ActBackendRollback, ActRestoreFiles, ActRestoreEtcd, ActReboot}},
+		{"commit fails", cpFull, ActBackendCommit, []ActionName{ActBackendRollback, ActRestoreFiles, ActRestoreEtcd, ActReboot}},
 		{"worker gates fail: files, kubelet restart", workerK8s, ActGates, []ActionName{ActRestoreFiles, ActRestartKubelet}},
 		{"worker write-files fails: restore, restart", Spec{Kubeadm: protocol.KubeadmNone, Files: true}, ActWriteFiles, []ActionName{ActRestoreFiles, ActRestartKubelet}},
 		{"control-plane-config fails: files and etcd", Spec{ControlPlane: true, EtcdSnapshot: true, Kubeadm: protocol.KubeadmNone, ControlPlaneConfig: true}, ActControlPlaneConfig, []ActionName{ActRestoreFiles, ActRestoreEtcd}},
 		{"apply-users fails: restore passwd and friends", Spec{Kubeadm: protocol.KubeadmNone, Users: true, NTP: true}, ActApplyUsers, []ActionName{ActRestoreFiles}},
 		{"worker backup fails: nothing changed", workerK8s, ActBackupFiles, []ActionName{}},
+		{"live OS change (packages), gates fail: files first, then the OS (last in, first out)",
+			Spec{Kubeadm: protocol.KubeadmUpgradeNode, Version: "v1.36.0", Files: true, OS: true, Caps: backend.Capabilities{CanStage: true, SupportsRollback: true}},
+			ActGates, []ActionName{ActRestoreFiles, ActBackendRollback, ActRestartKubelet}},
 	}
 	// What a three-member control plane gets: never an etcd restore (split brain).
 	multi := []struct {
@@ -110,10 +113,10 @@ func TestDeriveRollback(t *testing.T) {
 		members int
 		want    []ActionName
 	}{
-		{"three members, gates fail: files, image, reboot; no etcd restore", cpFull, ActGates, 3, []ActionName{ActRestoreFiles, ActBackendRollback, ActReboot}},
+		{"three members, gates fail: image, files, reboot; no etcd restore", cpFull, ActGates, 3, []ActionName{ActBackendRollback, ActRestoreFiles, ActReboot}},
 		{"three members, control-plane-config fails: files only", Spec{ControlPlane: true, EtcdSnapshot: true, Kubeadm: protocol.KubeadmNone, ControlPlaneConfig: true}, ActControlPlaneConfig, 3, []ActionName{ActRestoreFiles}},
-		{"member count unknown: no etcd restore", cpFull, ActKubeadmUpgrade, 0, []ActionName{ActRestoreFiles, ActBackendRollback, ActReboot}},
-		{"one member: restore", cpFull, ActKubeadmUpgrade, 1, []ActionName{ActRestoreFiles, ActRestoreEtcd, ActBackendRollback, ActReboot}},
+		{"member count unknown: no etcd restore", cpFull, ActKubeadmUpgrade, 0, []ActionName{ActBackendRollback, ActRestoreFiles, ActReboot}},
+		{"one member: restore", cpFull, ActKubeadmUpgrade, 1, []ActionName{ActBackendRollback, ActRestoreFiles, ActRestoreEtcd, ActReboot}},
 	}
 	for _, tt := range multi {
 		t.Run(tt.name, func(t *testing.T) {
@@ -374,7 +377,7 @@ func TestFailedGateRollsBackOnceInOrder(t *testing.T) {
 			s = drive(t, h, s, out, crash, false)
 			g.Expect(s.Phase).To(Equal(protocol.PhaseRolledBack))
 			g.Expect(h.order[indexOf(Derive(cpFull), ActGates):]).To(Equal([]string{
-				"gates", "rollback/restore-files", "rollback/restore-etcd", "rollback/backend-rollback", "rollback/reboot",
+				"gates", "rollback/backend-rollback", "rollback/restore-files", "rollback/restore-etcd", "rollback/reboot",
 			}))
 			for k, v := range h.runs {
 				g.Expect(v).To(Equal(1), "action %s", k)
@@ -398,7 +401,8 @@ func TestFailureDuringRollback(t *testing.T) {
 	s, out := start(t, cpFull)
 	s = drive(t, h, s, out, -1, false)
 	g.Expect(s.Phase).To(Equal(protocol.PhaseFailed))
-	g.Expect(h.runs).NotTo(HaveKey("rollback/backend-rollback"), "rollback stops at its first failure")
+	g.Expect(h.runs).To(HaveKeyWithValue("rollback/backend-rollback", 1), "the image was rolled back first, before the failure")
+	g.Expect(h.runs).NotTo(HaveKey("rollback/reboot"), "rollback stops at its first failure")
 	st := s.Status()
 	g.Expect(st.Reason).To(Equal(ReasonRollbackFailed))
 	g.Expect(st.Message).To(ContainSubstring("rollback action restore-etcd failed: etcdutl: snapshot file missing"))

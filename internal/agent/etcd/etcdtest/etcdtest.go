@@ -22,11 +22,16 @@ import (
 )
 
 // Binary returns the etcd binary: $ETCD_BIN, <repo>/bin/etcd, or etcd on PATH. It
-// skips the test when there is none outside CI and fails it in CI.
+// skips the test when there is none outside CI and fails it in CI. It must run on
+// the test's goroutine (NewMember calls it): a skip anywhere else cannot end the
+// test and left Kubelet's cleanup waiting forever.
 func Binary(t testing.TB) string {
 	t.Helper()
 	if p := os.Getenv("ETCD_BIN"); p != "" {
-		return p
+		if isFile(p) {
+			return p
+		}
+		return noBinary(t, "ETCD_BIN="+p+" is not a file")
 	}
 	if dir, err := os.Getwd(); err == nil {
 		for ; dir != filepath.Dir(dir); dir = filepath.Dir(dir) {
@@ -41,10 +46,15 @@ func Binary(t testing.TB) string {
 	if p, err := exec.LookPath("etcd"); err == nil {
 		return p
 	}
+	return noBinary(t, "no bin/etcd and no etcd on PATH")
+}
+
+func noBinary(t testing.TB, why string) string {
+	t.Helper()
 	if os.Getenv("CI") == "" {
-		t.Skip("no etcd binary: run `make tools` (bin/etcd)")
+		t.Skipf("no etcd binary (%s): run `make tools` (bin/etcd)", why)
 	}
-	t.Fatal("no etcd binary in CI: `make tools` must build bin/etcd")
+	t.Fatalf("no etcd binary in CI (%s): `make tools` must build bin/etcd", why)
 	return ""
 }
 
@@ -83,17 +93,35 @@ type Member struct {
 	// InitialCluster is the --initial-cluster value.
 	InitialCluster string
 
+	bin string // resolved by NewMember, on the test's goroutine
+
 	mu  sync.Mutex
 	cmd *exec.Cmd
 	log *os.File
 }
 
 // NewMember defines a member on fresh loopback ports with its data under dir.
+// It skips (or, in CI, fails) the test right away when there is no etcd binary.
 func NewMember(t testing.TB, dir, name string) *Member {
+	t.Helper()
+	bin := Binary(t)
 	p := Ports(t, 2)
-	m := &Member{Name: name, DataDir: filepath.Join(dir, name+".etcd"),
+	m := &Member{Name: name, DataDir: filepath.Join(dir, name+".etcd"), bin: bin,
 		ClientURL: fmt.Sprintf("http://127.0.0.1:%d", p[0]), PeerURL: fmt.Sprintf("http://127.0.0.1:%d", p[1])}
 	m.InitialCluster = m.Name + "=" + m.PeerURL
+	f, err := os.Create(filepath.Join(t.TempDir(), m.Name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.log = f
+	t.Cleanup(func() {
+		m.Stop()
+		if t.Failed() {
+			b, _ := os.ReadFile(f.Name())
+			t.Logf("etcd %s log (tail):\n%s", m.Name, tail(string(b), 3000))
+		}
+		_ = f.Close()
+	})
 	return m
 }
 
@@ -116,33 +144,26 @@ func (m *Member) Start(t testing.TB) {
 // StartArgs runs etcd with args (the member's own unless the caller rewrote them).
 func (m *Member) StartArgs(t testing.TB, args []string) {
 	t.Helper()
+	if err := m.startArgs(args); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startArgs is StartArgs without the test: safe on any goroutine.
+func (m *Member) startArgs(args []string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.cmd != nil {
-		return
+		return nil
 	}
-	if m.log == nil {
-		f, err := os.Create(filepath.Join(t.TempDir(), m.Name+".log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		m.log = f
-		t.Cleanup(func() {
-			m.Stop()
-			if t.Failed() {
-				b, _ := os.ReadFile(f.Name())
-				t.Logf("etcd %s log (tail):\n%s", m.Name, tail(string(b), 3000))
-			}
-			_ = f.Close()
-		})
-	}
-	cmd := exec.Command(Binary(t), args...)
+	cmd := exec.Command(m.bin, args...)
 	cmd.Stdout, cmd.Stderr = m.log, m.log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start etcd %s: %v", m.Name, err)
+		return fmt.Errorf("start etcd %s: %w", m.Name, err)
 	}
 	m.cmd = cmd
+	return nil
 }
 
 // Stop ends the member's process and waits for it to exit.
@@ -220,7 +241,9 @@ func Kubelet(t testing.TB, root string, m *Member) {
 			}
 			args = append(args, "--"+f.Name+"="+f.Value)
 		}
-		m.StartArgs(t, args)
+		if err := m.startArgs(args); err != nil {
+			t.Errorf("kubelet: %v", err)
+		}
 	}
 	sync()
 	go func() {
