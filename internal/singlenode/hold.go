@@ -160,14 +160,16 @@ func OptedIn(cluster *clusterv1.Cluster) bool {
 // ClusterClass cluster: spec.topology.controlPlane.metadata.annotations, which the
 // topology controller applies to the KCP in the same write as a version change).
 //
-// Why a second place: Cluster API's topology controller can delete a Cluster
-// annotation added shortly before a topology upgrade. It computes the desired Cluster
-// from its cached copy, then marks the upgrade hooks pending with a patch that refreshes
-// its current copy from the server (now with the new annotation), and finally patches
-// the Cluster with a merge patch from that current copy to the stale desired one, which
-// sets the new annotation to null (CAPI v1.14 core/reconcilers/topology/cluster,
-// reconcileCluster; seen in the late opt-in end-to-end test). The KCP's own metadata is
-// never written that way.
+// Why a second place: a Cluster annotation added shortly before a topology upgrade can
+// be deleted by Cluster API's core manager. Seen in the late opt-in end-to-end run
+// (CAPI v1.14, annotation patched 1.3 s before spec.topology.version): afterwards the
+// Cluster carried only the topology controller's annotations (pending-hooks,
+// upgrade-step), its managed fields showed capi-core-manager as the last writer of
+// metadata.annotations, and KCP surged unheld. The topology controller patches the
+// Cluster with a merge patch from its current copy to a desired copy computed from it
+// (reconcileCluster), so a copy that is fresher on one side nulls the key; which copy
+// was fresher was not pinned down. The KCP's metadata is applied by the same
+// controller with server-side apply, which keeps fields other managers own.
 func KCPOptedIn(kcp *controlplanev1.KubeadmControlPlane) bool {
 	return kcp != nil && kcp.Annotations[inplacev1.SingleNodeControlPlaneAnnotation] == "true"
 }
