@@ -72,10 +72,6 @@ func DigestHex(digest string) (string, error) {
 // ValidDigest reports whether digest is "sha256:<64 lowercase hex>".
 func ValidDigest(digest string) bool { return digestRE.MatchString(digest) }
 
-// ValidVersion reports whether v is a Kubernetes version as plans carry it
-// ("v1.36.0", optionally with a pre-release or build suffix).
-func ValidVersion(v string) bool { return versionRE.MatchString(v) }
-
 // ValidateDownloadURL checks that raw is an absolute http, https, oci or oci+http
 // URL with a host and no user information (a password in a URL would travel in
 // plans and logs); an OCI URL names a repository only (the digest names the blob).

@@ -194,7 +194,6 @@ type Gate struct {
 }
 
 var (
-	versionRE = regexp.MustCompile(`^v\d+\.\d+\.\d+([-+][0-9A-Za-z.+-]+)?$`)
 	// nodeNameRE is a DNS-1123 subdomain.
 	nodeNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 	modeRE     = regexp.MustCompile(`^0?[0-7]{3,4}$`)
@@ -223,7 +222,7 @@ func (p *NodePlan) Validate() error {
 	default:
 		add("kubernetes.role %q is not %q or %q", p.Kubernetes.Role, RoleControlPlane, RoleWorker)
 	}
-	if !versionRE.MatchString(p.Kubernetes.Version) {
+	if !ValidVersion(p.Kubernetes.Version) {
 		add("kubernetes.version %q is not a version like v1.36.0", p.Kubernetes.Version)
 	}
 	switch p.Kubernetes.Action {

@@ -23,6 +23,13 @@ func ParseVersion(s string) (semver.Version, error) {
 	return v, nil
 }
 
+// ValidVersion reports whether v is a Kubernetes version as plans carry it
+// ("v1.36.0", optionally with a pre-release or build suffix): what ParseVersion accepts.
+func ValidVersion(v string) bool {
+	_, err := ParseVersion(v)
+	return err == nil
+}
+
 // SameRelease reports whether a and b are the same Kubernetes release, ignoring
 // build metadata: a kubelet reports what it was built as ("v1.36.0+k3s1"), a
 // Machine what was asked ("v1.36.0"). It is false when either is not a version.

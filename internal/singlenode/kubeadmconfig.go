@@ -4,12 +4,13 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/blang/semver/v4"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	kcppkg "sigs.k8s.io/cluster-api/controlplane/kubeadm/pkg"
+
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 // WorkloadClients hands out a client of a Cluster's workload cluster (the
@@ -30,7 +31,7 @@ type WorkloadClients interface {
 // ClusterConfiguration changes would never reach the node. Idempotent: an unchanged
 // configuration is not written.
 func updateKubeadmConfigMap(ctx context.Context, wc client.Client, kcp *controlplanev1.KubeadmControlPlane) error {
-	version, err := semver.ParseTolerant(kcp.Spec.Version)
+	version, err := protocol.ParseVersion(kcp.Spec.Version)
 	if err != nil {
 		return fmt.Errorf("KubeadmControlPlane %s: version %q: %w", kcp.Name, kcp.Spec.Version, err)
 	}
