@@ -81,15 +81,6 @@ func templateWrite(kind string, mut func(u *unstructured.Unstructured)) write {
 	}
 }
 
-func withAnnotation(u *unstructured.Unstructured, k, v string) {
-	a := u.GetAnnotations()
-	if a == nil {
-		a = map[string]string{}
-	}
-	a[k] = v
-	u.SetAnnotations(a)
-}
-
 // decide runs the guard's core as the webhook does: Change, preview.Apply, Decide.
 func decide(t *testing.T, o previewtest.Options, prepare func(*preview.Snapshot), w write, settings map[string]string) (Verdict, error) {
 	t.Helper()

@@ -260,7 +260,7 @@ func TestGuardAgainstAPIServer(t *testing.T) {
 		g.Eventually(func() error {
 			out, err := apply("apiVersion: cluster.x-k8s.io/v1beta2\nkind: Cluster\nmetadata: {name: demo, namespace: fleet}\nspec: {topology: {version: v1.37.0}}\n")
 			if err != nil {
-				return fmt.Errorf("%v: %s", err, out)
+				return fmt.Errorf("%w: %s", err, out)
 			}
 			return nil
 		}, 20*time.Second, 250*time.Millisecond).Should(Succeed())
