@@ -16,7 +16,7 @@
 // result table (table.go).
 //
 // Imports: internal/extension (+extensiontest), internal/planner(+plannertest),
-// internal/policy, internal/protocol, internal/coordinator/nodeplan (sealing a plan
+// internal/policy, internal/protocol, internal/workload, internal/coordinator/nodeplan (sealing a plan
 // to the agent's key), internal/localstack (process handling, the
 // stack), api/v1alpha1, Cluster API types, controller-runtime, client-go. Never
 // imported by the product.
