@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"gomodules.xyz/jsonpatch/v2"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // fieldPath is a path of map keys below an object's root.
@@ -104,7 +105,7 @@ func copyField(target, src map[string]any, path []string, stop int) {
 			}
 			m = next
 		}
-		m[path[len(path)-1]] = deepCopy(v)
+		m[path[len(path)-1]] = runtime.DeepCopyJSONValue(v)
 		return
 	}
 	for depth := len(path); depth > stop; depth-- {
@@ -129,33 +130,13 @@ func copyField(target, src map[string]any, path []string, stop int) {
 	}
 }
 
-// deepCopy copies a JSON value (maps, lists, scalars).
-func deepCopy(v any) any {
-	switch t := v.(type) {
-	case map[string]any:
-		out := make(map[string]any, len(t))
-		for k, e := range t {
-			out[k] = deepCopy(e)
-		}
-		return out
-	case []any:
-		out := make([]any, len(t))
-		for i, e := range t {
-			out[i] = deepCopy(e)
-		}
-		return out
-	default:
-		return v
-	}
-}
-
 // makePatch returns the RFC 6902 patch (a JSON array) that turns current into
 // current-with-the-covered-fields-of-desired, or nil when no field is covered.
 func makePatch(current, desired map[string]any, covered []fieldPath, stop int) ([]byte, error) {
 	if len(covered) == 0 {
 		return nil, nil
 	}
-	target, _ := deepCopy(current).(map[string]any)
+	target, _ := runtime.DeepCopyJSONValue(current).(map[string]any)
 	for _, p := range covered {
 		copyField(target, desired, p, stop)
 	}

@@ -27,7 +27,7 @@
 // requests as CAPI builds them (KCP minor upgrade, upstream's files e2e, an OS image
 // change) with the expected decisions and patches.
 //
-// Imports: standard library, apimachinery (unstructured),
+// Imports: standard library, apimachinery (unstructured, runtime.DeepCopyJSONValue),
 // gomodules.xyz/jsonpatch/v2, internal/policy, internal/protocol (the host-value
 // rules the agent applies too), api/v1alpha1.
 package planner

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -256,8 +257,8 @@ func (s *Snapshot) applyObject(change *unstructured.Unstructured, live Snapshot)
 // mergeObject returns live with patch merged over it (RFC 7386), keeping live's
 // metadata except labels and annotations, and dropping patch's status.
 func mergeObject(live, patch map[string]any) map[string]any {
-	out, _ := deepCopyJSON(live).(map[string]any)
-	p, _ := deepCopyJSON(patch).(map[string]any)
+	out, _ := runtime.DeepCopyJSONValue(live).(map[string]any)
+	p, _ := runtime.DeepCopyJSONValue(patch).(map[string]any)
 	delete(p, "status")
 	if meta, ok := p["metadata"].(map[string]any); ok {
 		kept := map[string]any{}
@@ -291,26 +292,6 @@ func mergeInto(target, patch map[string]any) {
 			continue
 		}
 		target[k] = v
-	}
-}
-
-// deepCopyJSON copies a JSON value (maps, lists, scalars).
-func deepCopyJSON(v any) any {
-	switch t := v.(type) {
-	case map[string]any:
-		out := make(map[string]any, len(t))
-		for k, e := range t {
-			out[k] = deepCopyJSON(e)
-		}
-		return out
-	case []any:
-		out := make([]any, len(t))
-		for i, e := range t {
-			out[i] = deepCopyJSON(e)
-		}
-		return out
-	default:
-		return v
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
@@ -265,7 +266,7 @@ func compareWorkerMachine(in Input, m *clusterv1.Machine, msName string) (compar
 		return c, err
 	}
 	desMS := curMS.DeepCopy()
-	desMS.Object["spec"].(map[string]any)["template"] = deepCopyJSON(mdU.Object["spec"].(map[string]any)["template"])
+	desMS.Object["spec"].(map[string]any)["template"] = runtime.DeepCopyJSONValue(mdU.Object["spec"].(map[string]any)["template"])
 
 	res, err := in.Planner.CanUpdateMachineSet(in.Settings,
 		planner.Objects{Machine: curMS, Infrastructure: c.curInfra, Bootstrap: curBoot},
