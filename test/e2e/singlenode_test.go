@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -141,14 +143,19 @@ func (s *scenario) createSingleNodeClass(class string) {
 // control-plane node and no MachineDeployment (localstack's template always lists
 // workers), with the same network and files variable as localstack's clusters.
 func (s *scenario) createControlPlaneOnlyCluster(cluster, class string) {
+	s.createControlPlaneOnlyClusterOpt(cluster, class, true)
+}
+
+// createControlPlaneOnlyClusterOpt is createControlPlaneOnlyCluster with the opt-in
+// at creation or not (optIn adds it later).
+func (s *scenario) createControlPlaneOnlyClusterOpt(cluster, class string, optInAtCreation bool) {
 	s.t.Helper()
 	files, err := jsonValue([]localstack.File{{Path: "/etc/capi-inplace-e2e/round", Content: "0"}})
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	c := &clusterv1.Cluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: cluster,
-			Annotations: map[string]string{inplacev1.SingleNodeControlPlaneAnnotation: "true"}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: cluster},
 		Spec: clusterv1.ClusterSpec{
 			ClusterNetwork: clusterv1.ClusterNetwork{
 				Pods:          clusterv1.NetworkRanges{CIDRBlocks: []string{"192.168.0.0/16"}},
@@ -163,10 +170,13 @@ func (s *scenario) createControlPlaneOnlyCluster(cluster, class string) {
 			},
 		},
 	}
+	if optInAtCreation {
+		c.Annotations = map[string]string{inplacev1.SingleNodeControlPlaneAnnotation: "true"}
+	}
 	if err := s.stack.Client.Create(s.ctx, c); err != nil {
 		s.t.Fatalf("create cluster %s: %v", cluster, err)
 	}
-	s.logf("created cluster %s/%s (class %s, %s, 1 control-plane node, no workers, opted in)", s.ns, cluster, class, fromVersion)
+	s.logf("created cluster %s/%s (class %s, %s, 1 control-plane node, no workers, opted in at creation: %v)", s.ns, cluster, class, fromVersion, optInAtCreation)
 }
 
 // optIn annotates the Cluster for the single-node control-plane path.
@@ -177,6 +187,24 @@ func (s *scenario) optIn(cluster string) {
 	if err := s.stack.Client.Patch(s.ctx, c, client.RawPatch("application/merge-patch+json", patch)); err != nil {
 		s.t.Fatalf("opt cluster %s in: %v", cluster, err)
 	}
+}
+
+// optInTopology opts a ClusterClass cluster in through
+// spec.topology.controlPlane.metadata.annotations (the topology controller puts it on
+// the KubeadmControlPlane).
+func (s *scenario) optInTopology(cluster string) {
+	s.t.Helper()
+	c := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: cluster}}
+	patch := []byte(fmt.Sprintf(`{"spec":{"topology":{"controlPlane":{"metadata":{"annotations":{%q:"true"}}}}}}`, inplacev1.SingleNodeControlPlaneAnnotation))
+	if err := s.stack.Client.Patch(s.ctx, c, client.RawPatch("application/merge-patch+json", patch)); err != nil {
+		s.t.Fatalf("opt cluster %s in through its topology: %v", cluster, err)
+	}
+	s.eventually(time.Minute, "the opt-in on the KubeadmControlPlane", func() error {
+		if v := s.kcp(s.kcpOf(cluster)).Annotations[inplacev1.SingleNodeControlPlaneAnnotation]; v != "true" {
+			return fmt.Errorf("KCP opt-in annotation %q", v)
+		}
+		return nil
+	})
 }
 
 func (s *scenario) kcp(name string) *controlplanev1.KubeadmControlPlane {
@@ -320,12 +348,21 @@ func (s *scenario) waitReleased(kcpName string, timeout time.Duration) {
 
 // singleNodeClusterClassRound is the ClusterClass scenario on stack (shared when nil):
 // one control-plane node, no workers, spec.topology.version one minor up.
-func singleNodeClusterClassRound(t *testing.T, stack *localstack.Stack, ext *localstack.Extension, ns string) {
+func singleNodeClusterClassRound(t *testing.T, stack *localstack.Stack, ext *localstack.Extension, ns string, lateOptIn bool) {
 	s := newSingleNodeScenario(t, stack, ext, ns)
 	const cluster, class = "sn", "inplace-sn"
 	s.createSingleNodeClass(class)
-	s.createControlPlaneOnlyCluster(cluster, class)
+	s.createControlPlaneOnlyClusterOpt(cluster, class, !lateOptIn)
 	s.waitClusterReady(cluster, 1)
+	if lateOptIn {
+		// Added after creation and after the topology controller's first writes, where
+		// it survives a topology upgrade: on the control plane's metadata in the topology,
+		// which the topology controller applies to the KCP. (A Cluster annotation added
+		// just before the upgrade is deleted by Cluster API's topology controller: see
+		// singlenode.KCPOptedIn.)
+		s.optInTopology(cluster)
+		s.logf("EVIDENCE opted in after creation through spec.topology.controlPlane.metadata.annotations (the Cluster was ready without it)")
+	}
 	agents := s.startAgents(cluster, 1)
 	kcpName := s.kcpOf(cluster)
 	before := machineIDs(s.machines(cluster))
@@ -375,27 +412,32 @@ func singleNodeClusterClassRound(t *testing.T, stack *localstack.Stack, ext *loc
 }
 
 // TestSingleNodeClusterClassInPlace: a ClusterClass cluster with one control-plane
-// node (KCP maxSurge 1, KCP's minimum below three replicas) and no workers moves
-// spec.topology.version one minor up. No Machine is created at any moment (watched),
+// node (KCP maxSurge 1, KCP's minimum below three replicas) and no workers, opted in
+// only after it was created and ready, moves spec.topology.version one minor up. No Machine is created at any moment (watched),
 // the Machine keeps name and UID, the Node reports the new kubelet version, KCP was
 // never at the new version unpaused before alignment, and KCP and the Cluster report
 // the control plane up to date and the topology reconciled.
 func TestSingleNodeClusterClassInPlace(t *testing.T) {
 	ext := ourExtension(t)
-	singleNodeClusterClassRound(t, nil, ext, "sn-cc")
+	singleNodeClusterClassRound(t, nil, ext, "sn-cc", true)
 }
 
-// TestSingleNodePlainClusterWithWorkers: a plain cluster, KCP 1 replica plus a
-// MachineDeployment of 2 workers (maxSurge 0, maxUnavailable 1), version one minor up
-// and a files change: the control plane goes in place through the single-node path,
-// the workers through upstream's MachineDeployment in-place path; no Machine is created.
+// TestSingleNodePlainClusterWithWorkers: a plain cluster, KCP 2 replicas (KCP refuses
+// maxSurge 0 below three) plus a MachineDeployment of 1 worker (maxSurge 0,
+// maxUnavailable 1), opted in after creation; version one minor up, a files change and
+// an apiServer.extraArgs change: the control plane goes in place through the
+// single-node path one node at a time, the new argument reaches the workload cluster's
+// kubeadm-config and every control-plane node's kube-apiserver manifest, the workers go
+// through upstream's MachineDeployment in-place path; no Machine is created. Then a
+// change the planner refuses (a new API server SAN) is refused, visible on the KCP and
+// the Cluster, and KCP does not surge.
 func TestSingleNodePlainClusterWithWorkers(t *testing.T) {
 	ext := ourExtension(t)
 	s := newSingleNodeScenario(t, nil, ext, "sn-plain")
 	const cluster = "snp"
 	if err := s.stack.CreateCluster(s.ctx, localstack.ClusterSpec{
 		Namespace: s.ns, Name: cluster, Version: fromVersion,
-		ControlPlaneReplicas: 1, WorkerReplicas: 2, MDMaxSurge: 0, MDMaxUnavailable: 1,
+		ControlPlaneReplicas: 2, WorkerReplicas: 1, MDMaxSurge: 0, MDMaxUnavailable: 1,
 		Files: []localstack.File{{Path: "/etc/capi-inplace-e2e/round", Content: "0"}},
 	}); err != nil {
 		t.Fatal(err)
@@ -412,6 +454,8 @@ func TestSingleNodePlainClusterWithWorkers(t *testing.T) {
 	kcp := s.kcp(kcpName)
 	base := kcp.DeepCopy()
 	kcp.Spec.Version = toVersion
+	apiServer := &kcp.Spec.KubeadmConfigSpec.ClusterConfiguration.APIServer
+	apiServer.ExtraArgs = append(apiServer.ExtraArgs, bootstrapv1.Arg{Name: auditArg, Value: ptr.To(auditValue)})
 	for i := range kcp.Spec.KubeadmConfigSpec.Files {
 		if kcp.Spec.KubeadmConfigSpec.Files[i].Path == file.Path {
 			kcp.Spec.KubeadmConfigSpec.Files[i].Content = file.Content
@@ -426,13 +470,92 @@ func TestSingleNodePlainClusterWithWorkers(t *testing.T) {
 	s.logf("EVIDENCE the KCP write that changed version and files came back held: %s=%s", inplacev1.HoldAnnotation, kcp.Annotations[inplacev1.HoldAnnotation])
 	s.waitReleased(kcpName, rolloutTimeout)
 	cpDone := time.Since(roundStart)
+	s.assertAPIServerArg(cluster, agents, auditArg+"="+auditValue)
 
 	s.setWorkerVersionAndFiles(cluster, toVersion, "v2", file)
 	s.waitInPlace(cluster, toVersion, 3, true, before, file, agents)
 	round := time.Since(roundStart)
 	s.assertNoMachineChurn(watch)
-	s.logf("EVIDENCE round: plain single-node control plane + 2 workers (%s -> %s + files) took %s (control plane %s)",
+	s.logf("EVIDENCE round: plain 2-replica control plane + 1 worker (%s -> %s + files + apiServer.extraArgs) took %s (control plane %s)",
 		fromVersion, toVersion, round.Round(time.Second), cpDone.Round(time.Second))
+
+	s.refusedChangeStaysHeld(cluster, kcpName, watch)
+}
+
+// The apiServer.extraArgs change of the plain scenario.
+const auditArg, auditValue = "audit-log-maxage", "30"
+
+// assertAPIServerArg checks that the workload cluster's kubeadm-config carries the
+// kube-apiserver flag and that every control-plane node's kube-apiserver manifest (as
+// kubeadm upgrade rendered it from that ConfigMap on the simulated host) does.
+func (s *scenario) assertAPIServerArg(cluster string, agents *localstack.Agents, flag string) {
+	s.t.Helper()
+	cm := &corev1.ConfigMap{}
+	if err := s.workloadClient(agents.Kubeconfig()).Get(s.ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: "kubeadm-config"}, cm); err != nil {
+		s.t.Fatalf("read the workload kubeadm-config: %v", err)
+	}
+	name, value, _ := strings.Cut(flag, "=")
+	if cfg := cm.Data["ClusterConfiguration"]; !strings.Contains(cfg, "name: "+name) || !strings.Contains(cfg, "value: \""+value+"\"") {
+		s.t.Fatalf("workload kubeadm-config does not carry apiServer.extraArgs %s:\n%s", flag, cfg)
+	}
+	s.logf("EVIDENCE workload kubeadm-config carries apiServer.extraArgs %s", flag)
+	cps := 0
+	for _, n := range agents.Nodes() {
+		manifest, err := hostFile(agents, n, "etc/kubernetes/manifests/kube-apiserver.yaml")
+		if err != nil {
+			continue // a worker
+		}
+		cps++
+		if !strings.Contains(manifest, "- --"+flag+"\n") {
+			s.t.Fatalf("node %s: kube-apiserver manifest lacks --%s:\n%s", n, flag, manifest)
+		}
+	}
+	if cps == 0 {
+		s.t.Fatal("no control-plane node has a kube-apiserver manifest")
+	}
+	s.logf("EVIDENCE --%s in the kube-apiserver manifest of %d control-plane nodes", flag, cps)
+}
+
+// refusedChangeStaysHeld makes a change the planner refuses (a new API server SAN: the
+// serving certificate would keep the old SANs) and checks that it is refused, visible
+// on the KCP and the Cluster, and that KCP stays held and creates no Machine.
+func (s *scenario) refusedChangeStaysHeld(cluster, kcpName string, watch *machineWatch) {
+	s.t.Helper()
+	kcp := s.kcp(kcpName)
+	base := kcp.DeepCopy()
+	kcp.Spec.KubeadmConfigSpec.ClusterConfiguration.APIServer.CertSANs = append(kcp.Spec.KubeadmConfigSpec.ClusterConfiguration.APIServer.CertSANs, "refused.example.com")
+	if err := s.stack.Client.Patch(s.ctx, kcp, client.MergeFrom(base)); err != nil {
+		s.t.Fatalf("patch KCP certSANs: %v", err)
+	}
+	s.eventually(time.Minute, "the certSANs change refused on the KCP and the Cluster", func() error {
+		c := &clusterv1.Cluster{}
+		if err := s.stack.Client.Get(s.ctx, client.ObjectKey{Namespace: s.ns, Name: cluster}, c); err != nil {
+			return err
+		}
+		for what, conds := range map[string][]metav1.Condition{"KCP": s.kcp(kcpName).Status.Conditions, "Cluster": c.Status.Conditions} {
+			cond := findCondition(conds, inplacev1.InPlaceUpdateCondition)
+			if cond == nil || cond.Reason != inplacev1.ReasonRefused || !strings.Contains(cond.Message, "certSANs") {
+				return fmt.Errorf("%s: InPlaceUpdate %+v", what, cond)
+			}
+		}
+		return nil
+	})
+	// KCP would surge within seconds of a release; give it time to.
+	time.Sleep(15 * time.Second)
+	if _, held := s.kcp(kcpName).Annotations[inplacev1.HoldAnnotation]; !held {
+		s.t.Fatal("the KCP was released with a refused change")
+	}
+	s.assertNoMachineChurn(watch)
+	s.logf("EVIDENCE a refused change (apiServer.certSANs): InPlaceUpdate=False %s on KCP and Cluster, KCP held, no Machine created", inplacev1.ReasonRefused)
+}
+
+func findCondition(conds []metav1.Condition, t string) *metav1.Condition {
+	for i := range conds {
+		if conds[i].Type == t {
+			return &conds[i]
+		}
+	}
+	return nil
 }
 
 // setWorkerVersionAndFiles moves a plain cluster's MachineDeployment to version and to a
@@ -500,7 +623,7 @@ func TestSingleNodeInPlaceWithGateOff(t *testing.T) {
 		t.Fatalf("start our extension on the gate-off stack: %v", err)
 	}
 	t.Logf("EVIDENCE gate-off stack feature gates: %s", opts.FeatureGates())
-	singleNodeClusterClassRound(t, stack, ext, "sn-gate-off")
+	singleNodeClusterClassRound(t, stack, ext, "sn-gate-off", false)
 }
 
 // TestSingleNodeHealthGateFailure: a failing health gate on the only control-plane
