@@ -22,8 +22,14 @@
 // update, or one that failed before changing the node, is uncordoned, recorded on the
 // Machine (InPlaceUpdate condition, Event) and answered with Failure and its cause on
 // every later call. A new desired spec (a new plan hash)
-// starts a new update; to retry the same plan, an operator removes the node's
-// desired-plan and status annotations.
+// starts a new update; to retry the same plan, an operator annotates the Machine
+// with inplace.capi-inplace.dev/retry (fleet.go).
+//
+// Fleet controls (fleet.go, pure core internal/fleet) run after Decide and before
+// cordon: retry and cancel requests on the Machine, resume on the Cluster, and for
+// an update not yet started the failure budget, maintenance windows and soak; a
+// held update answers in progress and touches nothing. Their record (failures,
+// last finished node, measured durations) is the Cluster's fleet-state annotation.
 //
 // Invariants:
 //   - No state lives only in memory: the plan hash is a pure function of the desired
@@ -42,7 +48,9 @@
 //     (PlanNotPickedUpAnnotation); later calls answer Failure until the marker goes.
 //   - Answers are typed (Outcome: in progress, done, failed-final, failed-retryable
 //     with a Cause); messages are for humans only.
+//   - Fleet holds (paused, halted, window closed, soaking) happen only before
+//     cordon; an update past cordon always runs to a safe point.
 //
-// Imports: api/v1alpha1, internal/protocol, its own subpackages, Cluster API types,
+// Imports: api/v1alpha1, internal/protocol, internal/fleet, internal/policy, its own subpackages, Cluster API types,
 // controller-runtime's client, client-go. Not internal/extension (which calls us).
 package coordinator

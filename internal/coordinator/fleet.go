@@ -244,7 +244,9 @@ func (c *Coordinator) cancel(ctx context.Context, s *scope, o Observation, d Dec
 	case ActSucceed, ActFail, ActDegraded, ActAbandon, ActReportFailure:
 		return Outcome{}, false // over already
 	}
-	if st := o.Status; st != nil && st.PlanHash == s.planHash && st.Phase != protocol.PhasePending {
+	if st := o.Status; st != nil && !st.Phase.Terminal() && st.Phase != protocol.PhasePending {
+		// The agent is at work (on this plan or an older one): it cannot be stopped
+		// mid-plan safely, and uncordoning now would put a changing node in service.
 		ctrl.LoggerFrom(ctx).Info("Cancel came too late: the agent is at work", "phase", st.Phase)
 		return Outcome{}, false
 	}
@@ -261,6 +263,9 @@ func (c *Coordinator) cancel(ctx context.Context, s *scope, o Observation, d Dec
 	})
 	if err != nil {
 		return c.workloadFailure(s, stepApply, err), true
+	}
+	if out, ok := c.liftRemediationHold(ctx, s); !ok {
+		return out, true
 	}
 	msg := fmt.Sprintf("node %s: update cancelled by annotation %s before the agent changed anything; the plan was withdrawn and the node is in service (remove the annotation to update it)",
 		s.node.Name, inplacev1.CancelAnnotation)
@@ -279,6 +284,13 @@ func (c *Coordinator) cancel(ctx context.Context, s *scope, o Observation, d Dec
 // recordFailure counts a failed node update against its pool's budget. A failed
 // write is retried by the next call (CAPI calls again after Failure).
 func (c *Coordinator) recordFailure(ctx context.Context, s *scope, d Decision) {
+	if st, err := fleet.Decode(s.cluster.Annotations[inplacev1.FleetStateAnnotation]); err == nil {
+		for _, f := range st.Failures {
+			if f.Machine == s.stored.Name && f.Plan == s.planHash {
+				return // recorded by an earlier call
+			}
+		}
+	}
 	pool := c.fleetPool(s)
 	owner, err := c.ownerOf(ctx, s.cluster, s.stored)
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -191,6 +193,7 @@ func TestCancelAnnotation(t *testing.T) {
 	g.Expect(meta.FindStatusCondition(stored.Status.Conditions, inplacev1.InPlaceUpdateCondition).Reason).To(Equal(inplacev1.ReasonCancelled))
 	g.Expect(strings.Count(strings.Join(f.rec.reasons(), " "), inplacev1.EventUpdateCancelled)).To(Equal(1))
 	g.Expect(f.fleetState().Failures).To(BeEmpty(), "a cancel is not a failure")
+	g.Expect(stored.Annotations).NotTo(HaveKey(clusterv1.MachineSkipRemediationAnnotation), "the remediation hold is lifted with the cancel")
 
 	f.annotate(m, inplacev1.CancelAnnotation, "-")
 	callUntil(t, c, req, "pick up plan", 3)
@@ -256,4 +259,54 @@ func TestPauseIsVisibleOnTheCluster(t *testing.T) {
 	g.Expect(f.getNode("pz-w1").Spec.Unschedulable).To(BeFalse())
 	g.Expect(*f.clusterCondition()).To(HavePrefix(inplacev1.ReasonPaused + ":"))
 	g.Expect(strings.Count(strings.Join(f.rec.reasons(), " "), inplacev1.EventUpdatesPaused)).To(Equal(1))
+}
+
+// TestFailureBudgetResetsWhenTheSpecChanges: the failure counts while its
+// MachineDeployment's template is the one it failed with; scaling keeps it, a new
+// template (a new rollout) resets the budget.
+func TestFailureBudgetResetsWhenTheSpecChanges(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t, nil)
+	md := &clusterv1.MachineDeployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "md-0"},
+		Spec: clusterv1.MachineDeploymentSpec{
+			ClusterName: "c1",
+			Replicas:    ptr.To[int32](2),
+			Selector:    metav1.LabelSelector{MatchLabels: map[string]string{clusterv1.MachineDeploymentNameLabel: "md-0"}},
+			Template: clusterv1.MachineTemplateSpec{
+				ObjectMeta: clusterv1.ObjectMeta{Labels: map[string]string{clusterv1.MachineDeploymentNameLabel: "md-0"}},
+				Spec: clusterv1.MachineSpec{
+					ClusterName: "c1", Version: "v1.36.0",
+					Bootstrap:         clusterv1.Bootstrap{DataSecretName: ptr.To("bootstrap")},
+					InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "DevMachineTemplate", Name: "t1"},
+				},
+			},
+		},
+	}
+	g.Expect(f.mgmt.Create(f.ctx, md)).To(Succeed())
+	f.node("rs-w1", "v1.35.0", false)
+	f.node("rs-w2", "v1.35.0", false)
+	m1 := f.machine("m-rs-w1", "rs-w1", "v1.36.0", false)
+	m2 := f.machine("m-rs-w2", "rs-w2", "v1.36.0", false)
+	for _, m := range []*clusterv1.Machine{m1, m2} {
+		before := m.DeepCopy()
+		m.Labels[clusterv1.MachineDeploymentNameLabel] = "md-0"
+		g.Expect(f.mgmt.Patch(f.ctx, m, client.MergeFrom(before))).To(Succeed())
+	}
+	req1, req2 := f.request(m1, nil), f.request(m2, nil)
+	c := f.coordinator()
+	f.rollBack(c, req1, "rs-w1")
+	g.Expect(f.fleetState().Failures[0].Owner).To(Equal("MachineDeployment/md-0"))
+	g.Expect(call(c, req2).Message).To(ContainSubstring("halted: 1 of 1 failures allowed"))
+
+	g.Expect(f.mgmt.Get(f.ctx, client.ObjectKeyFromObject(md), md)).To(Succeed())
+	md.Spec.Replicas = ptr.To[int32](3)
+	g.Expect(f.mgmt.Update(f.ctx, md)).To(Succeed())
+	g.Expect(call(c, req2).Message).To(ContainSubstring("halted: 1 of 1 failures allowed"), "scaling is not a new spec")
+
+	g.Expect(f.mgmt.Get(f.ctx, client.ObjectKeyFromObject(md), md)).To(Succeed())
+	md.Spec.Template.Spec.Version = "v1.36.1"
+	g.Expect(f.mgmt.Update(f.ctx, md)).To(Succeed())
+	callUntil(t, c, req2, "pick up plan", 3)
+	g.Expect(f.getNode("rs-w2").Spec.Unschedulable).To(BeTrue())
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // barWidth is the number of cells of a progress bar.
@@ -74,9 +75,10 @@ func renderCluster(buf *bytes.Buffer, c ClusterView) {
 	if c.Paused {
 		buf.WriteString("  paused: no new node update starts\n")
 	}
-	if ip := c.InPlaceUpdate; ip != nil && ip.Status != "True" {
+	if ip := c.InPlaceUpdate; ip != nil && ip.Status != "True" && !fleetReason(ip.Reason) {
 		fmt.Fprintf(buf, "  InPlaceUpdate=%s: %s\n", ip.Status, joinNonEmpty(ip.Reason, ip.Message))
 	}
+	renderFleet(buf, c.Fleet)
 	if !c.WorkloadReachable {
 		fmt.Fprintf(buf, "  workload cluster unreachable, showing management-side data only: %s\n", c.WorkloadError)
 	}
@@ -191,4 +193,45 @@ func details(m MachineView) string {
 	}
 	parts = append(parts, m.Problems...)
 	return strings.Join(parts, "; ")
+}
+
+// renderFleet writes the cluster's fleet controls (guard, budget, state, windows,
+// cancel and retry requests) when any differs from the defaults.
+func renderFleet(buf *bytes.Buffer, f FleetView) {
+	quietState := f.State == "" || f.State == FleetActive || f.State == FleetPaused // paused has its own line
+	if f.Guard == "on" && len(f.Failures) == 0 && quietState && f.Windows == "" &&
+		f.RecordError == "" && len(f.Cancelled) == 0 && len(f.RetryRequested) == 0 {
+		return // the defaults: nothing to say
+	}
+	budget := "no failures recorded"
+	if n := len(f.Failures); n > 0 {
+		budget = fmt.Sprintf("%d failed node(s) recorded (%s)", n, strings.Join(f.Failures, "; "))
+	}
+	fmt.Fprintf(buf, "  guard: %s; failure budget: %s\n", f.Guard, budget)
+	if !quietState {
+		fmt.Fprintf(buf, "  fleet: %s: %s\n", f.State, f.Message)
+	}
+	if f.Windows != "" {
+		state := ""
+		switch {
+		case f.WindowError != "":
+			state = "invalid: " + f.WindowError
+		case f.WindowOpen != nil && *f.WindowOpen:
+			state = "open"
+		case f.NextOpening != nil:
+			state = "closed, next opening " + f.NextOpening.Format(time.RFC3339)
+		default:
+			state = "closed, no opening within a week is long enough"
+		}
+		fmt.Fprintf(buf, "  maintenance windows %q: %s\n", f.Windows, state)
+	}
+	if f.RecordError != "" {
+		fmt.Fprintf(buf, "  fleet record unreadable: %s\n", f.RecordError)
+	}
+	if len(f.Cancelled) > 0 {
+		fmt.Fprintf(buf, "  cancelled: %s\n", strings.Join(f.Cancelled, ", "))
+	}
+	if len(f.RetryRequested) > 0 {
+		fmt.Fprintf(buf, "  retry requested: %s\n", strings.Join(f.RetryRequested, ", "))
+	}
 }

@@ -80,6 +80,8 @@ type ClusterView struct {
 	// control-plane path).
 	InPlaceUpdate *Condition    `json:"inPlaceUpdate,omitempty"`
 	Machines      []MachineView `json:"machines"`
+	// Fleet is the cluster's fleet controls (docs/fleet-controls.md).
+	Fleet FleetView `json:"fleet"`
 }
 
 // Role values of MachineView.Role.
@@ -227,6 +229,7 @@ func Build(s Snapshot, now time.Time) Report {
 			Paused:            cs.Cluster.Annotations[inplacev1.PausedAnnotation] == "true",
 			InPlaceUpdate:     condition(&cs.Cluster, inplacev1.InPlaceUpdateCondition),
 			Machines:          []MachineView{},
+			Fleet:             buildFleet(&cs.Cluster, cs.Machines, now),
 		}
 		if cs.WorkloadErr != nil {
 			cv.WorkloadError = cs.WorkloadErr.Error()
