@@ -54,11 +54,11 @@ deps: ## Install the Debian packages the backend tests use (ostree, rauc, ...).
 	hack/install-deps.sh
 
 .PHONY: lint
-lint: ## gofmt and go vet.
+lint: ## golangci-lint (.golangci.yml: import rules, aliases, vet, staticcheck, errors, ...), gofmt, the docs' links.
+	hack/tools/build.sh lint
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
-	$(GO) vet -tags e2e ./test/... ./cmd/...
-	$(GO) vet -tags e2enode ./test/e2enode/
+	$(BIN)/golangci-lint run ./...
+	hack/check-doc-links.sh
 
 .PHONY: test
 test: tools deps lint ## Unit and integration tests (real kube-apiserver and etcd via envtest).
