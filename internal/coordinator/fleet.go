@@ -455,7 +455,7 @@ func (c *Coordinator) ownerSpec(ctx context.Context, cluster *clusterv1.Cluster,
 		return "", false, fmt.Errorf("read %s: %w", name, err)
 	}
 	spec, _ := u.Object["spec"].(map[string]any)
-	var keyed any = spec
+	var keyed any
 	if kind == "MachineDeployment" {
 		keyed = spec["template"]
 	} else {

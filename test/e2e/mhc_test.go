@@ -126,8 +126,12 @@ func TestMachineHealthCheckSparesUpdatingNode(t *testing.T) {
 				return fmt.Errorf("machine %s still updating in place", m.Name)
 			}
 		}
-		if got, err := hostFile(agents, node, file.Path); err != nil || got != file.Content {
-			return fmt.Errorf("host %s: %s is %q (%v)", node, file.Path, got, err)
+		got, err := hostFile(agents, node, file.Path)
+		if err != nil {
+			return fmt.Errorf("host %s: %s: %w", node, file.Path, err)
+		}
+		if got != file.Content {
+			return fmt.Errorf("host %s: %s is %q", node, file.Path, got)
 		}
 		return nil
 	})
