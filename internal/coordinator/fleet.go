@@ -389,7 +389,9 @@ func (c *Coordinator) setFleetCondition(ctx context.Context, s *scope, reason, e
 	if cur != nil && cur.Status == status && cur.Reason == reason && cur.Message == msg {
 		return
 	}
-	transition := cur == nil || cur.Reason != reason
+	// A transition is a change of reason; the first update of a cluster starting
+	// unheld is not one (no Event for every cluster's first node).
+	transition := (cur == nil && reason != inplacev1.ReasonActive) || (cur != nil && cur.Reason != reason)
 	orig := s.cluster.DeepCopy()
 	meta.SetStatusCondition(&s.cluster.Status.Conditions, metav1.Condition{Type: inplacev1.InPlaceUpdateCondition,
 		Status: status, Reason: reason, Message: msg, ObservedGeneration: s.cluster.Generation})
