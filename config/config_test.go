@@ -129,6 +129,7 @@ func TestRenderedObjects(t *testing.T) {
 		"Certificate/"+namespace+"/"+certName,
 		"ExtensionConfig//"+extConfigName,
 		"MutatingWebhookConfiguration//capi-inplace-kubeadmcontrolplane-hold",
+		"ValidatingWebhookConfiguration//capi-inplace-guard",
 		"NetworkPolicy/"+namespace+"/capi-inplace-extension",
 	))
 
