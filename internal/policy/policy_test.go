@@ -109,7 +109,7 @@ func TestValidation(t *testing.T) {
 		{name: "empty path segment", cfg: "infrastructureKinds: [{group: g, kind: X, ignorePaths: [spec..a]}]", wantErr: "must look like spec."},
 		{name: "duplicate kind", cfg: "infrastructureKinds: [{group: g, kind: X}, {group: g, kind: X}]", wantErr: "g/X is listed twice"},
 		{name: "artifact without image", cfg: "artifacts: [{ref: r}]", wantErr: "artifacts[0].image must be"},
-		{name: "artifact without ref", cfg: "artifacts: [{image: i}]", wantErr: "artifacts[0].ref is empty"},
+		{name: "artifact without ref", cfg: "artifacts: [{image: i}]", wantErr: "artifacts[0]: ref or url is required"},
 		{name: "artifact bad digest", cfg: "artifacts: [{image: i, ref: r, digest: md5:abc}]", wantErr: "is not sha256:<64 lowercase hex>"},
 		{name: "artifact unknown backend", cfg: "artifacts: [{image: i, ref: r, backend: floppy}]", wantErr: `artifacts[0].backend "floppy"`},
 		{name: "artifact mapped twice", cfg: "artifacts: [{image: i, ref: r}, {image: i, ref: s}]", wantErr: "mapped twice"},
