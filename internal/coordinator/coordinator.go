@@ -307,7 +307,9 @@ func (o Outcome) Failed() bool {
 func inProgress(retry int32, msg string) Outcome {
 	return Outcome{Kind: OutcomeInProgress, RetryAfterSeconds: retry, Message: protocol.RedactKnownSecrets(msg)}
 }
-func done(msg string) Outcome { return Outcome{Kind: OutcomeDone, Message: protocol.RedactKnownSecrets(msg)} }
+func done(msg string) Outcome {
+	return Outcome{Kind: OutcomeDone, Message: protocol.RedactKnownSecrets(msg)}
+}
 func final(cause Cause, msg string) Outcome {
 	return Outcome{Kind: OutcomeFailedFinal, Cause: cause, Message: protocol.RedactKnownSecrets(msg)}
 }
