@@ -10,6 +10,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -162,6 +163,18 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, secret *corev1
 	}
 	sealed, err := protocol.DecodeSealedPlan(secret.Data[inplacev1.PlanSecretDataKey])
 	if err != nil {
+		// The Node and Secret watches are separate streams: the Node's new desired
+		// plan can arrive before the Secret written ahead of it. A rejection is
+		// journaled against the desired hash for good, so it is decided on the
+		// Secret as stored, never on a copy that may lag.
+		stored, getErr := a.Client.CoreV1().Secrets(secret.Namespace).Get(ctx, secret.Name, metav1.GetOptions{})
+		if getErr != nil {
+			return fmt.Errorf("read plan Secret %s/%s before rejecting plan %s: %w", secret.Namespace, secret.Name, desired, getErr)
+		}
+		if stored.ResourceVersion != secret.ResourceVersion {
+			a.Reporter.Report(pending(desired, fmt.Sprintf("waiting for plan %s: the plan Secret changed", desired)))
+			return nil
+		}
 		log.Info("Rejecting plan", "reason", state.ReasonInvalidPlan, "error", err.Error())
 		_, err := a.Executor.Reject(desired, state.ReasonInvalidPlan,
 			fmt.Sprintf("the plan in Secret %s/%s cannot be used: %v", secret.Namespace, secret.Name, err))
