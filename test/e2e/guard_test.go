@@ -92,8 +92,10 @@ func TestGuardRefusesReplacingChanges(t *testing.T) {
 	}
 	const classy, plain = "gcc", "gplain"
 	for _, spec := range []localstack.ClusterSpec{
-		{Namespace: s.ns, Name: classy, Class: "inplace", Version: fromVersion, ControlPlaneReplicas: 1, WorkerReplicas: 1, MDMaxSurge: 0, MDMaxUnavailable: 1},
-		{Namespace: s.ns, Name: plain, Version: fromVersion, ControlPlaneReplicas: 1, WorkerReplicas: 1, MDMaxSurge: 0, MDMaxUnavailable: 1},
+		{Namespace: s.ns, Name: classy, Class: "inplace", Version: fromVersion, ControlPlaneReplicas: 1, WorkerReplicas: 1, MDMaxSurge: 0, MDMaxUnavailable: 1,
+			Files: []localstack.File{{Path: "/etc/capi-inplace-e2e/round", Content: "0"}}},
+		{Namespace: s.ns, Name: plain, Version: fromVersion, ControlPlaneReplicas: 1, WorkerReplicas: 1, MDMaxSurge: 0, MDMaxUnavailable: 1,
+			Files: []localstack.File{{Path: "/etc/capi-inplace-e2e/round", Content: "0"}}},
 	} {
 		if err := s.stack.CreateCluster(s.ctx, spec); err != nil {
 			t.Fatal(err)
