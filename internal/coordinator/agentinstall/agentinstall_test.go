@@ -147,6 +147,8 @@ func TestAgentConfinedToOwnNode(t *testing.T) {
 		{"own node, status annotation", agentA, "node-a", `{"metadata":{"annotations":{"` + inplacev1.StatusAnnotation + `":"{}","` + inplacev1.CurrentPlanAnnotation + `":"abc"}}}`, ""},
 		{"own node, its key", agentA, "node-a", `{"metadata":{"annotations":{"` + inplacev1.AgentKeyAnnotation + `":"x25519:a"}}}`, ""},
 		{"another node", agentA, "node-b", stateOnly, "may only modify the node it runs on"},
+		{"own node, its staging status", agentA, "node-a", `{"metadata":{"annotations":{"` + inplacev1.StagingStatusAnnotation + `":"{}"}}}`, ""},
+		{"own node, the stage request", agentA, "node-a", `{"metadata":{"annotations":{"` + inplacev1.StagePlanAnnotation + `":"x"}}}`, "may only change its own annotations"},
 		{"another node's key", agentA, "node-b", `{"metadata":{"annotations":{"` + inplacev1.AgentKeyAnnotation + `":"x25519:a"}}}`, "may only modify the node it runs on"},
 		{"no node claim", agentClient(t, cfg, ""), "node-a", stateOnly, "may only modify the node it runs on"},
 		{"coordinator's annotation", agentA, "node-a", `{"metadata":{"annotations":{"` + inplacev1.DesiredPlanAnnotation + `":"x"}}}`, "may only change its own annotations"},

@@ -167,7 +167,7 @@ func mergeLabels(a, b map[string]string) map[string]string {
 }
 
 func ownNodePolicy() *admissionregistrationv1.ValidatingAdmissionPolicy {
-	allowed := []string{inplacev1.CurrentPlanAnnotation, inplacev1.StateAnnotation, inplacev1.StatusAnnotation, inplacev1.AgentKeyAnnotation}
+	allowed := []string{inplacev1.CurrentPlanAnnotation, inplacev1.StateAnnotation, inplacev1.StatusAnnotation, inplacev1.AgentKeyAnnotation, inplacev1.StagingStatusAnnotation}
 	quoted := make([]string, len(allowed))
 	for i, a := range allowed {
 		quoted[i] = "'" + a + "'"
