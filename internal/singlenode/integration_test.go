@@ -462,10 +462,13 @@ func TestIntegrationFailureAlignsNothingAndKeepsHold(t *testing.T) {
 	kcp := f.getKCP(ctx, g)
 	g.Expect(held(kcp)).To(BeTrue(), "KCP stays paused: releasing it would create a surge Machine")
 	g.Expect(kcp.Annotations).NotTo(HaveKey(inplacev1.HoldUpdatingAnnotation))
-	cond := meta.FindStatusCondition(f.getCluster(ctx, g).Status.Conditions, inplacev1.InPlaceUpdateCondition)
-	g.Expect(cond).NotTo(BeNil())
-	g.Expect(cond.Reason).To(Equal(inplacev1.ReasonRolledBack))
-	g.Expect(cond.Message).To(ContainSubstring(cause))
+	// The Cluster's condition is written after the KCP's, in a later step.
+	g.Eventually(func(g Gomega) {
+		cond := meta.FindStatusCondition(f.getCluster(ctx, g).Status.Conditions, inplacev1.InPlaceUpdateCondition)
+		g.Expect(cond).NotTo(BeNil())
+		g.Expect(cond.Reason).To(Equal(inplacev1.ReasonRolledBack))
+		g.Expect(cond.Message).To(ContainSubstring(cause))
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 
 	// Nothing aligned: not one write to the Machine, its KubeadmConfig or TestMachine.
 	g.Expect(f.versions(ctx, g)).To(Equal(rvBefore))
