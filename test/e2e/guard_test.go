@@ -71,9 +71,8 @@ func registerGuardWebhook(ctx context.Context, t *testing.T, stack *localstack.S
 }
 
 // TestGuardRefusesReplacingChanges: with the in-place-only guard registered as
-// config/webhook does, a ClusterClass cluster (1 control-plane Machine, 1 worker) and a
-// plain cluster (the same shape) get changes that would make Cluster API replace
-// Machines: two minors up through Cluster.spec.topology; a bootstrap-only field on the
+// config/webhook does, a plain cluster (1 control-plane Machine, 1 worker) gets changes
+// that would make Cluster API replace Machines: a bootstrap-only field on the
 // KubeadmControlPlane; a MachineDeployment pointing at a template that does not exist.
 // Each write is refused by the real API server with the guard's reason (the field,
 // "in-place"), and no Machine is created or deleted (watched). Then the allow-replace
@@ -87,13 +86,13 @@ func TestGuardRefusesReplacingChanges(t *testing.T) {
 	if err := s.stack.CreateNamespace(s.ctx, s.ns, map[string]string{guardLabel: "true"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.stack.CreateClusterClass(s.ctx, s.ns, "inplace"); err != nil {
-		t.Fatal(err)
-	}
-	const classy, plain = "gcc", "gplain"
+	// A ClusterClass cluster is not part of this scenario yet: the write it was tested with
+	// (topology version two minors up) is refused by Cluster API's own webhook before the
+	// guard is asked, and class/variable changes are judged only at the derived
+	// KubeadmControlPlane/MachineDeployment write (docs/OPEN-WORK.md). The topology rules
+	// are covered against a real API server in internal/guard.
+	const plain = "gplain"
 	for _, spec := range []localstack.ClusterSpec{
-		{Namespace: s.ns, Name: classy, Class: "inplace", Version: fromVersion, ControlPlaneReplicas: 1, WorkerReplicas: 1, MDMaxSurge: 0, MDMaxUnavailable: 1,
-			Files: []localstack.File{{Path: "/etc/capi-inplace-e2e/round", Content: "0"}}},
 		{Namespace: s.ns, Name: plain, Version: fromVersion, ControlPlaneReplicas: 1, WorkerReplicas: 1, MDMaxSurge: 0, MDMaxUnavailable: 1,
 			Files: []localstack.File{{Path: "/etc/capi-inplace-e2e/round", Content: "0"}}},
 	} {
@@ -101,7 +100,6 @@ func TestGuardRefusesReplacingChanges(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s.waitClusterReady(classy, 2)
 	s.waitClusterReady(plain, 2)
 	watch := s.watchMachines()
 
@@ -120,16 +118,6 @@ func TestGuardRefusesReplacingChanges(t *testing.T) {
 		}
 		s.logf("EVIDENCE %s refused: %s", what, msg)
 	}
-
-	cluster := &clusterv1.Cluster{}
-	if err := s.stack.Client.Get(s.ctx, client.ObjectKey{Namespace: s.ns, Name: classy}, cluster); err != nil {
-		t.Fatal(err)
-	}
-	refused("ClusterClass: Cluster.spec.topology.version two minors up", func() error {
-		base := cluster.DeepCopy()
-		cluster.Spec.Topology.Version = "v1.37.0"
-		return s.stack.Client.Patch(s.ctx, cluster, client.MergeFrom(base))
-	}, "spec.version")
 
 	kcp := &controlplanev1.KubeadmControlPlane{}
 	if err := s.stack.Client.Get(s.ctx, client.ObjectKey{Namespace: s.ns, Name: plain + "-control-plane"}, kcp); err != nil {
