@@ -234,6 +234,7 @@ func TestRenderedObjects(t *testing.T) {
 			"--diagnostics-address=:8443",
 			"--health-addr=:9440",
 			"--policy-file=/etc/capi-inplace/policy.yaml",
+			"--extension-config-name=" + extConfigName,
 			"--agent-image=$(AGENT_IMAGE)",
 		}))
 		g.Expect(c.Env).To(ContainElement(corev1.EnvVar{Name: "AGENT_IMAGE", Value: "ghcr.io/capi-inplace/capi-inplace-agent:dev"}),
