@@ -27,7 +27,7 @@ const (
 	retryDrain       = 2
 	retryUnreachable = 10
 	retryNoNodeRef   = 10
-	retryPaused      = 30
+	retryPaused      = 15
 )
 
 // Observation is what one call saw of a node update; it is built by the shell from

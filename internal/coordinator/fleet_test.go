@@ -104,7 +104,7 @@ func TestFailureBudgetHaltsAndResumes(t *testing.T) {
 	for _, cc := range []*Coordinator{c, f.coordinator()} { // a restarted coordinator decides alike
 		resp := call(cc, req2)
 		g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusSuccess))
-		g.Expect(resp.RetryAfterSeconds).To(Equal(int32(60)))
+		g.Expect(resp.RetryAfterSeconds).To(Equal(int32(15)))
 		g.Expect(resp.Message).To(Equal(want))
 	}
 	n2 := f.getNode("fb-w2")
@@ -223,7 +223,7 @@ func TestMaintenanceWindowHoldsBeforeCordon(t *testing.T) {
 	resp := call(c, req)
 	g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusSuccess))
 	g.Expect(resp.Message).To(Equal("step 1/6: waiting for a maintenance window: the maintenance window is closed; next opening 2026-12-05T01:00:00Z; node mw-w1 not started"))
-	g.Expect(resp.RetryAfterSeconds).To(Equal(int32(300)))
+	g.Expect(resp.RetryAfterSeconds).To(Equal(int32(15)))
 	n := f.getNode("mw-w1")
 	g.Expect(n.Spec.Unschedulable).To(BeFalse())
 	g.Expect(n.Annotations).NotTo(HaveKey(inplacev1.UpdateStartedAnnotation))

@@ -44,10 +44,13 @@ type Hold struct {
 	RetryAfter time.Duration
 }
 
-// Retry intervals of held updates.
+// Retry intervals of held updates. Cluster API caches the answer for that long
+// and does not call again before (not even when the Machine changes), so this is
+// how late an operator's resume or window change takes effect: short, since a
+// held call only reads.
 const (
-	retryHalted = 60 * time.Second
-	retryWindow = 5 * time.Minute
+	retryHalted = 15 * time.Second
+	retryWindow = 15 * time.Second
 	retrySoak   = 5 * time.Second
 )
 
