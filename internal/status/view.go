@@ -144,6 +144,9 @@ type MachineView struct {
 	// coordinator, last committed by the agent).
 	DesiredPlan string `json:"desiredPlan,omitempty"`
 	CurrentPlan string `json:"currentPlan,omitempty"`
+	// Staging is the agent's staging of the next plan before the node is cordoned;
+	// nil when the node stages nothing.
+	Staging *Staging `json:"staging,omitempty"`
 
 	// StartedAt is when the agent started the plan; ElapsedSeconds runs from there to
 	// now, or to the last update once the phase is terminal.
@@ -383,6 +386,17 @@ func nodeSide(mv *MachineView, node *corev1.Node, now time.Time) {
 	case mv.DesiredPlan != "":
 		mv.Phase = protocol.PhasePending
 		mv.Message = "waiting for the agent to pick up plan " + short(mv.DesiredPlan)
+	}
+
+	// A plan being staged is not desired yet: the node still serves, and the
+	// staging report is the progress to show.
+	sv, err := staging(node)
+	if err != nil {
+		mv.Problems = append(mv.Problems, fmt.Sprintf("unreadable staging status: %v", err))
+	}
+	if sv != nil && !mv.InProgress() {
+		mv.Staging = sv
+		mv.Phase, mv.Step, mv.Steps, mv.Action, mv.Message, mv.Failure = protocol.PhaseStaging, 0, 0, "", sv.Progress, ""
 	}
 }
 
