@@ -35,6 +35,9 @@ type ClusterSpec struct {
 	MDMaxSurge           int
 	MDMaxUnavailable     int
 	Files                []File
+	// ExternalEtcd (plain clusters only) gives the control plane an external etcd
+	// (externaletcd.go): KubeadmControlPlane allows an even replica count only then.
+	ExternalEtcd bool
 }
 
 func renderObjects(tmpl string, data any) ([]*unstructured.Unstructured, error) {
@@ -53,6 +56,7 @@ func renderObjects(tmpl string, data any) ([]*unstructured.Unstructured, error) 
 		},
 		"inMemoryMachine": func() string { return inMemoryMachineSpec },
 		"clusterNetwork":  func() string { return clusterNetworkSpec },
+		"externalEtcd":    externalEtcdSpec,
 	}).Option("missingkey=error").Parse(tmpl)
 	if err != nil {
 		return nil, fmt.Errorf("parse template: %w", err)
@@ -142,6 +146,14 @@ func (s *Stack) CreateCluster(ctx context.Context, spec ClusterSpec) error {
 	objs, err := renderObjects(tmpl, spec)
 	if err != nil {
 		return err
+	}
+	if spec.ExternalEtcd {
+		if spec.Class != "" {
+			return fmt.Errorf("cluster %s/%s: external etcd is only rendered for plain clusters", spec.Namespace, spec.Name)
+		}
+		if err := s.createExternalEtcdSecrets(ctx, spec.Namespace, spec.Name); err != nil {
+			return err
+		}
 	}
 	s.logf("creating cluster %s/%s (class %q, version %s, %d control plane + %d workers)",
 		spec.Namespace, spec.Name, spec.Class, spec.Version, spec.ControlPlaneReplicas, spec.WorkerReplicas)

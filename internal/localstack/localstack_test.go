@@ -9,6 +9,7 @@ import (
 	. "github.com/onsi/gomega"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 func TestWithContractLabels(t *testing.T) {
@@ -104,8 +105,31 @@ func TestRenderClusterClass(t *testing.T) {
 	cc := objs[5]
 	g.Expect(cc.GetKind()).To(Equal("ClusterClass"))
 	patches, _, _ := unstructuredSlice(cc.Object, "spec", "patches")
-	g.Expect(patches).To(HaveLen(1))
-	g.Expect(patches[0]).NotTo(HaveKey("external"), "inline patches only: one in-place extension per namespace")
+	g.Expect(patches).To(HaveLen(2))
+	for _, p := range patches {
+		g.Expect(p).NotTo(HaveKey("external"), "inline patches only: one in-place extension per namespace")
+	}
+	g.Expect(patches[1]).To(HaveKeyWithValue("enabledIf", "{{ if .apiServerExtraArgs }}true{{ end }}"), "the optional variable patches only when set")
+}
+
+func TestRenderExternalEtcd(t *testing.T) {
+	g := NewWithT(t)
+	objs, err := renderObjects(plainClusterTemplate, ClusterSpec{Name: "c2", Version: "v1.35.0", ControlPlaneReplicas: 2, ExternalEtcd: true})
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, o := range objs {
+		if o.GetKind() != "KubeadmControlPlane" {
+			continue
+		}
+		etcd, _, _ := unstructured.NestedMap(o.Object, "spec", "kubeadmConfigSpec", "clusterConfiguration", "etcd", "external")
+		g.Expect(etcd).To(Equal(map[string]any{
+			"endpoints": []any{"https://etcd.c2.invalid:2379"},
+			"caFile":    externalEtcdCAFile, "certFile": externalEtcdCertFile, "keyFile": externalEtcdKeyFile,
+		}))
+		sans, _, _ := unstructured.NestedStringSlice(o.Object, "spec", "kubeadmConfigSpec", "clusterConfiguration", "apiServer", "certSANs")
+		g.Expect(sans).To(Equal([]string{"localhost", "127.0.0.1"}))
+		return
+	}
+	t.Fatal("no KubeadmControlPlane rendered")
 }
 
 func TestNameSelector(t *testing.T) {

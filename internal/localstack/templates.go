@@ -8,7 +8,8 @@ package localstack
 //
 // Variables: files ([{path, content}]) goes into every KubeadmConfig (control plane and
 // workers), so that a files change is a KubeadmConfig change that must be applied on
-// the node. KCP rolls out with maxSurge 0 (no new control-plane machine).
+// the node; apiServerExtraArgs (optional, [{name, value}]) becomes the control plane's
+// clusterConfiguration.apiServer.extraArgs. KCP rolls out with maxSurge 0 (no new control-plane machine).
 const clusterClassTemplate = `
 apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
 kind: DevClusterTemplate
@@ -117,6 +118,19 @@ spec:
               type: string
             content:
               type: string
+  - name: apiServerExtraArgs
+    required: false
+    schema:
+      openAPIV3Schema:
+        type: array
+        items:
+          type: object
+          required: [name, value]
+          properties:
+            name:
+              type: string
+            value:
+              type: string
   patches:
   - name: files
     definitions:
@@ -141,6 +155,19 @@ spec:
         path: /spec/template/spec/files
         valueFrom:
           variable: files
+  - name: apiServerExtraArgs
+    enabledIf: '{{ "{{" }} if .apiServerExtraArgs {{ "}}" }}true{{ "{{" }} end {{ "}}" }}'
+    definitions:
+    - selector:
+        apiVersion: controlplane.cluster.x-k8s.io/v1beta2
+        kind: KubeadmControlPlaneTemplate
+        matchResources:
+          controlPlane: true
+      jsonPatches:
+      - op: add
+        path: /spec/template/spec/kubeadmConfigSpec/clusterConfiguration/apiServer/extraArgs
+        valueFrom:
+          variable: apiServerExtraArgs
 `
 
 // inMemoryMachineSpec is the DevMachine spec of an in-memory machine: fast start-up.
@@ -258,6 +285,9 @@ spec:
     clusterConfiguration:
       apiServer:
         certSANs: [localhost, 127.0.0.1]
+{{- if .ExternalEtcd }}
+{{ externalEtcd .Name | indent 6 }}
+{{- end }}
 {{- if .Files }}
     files: {{ toJSON .Files }}
 {{- end }}
