@@ -21,7 +21,9 @@ type Window struct {
 	Start    int     // minutes after midnight, 0..1439
 	End      int     // minutes after midnight, 1..1440
 	Location *time.Location
-	text     string
+	// cron, when set, is a cron window (cron.go); Days, Start and End are unused.
+	cron *cronSpec
+	text string
 }
 
 func (w Window) String() string { return w.text }
@@ -33,8 +35,9 @@ var weekdays = map[string]time.Weekday{
 
 // ParseWindows reads windows separated by ";", each "DAYS HH:MM-HH:MM ZONE":
 // DAYS is a comma list of weekdays or ranges ("Mon-Fri", "Sat,Sun", "Fri-Mon",
-// "*" for every day), ZONE an IANA name ("Europe/Berlin", "UTC"). An empty
-// string is no windows (always open).
+// "*" for every day), ZONE an IANA name ("Europe/Berlin", "UTC"); or the cron
+// form "cron MIN HOUR DOM MON DOW DURATION ZONE" (cron.go). An empty string is
+// no windows (always open).
 func ParseWindows(s string) (Schedule, error) {
 	var out Schedule
 	for _, part := range strings.Split(s, ";") {
@@ -53,6 +56,9 @@ func ParseWindows(s string) (Schedule, error) {
 
 func parseWindow(s string) (Window, error) {
 	fields := strings.Fields(s)
+	if len(fields) > 0 && fields[0] == "cron" {
+		return parseCronWindow(s, fields[1:])
+	}
 	if len(fields) != 3 {
 		return Window{}, fmt.Errorf("%w %q: want \"DAYS HH:MM-HH:MM ZONE\", e.g. \"Mon-Fri 22:00-04:00 Europe/Berlin\"", ErrWindow, s)
 	}
@@ -131,6 +137,10 @@ type span struct{ open, close time.Time }
 func (s Schedule) spans(from time.Time) []span {
 	var out []span
 	for _, w := range s {
+		if w.cron != nil {
+			out = append(out, w.cron.spans(from, w.Location)...)
+			continue
+		}
 		local := from.In(w.Location)
 		for off := -1; off <= 8; off++ {
 			day := time.Date(local.Year(), local.Month(), local.Day()+off, 0, 0, 0, 0, w.Location)
