@@ -1,9 +1,9 @@
 // Package fleet is the pure core of capi-inplace's fleet controls: the failure
 // budget's accounting (budget.go), maintenance-window arithmetic with time zones
-// and DST (window.go), the soak between nodes, the record the coordinator keeps on
-// each Cluster so that every extension replica and restart decides alike
-// (state.go), and Gate, which combines them into "start this node now, or hold it
-// before cordon, and why".
+// and DST (window.go; the cron form in cron.go), the soak between nodes, the
+// record the coordinator keeps on each Cluster so that every extension replica
+// and restart decides alike (state.go), and Gate, which combines them into
+// "start this node now, or hold it before cordon, and why".
 //
 // Nothing here does I/O or reads a clock: callers pass the time and the state
 // they read from the API (internal/coordinator's fleet.go is the shell).
