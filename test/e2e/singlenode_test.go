@@ -369,9 +369,15 @@ func singleNodeClusterClassRound(t *testing.T, stack *localstack.Stack, ext *loc
 	watch := s.watchMachines()
 	kcps := s.watchKCPs(toVersion)
 
+	if lateOptIn {
+		// Also on the Cluster, just before the upgrade: the place where Cluster API
+		// v1.14's topology controller once lost it (docs/single-node.md). Recorded, not
+		// required: the KCP's opt-in above is the one that must hold.
+		s.optIn(cluster)
+	}
 	roundStart := time.Now()
-	s.setTopology(cluster, toVersion, nil)
-	s.logf("changed spec.topology.version %s -> %s on a single control-plane node", fromVersion, toVersion)
+	s.setTopologyVersionAndAPIServerArg(cluster, toVersion, auditArg, auditValue)
+	s.logf("changed spec.topology.version %s -> %s and variable apiServerExtraArgs (%s=%s) in one write on a single control-plane node", fromVersion, toVersion, auditArg, auditValue)
 	nodes := s.nodesAt(agents.Kubeconfig(), toVersion)
 	s.waitRolledOut(cluster, toVersion, 1, false, rolloutTimeout, func(ms []clusterv1.Machine) error {
 		if err := sameMachines(before, ms); err != nil {
@@ -405,6 +411,11 @@ func singleNodeClusterClassRound(t *testing.T, stack *localstack.Stack, ext *loc
 		t.Fatal(err)
 	}
 	s.logf("EVIDENCE KubeadmControlPlane %s: %d states watched, never at %s unpaused before the Machine was aligned; released afterwards", kcpName, kcps.count(), toVersion)
+	s.assertAPIServerArg(cluster, agents, auditArg+"="+auditValue)
+	if lateOptIn {
+		kept, owners := s.clusterOptInRecord(cluster)
+		s.logf("EVIDENCE Cluster opt-in annotation added just before the topology upgrade still present afterwards: %v (managers owning it: %q)", kept, owners)
+	}
 	s.logf("EVIDENCE machines kept name and UID: %v", before)
 	vs, _ := s.nodeVersions(s.workloadClient(agents.Kubeconfig()))
 	s.logf("EVIDENCE node kubelet versions: %v", vs)
@@ -413,19 +424,22 @@ func singleNodeClusterClassRound(t *testing.T, stack *localstack.Stack, ext *loc
 
 // TestSingleNodeClusterClassInPlace: a ClusterClass cluster with one control-plane
 // node (KCP maxSurge 1, KCP's minimum below three replicas) and no workers, opted in
-// only after it was created and ready, moves spec.topology.version one minor up. No Machine is created at any moment (watched),
-// the Machine keeps name and UID, the Node reports the new kubelet version, KCP was
-// never at the new version unpaused before alignment, and KCP and the Cluster report
-// the control plane up to date and the topology reconciled.
+// only after it was created and ready (on the control plane's topology metadata; on the
+// Cluster too, just before the upgrade, whose fate is recorded), moves
+// spec.topology.version one minor up and sets the apiServerExtraArgs variable in the
+// same write. No Machine is created at any moment (watched), the Machine keeps name and
+// UID, the Node reports the new kubelet version, KCP was never at the new version
+// unpaused before alignment, KCP and the Cluster report the control plane up to date
+// and the topology reconciled, and the new kube-apiserver argument is in the workload
+// cluster's kubeadm-config and in the node's kube-apiserver manifest.
 func TestSingleNodeClusterClassInPlace(t *testing.T) {
 	ext := ourExtension(t)
 	singleNodeClusterClassRound(t, nil, ext, "sn-cc", true)
 }
 
 // TestSingleNodePlainClusterWithWorkers: a plain cluster, KCP 1 replica (KCP refuses
-// maxSurge 0 below three replicas, and an even replica count with stacked etcd, so a
-// two-replica control plane cannot exist here; the one-node-at-a-time order for two
-// replicas is covered against envtest in internal/singlenode) plus a MachineDeployment of 1 worker (maxSurge 0,
+// maxSurge 0 below three replicas, and an even replica count with stacked etcd: two
+// replicas are TestSingleNodeTwoReplicas, with external etcd) plus a MachineDeployment of 1 worker (maxSurge 0,
 // maxUnavailable 1), opted in after creation; version one minor up, a files change and
 // an apiServer.extraArgs change: the control plane goes in place through the
 // single-node path one node at a time, the new argument reaches the workload cluster's
@@ -484,7 +498,27 @@ func TestSingleNodePlainClusterWithWorkers(t *testing.T) {
 	s.refusedChangeStaysHeld(cluster, kcpName, watch)
 }
 
-// The apiServer.extraArgs change of the plain scenario.
+// setTopologyVersionAndAPIServerArg moves a ClusterClass cluster to version and sets
+// its apiServerExtraArgs variable to one argument, in one write.
+func (s *scenario) setTopologyVersionAndAPIServerArg(cluster, version, name, value string) {
+	s.t.Helper()
+	c := &clusterv1.Cluster{}
+	if err := s.stack.Client.Get(s.ctx, client.ObjectKey{Namespace: s.ns, Name: cluster}, c); err != nil {
+		s.t.Fatal(err)
+	}
+	base := c.DeepCopy()
+	raw, err := jsonValue([]map[string]string{{"name": name, "value": value}})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	c.Spec.Topology.Version = version
+	c.Spec.Topology.Variables = append(c.Spec.Topology.Variables, clusterv1.ClusterVariable{Name: "apiServerExtraArgs", Value: raw})
+	if err := s.stack.Client.Patch(s.ctx, c, client.MergeFrom(base)); err != nil {
+		s.t.Fatalf("patch cluster topology: %v", err)
+	}
+}
+
+// The apiServer.extraArgs change of the plain and ClusterClass scenarios.
 const auditArg, auditValue = "audit-log-maxage", "30"
 
 // assertAPIServerArg checks that the workload cluster's kubeadm-config carries the
