@@ -18,11 +18,13 @@ help: ## Show this help.
 # no symbol table or DWARF (stack traces keep function names and lines).
 PRODUCT_FLAGS ?= -trimpath -ldflags "-s -w"
 # capi-inplace: extension and CLI; capi-inplace-agent: the node agent;
-# capi-inplace-dev: the demo and the simulated agent (never shipped).
+# capi-inplace-etcd: the agent's etcd helper (etcd's client and etcdutl, in the agent's
+# image beside it); capi-inplace-dev: the demo and the simulated agent (never shipped).
 .PHONY: build
-build: ## Build bin/capi-inplace, bin/capi-inplace-agent and the harness bin/capi-inplace-dev.
+build: ## Build bin/capi-inplace, bin/capi-inplace-agent (+ its etcd helper) and the harness bin/capi-inplace-dev.
 	CGO_ENABLED=0 $(GO) build $(PRODUCT_FLAGS) -o $(BIN)/capi-inplace ./cmd/capi-inplace
 	CGO_ENABLED=0 $(GO) build $(PRODUCT_FLAGS) -o $(BIN)/capi-inplace-agent ./cmd/capi-inplace-agent
+	CGO_ENABLED=0 $(GO) build $(PRODUCT_FLAGS) -o $(BIN)/capi-inplace-etcd ./cmd/capi-inplace-etcd
 	$(GO) build -o $(BIN)/capi-inplace-dev ./test/cmd/capi-inplace-dev
 
 # Release images without a Docker engine (hack/tools/images, go-containerregistry):
@@ -38,7 +40,7 @@ IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
 .PHONY: image
 image: ## Build the extension and agent images (OCI, linux/amd64+arm64, SBOM, no Docker); IMAGE_PUSH=<registry>/<org> pushes.
 	cd hack/tools/images && $(GO) run . -repo $(ROOT) -out $(ROOT)/_artifacts/images -version $(IMAGE_VERSION) -platforms $(IMAGE_PLATFORMS) \
-		-image capi-inplace=./cmd/capi-inplace -image capi-inplace-agent=./cmd/capi-inplace-agent -root-image capi-inplace-agent \
+		-image capi-inplace=./cmd/capi-inplace -image capi-inplace-agent=./cmd/capi-inplace-agent,./cmd/capi-inplace-etcd -root-image capi-inplace-agent \
 		$(if $(IMAGE_PUSH),-push $(IMAGE_PUSH))
 
 .PHONY: tools
@@ -89,7 +91,8 @@ e2e: tools-capi build ## End-to-end scenarios against real upstream Cluster API.
 	@# runs these two packages one after the other.
 	$(GO) test $(E2E_FLAGS) -p 1 -tags e2e ./cmd/capi-inplace/ ./test/cmd/capi-inplace-dev/ -run 'TestDemo|TestPlanOnLocalStack'
 
-# The agent's image for the real-node lane, tagged by the binary's content.
+# The agent's image for the real-node lane (the agent and its etcd helper, as in the
+# release image), tagged by the binaries' content.
 E2ENODE_IMAGE_TAR := $(ROOT)/_artifacts/realnode/capi-inplace-image.tar
 
 .PHONY: e2e-node
@@ -97,9 +100,10 @@ e2e-node: tools-capi build ## Real-node lane: the agent upgrades real kubeadm no
 	hack/install-deps.sh
 	hack/realnode/build.sh
 	@mkdir -p $(dir $(E2ENODE_IMAGE_TAR))
-	@tag=capi-inplace.local/capi-inplace:lane-$$(sha256sum $(BIN)/capi-inplace | cut -c1-12); \
+	@tag=capi-inplace.local/capi-inplace-agent:lane-$$(cat $(BIN)/capi-inplace-agent $(BIN)/capi-inplace-etcd | sha256sum | cut -c1-12); \
 	_cache/realnode/tools/image -out $(E2ENODE_IMAGE_TAR) -tag $$tag \
-		-file $(BIN)/capi-inplace=/capi-inplace -entrypoint /capi-inplace >/dev/null; \
+		-file $(BIN)/capi-inplace-agent=/capi-inplace-agent -file $(BIN)/capi-inplace-etcd=/capi-inplace-etcd \
+		-entrypoint /capi-inplace-agent >/dev/null; \
 	echo "==> agent image $$tag"; \
 	E2ENODE_AGENT_IMAGE=$$tag E2ENODE_AGENT_IMAGE_TAR=$(E2ENODE_IMAGE_TAR) \
 		$(GO) test $(E2E_FLAGS) -tags e2enode ./test/e2enode/; \

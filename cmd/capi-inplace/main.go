@@ -43,7 +43,6 @@ worker nodes, with drain, health gates and automatic rollback.`,
 	}
 	root.AddCommand(
 		newExtensionCommand(),
-		newAgentCommand(),
 		newStatusCommand(),
 		newPlanCommand(),
 		newVersionCommand(),

@@ -39,7 +39,7 @@ func agentPID(n Node) int {
 	procs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, p := range procs {
 		cmd, err := os.ReadFile(p + "/cmdline")
-		if err != nil || !bytes.HasPrefix(cmd, []byte("/capi-inplace\x00agent")) {
+		if err != nil || !bytes.HasPrefix(cmd, []byte("/capi-inplace-agent\x00agent")) {
 			continue
 		}
 		cg, err := os.ReadFile(p + "/cgroup")

@@ -43,6 +43,17 @@ type ImageSpec struct {
 	Name    string
 	Package string
 	User    string
+	// Helpers are further main packages whose binaries the image carries beside
+	// the entrypoint, each at /<last element of the package path> with its own
+	// SBOM (the agent's etcd helper, cmd/capi-inplace-etcd).
+	Helpers []string
+}
+
+// helperBinary is one helper's binary for one platform, with its SBOM.
+type helperBinary struct {
+	Name string // file name in the image root
+	Path string // built binary
+	SBOM []byte
 }
 
 // Options say what Build builds.
@@ -105,6 +116,7 @@ func Build(ctx context.Context, o Options) ([]Result, error) {
 	for _, spec := range o.Images {
 		var adds []mutate.IndexAddendum
 		var sbom []byte
+		helperSBOMs := map[string][]byte{}
 		for _, platform := range o.Platforms {
 			osName, arch, ok := strings.Cut(platform, "/")
 			if !ok {
@@ -121,7 +133,22 @@ func Build(ctx context.Context, o Options) ([]Result, error) {
 					return nil, err
 				}
 			}
-			img, err := platformImage(spec, osName, arch, base, bin, sbom, created)
+			var helpers []helperBinary
+			for _, pkg := range spec.Helpers {
+				h := helperBinary{Name: path.Base(pkg)}
+				h.Path = filepath.Join(binDir, spec.Name+"-"+h.Name+"-"+osName+"-"+arch)
+				if err := goBuild(ctx, o.RepoRoot, pkg, osName, arch, o.Version, h.Path); err != nil {
+					return nil, err
+				}
+				if helperSBOMs[h.Name] == nil {
+					if helperSBOMs[h.Name], err = spdxFromBinary(h.Name, h.Path, created); err != nil {
+						return nil, err
+					}
+				}
+				h.SBOM = helperSBOMs[h.Name]
+				helpers = append(helpers, h)
+			}
+			img, err := platformImage(spec, osName, arch, base, bin, sbom, created, helpers...)
 			if err != nil {
 				return nil, fmt.Errorf("image %s %s: %w", spec.Name, platform, err)
 			}
@@ -261,8 +288,9 @@ func baseLayer() (v1.Layer, error) {
 	})
 }
 
-// platformImage is one platform's image: base, the binary at /<name>, the SBOM.
-func platformImage(spec ImageSpec, osName, arch string, base v1.Layer, bin string, sbom []byte, created time.Time) (v1.Image, error) {
+// platformImage is one platform's image: base, the binary at /<name>, the helpers'
+// binaries beside it, the SBOMs.
+func platformImage(spec ImageSpec, osName, arch string, base v1.Layer, bin string, sbom []byte, created time.Time, helpers ...helperBinary) (v1.Image, error) {
 	body, err := os.ReadFile(bin)
 	if err != nil {
 		return nil, err
@@ -275,11 +303,24 @@ func platformImage(spec ImageSpec, osName, arch string, base v1.Layer, bin strin
 	sort.Strings(dirs)
 	var entries []entry
 	entries = append(entries, entry{path: entrypoint, mode: 0o755, body: body})
+	for _, h := range helpers {
+		if h.Name == spec.Name || strings.ContainsAny(h.Name, "/.") {
+			return nil, fmt.Errorf("helper binary name %q", h.Name)
+		}
+		hb, err := os.ReadFile(h.Path)
+		if err != nil {
+			return nil, err
+		}
+		entries = append(entries, entry{path: "/" + h.Name, mode: 0o755, body: hb})
+	}
 	for _, d := range dirs {
 		entries = append(entries, entry{path: d, dir: true, mode: 0o755})
 	}
 	entries = append(entries, entry{path: SBOMDir, dir: true, mode: 0o755},
 		entry{path: SBOMDir + "/" + spec.Name + ".spdx.json", mode: 0o644, body: sbom})
+	for _, h := range helpers {
+		entries = append(entries, entry{path: SBOMDir + "/" + h.Name + ".spdx.json", mode: 0o644, body: h.SBOM})
+	}
 	app, err := layerOf(entries)
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"debug/elf"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"log"
 	"net/http/httptest"
@@ -48,7 +49,7 @@ func TestAgentImageReproducibleAndPulledByDigest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := ImageSpec{Name: "capi-inplace-agent", Package: "./cmd/capi-inplace-agent", User: RootUser}
+	spec := ImageSpec{Name: "capi-inplace-agent", Package: "./cmd/capi-inplace-agent", Helpers: []string{"./cmd/capi-inplace-etcd"}, User: RootUser}
 	// The commit's time, as Build reads it from git in a checkout.
 	created, err := sourceDate(ctx, repoRoot)
 	if err != nil {
@@ -124,6 +125,25 @@ func TestAgentImageReproducibleAndPulledByDigest(t *testing.T) {
 			t.Errorf("%s image holds a %s binary", arch, f.Machine)
 		}
 		_ = f.Close()
+		// The etcd helper the agent runs, beside it and for the same platform.
+		helper := filepath.Join(t.TempDir(), "helper")
+		if err := os.WriteFile(helper, files["capi-inplace-etcd"], 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if hf, err := elf.Open(helper); err != nil {
+			t.Errorf("%s: no etcd helper binary at /capi-inplace-etcd: %v", arch, err)
+		} else {
+			if hf.Machine != machines[arch] {
+				t.Errorf("%s image holds a %s etcd helper", arch, hf.Machine)
+			}
+			_ = hf.Close()
+		}
+		var helperSBOM spdxDocument
+		if err := json.Unmarshal(files["usr/share/sbom/capi-inplace-etcd.spdx.json"], &helperSBOM); err != nil {
+			t.Errorf("%s etcd helper SBOM: %v", arch, err)
+		} else if !strings.Contains(fmt.Sprint(helperSBOM.Packages), "go.etcd.io/etcd/client/v3") {
+			t.Errorf("%s etcd helper SBOM lists no etcd client", arch)
+		}
 		requireCABundle(t, files["etc/ssl/certs/ca-certificates.crt"])
 		var sbom spdxDocument
 		if err := json.Unmarshal(files["usr/share/sbom/capi-inplace-agent.spdx.json"], &sbom); err != nil {
@@ -139,6 +159,9 @@ func TestAgentImageReproducibleAndPulledByDigest(t *testing.T) {
 		}
 		if strings.Contains(all, "sigs.k8s.io/controller-runtime") {
 			t.Errorf("the agent's SBOM lists controller-runtime: the agent links the extension's side")
+		}
+		if strings.Contains(all, "go.etcd.io/etcd") {
+			t.Errorf("the agent's SBOM lists etcd's libraries: they belong to the etcd helper")
 		}
 	}
 

@@ -14,7 +14,7 @@
 // usage:
 //
 //	images -repo . -out _artifacts/images -version v0.1.0 \
-//	       -image capi-inplace=./cmd/capi-inplace -image capi-inplace-agent=./cmd/capi-inplace-agent \
+//	       -image capi-inplace=./cmd/capi-inplace -image capi-inplace-agent=./cmd/capi-inplace-agent,./cmd/capi-inplace-etcd \
 //	       -root-image capi-inplace-agent [-platforms linux/amd64,linux/arm64] [-push localhost:5000/capi-inplace]
 package main
 
@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 )
 
@@ -44,17 +45,18 @@ func main() {
 	flag.StringVar(&o.Version, "version", "dev", "Version stamped into the binaries (-X main.version).")
 	flag.StringVar(&platforms, "platforms", "linux/amd64,linux/arm64", "Comma-separated os/arch list.")
 	flag.StringVar(&o.Push, "push", "", "Registry repository prefix to push each image index to as <push>/<name>:<version> (e.g. localhost:5000/capi-inplace).")
-	flag.Var(&images, "image", "name=./package: an image and the main package it runs; repeatable.")
+	flag.Var(&images, "image", "name=./package[,./helper...]: an image, the main package it runs and the helper binaries it carries beside it (at /<package's last element>); repeatable.")
 	flag.Var(&rootImages, "root-image", "Name of an image whose process runs as root (the node agent); others run as 65532:65532.")
 	flag.Parse()
 	o.Platforms = strings.Split(platforms, ",")
 	for _, im := range images {
-		name, pkg, ok := strings.Cut(im, "=")
-		if !ok || name == "" || pkg == "" {
-			fmt.Fprintf(os.Stderr, "images: -image %q: want name=./package\n", im)
+		name, pkgs, ok := strings.Cut(im, "=")
+		list := strings.Split(pkgs, ",")
+		if !ok || name == "" || slices.Contains(list, "") {
+			fmt.Fprintf(os.Stderr, "images: -image %q: want name=./package[,./helper...]\n", im)
 			os.Exit(2)
 		}
-		spec := ImageSpec{Name: name, Package: pkg, User: NonRootUser}
+		spec := ImageSpec{Name: name, Package: list[0], Helpers: list[1:], User: NonRootUser}
 		for _, r := range rootImages {
 			if r == name {
 				spec.User = RootUser

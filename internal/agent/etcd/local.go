@@ -1,20 +1,18 @@
 package etcd
 
 import (
+	"bytes"
 	"context"
-	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	"go.etcd.io/etcd/client/pkg/v3/transport"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/etcdutl/v3/snapshot"
-	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
 
@@ -26,8 +24,15 @@ const (
 	KubeadmKey      = "/etc/kubernetes/pki/etcd/healthcheck-client.key"
 )
 
-// Local is the real Member: etcd's client for the running member and etcdutl's
-// snapshot package for the offline restore.
+// HelperName is the etcd helper binary (cmd/capi-inplace-etcd), which the agent's
+// image carries beside the agent.
+const HelperName = "capi-inplace-etcd"
+
+// Local is the real Member. It runs the etcd helper binary (HelperName, package
+// etcdhelper) for every request instead of linking etcd's client and etcdutl: they
+// are half of the agent's binary and of its idle memory, and a node needs them
+// only for the seconds of a control-plane update's snapshot, health checks or
+// restore. Stopped needs no etcd library and runs in process.
 type Local struct {
 	// Endpoints of the local member.
 	Endpoints []string
@@ -39,17 +44,15 @@ type Local struct {
 	// RequestTimeout bounds each status, health or member request (not the
 	// snapshot stream, which the caller's context bounds); 10 s when zero.
 	RequestTimeout time.Duration
+	// Helper is the helper binary's path; empty means HelperName beside the
+	// running executable, else on $PATH.
+	Helper string
 }
 
-func (l *Local) requestContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	d := l.RequestTimeout
-	if d == 0 {
-		d = 10 * time.Second
-	}
-	return context.WithTimeout(ctx, d)
-}
-
-var _ Member = &Local{}
+var (
+	_ Member       = &Local{}
+	_ QuorumReader = &Local{}
+)
 
 // KubeadmLocal is the member of a kubeadm control-plane node whose host root is root.
 func KubeadmLocal(root string) *Local {
@@ -57,90 +60,117 @@ func KubeadmLocal(root string) *Local {
 		CertFile: filepath.Join(root, KubeadmCert), KeyFile: filepath.Join(root, KubeadmKey)}
 }
 
-func (l *Local) client() (*clientv3.Client, error) {
-	var tlsCfg *tls.Config
-	if l.CAFile != "" || l.CertFile != "" {
-		info := transport.TLSInfo{TrustedCAFile: l.CAFile, CertFile: l.CertFile, KeyFile: l.KeyFile}
-		c, err := info.ClientConfig()
-		if err != nil {
-			return nil, fmt.Errorf("etcd client TLS: %w", err)
+// helper resolves the helper binary.
+func (l *Local) helper() (string, error) {
+	if l.Helper != "" {
+		return l.Helper, nil
+	}
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), HelperName)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
 		}
-		tlsCfg = c
 	}
-	timeout := l.DialTimeout
-	if timeout == 0 {
-		timeout = 5 * time.Second
-	}
-	c, err := clientv3.New(clientv3.Config{Endpoints: l.Endpoints, TLS: tlsCfg, DialTimeout: timeout, Logger: zap.NewNop()})
+	p, err := exec.LookPath(HelperName)
 	if err != nil {
-		return nil, fmt.Errorf("etcd client for %v: %w", l.Endpoints, err)
+		return "", fmt.Errorf("etcd helper %s: not beside the agent's executable nor on $PATH: %w", HelperName, err)
 	}
-	return c, nil
+	return p, nil
+}
+
+// stderrLimit bounds what is kept of the helper's stderr (its error line).
+const stderrLimit = 4 << 10
+
+// run runs the helper's command with the member's flags, its stdout going to
+// stdout. The helper's one-line error becomes the error's text. Requests other
+// than the snapshot stream are also bounded here, in case the helper hangs.
+func (l *Local) run(ctx context.Context, stdout io.Writer, command string, args ...string) error {
+	path, err := l.helper()
+	if err != nil {
+		return err
+	}
+	if command != "snapshot" && command != "restore" {
+		d, r := l.DialTimeout, l.RequestTimeout
+		if d == 0 {
+			d = 5 * time.Second
+		}
+		if r == 0 {
+			r = 10 * time.Second
+		}
+		var cancel context.CancelFunc
+		// Quorum probes every member in parallel (bounded each); 30 s is slack
+		// for the helper's start on a loaded node.
+		ctx, cancel = context.WithTimeout(ctx, d+2*r+30*time.Second)
+		defer cancel()
+	}
+	argv := []string{"--endpoints=" + strings.Join(l.Endpoints, ",")}
+	if l.CAFile != "" {
+		argv = append(argv, "--cacert="+l.CAFile)
+	}
+	if l.CertFile != "" {
+		argv = append(argv, "--cert="+l.CertFile)
+	}
+	if l.KeyFile != "" {
+		argv = append(argv, "--key="+l.KeyFile)
+	}
+	if l.DialTimeout != 0 {
+		argv = append(argv, "--dial-timeout="+l.DialTimeout.String())
+	}
+	if l.RequestTimeout != 0 {
+		argv = append(argv, "--command-timeout="+l.RequestTimeout.String())
+	}
+	argv = append(append(argv, command), args...)
+	cmd := exec.CommandContext(ctx, path, argv...)
+	cmd.Stdout = stdout
+	stderr := &tailBuffer{limit: stderrLimit}
+	cmd.Stderr = stderr
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(stderr.String()), HelperName+": "))
+		if ctx.Err() != nil {
+			return fmt.Errorf("etcd helper %s: %w", command, ctx.Err())
+		}
+		if msg == "" {
+			return fmt.Errorf("etcd helper %s: %w", command, err)
+		}
+		return fmt.Errorf("%s (etcd helper %s: %w)", msg, command, err)
+	}
+	return nil
+}
+
+func (l *Local) runJSON(ctx context.Context, v any, command string) error {
+	var out bytes.Buffer
+	if err := l.run(ctx, &out, command); err != nil {
+		return err
+	}
+	if err := json.Unmarshal(out.Bytes(), v); err != nil {
+		return fmt.Errorf("etcd helper %s: decode its answer: %w", command, err)
+	}
+	return nil
 }
 
 // Status implements Member.
 func (l *Local) Status(ctx context.Context) (Status, error) {
-	c, err := l.client()
-	if err != nil {
-		return Status{}, err
-	}
-	defer c.Close()
-	ctx, cancel := l.requestContext(ctx)
-	defer cancel()
-	st, err := c.Status(ctx, l.Endpoints[0])
-	if err != nil {
-		return Status{}, fmt.Errorf("etcd status of %s: %w", l.Endpoints[0], err)
-	}
-	ml, err := c.MemberList(ctx, clientv3.WithSerializable())
-	if err != nil {
-		return Status{}, fmt.Errorf("etcd member list: %w", err)
-	}
-	out := Status{ClusterID: st.Header.ClusterId, MemberID: st.Header.MemberId, DBSize: st.DbSize}
-	for _, m := range ml.Members {
-		out.Members = append(out.Members, MemberInfo{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, Learner: m.IsLearner})
-	}
-	return out, nil
+	var st Status
+	err := l.runJSON(ctx, &st, "status")
+	return st, err
 }
 
 // Healthy implements Member the way `etcdctl endpoint health` does: a
 // linearizable read (permission denied still proves a quorum answered) and no alarm.
-func (l *Local) Healthy(ctx context.Context) error {
-	c, err := l.client()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	ctx, cancel := l.requestContext(ctx)
-	defer cancel()
-	if _, err := c.Get(ctx, "health"); err != nil && !errors.Is(err, rpctypes.ErrPermissionDenied) {
-		return fmt.Errorf("etcd member %s is unhealthy: %w", l.Endpoints[0], err)
-	}
-	alarms, err := c.AlarmList(ctx)
-	if err != nil {
-		return fmt.Errorf("etcd alarm list: %w", err)
-	}
-	if len(alarms.Alarms) > 0 {
-		return fmt.Errorf("etcd member %s is unhealthy: alarm %s", l.Endpoints[0], alarms.Alarms[0].Alarm)
-	}
-	return nil
+func (l *Local) Healthy(ctx context.Context) error { return l.run(ctx, io.Discard, "health") }
+
+// Quorum implements QuorumReader (the helper probes every member).
+func (l *Local) Quorum(ctx context.Context) (QuorumView, error) {
+	var v QuorumView
+	err := l.runJSON(ctx, &v, "quorum")
+	return v, err
 }
 
-// Snapshot implements Member with the Maintenance API's snapshot stream.
+// Snapshot implements Member with the Maintenance API's snapshot stream, which
+// the helper writes to w (straight into w when it is a file).
 func (l *Local) Snapshot(ctx context.Context, w io.Writer) error {
-	c, err := l.client()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	rc, err := c.Snapshot(ctx)
-	if err != nil {
-		return fmt.Errorf("etcd snapshot: %w", err)
-	}
-	defer rc.Close()
-	if _, err := io.Copy(w, rc); err != nil {
-		return fmt.Errorf("etcd snapshot: %w", err)
-	}
-	return nil
+	return l.run(ctx, w, "snapshot")
 }
 
 // RestoreRevisionBump is how far a restore moves etcd's revision past the
@@ -154,27 +184,16 @@ func (l *Local) Snapshot(ctx context.Context, w io.Writer) error {
 // such watch fail at once, so its client lists again.
 const RestoreRevisionBump = 1_000_000_000
 
-// Restore implements Member with etcdutl's snapshot restore, which verifies the
-// snapshot's hash and writes a data directory whose only member is c's, with the
-// revision moved forward (RestoreRevisionBump).
-func (l *Local) Restore(_ context.Context, c RestoreConfig) error {
+// Restore implements Member with etcdutl's snapshot restore (in the helper), which
+// verifies the snapshot's hash and writes a data directory whose only member is
+// c's, with the revision moved forward (RestoreRevisionBump).
+func (l *Local) Restore(ctx context.Context, c RestoreConfig) error {
 	if _, err := os.Stat(c.DataDir); err == nil {
 		return fmt.Errorf("etcd restore: %s already exists", c.DataDir)
 	}
-	err := snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
-		SnapshotPath:        c.SnapshotPath,
-		Name:                c.Name,
-		OutputDataDir:       c.DataDir,
-		PeerURLs:            c.PeerURLs,
-		InitialCluster:      c.InitialCluster,
-		InitialClusterToken: c.InitialClusterToken,
-		RevisionBump:        RestoreRevisionBump,
-		MarkCompacted:       true,
-	})
-	if err != nil {
-		return fmt.Errorf("etcd restore of %s: %w", c.SnapshotPath, err)
-	}
-	return nil
+	return l.run(ctx, io.Discard, "restore", "--snapshot="+c.SnapshotPath, "--data-dir="+c.DataDir, "--name="+c.Name,
+		"--initial-advertise-peer-urls="+strings.Join(c.PeerURLs, ","), "--initial-cluster="+c.InitialCluster,
+		"--initial-cluster-token="+c.InitialClusterToken)
 }
 
 // Stopped implements Member: etcd holds an exclusive flock on member/snap/db
@@ -204,3 +223,19 @@ func DataDirInUse(dataDir string) (bool, error) {
 	_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
 	return false, nil
 }
+
+// tailBuffer keeps the last limit bytes written to it.
+type tailBuffer struct {
+	limit int
+	b     []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.b = append(t.b, p...)
+	if len(t.b) > t.limit {
+		t.b = t.b[len(t.b)-t.limit:]
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string { return string(t.b) }

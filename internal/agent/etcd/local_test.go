@@ -23,7 +23,7 @@ func TestLocalAgainstARealMember(t *testing.T) {
 	defer cancel()
 	m := etcdtest.NewMember(t, t.TempDir(), "solo")
 	m.Start(t)
-	l := &etcd.Local{Endpoints: []string{m.ClientURL}}
+	l := &etcd.Local{Endpoints: []string{m.ClientURL}, Helper: etcdtest.Helper(t)}
 	g.Eventually(func() error { return l.Healthy(ctx) }, 20*time.Second, 200*time.Millisecond).Should(Succeed())
 
 	c, err := clientv3.New(clientv3.Config{Endpoints: []string{m.ClientURL}})
@@ -75,7 +75,7 @@ func TestKubeadmLocalOverTLS(t *testing.T) {
 	m.ServeTLS(pki)
 	m.Start(t)
 	l := etcd.KubeadmLocal(root)
-	l.Endpoints = []string{m.ClientURL}
+	l.Endpoints, l.Helper = []string{m.ClientURL}, etcdtest.Helper(t)
 	g.Expect(l.CAFile).To(Equal(pki.CA))
 	g.Expect(l.CertFile).To(Equal(pki.ClientCert))
 	g.Eventually(func() error { return l.Healthy(ctx) }, 20*time.Second, 200*time.Millisecond).Should(Succeed())
@@ -86,7 +86,7 @@ func TestKubeadmLocalOverTLS(t *testing.T) {
 	g.Expect(l.Snapshot(ctx, &snap)).To(Succeed())
 	g.Expect(snap.Len()).To(BeNumerically(">", 0))
 
-	noCert := &etcd.Local{Endpoints: []string{m.ClientURL}, CAFile: pki.CA, RequestTimeout: 2 * time.Second}
+	noCert := &etcd.Local{Endpoints: []string{m.ClientURL}, Helper: etcdtest.Helper(t), CAFile: pki.CA, RequestTimeout: 2 * time.Second}
 	g.Expect(noCert.Healthy(ctx)).NotTo(Succeed(), "a client without a certificate is refused")
 }
 
@@ -101,7 +101,7 @@ func TestRestoreMovesTheRevisionForward(t *testing.T) {
 	defer cancel()
 	m := etcdtest.NewMember(t, t.TempDir(), "solo")
 	m.Start(t)
-	l := &etcd.Local{Endpoints: []string{m.ClientURL}}
+	l := &etcd.Local{Endpoints: []string{m.ClientURL}, Helper: etcdtest.Helper(t)}
 	g.Eventually(func() error { return l.Healthy(ctx) }, 20*time.Second, 200*time.Millisecond).Should(Succeed())
 	c, err := clientv3.New(clientv3.Config{Endpoints: []string{m.ClientURL}})
 	g.Expect(err).NotTo(HaveOccurred())

@@ -31,7 +31,7 @@ func TestThreeMemberControlPlaneRollbackKeepsTheCluster(t *testing.T) {
 	for _, m := range ms {
 		urls = append(urls, m.ClientURL)
 	}
-	local := &etcd.Local{Endpoints: []string{ms[0].ClientURL}, RequestTimeout: 2 * time.Second}
+	local := &etcd.Local{Endpoints: []string{ms[0].ClientURL}, Helper: etcdtest.Helper(t), RequestTimeout: 2 * time.Second}
 	g.Eventually(func() error { return local.Healthy(ctx) }, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 	c, err := clientv3.New(clientv3.Config{Endpoints: urls, DialTimeout: 5 * time.Second})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -63,7 +63,7 @@ func TestThreeMemberControlPlaneRollbackKeepsTheCluster(t *testing.T) {
 	_, err = c.Put(ctx, "/registry/after", "rollback")
 	g.Expect(err).NotTo(HaveOccurred(), "the cluster has quorum")
 	for _, m := range ms {
-		l := &etcd.Local{Endpoints: []string{m.ClientURL}}
+		l := &etcd.Local{Endpoints: []string{m.ClientURL}, Helper: etcdtest.Helper(t)}
 		s, err := l.Status(ctx)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(s.ClusterID).To(Equal(before.ClusterID), m.Name)

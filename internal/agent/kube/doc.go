@@ -2,7 +2,7 @@
 // and kubeadm binaries, files written atomically with backups, kubelet flags and
 // restart, and etcd snapshots with restore. Every command goes through
 // backend.Runner (so the simulated host and recorded outputs can stand in for the
-// real tools), etcd goes through etcd.Member (etcd's Go libraries on a real node:
+// real tools), etcd goes through etcd.Member (the etcd helper binary on a real node:
 // a kubeadm host has no etcdctl or etcdutl), and every file path is a host path
 // joined to a host root directory (so a plain directory can be the host).
 //

@@ -52,7 +52,7 @@ func TestRestoreSingleMemberEtcdIsJoinable(t *testing.T) {
 	m := etcdtest.NewMember(t, t.TempDir(), "cp-1")
 	write(t, root, EtcdManifest, string(etcdtest.Manifest(m, EtcdDataDir)), 0o600)
 	etcdtest.Kubelet(t, root, m)
-	member := &etcd.Local{Endpoints: []string{m.ClientURL}, RequestTimeout: 2 * time.Second}
+	member := &etcd.Local{Endpoints: []string{m.ClientURL}, Helper: etcdtest.Helper(t), RequestTimeout: 2 * time.Second}
 	h := &Host{Root: root, Runner: &backendtest.Runner{}, Etcd: member}
 	g.Eventually(func() error { return h.EtcdHealthy(ctx) }, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 	c := etcdClient(t, m.ClientURL)
@@ -98,7 +98,9 @@ func TestRestoreSingleMemberEtcdIsJoinable(t *testing.T) {
 	m2.Start(t)
 	c2 := etcdClient(t, m2.ClientURL)
 	g.Eventually(func() string { return get(ctx, c2, "/registry/k1") }, 60*time.Second, 500*time.Millisecond).Should(Equal("at-snapshot"))
-	g.Eventually(func() error { return (&etcd.Local{Endpoints: []string{m2.ClientURL}}).Healthy(ctx) }, 30*time.Second, 500*time.Millisecond).Should(Succeed())
+	g.Eventually(func() error {
+		return (&etcd.Local{Endpoints: []string{m2.ClientURL}, Helper: etcdtest.Helper(t)}).Healthy(ctx)
+	}, 30*time.Second, 500*time.Millisecond).Should(Succeed())
 	list, err := c.MemberList(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(list.Members).To(HaveLen(2))

@@ -61,7 +61,7 @@ func TestEtcdSnapshotStaysInsideTheRoot(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(root, outside), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	h := &Host{Root: root, Runner: &backendtest.Runner{}, Etcd: &etcd.Local{Endpoints: []string{m.ClientURL}, RequestTimeout: 2 * time.Second}}
+	h := &Host{Root: root, Runner: &backendtest.Runner{}, Etcd: &etcd.Local{Endpoints: []string{m.ClientURL}, Helper: etcdtest.Helper(t), RequestTimeout: 2 * time.Second}}
 	g.Eventually(func() error { return h.EtcdHealthy(ctx) }, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 
 	n, err := h.EtcdSnapshot(ctx, "a1")

@@ -3,7 +3,9 @@
 // static pod manifest: it runs the member while the manifest is in place and stops
 // it when the manifest is moved away. Test code only.
 //
-// Imports: internal/agent/etcd (ParseManifest), the standard library.
+// Helper builds the etcd helper binary (cmd/capi-inplace-etcd) that etcd.Local runs.
+//
+// Imports: internal/agent/etcd (ParseManifest, HelperName), the standard library.
 package etcdtest
 
 import (
