@@ -207,6 +207,9 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, secret *corev1
 		_, err := a.Executor.Reject(desired, r.Reason, r.Message)
 		return err
 	}
+	if a.holdBeforeTouch(ctx, desired, plan) {
+		return nil
+	}
 	if ok, err := a.claimPlan(ctx, desired); err != nil || !ok {
 		if err == nil {
 			log.Info("Not starting plan: the coordinator withdrew it")

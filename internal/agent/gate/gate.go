@@ -1,7 +1,9 @@
 // Package gate runs the health gates the agent checks before it commits a plan:
 // the kubelet reports the target version, the Node is Ready, the control-plane
-// static pods run the target version, the local etcd member is healthy, and the
-// plan's user-defined commands pass. Each gate is polled until it passes or the
+// static pods run the target version, the local etcd member is healthy, the
+// whole etcd cluster is (every member healthy, this member voting again), and the
+// plan's user-defined commands pass. BeforeTouch checks the etcd cluster once
+// before a control-plane plan starts. Each gate is polled until it passes or the
 // gate timeout runs out; the first gate that does not pass fails the plan (and the
 // executor rolls everything back).
 //
@@ -49,9 +51,12 @@ type NodeReader interface {
 	Pod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
 }
 
-// EtcdChecker checks the local etcd member (kube.Host).
+// EtcdChecker checks the local etcd member and its cluster (kube.Host).
 type EtcdChecker interface {
 	EtcdHealthy(ctx context.Context) error
+	// EtcdQuorum fails unless every member of the cluster is healthy and the
+	// local member is a voting member (etcd.CheckQuorum).
+	EtcdQuorum(ctx context.Context) error
 }
 
 // Faults lets the simulated host make a gate fail; nil in production.
@@ -136,6 +141,7 @@ func (c *Checker) Gates(p *protocol.NodePlan) []Gate {
 		gates = append(gates,
 			Gate{Name: StaticPods, Check: func(ctx context.Context) error { return c.staticPods(ctx, p.NodeName, version) }},
 			Gate{Name: EtcdHealth, Check: c.Etcd.EtcdHealthy},
+			c.quorumGate(),
 		)
 	}
 	for _, ug := range p.Gates {

@@ -39,9 +39,10 @@ func (f *fakeNodes) Pod(_ context.Context, ns, name string) (*corev1.Pod, error)
 	return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, name)
 }
 
-type etcd struct{ err error }
+type etcd struct{ err, quorum error }
 
 func (e etcd) EtcdHealthy(context.Context) error { return e.err }
+func (e etcd) EtcdQuorum(context.Context) error  { return e.quorum }
 
 func node(version string, ready corev1.ConditionStatus) *corev1.Node {
 	return &corev1.Node{
@@ -103,7 +104,7 @@ func TestGates(t *testing.T) {
 			g := NewWithT(t)
 			r := &backendtest.Runner{}
 			r.On("curl", "ok", tt.user)
-			c := &Checker{Nodes: tt.nodes, Etcd: etcd{tt.etcd}, Runner: r, Timeout: 30 * time.Millisecond, Interval: 5 * time.Millisecond, CommandTimeout: time.Second}
+			c := &Checker{Nodes: tt.nodes, Etcd: etcd{err: tt.etcd}, Runner: r, Timeout: 30 * time.Millisecond, Interval: 5 * time.Millisecond, CommandTimeout: time.Second}
 			err := c.Run(context.Background(), tt.plan)
 			if tt.wantGate == "" {
 				g.Expect(err).NotTo(HaveOccurred())

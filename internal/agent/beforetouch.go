@@ -1,0 +1,40 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
+)
+
+// BeforeToucher is a gate runner that also checks what must hold before a plan
+// touches the node (gate.Checker: the etcd cluster is whole on a control-plane
+// node).
+type BeforeToucher interface {
+	BeforeTouch(ctx context.Context, p *protocol.NodePlan) error
+}
+
+// beforeTouchRetry is how soon a held plan is checked again.
+const beforeTouchRetry = 5 * time.Second
+
+// holdBeforeTouch reports whether the plan must wait before the agent claims and
+// starts it. A held plan is reported Pending with the reason and the member that
+// holds it, and checked again after beforeTouchRetry; it is not claimed, so the
+// coordinator can still withdraw it, and nothing on the node has changed.
+func (a *Agent) holdBeforeTouch(ctx context.Context, hash string, plan *protocol.NodePlan) bool {
+	bt, ok := a.Executor.Gates.(BeforeToucher)
+	if !ok {
+		return false
+	}
+	err := bt.BeforeTouch(ctx, plan)
+	if err == nil || ctx.Err() != nil {
+		return ctx.Err() != nil
+	}
+	a.Log.Info("Holding plan before touching the node", "plan", hash, "reason", protocol.ReasonWaitingForEtcdQuorum, "error", err.Error())
+	st := pending(hash, fmt.Sprintf("waiting for the etcd cluster before touching the node: %v", err))
+	st.Reason = protocol.ReasonWaitingForEtcdQuorum
+	a.Reporter.Report(st)
+	time.AfterFunc(beforeTouchRetry, a.trigger)
+	return true
+}

@@ -1,0 +1,8 @@
+package protocol
+
+// ReasonWaitingForEtcdQuorum is the Reason of a Pending status whose plan the
+// agent holds before touching a control-plane node: the etcd cluster is not whole
+// (a member is not healthy, or this node's member is not yet a voting member).
+// The agent checks again every few seconds and starts the plan once it is; the
+// Message names the member.
+const ReasonWaitingForEtcdQuorum = "WaitingForEtcdQuorum"
