@@ -145,13 +145,25 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, secret *corev1
 		// The coordinator withdrew its plan: a failed plan may be asked for again.
 		return a.Executor.Forget()
 	}
+	if st.PlanHash == desired && !st.Phase.Terminal() {
+		_, err := a.Executor.Resume(ctx)
+		return err
+	}
 	if st.PlanHash == desired {
-		if st.Phase.Terminal() {
+		retried, err := a.verdictCleared(ctx, node, st)
+		if err != nil {
+			return err
+		}
+		if !retried {
 			a.ensureReported(node, st)
 			return nil
 		}
-		_, err := a.Executor.Resume(ctx)
-		return err
+		// The plan was withdrawn and asked for again while this agent did not
+		// watch (down, or between two reads): start it afresh.
+		a.Log.Info("Retrying plan: its verdict was cleared on the Node", "plan", desired, "phase", st.Phase)
+		if err := a.Executor.Forget(); err != nil {
+			return err
+		}
 	}
 	if node.Annotations[inplacev1.CurrentPlanAnnotation] == desired {
 		return nil // committed before this journal existed
@@ -230,6 +242,36 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, secret *corev1
 
 // ensureReported re-reports a finished plan whose status is not on the Node yet
 // (the agent stopped between journaling and reporting).
+// verdictCleared reports whether the journal's failed verdict on the desired plan
+// was cleared on the Node: a retry (the coordinator's, or an operator's by hand)
+// withdraws the plan and removes the agent's status, then publishes the plan anew.
+// An agent that did not see the withdrawal would otherwise report the old failure
+// again. The Node always carries a status for a plan this agent has begun: the
+// claim is written before the first action (claim.go). It is read as stored, never
+// from the cache, which may predate that claim; a committed plan is never redone.
+func (a *Agent) verdictCleared(ctx context.Context, cached *corev1.Node, st state.State) (bool, error) {
+	if st.Phase == protocol.PhaseCommitted || !statusGone(cached, st.PlanHash) {
+		return false, nil
+	}
+	node, err := a.Client.CoreV1().Nodes().Get(ctx, a.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return false, fmt.Errorf("read node %s before retrying plan %s: %w", a.NodeName, st.PlanHash, err)
+	}
+	return node.Annotations[inplacev1.DesiredPlanAnnotation] == st.PlanHash && statusGone(node, st.PlanHash), nil
+}
+
+// statusGone reports whether the Node carries no status about plan: none at all,
+// or one about another plan. An unreadable status is not gone (it is reported
+// over, never taken for a retry).
+func statusGone(node *corev1.Node, plan string) bool {
+	raw, ok := node.Annotations[inplacev1.StatusAnnotation]
+	if !ok {
+		return true
+	}
+	cur, err := protocol.DecodeStatus(raw)
+	return err == nil && cur.PlanHash != plan
+}
+
 func (a *Agent) ensureReported(node *corev1.Node, st state.State) {
 	cur, err := protocol.DecodeStatus(node.Annotations[inplacev1.StatusAnnotation])
 	committedOK := st.Phase != protocol.PhaseCommitted || node.Annotations[inplacev1.CurrentPlanAnnotation] == st.PlanHash

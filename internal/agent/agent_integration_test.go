@@ -436,3 +436,36 @@ func TestCorruptJournalChangesNothing(t *testing.T) {
 	g.Expect(st.Message).To(ContainSubstring("journal is corrupt"))
 	g.Consistently(func() map[string]string { return tree(t, n.root) }, 2*time.Second).Should(Equal(before))
 }
+
+// TestRetryWhileAgentDownStartsAfresh: a plan rolled back; while the agent is down
+// the coordinator retries it (withdraws the plan and clears the agent's status and
+// state, as its retry annotation does) and publishes the same plan again. The
+// restarted agent never saw the withdrawal; it must run the plan afresh, not report
+// the old failure again (what it did: the journal's RolledBack for that hash was
+// re-reported, so a retry needed a second retry).
+func TestRetryWhileAgentDownStartsAfresh(t *testing.T) {
+	g := NewWithT(t)
+	n := newNode(t, "worker-retry", "v1.35.2", false)
+	n.start("--gate-timeout", "2s")
+	g.Eventually(func() string { return n.read(".sim/boot-id") }, 20*time.Second).ShouldNot(Equal("<missing>"))
+	g.Expect(os.WriteFile(n.sim("fail-gate"), nil, 0o644)).To(Succeed())
+	hash := n.publishPlan(workerPlan(n.name))
+	n.waitPhase(g, hash, protocol.PhaseRolledBack, 60*time.Second)
+	n.kill()
+
+	// The coordinator's retry, then the same plan published again.
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+		inplacev1.DesiredPlanAnnotation: nil, inplacev1.PlanPublishedAnnotation: nil,
+		inplacev1.StatusAnnotation: nil, inplacev1.StateAnnotation: nil,
+	}}})
+	_, err := client.CoreV1().Nodes().Patch(context.Background(), n.name, types.MergePatchType, patch, metav1.PatchOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(os.Remove(n.sim("fail-gate"))).To(Succeed())
+	g.Expect(n.publishPlan(workerPlan(n.name))).To(Equal(hash), "the retry republishes the same plan")
+
+	n.start("--gate-timeout", "2s")
+	n.waitPhase(g, hash, protocol.PhaseCommitted, 60*time.Second)
+	g.Expect(n.get().Annotations).To(HaveKeyWithValue(inplacev1.CurrentPlanAnnotation, hash))
+	g.Expect(n.read("etc/app/app.conf")).To(Equal("new\n"))
+	g.Expect(strings.Count(n.read(".sim/commands.log"), "kubeadm upgrade node")).To(Equal(2), "the plan ran again")
+}
