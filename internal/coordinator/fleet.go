@@ -250,7 +250,11 @@ func (c *Coordinator) cancel(ctx context.Context, s *scope, o Observation, d Dec
 		ctrl.LoggerFrom(ctx).Info("Cancel came too late: the agent is at work", "phase", st.Phase)
 		return Outcome{}, false
 	}
-	err := c.patchNode(ctx, s, "cancel the update of", func(n *corev1.Node, ann map[string]string) {
+	// Precondition on the Node as read, as for a withdrawal at the pick-up deadline
+	// (abandon): the agent claims a plan with the same one (agent/claim.go), so a
+	// cancel and a pick-up never both land. The loser sees a Conflict; the next call
+	// reads the agent's claim and lets the update run on.
+	err := c.patchNodeAs(ctx, s, "cancel the update of", true, func(n *corev1.Node, ann map[string]string) {
 		if ann[inplacev1.DesiredPlanAnnotation] == s.planHash {
 			delete(ann, inplacev1.DesiredPlanAnnotation)
 		}
@@ -262,7 +266,7 @@ func (c *Coordinator) cancel(ctx context.Context, s *scope, o Observation, d Dec
 		delete(ann, inplacev1.PlanPublishedAnnotation)
 	})
 	if err != nil {
-		return c.workloadFailure(s, stepApply, err), true
+		return c.workloadFailure(s, stepApply, err), true // a Conflict: in progress, the next call decides again
 	}
 	if out, ok := c.liftRemediationHold(ctx, s); !ok {
 		return out, true

@@ -310,3 +310,45 @@ func TestFailureBudgetResetsWhenTheSpecChanges(t *testing.T) {
 	callUntil(t, c, req2, "pick up plan", 3)
 	g.Expect(f.getNode("rs-w2").Spec.Unschedulable).To(BeTrue())
 }
+
+// TestCancelLosesToAPickUp: the coordinator decided to cancel from a read of the
+// Node that predates the agent's claim of the plan. The cancel is conditional on
+// that read, so it conflicts and changes nothing (the node stays cordoned with its
+// plan, the answer is in progress), and the next call sees the agent at work and
+// lets the update run on. Before, the cancel landed anyway: it withdrew the plan
+// and uncordoned a node the agent had begun changing.
+func TestCancelLosesToAPickUp(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t, nil)
+	f.node("cr-w1", "v1.35.0", false)
+	f.node("cr-peer", "v1.35.0", false)
+	m := f.machine("m-cr-w1", "cr-w1", "v1.36.0", false)
+	req := f.request(m, nil)
+	c := f.coordinator()
+	callUntil(t, c, req, "pick up plan", 3)
+	stale := f.getNode("cr-w1")
+	hash := stale.Annotations[inplacev1.DesiredPlanAnnotation]
+	g.Expect(hash).NotTo(BeEmpty())
+	g.Expect(stale.Spec.Unschedulable).To(BeTrue())
+
+	// The agent claims the plan after the coordinator's read, then starts its work.
+	f.agentReports("cr-w1", protocol.NodeStatus{PlanHash: hash, Phase: protocol.PhasePending}, false)
+	stored := &clusterv1.Machine{}
+	g.Expect(f.mgmt.Get(f.ctx, client.ObjectKeyFromObject(m), stored)).To(Succeed())
+	out, held := c.cancel(f.ctx, &scope{wc: f.wc, node: stale, stored: stored, planHash: hash}, Observation{}, Decision{Action: ActWait})
+	g.Expect(held).To(BeTrue())
+	g.Expect(out.Kind).To(Equal(OutcomeInProgress), "a lost race is not an answer: %+v", out)
+	g.Expect(out.Message).To(ContainSubstring("concurrent change"))
+	n := f.getNode("cr-w1")
+	g.Expect(n.Spec.Unschedulable).To(BeTrue())
+	g.Expect(n.Annotations).To(HaveKeyWithValue(inplacev1.DesiredPlanAnnotation, hash))
+	g.Expect(n.Annotations).To(HaveKey(inplacev1.CordonedByAnnotation))
+	g.Expect(f.rec.reasons()).NotTo(ContainElement(inplacev1.EventUpdateCancelled))
+
+	f.agentReports("cr-w1", protocol.NodeStatus{PlanHash: hash, Phase: protocol.PhaseApplying, Steps: 6, Step: 2, Action: "kubeadm-upgrade"}, false)
+	f.annotate(m, inplacev1.CancelAnnotation, "true")
+	resp := call(c, req)
+	g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusSuccess))
+	g.Expect(resp.Message).To(ContainSubstring("to apply plan"))
+	g.Expect(f.getNode("cr-w1").Spec.Unschedulable).To(BeTrue())
+}
