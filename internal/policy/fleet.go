@@ -29,8 +29,9 @@ type FleetPoolConfig struct {
 	// FailureBudget is how many failed or rolled-back nodes halt the pool's new
 	// node updates; default 1; 0 disables the budget.
 	FailureBudget *int32 `json:"failureBudget,omitempty"`
-	// MaintenanceWindows are weekly windows ("Mon-Fri 22:00-04:00 Europe/Berlin",
-	// see fleet.ParseWindows); node updates start only inside one, and only when
+	// MaintenanceWindows are weekly windows ("Mon-Fri 22:00-04:00 Europe/Berlin")
+	// or cron windows ("cron 0 22 * * Mon-Fri 6h Europe/Berlin"), see
+	// fleet.ParseWindows; node updates start only inside one, and only when
 	// the expected duration ends before it closes. Empty: always open. A Cluster's
 	// inplace.capi-inplace.dev/maintenance-windows annotation overrides them.
 	MaintenanceWindows []string `json:"maintenanceWindows,omitempty"`

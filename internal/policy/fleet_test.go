@@ -17,7 +17,7 @@ fleet:
   machineSelector:
     matchLabels: {cluster.x-k8s.io/deployment-name: md-0}
   failureBudget: 2
-  maintenanceWindows: ["Mon-Fri 22:00-04:00 Europe/Berlin", "Sat,Sun 00:00-24:00 Europe/Berlin"]
+  maintenanceWindows: ["Mon-Fri 22:00-04:00 Europe/Berlin", "Sat,Sun 00:00-24:00 Europe/Berlin", "cron 0 2 * * Sun 4h UTC"]
   soakSeconds: 300
   expectedDurationSeconds: 900
 - name: everything-else
@@ -31,7 +31,7 @@ func TestFleetPools(t *testing.T) {
 	md0 := p.FleetPool("prod", map[string]string{clusterNameLabel: "edge-1", "cluster.x-k8s.io/deployment-name": "md-0"})
 	g.Expect(md0.Name).To(Equal("edge-workers"))
 	g.Expect(md0.Budget).To(Equal(fleet.Budget(2)))
-	g.Expect(md0.Windows).To(HaveLen(2))
+	g.Expect(md0.Windows).To(HaveLen(3))
 	g.Expect(md0.Soak).To(Equal(5 * time.Minute))
 	g.Expect(md0.ExpectedDuration).To(Equal(15 * time.Minute))
 
@@ -51,6 +51,7 @@ func TestFleetValidation(t *testing.T) {
 		{"fleet: [{name: a}, {name: a}]", `fleet[1].name "a" is used twice`},
 		{"fleet: [{name: a, failureBudget: -1}]", "fleet[0].failureBudget -1 is negative"},
 		{"fleet: [{name: a, maintenanceWindows: ['Mon 22:00 UTC']}]", "fleet[0].maintenanceWindows[0]: invalid maintenance window"},
+		{"fleet: [{name: a, maintenanceWindows: ['cron 0 22 * * * 6h']}]", `fleet[0].maintenanceWindows[0]: invalid maintenance window "cron 0 22 * * * 6h"`},
 		{"fleet: [{name: a, soakSeconds: -5}]", "must not be negative"},
 		{"fleet: [{name: a, cluster: nope}]", `fleet[0].cluster "nope"`},
 	} {
