@@ -2,8 +2,10 @@ package coordinator
 
 import (
 	"context"
+	"fmt"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -47,6 +49,10 @@ func (c *Coordinator) UpdateNode(ctx context.Context, d DesiredNode) Outcome {
 	if d.InfrastructureMachine != nil {
 		objs.infra = d.InfrastructureMachine.DeepCopy()
 	}
+	if out, ok := c.checkOSImageChange(ctx, stored, objs.infra); !ok {
+		logOutcome(ctx, out)
+		return out
+	}
 	out = c.lingerUpdate(ctx, objs)
 	logOutcome(ctx, out)
 	return out
@@ -60,4 +66,30 @@ func (k OutcomeKind) Known() bool {
 		return true
 	}
 	return false
+}
+
+// checkOSImageChange refuses, before anything is touched, a desired infrastructure
+// machine whose OS image differs from the stored one's and does not resolve
+// (policy.go: the plan would otherwise carry no OS change). Only this entry needs it:
+// on the hook path the infrastructure machine is the stored one.
+func (c *Coordinator) checkOSImageChange(ctx context.Context, stored *clusterv1.Machine, desired *unstructured.Unstructured) (Outcome, bool) {
+	judge, ok := c.opts.OSImages.(osImageChangeJudge)
+	ref := stored.Spec.InfrastructureRef
+	if !ok || desired == nil || !ref.IsDefined() {
+		return Outcome{}, true
+	}
+	current := &unstructured.Unstructured{}
+	current.SetGroupVersionKind(schema.GroupVersionKind{Group: ref.APIGroup, Version: desired.GroupVersionKind().Version, Kind: ref.Kind})
+	key := client.ObjectKey{Namespace: stored.Namespace, Name: ref.Name}
+	if err := c.opts.Client.Get(ctx, key, current); err != nil {
+		return retryable(CauseManagementAPI, fmt.Sprintf("read %s %s of Machine %s: %v", ref.Kind, key, stored.Name, err)), false
+	}
+	why, err := judge.UnmappedOSImageChange(current, desired)
+	switch {
+	case err != nil:
+		return retryable(CauseInvalidInput, fmt.Sprintf("compare the OS image of Machine %s: %v", stored.Name, err)), false
+	case why != "":
+		return final(CauseOSImageUnmapped, why+"; nothing was touched"), false
+	}
+	return Outcome{}, true
 }

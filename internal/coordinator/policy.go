@@ -17,20 +17,62 @@ import (
 // policyResolver is the part of *policy.Policy the coordinator uses.
 type policyResolver interface {
 	ResolveOSImage(obj *unstructured.Unstructured) (*protocol.OSImage, bool, error)
+	OSImageValue(obj *unstructured.Unstructured) (string, error)
 }
 
 var _ policyResolver = (*policy.Policy)(nil)
 
-// OSImagesFromPolicy adapts the extension's policy to OSImageResolver.
+// OSImagesFromPolicy adapts the extension's policy to OSImageResolver (and to
+// osImageChangeJudge).
 //
 // An infrastructure kind the policy does not know, an object without an image field,
 // or an image that does not resolve to an artifact all mean "the OS image is not
-// under our management": the planner covers an image change only when it resolves,
-// so an unresolvable image is one that did not change (otherwise CAPI would have
-// replaced the Machine instead of calling UpdateMachine).
+// under our management" for ResolveOSImage. That is only true of an image that did
+// not change: on the hook path the infrastructure machine is the stored one and
+// CanUpdateMachine's planner covers an image change only when it resolves (otherwise
+// CAPI replaces the Machine instead of calling UpdateMachine). The in-process entry
+// (UpdateNode) updates a node to objects not stored yet, so it first asks
+// UnmappedOSImageChange, which compares the desired image with the stored one and
+// refuses a change the policy does not map (CauseOSImageUnmapped): that change
+// would otherwise become "no OS change" and the Machine would claim an OS its node
+// never got.
 func OSImagesFromPolicy(p policyResolver) OSImageResolver { return policyOSImages{p: p} }
 
 type policyOSImages struct{ p policyResolver }
+
+// CauseOSImageUnmapped: the desired infrastructure machine asks for another OS image
+// than the stored one, and the policy maps it to no artifact (or no backend), so the
+// node cannot be switched to it in place. Final until the spec or the policy changes.
+const CauseOSImageUnmapped Cause = "OSImageUnmapped"
+
+// osImageChangeJudge is the optional part of an OSImageResolver that judges an image
+// change between the stored and the desired infrastructure machine.
+type osImageChangeJudge interface {
+	// UnmappedOSImageChange returns why the change from current to desired cannot be
+	// applied in place, "" when the image does not change or resolves.
+	UnmappedOSImageChange(current, desired *unstructured.Unstructured) (string, error)
+}
+
+var _ osImageChangeJudge = policyOSImages{}
+
+func (r policyOSImages) UnmappedOSImageChange(current, desired *unstructured.Unstructured) (string, error) {
+	if current == nil || desired == nil {
+		return "", nil
+	}
+	_, _, err := r.p.ResolveOSImage(desired)
+	if !errors.Is(err, policy.ErrUnresolvable) {
+		return "", nil // resolves, or is not under our management at all
+	}
+	from, ferr := r.p.OSImageValue(current)
+	to, terr := r.p.OSImageValue(desired)
+	if e := errors.Join(ferr, terr); e != nil {
+		return "", e
+	}
+	if from == to {
+		return "", nil
+	}
+	return fmt.Sprintf("%s %s changes its OS image from %s to %s, which cannot be applied in place: %v", desired.GetKind(), desired.GetName(), from, to, err), nil
+}
 
 func (r policyOSImages) ResolveOSImage(infra *unstructured.Unstructured) (*protocol.OSImage, error) {
 	img, present, err := r.p.ResolveOSImage(infra)

@@ -33,16 +33,46 @@ var ErrUnresolvable = errors.New("image cannot be resolved to an OS artifact")
 //     change was covered this never fails; for a machine whose image never changed
 //     it tells the coordinator that the image is not under our management.
 func (p *Policy) ResolveOSImage(obj *unstructured.Unstructured) (*protocol.OSImage, bool, error) {
+	entry, value, err := p.osImageValue(obj)
+	if err != nil || value == nil {
+		return nil, false, err
+	}
+	img, reason := p.OSImageFor(entry.Kind, value, obj.GetNamespace(), obj.GetLabels()[clusterNameLabel])
+	if img == nil {
+		return nil, true, fmt.Errorf("resolve OS image of %s %s: %s: %w", obj.GetKind(), obj.GetName(), reason, ErrUnresolvable)
+	}
+	return img, true, nil
+}
+
+// OSImageValue returns the canonical value of an infrastructure machine's key image
+// field (CanonicalImage), "" when the kind has no image path or the object does not
+// set it; an unknown kind returns ErrUnknownKind. Two objects whose values differ ask
+// for different OS images, whether or not the policy maps either.
+func (p *Policy) OSImageValue(obj *unstructured.Unstructured) (string, error) {
+	_, value, err := p.osImageValue(obj)
+	if err != nil || value == nil {
+		return "", err
+	}
+	s, err := CanonicalImage(value)
+	if err != nil {
+		return "", fmt.Errorf("OS image of %s %s: %w", obj.GetKind(), obj.GetName(), err)
+	}
+	return s, nil
+}
+
+// osImageValue reads the key image field of obj (nil value when the kind has no
+// image path or the object does not set it).
+func (p *Policy) osImageValue(obj *unstructured.Unstructured) (InfraKind, any, error) {
 	if obj == nil {
-		return nil, false, errors.New("resolve OS image: object is nil")
+		return InfraKind{}, nil, errors.New("resolve OS image: object is nil")
 	}
 	gvk := obj.GroupVersionKind()
 	entry, template, ok := p.InfraKindFor(gvk.Group, gvk.Kind)
 	if !ok {
-		return nil, false, fmt.Errorf("resolve OS image of %s %s: %w", gvk.Kind, obj.GetName(), ErrUnknownKind)
+		return InfraKind{}, nil, fmt.Errorf("resolve OS image of %s %s: %w", gvk.Kind, obj.GetName(), ErrUnknownKind)
 	}
 	if len(entry.ImagePaths) == 0 {
-		return nil, false, nil
+		return entry, nil, nil
 	}
 	path := append([]string{"spec"}, entry.ImagePaths[0]...)
 	if template {
@@ -50,14 +80,10 @@ func (p *Policy) ResolveOSImage(obj *unstructured.Unstructured) (*protocol.OSIma
 	}
 	value, found, err := unstructured.NestedFieldNoCopy(obj.Object, path...)
 	if err != nil {
-		return nil, false, fmt.Errorf("resolve OS image of %s %s: read %s: %w", gvk.Kind, obj.GetName(), strings.Join(path, "."), err)
+		return InfraKind{}, nil, fmt.Errorf("resolve OS image of %s %s: read %s: %w", gvk.Kind, obj.GetName(), strings.Join(path, "."), err)
 	}
-	if !found || value == nil {
-		return nil, false, nil
+	if !found {
+		return entry, nil, nil
 	}
-	img, reason := p.OSImageFor(entry.Kind, value, obj.GetNamespace(), obj.GetLabels()[clusterNameLabel])
-	if img == nil {
-		return nil, true, fmt.Errorf("resolve OS image of %s %s: %s: %w", gvk.Kind, obj.GetName(), reason, ErrUnresolvable)
-	}
-	return img, true, nil
+	return entry, value, nil
 }

@@ -70,6 +70,10 @@ func failureReason(c coordinator.Cause) string {
 		return inplacev1.ReasonDegraded
 	case coordinator.CausePlanNotPickedUp:
 		return inplacev1.ReasonPlanNotPickedUp
+	case coordinator.CauseOSImageUnmapped:
+		// Nothing was touched: a change that cannot be done in place, as the
+		// planner's refusals.
+		return inplacev1.ReasonRefused
 	}
 	return inplacev1.ReasonFailed
 }

@@ -46,6 +46,11 @@ func TestClassify(t *testing.T) {
 			Verdict{Step: StepFail, Reason: inplacev1.ReasonPlanNotPickedUp, Message: "withdrawn"},
 		},
 		{
+			"an unmapped OS image change is refused",
+			out(coordinator.OutcomeFailedFinal, coordinator.CauseOSImageUnmapped, 0, "not touched"),
+			Verdict{Step: StepFail, Reason: inplacev1.ReasonRefused, Message: "not touched"},
+		},
+		{
 			"API error quoting the agent's phrase is retried",
 			out(coordinator.OutcomeFailedRetryable, coordinator.CauseWorkloadAPI, 0, "the agent rolled back plan: connection refused"),
 			Verdict{Step: StepWait, RetryAfter: retryAfterFailure, Reason: inplacev1.ReasonInProgress, Message: "retrying: the agent rolled back plan: connection refused"},
