@@ -309,6 +309,52 @@ func TestGuardAgainstAPIServer(t *testing.T) {
 			"disableInPlaceUpdates=true")
 		g.Expect(admin.Delete(ctx, ec)).To(Succeed())
 	})
+	t.Run("ClusterClass: a topology variable is judged at the Cluster write by the derived desired state", func(t *testing.T) {
+		g := NewWithT(t)
+		// A ClusterClass whose files variable is patched into the control plane's
+		// kubeadmConfigSpec, and a Cluster of it: set up before the namespace opts in.
+		fx := previewtest.Default()
+		fx.Namespace = "classy"
+		g.Expect(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fx.Namespace}})).To(Succeed())
+		createFixture(ctx, t, admin, fx)
+		for _, doc := range strings.Split(classDocs, "---\n") {
+			u := &unstructured.Unstructured{}
+			g.Expect(sigsyaml.Unmarshal([]byte(doc), &u.Object)).To(Succeed())
+			u.SetNamespace(fx.Namespace)
+			g.Expect(admin.Create(ctx, u)).To(Succeed(), u.GetKind())
+		}
+		class := &clusterv1.ClusterClass{}
+		g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: fx.Namespace, Name: "in-place"}, class)).To(Succeed())
+		// What Cluster API's ClusterClass controller reports: the variable's definition.
+		class.Status.Variables = []clusterv1.ClusterClassStatusVariable{{Name: "files", Definitions: []clusterv1.ClusterClassStatusVariableDefinition{{
+			From: clusterv1.VariableDefinitionFromInline, Required: ptr.To(true), Schema: class.Spec.Variables[0].Schema,
+		}}}}
+		g.Expect(admin.Status().Update(ctx, class)).To(Succeed())
+		cluster := &clusterv1.Cluster{}
+		g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: fx.Namespace, Name: fx.Cluster}, cluster)).To(Succeed())
+		cluster.Spec.Topology.Variables = []clusterv1.ClusterVariable{{Name: "files", Value: apiextensionsv1.JSON{Raw: []byte(`[{"path":"/etc/motd","content":"control plane\n"}]`)}}}
+		g.Expect(admin.Update(ctx, cluster)).To(Succeed())
+		md := &clusterv1.MachineDeployment{}
+		g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: fx.Namespace, Name: fx.MDName()}, md)).To(Succeed())
+		md.Labels[clusterv1.ClusterTopologyMachineDeploymentNameLabel] = "md-0"
+		g.Expect(admin.Update(ctx, md)).To(Succeed())
+		ns := &corev1.Namespace{}
+		g.Expect(admin.Get(ctx, client.ObjectKey{Name: fx.Namespace}, ns)).To(Succeed())
+		ns.Labels = map[string]string{inplacev1.NamespaceEnabledLabel: "true"}
+		g.Expect(admin.Update(ctx, ns)).To(Succeed())
+
+		variable := func(files string) string {
+			return "apiVersion: cluster.x-k8s.io/v1beta2\nkind: Cluster\nmetadata: {name: demo, namespace: classy}\n" +
+				"spec: {topology: {variables: [{name: files, value: " + files + "}]}}\n"
+		}
+		// The file moves to another path: the ClusterClass patch puts it into the
+		// KubeadmControlPlane, and /etc/motd would have to be removed from the nodes.
+		refused(t, "classy", variable(`[{path: /etc/issue, content: "control plane\n"}]`),
+			"Cluster classy/demo", "files /etc/motd are removed", "demo-cp-0")
+		// Its content changes: the agent writes it in place.
+		out, err := apply(variable(`[{path: /etc/motd, content: "new\n"}]`))
+		g.Expect(err).NotTo(HaveOccurred(), out)
+	})
 	t.Run("refusals are counted by reason", func(t *testing.T) {
 		g := NewWithT(t)
 		counts := refusalCounts(t, reg)
@@ -508,3 +554,71 @@ func updateRequest(t *testing.T, gvk schema.GroupVersionKind, resource string, o
 		Object: runtime.RawExtension{Raw: encode(written)}, OldObject: runtime.RawExtension{Raw: encode(old)},
 	}}
 }
+
+// classDocs is a ClusterClass for previewtest's cluster (class in-place): its
+// templates hold what the fixture's KubeadmControlPlane, MachineDeployment and
+// templates hold, and its files variable is patched into the control plane's
+// kubeadmConfigSpec.files.
+const classDocs = `apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+kind: DevClusterTemplate
+metadata: {name: in-place-cluster}
+spec: {template: {spec: {backend: {inMemory: {}}}}}
+---
+apiVersion: controlplane.cluster.x-k8s.io/v1beta2
+kind: KubeadmControlPlaneTemplate
+metadata: {name: in-place-cp}
+spec:
+  template:
+    spec:
+      rollout: {strategy: {type: RollingUpdate, rollingUpdate: {maxSurge: 0}}}
+      kubeadmConfigSpec:
+        clusterConfiguration: {apiServer: {certSANs: [localhost, 127.0.0.1]}}
+        initConfiguration: {nodeRegistration: {kubeletExtraArgs: [{name: eviction-hard, value: "nodefs.available<0%"}]}}
+        joinConfiguration: {nodeRegistration: {kubeletExtraArgs: [{name: eviction-hard, value: "nodefs.available<0%"}]}}
+        files: [{path: /etc/motd, content: "replaced by the files variable"}]
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+kind: DevMachineTemplate
+metadata: {name: in-place-cp}
+spec: {template: {spec: {backend: {inMemory: {}}}}}
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+kind: DevMachineTemplate
+metadata: {name: in-place-worker}
+spec: {template: {spec: {backend: {docker: {customImage: "registry.example/node-os:1.0"}}}}}
+---
+apiVersion: bootstrap.cluster.x-k8s.io/v1beta2
+kind: KubeadmConfigTemplate
+metadata: {name: in-place-worker}
+spec:
+  template:
+    spec:
+      joinConfiguration: {nodeRegistration: {kubeletExtraArgs: [{name: eviction-hard, value: "nodefs.available<0%"}]}}
+      files: [{path: /etc/motd, content: "worker\n"}]
+---
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: ClusterClass
+metadata: {name: in-place}
+spec:
+  infrastructure: {templateRef: {apiVersion: infrastructure.cluster.x-k8s.io/v1beta2, kind: DevClusterTemplate, name: in-place-cluster}}
+  controlPlane:
+    templateRef: {apiVersion: controlplane.cluster.x-k8s.io/v1beta2, kind: KubeadmControlPlaneTemplate, name: in-place-cp}
+    machineInfrastructure: {templateRef: {apiVersion: infrastructure.cluster.x-k8s.io/v1beta2, kind: DevMachineTemplate, name: in-place-cp}}
+  workers:
+    machineDeployments:
+    - class: default-worker
+      bootstrap: {templateRef: {apiVersion: bootstrap.cluster.x-k8s.io/v1beta2, kind: KubeadmConfigTemplate, name: in-place-worker}}
+      infrastructure: {templateRef: {apiVersion: infrastructure.cluster.x-k8s.io/v1beta2, kind: DevMachineTemplate, name: in-place-worker}}
+  variables:
+  - name: files
+    required: true
+    schema:
+      openAPIV3Schema:
+        type: array
+        items: {type: object, required: [path, content], properties: {path: {type: string}, content: {type: string}}}
+  patches:
+  - name: files
+    definitions:
+    - selector: {apiVersion: controlplane.cluster.x-k8s.io/v1beta2, kind: KubeadmControlPlaneTemplate, matchResources: {controlPlane: true}}
+      jsonPatches: [{op: replace, path: /spec/template/spec/kubeadmConfigSpec/files, valueFrom: {variable: files}}]
+`

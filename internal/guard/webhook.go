@@ -255,7 +255,7 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 // decide reads one Cluster through reader and decides the write. found is false when
 // the Cluster does not exist or is being deleted (nothing to guard).
 func (h *Handler) decide(ctx context.Context, reader client.Reader, settings map[string]string, object, cluster string, old, written *unstructured.Unstructured) (Verdict, bool, error) {
-	live, proposed, found, err := h.snapshots(ctx, reader, written.GetNamespace(), cluster, Change(old, written))
+	live, proposed, found, err := h.snapshots(ctx, reader, written.GetNamespace(), cluster, old, written)
 	if err != nil || !found || !live.Cluster.DeletionTimestamp.IsZero() {
 		return Verdict{}, false, err
 	}
@@ -381,8 +381,10 @@ func missingObject(v Verdict) bool {
 }
 
 // snapshots reads the Cluster as stored and applies the write to it, as `capi-inplace
-// plan -f` does. found is false when the Cluster does not exist.
-func (h *Handler) snapshots(ctx context.Context, reader client.Reader, namespace, cluster string, change *unstructured.Unstructured) (live, proposed preview.Snapshot, found bool, err error) {
+// plan -f` does; a write of a Cluster's topology also brings the changes the topology
+// controller derives from it (topologyChanges). found is false when the Cluster does
+// not exist.
+func (h *Handler) snapshots(ctx context.Context, reader client.Reader, namespace, cluster string, old, written *unstructured.Unstructured) (live, proposed preview.Snapshot, found bool, err error) {
 	g := preview.Gatherer{Reader: reader}
 	live, _, err = g.Gather(ctx, namespace, cluster)
 	if errors.Is(err, preview.ErrClusterNotFound) {
@@ -391,7 +393,15 @@ func (h *Handler) snapshots(ctx context.Context, reader client.Reader, namespace
 	if err != nil {
 		return preview.Snapshot{}, preview.Snapshot{}, false, err
 	}
-	proposed, _, err = g.Propose(ctx, &live, []*unstructured.Unstructured{change})
+	changes := []*unstructured.Unstructured{Change(old, written)}
+	if written.GetKind() == "Cluster" {
+		derived, err := h.derived(ctx, reader, live, old, written)
+		if err != nil {
+			return preview.Snapshot{}, preview.Snapshot{}, false, err
+		}
+		changes = append(changes, derived...)
+	}
+	proposed, _, err = g.Propose(ctx, &live, changes)
 	if err != nil {
 		return preview.Snapshot{}, preview.Snapshot{}, false, err
 	}

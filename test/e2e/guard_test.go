@@ -71,14 +71,19 @@ func registerGuardWebhook(ctx context.Context, t *testing.T, stack *localstack.S
 }
 
 // TestGuardRefusesReplacingChanges: with the in-place-only guard registered as
-// config/webhook does, a plain cluster (1 control-plane Machine, 1 worker) gets changes
-// that would make Cluster API replace Machines: a bootstrap-only field on the
-// KubeadmControlPlane; a MachineDeployment pointing at a template that does not exist.
-// Each write is refused by the real API server with the guard's reason (the field,
-// "in-place"), and no Machine is created or deleted (watched). Then the allow-replace
-// annotation lets one MachineDeployment change through (one minor up with
-// maxUnavailable 0, a surge), recorded in an Event, and the
-// same stored value does not admit a second one. No rollout is awaited.
+// config/webhook does, a plain cluster and a ClusterClass cluster (1 control-plane
+// Machine, 1 worker each) get changes that would make Cluster API replace Machines: a
+// bootstrap-only field on the KubeadmControlPlane; a MachineDeployment pointing at a
+// template that does not exist; a Cluster.spec.topology variable whose ClusterClass
+// patch moves a file to another path (the old file would have to be removed). Each
+// write is refused by the real API server with the guard's reason (the field,
+// "in-place"), the refused Cluster is unchanged, and no Machine is created or deleted
+// (watched). A topology write the planner allows (a worker file's content, through a
+// MachineDeployment variable override) is admitted, and so is the topology
+// controller's rotation of the workers' KubeadmConfigTemplate that follows. Then the
+// allow-replace annotation lets one MachineDeployment change through (one minor up
+// with maxUnavailable 0, a surge), recorded in an Event, and the same stored value
+// does not admit a second one. No rollout is awaited.
 func TestGuardRefusesReplacingChanges(t *testing.T) {
 	ext := ourExtension(t)
 	s := newScenario(t, "guard", extOurs)
@@ -86,14 +91,19 @@ func TestGuardRefusesReplacingChanges(t *testing.T) {
 	if err := s.stack.CreateNamespace(s.ctx, s.ns, map[string]string{guardLabel: "true"}); err != nil {
 		t.Fatal(err)
 	}
-	// A ClusterClass cluster is not part of this scenario yet: the write it was tested with
-	// (topology version two minors up) is refused by Cluster API's own webhook before the
-	// guard is asked, and class/variable changes are judged only at the derived
-	// KubeadmControlPlane/MachineDeployment write (docs/OPEN-WORK.md). The topology rules
-	// are covered against a real API server in internal/guard.
-	const plain = "gplain"
+	// A ClusterClass cluster beside the plain one (created together, so the scenario
+	// waits once): its topology writes are judged at the Cluster write, from the
+	// desired state Cluster API's topology code computes (ClusterClass patches and
+	// variables). Its version is not the write used: Cluster API's own webhook refuses a
+	// version two minors up before the guard is asked.
+	const plain, class = "gplain", "gclass"
+	if err := s.stack.CreateClusterClass(s.ctx, s.ns, "inplace"); err != nil {
+		t.Fatal(err)
+	}
 	for _, spec := range []localstack.ClusterSpec{
 		{Namespace: s.ns, Name: plain, Version: fromVersion, ControlPlaneReplicas: 1, WorkerReplicas: 1, MDMaxSurge: 0, MDMaxUnavailable: 1,
+			Files: []localstack.File{{Path: "/etc/capi-inplace-e2e/round", Content: "0"}}},
+		{Namespace: s.ns, Name: class, Class: "inplace", Version: fromVersion, ControlPlaneReplicas: 1, WorkerReplicas: 1, MDMaxSurge: 0, MDMaxUnavailable: 1,
 			Files: []localstack.File{{Path: "/etc/capi-inplace-e2e/round", Content: "0"}}},
 	} {
 		if err := s.stack.CreateCluster(s.ctx, spec); err != nil {
@@ -101,6 +111,7 @@ func TestGuardRefusesReplacingChanges(t *testing.T) {
 		}
 	}
 	s.waitClusterReady(plain, 2)
+	s.waitClusterReady(class, 2)
 	watch := s.watchMachines()
 
 	// refused makes the write and expects the guard's refusal naming says.
@@ -139,14 +150,85 @@ func TestGuardRefusesReplacingChanges(t *testing.T) {
 		return s.stack.Client.Patch(s.ctx, md, client.MergeFrom(base))
 	}, "no-such-template")
 
+	// ClusterClass: the files variable moves its file to another path. The patch puts
+	// it into the KubeadmControlPlane and the workers' KubeadmConfigTemplate: the old
+	// file would be removed, which the agent does not do in place.
+	cc := &clusterv1.Cluster{}
+	if err := s.stack.Client.Get(s.ctx, client.ObjectKey{Namespace: s.ns, Name: class}, cc); err != nil {
+		t.Fatal(err)
+	}
+	classRV := cc.ResourceVersion
+	refused("ClusterClass: Cluster.spec.topology variable files moved to another path", func() error {
+		base := cc.DeepCopy()
+		raw, err := jsonValue([]localstack.File{{Path: "/etc/capi-inplace-e2e/moved", Content: "0"}})
+		if err != nil {
+			return err
+		}
+		for i := range cc.Spec.Topology.Variables {
+			if cc.Spec.Topology.Variables[i].Name == "files" {
+				cc.Spec.Topology.Variables[i].Value = raw
+			}
+		}
+		return s.stack.Client.Patch(s.ctx, cc, client.MergeFrom(base))
+	}, "Cluster "+s.ns+"/"+class, "files /etc/capi-inplace-e2e/round are removed")
+	if err := s.stack.Client.Get(s.ctx, client.ObjectKey{Namespace: s.ns, Name: class}, cc); err != nil {
+		t.Fatal(err)
+	}
+	if cc.ResourceVersion != classRV {
+		t.Fatalf("the refused topology write changed Cluster %s (resourceVersion %s -> %s)", class, classRV, cc.ResourceVersion)
+	}
+
 	time.Sleep(5 * time.Second) // let a wrongly admitted rollout show in the watch
+	s.assertNoMachineChurn(watch)
+
+	// ClusterClass, allowed: the workers' files variable (a MachineDeployment override)
+	// changes a file's content, which the agent writes in place. The Cluster write goes
+	// through, and so does the topology controller's rotation of the workers'
+	// KubeadmConfigTemplate that follows from it.
+	md0 := &clusterv1.MachineDeployment{}
+	workerBootstrap := func() (string, error) {
+		list := &clusterv1.MachineDeploymentList{}
+		if err := s.stack.Client.List(s.ctx, list, client.InNamespace(s.ns), client.MatchingLabels{clusterv1.ClusterNameLabel: class}); err != nil {
+			return "", err
+		}
+		if len(list.Items) != 1 {
+			return "", fmt.Errorf("%d MachineDeployments of Cluster %s, want 1", len(list.Items), class)
+		}
+		*md0 = list.Items[0]
+		return md0.Spec.Template.Spec.Bootstrap.ConfigRef.Name, nil
+	}
+	before, err := workerBootstrap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := cc.DeepCopy()
+	raw, err := jsonValue([]localstack.File{{Path: "/etc/capi-inplace-e2e/round", Content: "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc.Spec.Topology.Workers.MachineDeployments[0].Variables.Overrides = []clusterv1.ClusterVariable{{Name: "files", Value: raw}}
+	if err := s.stack.Client.Patch(s.ctx, cc, client.MergeFrom(base)); err != nil {
+		t.Fatalf("ClusterClass: the guard refused a worker files change it can update in place: %v", err)
+	}
+	s.logf("EVIDENCE ClusterClass: worker files variable override (content change) admitted at the Cluster write")
+	s.eventually(time.Minute, "the topology controller's rotation of the workers' KubeadmConfigTemplate", func() error {
+		now, err := workerBootstrap()
+		if err != nil {
+			return err
+		}
+		if now == before {
+			return fmt.Errorf("MachineDeployment %s still references KubeadmConfigTemplate %s", md0.Name, now)
+		}
+		s.logf("EVIDENCE ClusterClass: the derived MachineDeployment write was admitted: KubeadmConfigTemplate %s -> %s", before, now)
+		return nil
+	})
 	s.assertNoMachineChurn(watch)
 
 	// The override: one MachineDeployment change that replaces the worker.
 	if err := s.stack.Client.Get(s.ctx, client.ObjectKey{Namespace: s.ns, Name: plain + "-md-0"}, md); err != nil {
 		t.Fatal(err)
 	}
-	base := md.DeepCopy()
+	base2 := md.DeepCopy()
 	if md.Annotations == nil {
 		md.Annotations = map[string]string{}
 	}
@@ -155,7 +237,7 @@ func TestGuardRefusesReplacingChanges(t *testing.T) {
 	md.Spec.Template.Spec.Version = toVersion
 	md.Spec.Rollout.Strategy.RollingUpdate.MaxUnavailable = ptr.To(intstr.FromInt32(0))
 	md.Spec.Rollout.Strategy.RollingUpdate.MaxSurge = ptr.To(intstr.FromInt32(1))
-	if err := s.stack.Client.Patch(s.ctx, md, client.MergeFrom(base)); err != nil {
+	if err := s.stack.Client.Patch(s.ctx, md, client.MergeFrom(base2)); err != nil {
 		t.Fatalf("the override did not let the change through: %v", err)
 	}
 	s.eventually(time.Minute, "the override's Event", func() error {
