@@ -160,16 +160,16 @@ func OptedIn(cluster *clusterv1.Cluster) bool {
 // ClusterClass cluster: spec.topology.controlPlane.metadata.annotations, which the
 // topology controller applies to the KCP in the same write as a version change).
 //
-// Why a second place: a Cluster annotation added shortly before a topology upgrade can
-// be deleted by Cluster API's core manager. Seen in the late opt-in end-to-end run
-// (CAPI v1.14, annotation patched 1.3 s before spec.topology.version): afterwards the
-// Cluster carried only the topology controller's annotations (pending-hooks,
-// upgrade-step), its managed fields showed capi-core-manager as the last writer of
-// metadata.annotations, and KCP surged unheld. The topology controller patches the
-// Cluster with a merge patch from its current copy to a desired copy computed from it
-// (reconcileCluster), so a copy that is fresher on one side nulls the key; which copy
-// was fresher was not pinned down. The KCP's metadata is applied by the same
-// controller with server-side apply, which keeps fields other managers own.
+// Why a second place (the cause as read from the code and the run's timeline):
+// Cluster API v1.14's hooks.MarkAsDone deletes every annotation of
+// the Cluster when the hook it marks done is the only annotation of its cached copy:
+// removing it empties the map, and the merge patch from that copy is
+// {"metadata":{"annotations":null}}, which also deletes an opt-in added after the
+// cache read (seen in the late opt-in end-to-end run, annotation patched 1.3 s before
+// spec.topology.version, right after the control plane initialized: KCP surged unheld;
+// docs/single-node.md has the timeline and reproduction). The KCP's metadata is applied
+// by the topology controller with server-side apply, which keeps fields other managers
+// own.
 func KCPOptedIn(kcp *controlplanev1.KubeadmControlPlane) bool {
 	return kcp != nil && kcp.Annotations[inplacev1.SingleNodeControlPlaneAnnotation] == "true"
 }
