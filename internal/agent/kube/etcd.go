@@ -140,14 +140,16 @@ const EtcdStopTimeout = 2 * time.Minute
 
 // RestoreEtcd restores the attempt's snapshot into the node's etcd member, which
 // must have been the only member of its cluster when the snapshot was taken
-// (state.DeriveRollback never schedules it otherwise; this checks again). It stops
-// the member by moving its static pod manifest out of the kubelet's manifest
-// directory (into the attempt directory) and waiting until no process holds the
-// data directory, restores with the member's own name, peer URLs and cluster
-// token as its manifest starts it (so a later `kubeadm join` finds the member it
-// expects), swaps the data directory (the replaced one is kept in the attempt
-// directory) and puts the manifest back, which starts the member again. Every
-// step can repeat after a crash.
+// (state.DeriveRollback never schedules it otherwise; this checks again). As
+// Kubernetes documents for a restore, it first stops the node's kube-apiserver
+// (stopAPIServer), then stops the member by moving its static pod manifest out of
+// the kubelet's manifest directory (into the attempt directory) and waiting until
+// no process holds the data directory, restores with the member's own name, peer
+// URLs and cluster token as its manifest starts it (so a later `kubeadm join`
+// finds the member it expects), swaps the data directory (the replaced one is kept
+// in the attempt directory) and puts both manifests back, etcd's first, which
+// starts the member and then the API server on the restored data. Every step can
+// repeat after a crash.
 func (h *Host) RestoreEtcd(ctx context.Context, attempt string) error {
 	m, err := h.etcdMember()
 	if err != nil {
@@ -170,21 +172,26 @@ func (h *Host) RestoreEtcd(ctx context.Context, attempt string) error {
 		return fmt.Errorf("etcd restore refused: %w (it had %d when the snapshot was taken)", etcd.ErrNotSingleMember, len(rec.Members))
 	}
 	parked := filepath.Join(dir, "etcd.yaml")
+	parkedAPI := filepath.Join(dir, apiServerParked)
 	done := filepath.Join(dir, "etcd-restored")
 	if _, err := os.Stat(done); err != nil {
-		if err := h.restoreEtcdData(ctx, m, dir, parked); err != nil {
+		if err := h.restoreEtcdData(ctx, m, dir, parked, parkedAPI); err != nil {
 			// The rollback stops here and the node needs a human; until the data
 			// directory was swapped, the member's own data is intact, so it is
-			// started again rather than left down with the control plane.
+			// started again, and the API server with it, rather than left down
+			// with the control plane.
 			if _, errSwapped := os.Lstat(filepath.Join(dir, "etcd-replaced")); errors.Is(errSwapped, os.ErrNotExist) {
-				if errBack := h.unparkEtcdManifest(parked); errBack != nil {
+				if errBack := errors.Join(h.unparkEtcdManifest(parked), h.startAPIServer(parkedAPI)); errBack != nil {
 					return errors.Join(err, errBack)
 				}
 			}
 			return err
 		}
 	}
-	return h.unparkEtcdManifest(parked)
+	if err := h.unparkEtcdManifest(parked); err != nil {
+		return err
+	}
+	return h.startAPIServer(parkedAPI)
 }
 
 // unparkEtcdManifest puts the parked etcd manifest (a path in the attempt
@@ -204,8 +211,12 @@ func (h *Host) unparkEtcdManifest(parked string) error {
 }
 
 // restoreEtcdData runs the restore inside the attempt directory dir (a path
-// hostDir resolved) with the manifest parked at parked.
-func (h *Host) restoreEtcdData(ctx context.Context, m etcd.Member, dir, parked string) error {
+// hostDir resolved) with the etcd manifest parked at parked and the API server's
+// at parkedAPI.
+func (h *Host) restoreEtcdData(ctx context.Context, m etcd.Member, dir, parked, parkedAPI string) error {
+	if err := h.stopAPIServer(ctx, parkedAPI); err != nil {
+		return fmt.Errorf("etcd restore: %w", err)
+	}
 	if live, err := h.readHostFile(EtcdManifest); err == nil {
 		if err := atomicfile.Write(parked, live.Data, 0o600); err != nil {
 			return fmt.Errorf("etcd restore: park the manifest: %w", err)
