@@ -70,17 +70,9 @@ func (h *Host) Backup(_ context.Context, hash string, paths []string) error {
 	}
 	entries := make([]backupEntry, 0, len(paths))
 	for _, p := range paths {
-		e := backupEntry{Path: p}
-		f, err := h.readHostFile(p)
-		switch {
-		case errors.Is(err, os.ErrNotExist):
-		case err != nil:
-			return fmt.Errorf("back up %s: %w", p, err)
-		default:
-			e.Existed, e.Mode, e.UID, e.GID = true, f.Mode, f.UID, f.GID
-			if err := h.writeHostFile(h.backupDir(hash)+"/files"+p, f.Data, 0o600, -1, -1); err != nil {
-				return fmt.Errorf("back up %s: %w", p, err)
-			}
+		e, err := h.backupOne(hash, p)
+		if err != nil {
+			return err
 		}
 		entries = append(entries, e)
 	}
@@ -89,6 +81,24 @@ func (h *Host) Backup(_ context.Context, hash string, paths []string) error {
 		return fmt.Errorf("encode backup manifest: %w", err)
 	}
 	return h.writeHostFile(manifest, raw, 0o600, -1, -1)
+}
+
+// backupOne copies one host file into the backup, streamed (binaries are ~80 MiB).
+func (h *Host) backupOne(hash, p string) (backupEntry, error) {
+	e := backupEntry{Path: p}
+	f, st, err := h.openHostFile(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return e, nil
+	}
+	if err != nil {
+		return e, fmt.Errorf("back up %s: %w", p, err)
+	}
+	defer f.Close()
+	e.Existed, e.Mode, e.UID, e.GID = true, os.FileMode(st.Mode).Perm(), int(st.Uid), int(st.Gid)
+	if err := h.writeHostFileFrom(h.backupDir(hash)+"/files"+p, f, 0o600, -1, -1); err != nil {
+		return e, fmt.Errorf("back up %s: %w", p, err)
+	}
+	return e, nil
 }
 
 // Restore puts every backed-up path back as it was: content, mode and owner, or
@@ -137,14 +147,11 @@ func (h *Host) restore(attempt string, imageOwnsReadOnly bool) error {
 			}
 			continue
 		}
-		saved, err := h.readHostFile(h.backupDir(attempt) + "/files" + e.Path)
-		if err != nil {
-			return fmt.Errorf("restore %s: %w", e.Path, err)
-		}
-		if h.hostFileIs(e.Path, &hostFile{Data: saved.Data, Mode: e.Mode, UID: e.UID, GID: e.GID}) {
+		savedPath := h.backupDir(attempt) + "/files" + e.Path
+		if h.hostFilesEqual(e.Path, savedPath, e.Mode, e.UID, e.GID) {
 			continue
 		}
-		if err := h.writeHostFile(e.Path, saved.Data, e.Mode, e.UID, e.GID); err != nil {
+		if err := h.restoreOne(e, savedPath); err != nil {
 			if imageOwnsReadOnly && errors.Is(err, unix.EROFS) {
 				continue
 			}
@@ -152,6 +159,16 @@ func (h *Host) restore(attempt string, imageOwnsReadOnly bool) error {
 		}
 	}
 	return nil
+}
+
+// restoreOne writes the saved copy back over e.Path, streamed.
+func (h *Host) restoreOne(e backupEntry, savedPath string) error {
+	saved, _, err := h.openHostFile(savedPath)
+	if err != nil {
+		return err
+	}
+	defer saved.Close()
+	return h.writeHostFileFrom(e.Path, saved, e.Mode, e.UID, e.GID)
 }
 
 // WriteFiles writes the plan's files atomically with their modes and owners.

@@ -225,7 +225,7 @@ func (h *Host) writeAuthorizedKeys(u User) error {
 		return fmt.Errorf("chown %s: %w", dir, err)
 	}
 	keys := strings.Join(u.SSHAuthorizedKeys, "\n") + "\n"
-	return writeFileAt(ssh, path.Join(dir, "authorized_keys"), "authorized_keys", []byte(keys), 0o600, uid, gid)
+	return writeFileAt(ssh, path.Join(dir, "authorized_keys"), "authorized_keys", strings.NewReader(keys), 0o600, uid, gid)
 }
 
 // ntpTarget returns the config file and the service of the host's NTP client.
