@@ -30,7 +30,12 @@ func TestUnreachable(t *testing.T) {
 		{"server error without a reason", fmt.Errorf("failed to get server groups: %w", &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Message: "unknown", Code: 500}}), true},
 		{"status without a code or reason", &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Message: "unknown"}}, true},
 		{"client error without a reason (a webhook's denial)", &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Message: "denied", Code: 400}}, false},
-		{"forbidden", apierrors.NewForbidden(node, "n1", errors.New("no")), false},
+		// A restarted API server's RBAC authorizer refuses until it has loaded the
+		// bindings (the real-node lane: "forbidden: User kubernetes-admin cannot get
+		// resource nodes"); it was answered as a Failure before.
+		{"forbidden by RBAC (authorizer warming up)", fmt.Errorf("read node n1: %w", apierrors.NewForbidden(node, "n1", errors.New(`User "kubernetes-admin" cannot get resource "nodes"`))), true},
+		{"forbidden with a cause (namespace terminating)", &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 403, Reason: metav1.StatusReasonForbidden,
+			Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{{Type: "NamespaceTerminating", Message: "namespace capi-inplace-system is being terminated"}}}}}, false},
 		{"not found", apierrors.NewNotFound(node, "n1"), false},
 		{"input error", fmt.Errorf("plan: %w", nodeplan.ErrInput), false},
 	}

@@ -442,7 +442,7 @@ func unreachable(err error) bool {
 	status := st.Status()
 	return apierrors.IsServiceUnavailable(err) || apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) ||
 		apierrors.IsTooManyRequests(err) || apierrors.IsInternalError(err) || apierrors.IsUnauthorized(err) ||
-		(status.Reason == metav1.StatusReasonUnknown && (status.Code == 0 || status.Code >= 500))
+		(status.Reason == metav1.StatusReasonUnknown && (status.Code == 0 || status.Code >= 500)) || authorizerWarmingUp(err)
 }
 
 // loadScope reads everything one call needs besides the desired objects. ok is
