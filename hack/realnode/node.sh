@@ -64,8 +64,23 @@ switch_up() {
 }
 
 switch_down() {
-	local p; p=$(pid_of switch)
-	[[ -n $p ]] && kill "$p" 2>/dev/null || true
+	local p net q i pids=()
+	p=$(pid_of switch)
+	# The holder is `unshare --fork`, which ignores SIGTERM while it waits for its
+	# child (util-linux), so a plain kill left both running after every teardown:
+	# kill every process in the switch's network namespace (never the host's, should
+	# the pid file be stale), as node_down does for a node.
+	if [[ -n $p && -d /proc/$p ]]; then
+		net=$(readlink "/proc/$p/ns/net" 2>/dev/null || true)
+		if [[ -n $net && $net != "$(readlink /proc/self/ns/net)" ]]; then
+			for q in /proc/[0-9]*; do
+				[[ $(readlink "$q/ns/net" 2>/dev/null) == "$net" ]] && pids+=("${q#/proc/}")
+			done
+			[[ ${#pids[@]} -eq 0 ]] || kill -9 "${pids[@]}" 2>/dev/null || true
+			for i in $(seq 50); do [[ -d /proc/$p ]] || break; sleep 0.1; done
+			[[ -d /proc/$p ]] && log "warning: the switch holder $p is still running"
+		fi
+	fi
 	ip link del "$host_if" 2>/dev/null || true
 	rm -rf "$state/switch"
 }

@@ -94,8 +94,17 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	figures.Add("lane: go test wall time (clusters, management cluster, every test; without build.sh and install-deps)", time.Since(laneStart))
 	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+	holder, _ := lane.Run(ctx, "pid", "switch")
 	_, _ = lane.Run(ctx, "switch-down")
 	cancel()
+	// Teardown leaves no process: the switch holder (`unshare --fork`, which ignores
+	// SIGTERM) outlived every switch-down until switch_down killed its namespace.
+	if p := strings.TrimSpace(holder); p != "" {
+		if _, err := os.Stat("/proc/" + p); err == nil {
+			fmt.Fprintf(os.Stderr, "e2enode: the switch holder (pid %s) still runs after switch-down\n", p)
+			code = 1
+		}
+	}
 	if err := figures.Write(filepath.Join(lane.State, "figures.md")); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 	}
@@ -209,7 +218,16 @@ func TestAgentUpgradesRealNodes(t *testing.T) {
 		g := NewWithT(t)
 		lane.MustExec(t, cpNode, "sh", "-c", "mkdir -p /etc/realnode && echo before >/etc/realnode/cp.conf && rm -f "+healthyFile)
 		before := readNodeState(t, cpNode)
-		steps := WatchJournal(cpNode, nil)
+		var rollbackMu sync.Mutex
+		var rollbackAt time.Time
+		steps := WatchJournal(cpNode, func(e journalEntry) {
+			rollbackMu.Lock()
+			defer rollbackMu.Unlock()
+			if rollbackAt.IsZero() && strings.HasPrefix(e.InFlight, "rollback/") {
+				rollbackAt = time.Now()
+			}
+		})
+		outage := ProbeAPI(wc.Client)
 		res, err := machines.Update(ctx, cpNode.Name, cpChange, 25*time.Minute, func(c HookCall) bool {
 			// Not any Failure: a call during the API outage may answer one that CAPI
 			// simply retries.
@@ -233,6 +251,15 @@ func TestAgentUpgradesRealNodes(t *testing.T) {
 		// The control plane serves again, at the old release.
 		g.Expect(WaitNode(ctx, wc.Client, cpNode.Name, from, 5*time.Minute)).To(Succeed())
 		g.Expect(WaitStaticPods(ctx, wc.Client, cpNode.Name, from, 5*time.Minute)).To(Succeed())
+		rollbackMu.Lock()
+		rolledBackFrom := rollbackAt
+		rollbackMu.Unlock()
+		down, longest, windows := outage.StopSince(rolledBackFrom)
+		g.Expect(rolledBackFrom.IsZero()).To(BeFalse(), "a rollback action was seen in flight")
+		// The etcd restore stops the API server first (kube.RestoreEtcd): one
+		// outage for the restore, then the old release serves.
+		figures.Add("agent: control-plane rollback, API server unavailable from the first rollback action until the old release's static pods are ready (total, longest window, windows)",
+			fmt.Sprintf("%s, %s, %d", down.Round(100*time.Millisecond), longest.Round(100*time.Millisecond), windows))
 		node, err := wc.Client.CoreV1().Nodes().Get(ctx, cpNode.Name, metav1.GetOptions{})
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(node.Spec.Unschedulable).To(BeFalse(), "a rolled back node is put back in service")
@@ -340,7 +367,7 @@ func TestAgentUpgradesRealNodes(t *testing.T) {
 		}
 
 		figures.Add("agent: control-plane node update "+from+" -> "+to+" (first UpdateMachine call to done; includes the agent kill and a kubelet restart)", res.Duration)
-		figures.Add("agent: control-plane node cordon -> uncordon", cordoned)
+		figures.Add("agent: control-plane disruption, cordon -> uncordon (of the update's total above)", cordoned)
 		figures.Add("agent: control-plane API server unavailable (total, longest window, windows)", fmt.Sprintf("%s, %s, %d", down.Round(100*time.Millisecond), longest.Round(100*time.Millisecond), windows))
 		figures.Add("agent: UpdateMachine calls for the control-plane node", len(res.Calls))
 		if baselineTotal > 0 {
@@ -354,6 +381,7 @@ func TestAgentUpgradesRealNodes(t *testing.T) {
 		g := NewWithT(t)
 		guarded := guardedDeployment(ctx, t, wc.Client, wNode.Name)
 		cordon := WatchCordon(wc.Client, wNode.Name)
+		start := time.Now()
 		blocked := false
 		res, err := machines.Update(ctx, wNode.Name, Change{Version: to}, 5*time.Minute, func(c HookCall) bool {
 			blocked = c.Status == runtimehooksv1.ResponseStatusSuccess && c.Retry > 0 && strings.Contains(c.Message, "guarded")
@@ -382,6 +410,7 @@ func TestAgentUpgradesRealNodes(t *testing.T) {
 		figures.Add("agent: worker steps (time in flight on the node)", steps.Stop())
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(res2.Done).To(BeTrue())
+		total := time.Since(start)
 		cordoned := cordon.Stop()
 		uncordonedAfterAllow := cordon.Uncordoned().Sub(allowed)
 		_, err = wc.Client.CoreV1().Pods("default").Get(ctx, guarded, metav1.GetOptions{})
@@ -389,8 +418,9 @@ func TestAgentUpgradesRealNodes(t *testing.T) {
 		assertNodeAt(t, wc, wNode, to)
 
 		figures.Add("agent: worker update "+from+" -> "+to+" after the PDB allowed it (UpdateMachine calls to done)", res2.Duration)
-		figures.Add("agent: worker cordon -> uncordon, including the wait for the operator to relax the PDB", cordoned)
-		figures.Add("agent: worker PDB relaxed -> uncordoned (eviction, kubeadm upgrade node, kubelet swap, gates; target < 60 s)", uncordonedAfterAllow)
+		figures.Add("agent: worker update total, first UpdateMachine call to done (staging, drain blocked by the PDB, the operator's wait, the update)", total)
+		figures.Add("agent: worker disruption, cordon -> uncordon (including the wait for the operator to relax the PDB)", cordoned)
+		figures.Add("agent: worker disruption after the PDB was relaxed, -> uncordoned (eviction, kubeadm upgrade node, kubelet swap, gates; target < 60 s)", uncordonedAfterAllow)
 		figures.Add("agent: worker drain reported blocked by the PDB after", res.Duration)
 		figures.Add("agent pod memory cgroup on the worker (usage / max; counts kubeadm and page cache)", agentMemory(t, wc, wNode))
 		figures.Add("agent process memory on the worker (/proc/<pid>/status)", agentRSS(wNode))

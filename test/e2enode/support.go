@@ -67,6 +67,12 @@ func ProbeAPI(cs kubernetes.Interface) *Outage {
 
 // Stop ends the probe and returns the total unavailable time and the longest window.
 func (o *Outage) Stop() (total, longest time.Duration, windows int) {
+	return o.StopSince(time.Time{})
+}
+
+// StopSince is Stop counting only the unavailable time after from (a window open
+// at from counts from there).
+func (o *Outage) StopSince(from time.Time) (total, longest time.Duration, windows int) {
 	close(o.stop)
 	<-o.finished
 	o.mu.Lock()
@@ -75,14 +81,22 @@ func (o *Outage) Stop() (total, longest time.Duration, windows int) {
 		o.current.to = time.Now()
 		o.down = append(o.down, *o.current)
 	}
+	n := 0
 	for _, w := range o.down {
+		if !w.to.After(from) {
+			continue
+		}
+		if w.from.Before(from) {
+			w.from = from
+		}
+		n++
 		d := w.to.Sub(w.from)
 		total += d
 		if d > longest {
 			longest = d
 		}
 	}
-	return total, longest, len(o.down)
+	return total, longest, n
 }
 
 // Figures collects the lane's measurements for _artifacts/realnode/figures.md.
