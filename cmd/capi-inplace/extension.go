@@ -163,7 +163,7 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 		return fmt.Errorf("create coordinator: %w", err)
 	}
 
-	handlers, err := extension.NewHandlers(extension.Options{Policy: pol, Updater: updater, Metrics: metrics})
+	handlers, err := extension.NewHandlers(extension.Options{Policy: pol, Updater: updater, Metrics: metrics, UpgradePlans: extension.NewUpgradePlanReader(direct)})
 	if err != nil {
 		return err
 	}

@@ -48,13 +48,17 @@ type Options struct {
 	Updater MachineUpdater
 	// Metrics records calls and decisions; required.
 	Metrics *Metrics
+	// UpgradePlans reads what GenerateUpgradePlan needs from the management
+	// cluster; nil makes GenerateUpgradePlan answer Failure.
+	UpgradePlans UpgradePlanReader
 }
 
 // Handlers answer the runtime hooks.
 type Handlers struct {
-	planner *planner.Planner
-	updater MachineUpdater
-	metrics *Metrics
+	planner  *planner.Planner
+	updater  MachineUpdater
+	metrics  *Metrics
+	upgrades UpgradePlanReader
 }
 
 // NewHandlers validates opts and returns the handlers.
@@ -66,7 +70,7 @@ func NewHandlers(opts Options) (*Handlers, error) {
 	if err != nil {
 		return nil, fmt.Errorf("extension handlers: %w", err)
 	}
-	return &Handlers{planner: p, updater: opts.Updater, metrics: opts.Metrics}, nil
+	return &Handlers{planner: p, updater: opts.Updater, metrics: opts.Metrics, upgrades: opts.UpgradePlans}, nil
 }
 
 // DoCanUpdateMachine answers CanUpdateMachine (KubeadmControlPlane machines).

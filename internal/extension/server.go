@@ -16,6 +16,10 @@ const (
 	HandlerCanUpdateMachine    = "can-update-machine"
 	HandlerCanUpdateMachineSet = "can-update-machineset"
 	HandlerUpdateMachine       = "update-machine"
+	// HandlerGenerateUpgradePlan is what a ClusterClass names in
+	// spec.upgrade.external.generateUpgradePlanExtension, with the ExtensionConfig's
+	// name: "generate-upgrade-plan.<ExtensionConfig>".
+	HandlerGenerateUpgradePlan = "generate-upgrade-plan"
 )
 
 // updateMachineTimeoutSeconds is UpdateMachine's timeout: the coordinator talks to
@@ -42,7 +46,7 @@ type ServerOptions struct {
 }
 
 // NewServer returns the runtime hook server (a controller-runtime Runnable that
-// needs no leader election) with the three handlers registered; discovery is added
+// needs no leader election) with the four handlers registered; discovery is added
 // when it starts. Every handler served on it, including ones registered later with
 // Register, is bounded by the request limits (see DefaultMaxRequestBodyBytes).
 func NewServer(h *Handlers, opts ServerOptions) (*server.Server, error) {
@@ -76,6 +80,7 @@ func NewServer(h *Handlers, opts ServerOptions) (*server.Server, error) {
 		{Hook: runtimehooksv1.CanUpdateMachineSet, Name: HandlerCanUpdateMachineSet, HandlerFunc: h.DoCanUpdateMachineSet, FailurePolicy: fail},
 		{Hook: runtimehooksv1.UpdateMachine, Name: HandlerUpdateMachine, HandlerFunc: h.DoUpdateMachine, FailurePolicy: fail,
 			TimeoutSeconds: ptr.To[int32](updateMachineTimeoutSeconds)},
+		{Hook: runtimehooksv1.GenerateUpgradePlan, Name: HandlerGenerateUpgradePlan, HandlerFunc: h.DoGenerateUpgradePlan, FailurePolicy: fail},
 	} {
 		if err := srv.AddExtensionHandler(eh); err != nil {
 			return nil, fmt.Errorf("register %s handler: %w", eh.Name, err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,9 +94,10 @@ func TestServerDiscoveryAndFailurePolicies(t *testing.T) {
 	for _, h := range resp.Handlers {
 		byName[h.Name] = h
 	}
-	g.Expect(byName).To(HaveLen(3))
+	g.Expect(byName).To(HaveLen(4))
 	for name, hook := range map[string]string{
 		extension.HandlerCanUpdateMachine: "CanUpdateMachine", extension.HandlerCanUpdateMachineSet: "CanUpdateMachineSet", extension.HandlerUpdateMachine: "UpdateMachine",
+		extension.HandlerGenerateUpgradePlan: "GenerateUpgradePlan",
 	} {
 		g.Expect(byName).To(HaveKey(name))
 		g.Expect(byName[name].RequestHook.Hook).To(Equal(hook))
@@ -113,6 +115,27 @@ func TestServerUpdateMachineWithoutCoordinator(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(resp.GetStatus()).To(Equal(runtimehooksv1.ResponseStatusFailure))
 	g.Expect(resp.GetMessage()).To(Equal(extension.MessageNoCoordinator))
+}
+
+// TestServerGenerateUpgradePlan: the hook is served on the same TLS server, answers
+// Failure with a clear message without a management-cluster reader, and a body
+// over the request limit is refused before it is decoded.
+func TestServerGenerateUpgradePlan(t *testing.T) {
+	g := NewWithT(t)
+	base, client := startServer(t)
+	req := &runtimehooksv1.GenerateUpgradePlanRequest{
+		FromControlPlaneKubernetesVersion: "v1.33.0", FromWorkersKubernetesVersion: "v1.33.0", ToKubernetesVersion: "v1.36.0",
+	}
+	req.Cluster.Name, req.Cluster.Namespace = "c", "ns"
+	resp := &runtimehooksv1.GenerateUpgradePlanResponse{}
+	_, err := extensiontest.Call(context.Background(), client, base, runtimehooksv1.GenerateUpgradePlan, extension.HandlerGenerateUpgradePlan, req, resp)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(resp.GetStatus()).To(Equal(runtimehooksv1.ResponseStatusFailure))
+	g.Expect(resp.GetMessage()).To(ContainSubstring(extension.MessageNoClusterReader))
+
+	huge := &runtimehooksv1.GenerateUpgradePlanRequest{ToKubernetesVersion: strings.Repeat("9", int(extension.DefaultMaxRequestBodyBytes))}
+	code, _ := extensiontest.Call(context.Background(), client, base, runtimehooksv1.GenerateUpgradePlan, extension.HandlerGenerateUpgradePlan, huge, &runtimehooksv1.GenerateUpgradePlanResponse{})
+	g.Expect(code).To(Equal(http.StatusRequestEntityTooLarge))
 }
 
 // BenchmarkCanUpdateMachineSetHTTPS measures one full CanUpdateMachineSet round trip
