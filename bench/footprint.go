@@ -21,6 +21,9 @@ const (
 	AgentBinary     = "capi-inplace-agent"        // cmd/capi-inplace-agent
 	ExtensionBinary = "capi-inplace"              // cmd/capi-inplace
 	InformerBinary  = "capi-inplace-nodeinformer" // bench/cmd/capi-inplace-nodeinformer
+	// EtcdHelperBinary is the agent's etcd helper (cmd/capi-inplace-etcd), in the
+	// agent's image; it runs only during a control-plane node's update.
+	EtcdHelperBinary = "capi-inplace-etcd"
 )
 
 // footprintNode is the Node both processes of the footprint section watch.
@@ -42,7 +45,7 @@ type Footprint struct {
 // reads both processes' memory and CPU after idle.
 func MeasureFootprint(ctx context.Context, env *Env, binDir, dir, logDir string, idle time.Duration) (Footprint, error) {
 	res := Footprint{Sizes: map[string]int64{}}
-	for _, b := range []string{AgentBinary, ExtensionBinary, InformerBinary} {
+	for _, b := range []string{AgentBinary, ExtensionBinary, InformerBinary, EtcdHelperBinary} {
 		st, err := os.Stat(filepath.Join(binDir, b))
 		if err != nil {
 			return res, fmt.Errorf("binary %s (make build; the bench builds %s): %w", b, InformerBinary, err)
