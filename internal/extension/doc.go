@@ -1,6 +1,9 @@
 // Package extension serves capi-inplace's Cluster API runtime hooks over HTTPS:
-// CanUpdateMachine, CanUpdateMachineSet (answered by the pure planner) and
-// UpdateMachine (delegated to a MachineUpdater, the coordinator).
+// CanUpdateMachine, CanUpdateMachineSet (answered by the pure planner),
+// UpdateMachine (delegated to a MachineUpdater, the coordinator) and
+// GenerateUpgradePlan (chained upgrades: the planner's plan over the Cluster,
+// ClusterClass and namespace an UpgradePlanReader reads as stored; workers of an
+// opted-in cluster step at every minor, docs/chained-upgrades.md).
 //
 // Handlers are thin: decode the request's objects, call a pure compute function,
 // fill the response, log and count. They never panic (a recovered panic becomes a
@@ -15,9 +18,9 @@
 // failurePolicy Fail: with Ignore, CAPI would treat an unreachable extension as a
 // completed UpdateMachine.
 //
-// Imports: cluster-api hook and catalog types, the runtime server
-// (sigs.k8s.io/cluster-api/exp/runtime/server), controller-runtime logging and
-// webhook server, golang.org/x/sync/semaphore (the in-flight request budget),
-// prometheus, internal/planner, internal/policy, internal/coordinator (its Outcome
+// Imports: cluster-api hook, catalog and core types, the runtime server
+// (sigs.k8s.io/cluster-api/exp/runtime/server), controller-runtime logging,
+// webhook server and client (UpgradePlanReader), k8s.io/api core (namespaces), golang.org/x/sync/semaphore (the in-flight request budget),
+// prometheus, internal/metrics (Register), internal/planner, internal/policy, internal/coordinator (its Outcome
 // type: UpdateMachine writes the coordinator's typed answer).
 package extension
