@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -199,35 +198,5 @@ func (s *scenario) setNodeReady(wc client.Client, name string, status corev1.Con
 // fields such as format, which the planner refuses to change in place).
 func (s *scenario) addWorkerFile(cluster, suffix string, file localstack.File) {
 	s.t.Helper()
-	md := &clusterv1.MachineDeployment{}
-	if err := s.stack.Client.Get(s.ctx, client.ObjectKey{Namespace: s.ns, Name: cluster + "-md-0"}, md); err != nil {
-		s.t.Fatal(err)
-	}
-	cur := &unstructured.Unstructured{}
-	cur.SetAPIVersion("bootstrap.cluster.x-k8s.io/v1beta2")
-	cur.SetKind("KubeadmConfigTemplate")
-	if err := s.stack.Client.Get(s.ctx, client.ObjectKey{Namespace: s.ns, Name: md.Spec.Template.Spec.Bootstrap.ConfigRef.Name}, cur); err != nil {
-		s.t.Fatal(err)
-	}
-	spec, _, _ := unstructured.NestedMap(cur.Object, "spec", "template", "spec")
-	if spec == nil {
-		spec = map[string]any{}
-	}
-	files, _, _ := unstructured.NestedSlice(spec, "files")
-	spec["files"] = append(files, map[string]any{"path": file.Path, "content": file.Content})
-	tmpl := &unstructured.Unstructured{}
-	tmpl.SetAPIVersion("bootstrap.cluster.x-k8s.io/v1beta2")
-	tmpl.SetKind("KubeadmConfigTemplate")
-	tmpl.SetNamespace(s.ns)
-	tmpl.SetName(cluster + "-worker-" + suffix)
-	tmpl.Object["spec"] = map[string]any{"template": map[string]any{"spec": spec}}
-	if err := s.stack.Client.Create(s.ctx, tmpl); err != nil {
-		s.t.Fatal(err)
-	}
-	base := md.DeepCopy()
-	md.Spec.Template.Spec.Bootstrap.ConfigRef.Name = tmpl.GetName()
-	if err := s.stack.Client.Patch(s.ctx, md, client.MergeFrom(base)); err != nil {
-		s.t.Fatalf("patch MachineDeployment bootstrap template: %v", err)
-	}
-	s.logf("workers now use KubeadmConfigTemplate %s (a copy of %s with %s = %q)", tmpl.GetName(), cur.GetName(), file.Path, file.Content)
+	s.addMDFile(cluster+"-md-0", cluster+"-worker-"+suffix, file)
 }

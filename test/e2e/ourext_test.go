@@ -53,7 +53,11 @@ func ourExtension(t *testing.T) *localstack.Extension {
 	t.Helper()
 	requireBinary(t)
 	ours.once.Do(func() {
-		spec := localstack.OurExtension(suite.stack.BinDir(), "capi-inplace", map[string]string{extensionLabel: extOurs}, nil)
+		spec, err := withE2EPolicy(localstack.OurExtension(suite.stack.BinDir(), "capi-inplace", map[string]string{extensionLabel: extOurs}, nil))
+		if err != nil {
+			ours.err = err
+			return
+		}
 		ours.ext, ours.err = suite.stack.StartExtension(suite.ctx, spec)
 		if ours.err != nil {
 			return
