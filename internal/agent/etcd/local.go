@@ -85,6 +85,11 @@ const stderrLimit = 4 << 10
 // stdout. The helper's one-line error becomes the error's text. Requests other
 // than the snapshot stream are also bounded here, in case the helper hangs.
 func (l *Local) run(ctx context.Context, stdout io.Writer, command string, args ...string) error {
+	return l.runWith(ctx, stdout, nil, command, args...)
+}
+
+// runWith is run with files passed to the helper as its descriptors 3, 4, ...
+func (l *Local) runWith(ctx context.Context, stdout io.Writer, files []*os.File, command string, args ...string) error {
 	path, err := l.helper()
 	if err != nil {
 		return err
@@ -122,6 +127,7 @@ func (l *Local) run(ctx context.Context, stdout io.Writer, command string, args 
 	argv = append(append(argv, command), args...)
 	cmd := exec.CommandContext(ctx, path, argv...)
 	cmd.Stdout = stdout
+	cmd.ExtraFiles = files
 	stderr := &tailBuffer{limit: stderrLimit}
 	cmd.Stderr = stderr
 	cmd.WaitDelay = 5 * time.Second
@@ -191,9 +197,46 @@ func (l *Local) Restore(ctx context.Context, c RestoreConfig) error {
 	if _, err := os.Stat(c.DataDir); err == nil {
 		return fmt.Errorf("etcd restore: %s already exists", c.DataDir)
 	}
-	return l.run(ctx, io.Discard, "restore", "--snapshot="+c.SnapshotPath, "--data-dir="+c.DataDir, "--name="+c.Name,
+	var files []*os.File
+	defer func() {
+		for _, f := range files {
+			_ = f.Close()
+		}
+	}()
+	snapshot, err := passPath(c.SnapshotPath, &files)
+	if err != nil {
+		return err
+	}
+	dataDir, err := passPath(c.DataDir, &files)
+	if err != nil {
+		return err
+	}
+	return l.runWith(ctx, io.Discard, files, "restore", "--snapshot="+snapshot, "--data-dir="+dataDir, "--name="+c.Name,
 		"--initial-advertise-peer-urls="+strings.Join(c.PeerURLs, ","), "--initial-cluster="+c.InitialCluster,
 		"--initial-cluster-token="+c.InitialClusterToken)
+}
+
+// passPath makes a path usable by the helper process. The agent names host paths
+// through directory handles it holds open ("/proc/self/fd/<n>/<name>", pinned
+// inside the host root, kube.Host.inRoot), which mean nothing in another process:
+// the directory is opened again (the same directory, not a new lookup) and handed
+// to the helper as one of its descriptors (3 + its index in files), and the path
+// names that descriptor. Other paths pass as they are.
+func passPath(p string, files *[]*os.File) (string, error) {
+	rest, ok := strings.CutPrefix(p, "/proc/self/fd/")
+	if !ok {
+		return p, nil
+	}
+	n, name, ok := strings.Cut(rest, "/")
+	if !ok || n == "" || strings.Contains(name, "/") {
+		return "", fmt.Errorf("etcd helper: cannot pass %s to it", p)
+	}
+	fd, err := unix.Open("/proc/self/fd/"+n, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", fmt.Errorf("etcd helper: pass the directory of %s: %w", p, err)
+	}
+	*files = append(*files, os.NewFile(uintptr(fd), "/proc/self/fd/"+n))
+	return fmt.Sprintf("/proc/self/fd/%d/%s", 2+len(*files), name), nil
 }
 
 // Stopped implements Member: etcd holds an exclusive flock on member/snap/db
