@@ -26,10 +26,10 @@ import (
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
 	"sigs.k8s.io/cluster-api/util/labels/format"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/extsettings"
 	"github.com/capi-inplace/capi-inplace/internal/planner"
 	"github.com/capi-inplace/capi-inplace/internal/policy"
 	"github.com/capi-inplace/capi-inplace/internal/preview"
@@ -116,10 +116,11 @@ type Options struct {
 	Planner *planner.Planner
 	Policy  *policy.Policy
 	// Settings are the ExtensionConfig settings the hooks are called with
-	// (disableInPlaceUpdates), when no ExtensionConfig is named.
+	// (disableInPlaceUpdates), overlaid by those of the ExtensionConfig named.
 	Settings map[string]string
 	// ExtensionConfig, when set, names the ExtensionConfig that registers this
-	// extension: its spec.settings, read through Reader on every decision, are the
+	// extension (the extension's --extension-config-name, as for the single-node
+	// path): its spec.settings, read through Reader on every decision, are the
 	// settings Cluster API calls the hooks with (disableInPlaceUpdates makes every
 	// change a replacement). An ExtensionConfig that does not exist means no settings.
 	ExtensionConfig string
@@ -353,19 +354,10 @@ func fingerprint(in Input) string {
 	return b.String()
 }
 
-// settings returns the settings the hooks are called with.
+// settings returns the settings the hooks are called with, read as the single-node
+// path reads them (extsettings.Reader: one definition).
 func (h *Handler) settings(ctx context.Context) (map[string]string, error) {
-	if h.opts.ExtensionConfig == "" {
-		return h.opts.Settings, nil
-	}
-	ec := &runtimev1.ExtensionConfig{}
-	if err := h.opts.Reader.Get(ctx, client.ObjectKey{Name: h.opts.ExtensionConfig}, ec); err != nil {
-		if client.IgnoreNotFound(err) == nil {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("read ExtensionConfig %s for its settings: %w", h.opts.ExtensionConfig, err)
-	}
-	return ec.Spec.Settings, nil
+	return extsettings.Reader{Client: h.opts.Reader, Name: h.opts.ExtensionConfig, Defaults: h.opts.Settings}.Settings(ctx)
 }
 
 // errPlan marks a Cluster the planner cannot read.

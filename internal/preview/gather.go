@@ -123,7 +123,7 @@ func (g Gatherer) Fetch(ctx context.Context, s *Snapshot, keys []ObjectKey) erro
 // the changed owners reference that neither the live Snapshot nor the change holds,
 // e.g. an existing template a MachineDeployment now points at.
 func (g Gatherer) Propose(ctx context.Context, live *Snapshot, change []*unstructured.Unstructured) (Snapshot, []string, error) {
-	proposed, _, err := Apply(*live, change)
+	proposed, notes, err := Apply(*live, change)
 	if err != nil {
 		return Snapshot{}, nil, err
 	}
@@ -132,6 +132,11 @@ func (g Gatherer) Propose(ctx context.Context, live *Snapshot, change []*unstruc
 		if _, ok := proposed.Objects[k]; !ok {
 			missing = append(missing, k)
 		}
+	}
+	if len(missing) == 0 {
+		// Nothing to read: the first merge is the answer (the guard proposes on every
+		// admission request; a second merge is a second copy of the whole Snapshot).
+		return proposed, notes, nil
 	}
 	if err := g.Fetch(ctx, live, missing); err != nil {
 		return Snapshot{}, nil, err

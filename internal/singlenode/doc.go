@@ -45,7 +45,7 @@
 // Pure parts: TargetHash, DecideHold, Decide, Classify, planRequest. Imperative shell: the webhook
 // handler, observe, applier, Reconciler.
 //
-// Imports: api/v1alpha1, internal/planner, internal/coordinator (its DesiredNode and
+// Imports: api/v1alpha1, internal/planner, internal/extsettings, internal/coordinator (its DesiredNode and
 // Outcome types only; the coordinator itself is reached through the Updater
 // interface), Cluster API API types and its public KCP packages (controlplane/kubeadm/pkg
 // with its Workload, controllers/external, util), controller-runtime, k8s.io/*.
