@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/cluster-api/controlplane/kubeadm/pkg/desiredstate"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/coordinator"
 )
 
 // patchKCPSpec changes the KCP's spec as another user (an operator, the topology
@@ -274,4 +275,36 @@ func TestIntegrationOptInOnTheKCP(t *testing.T) {
 		g.Expect(f.getKCP(ctx, g).Annotations).NotTo(HaveKey(inplacev1.HoldAnnotation))
 	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 	g.Expect(f.machineCount(ctx, g)).To(Equal(1))
+}
+
+// TestIntegrationUnmappedOSImageIsRefusedVisibly: when the coordinator refuses an OS
+// image change the policy does not map (typed cause CauseOSImageUnmapped, nothing
+// touched), the KCP and the Cluster say InPlaceUpdate=False InPlaceUpdateRefused with
+// the reason, and the KCP stays held. (Before, the cause had no mapping and read as a
+// generic failure; before that, the coordinator planned "no OS change".)
+func TestIntegrationUnmappedOSImageIsRefusedVisibly(t *testing.T) {
+	env.require(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(ctx, t, true)
+	const why = "TestMachine m1 changes its OS image from os-a to os-b, which cannot be applied in place: image os-b is not mapped"
+	env.updater.script(f.machine, failedFinal(coordinator.CauseOSImageUnmapped, why+"; nothing was touched"))
+
+	written := f.setVersion(ctx, g, toVersion)
+	g.Expect(held(written)).To(BeTrue())
+	for what, get := range map[string]func(Gomega) []metav1.Condition{
+		"KCP":     func(g Gomega) []metav1.Condition { return f.getKCP(ctx, g).Status.Conditions },
+		"Cluster": func(g Gomega) []metav1.Condition { return f.getCluster(ctx, g).Status.Conditions },
+	} {
+		g.Eventually(func(g Gomega) {
+			cond := meta.FindStatusCondition(get(g), inplacev1.InPlaceUpdateCondition)
+			g.Expect(cond).NotTo(BeNil(), what)
+			g.Expect(cond.Status).To(Equal(metav1.ConditionFalse), what)
+			g.Expect(cond.Reason).To(Equal(inplacev1.ReasonRefused), what)
+			g.Expect(cond.Message).To(ContainSubstring(why), what)
+		}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+	}
+	g.Expect(held(f.getKCP(ctx, g))).To(BeTrue(), "KCP stays held: released, it would replace the Machine")
+	ok, _ := f.upToDate(ctx, g)
+	g.Expect(ok).To(BeFalse(), "nothing aligned")
 }
