@@ -71,16 +71,15 @@ func registerGuardWebhook(ctx context.Context, t *testing.T, stack *localstack.S
 }
 
 // TestGuardRefusesReplacingChanges: with the in-place-only guard registered as
-// config/webhook does, a plain cluster and a ClusterClass cluster (1 control-plane
-// Machine, 1 worker each) get changes that would make Cluster API replace Machines: a
+// config/webhook does, a plain cluster (1 control-plane Machine, 1 worker) and a
+// ClusterClass cluster (3 control-plane Machines) get changes that would make Cluster API replace Machines: a
 // bootstrap-only field on the KubeadmControlPlane; a MachineDeployment pointing at a
 // template that does not exist; a Cluster.spec.topology variable whose ClusterClass
 // patch moves a file to another path (the old file would have to be removed). Each
 // write is refused by the real API server with the guard's reason (the field,
 // "in-place"), the refused Cluster is unchanged, and no Machine is created or deleted
-// (watched). A topology write the planner allows (a worker file's content, through a
-// MachineDeployment variable override) is admitted, and so is the topology
-// controller's rotation of the workers' KubeadmConfigTemplate that follows. Then the
+// (watched). A topology write the planner allows (the file's content) is admitted,
+// and so is the topology controller's KubeadmControlPlane write that follows. Then the
 // allow-replace annotation lets one MachineDeployment change through (one minor up
 // with maxUnavailable 0, a surge), recorded in an Event, and the same stored value
 // does not admit a second one. No rollout is awaited.
@@ -103,7 +102,9 @@ func TestGuardRefusesReplacingChanges(t *testing.T) {
 	for _, spec := range []localstack.ClusterSpec{
 		{Namespace: s.ns, Name: plain, Version: fromVersion, ControlPlaneReplicas: 1, WorkerReplicas: 1, MDMaxSurge: 0, MDMaxUnavailable: 1,
 			Files: []localstack.File{{Path: "/etc/capi-inplace-e2e/round", Content: "0"}}},
-		{Namespace: s.ns, Name: class, Class: "inplace", Version: fromVersion, ControlPlaneReplicas: 1, WorkerReplicas: 1, MDMaxSurge: 0, MDMaxUnavailable: 1,
+		// Three control-plane Machines: the ClusterClass rolls out with maxSurge 0,
+		// which KCP's webhook allows only from 3 replicas; no workers.
+		{Namespace: s.ns, Name: class, Class: "inplace", Version: fromVersion, ControlPlaneReplicas: 3, WorkerReplicas: 0,
 			Files: []localstack.File{{Path: "/etc/capi-inplace-e2e/round", Content: "0"}}},
 	} {
 		if err := s.stack.CreateCluster(s.ctx, spec); err != nil {
@@ -111,7 +112,7 @@ func TestGuardRefusesReplacingChanges(t *testing.T) {
 		}
 	}
 	s.waitClusterReady(plain, 2)
-	s.waitClusterReady(class, 2)
+	s.waitClusterReady(class, 3)
 	watch := s.watchMachines()
 
 	// refused makes the write and expects the guard's refusal naming says.
@@ -151,8 +152,8 @@ func TestGuardRefusesReplacingChanges(t *testing.T) {
 	}, "no-such-template")
 
 	// ClusterClass: the files variable moves its file to another path. The patch puts
-	// it into the KubeadmControlPlane and the workers' KubeadmConfigTemplate: the old
-	// file would be removed, which the agent does not do in place.
+	// it into the KubeadmControlPlane: the old file would be removed, which the agent
+	// does not do in place.
 	cc := &clusterv1.Cluster{}
 	if err := s.stack.Client.Get(s.ctx, client.ObjectKey{Namespace: s.ns, Name: class}, cc); err != nil {
 		t.Fatal(err)
@@ -170,7 +171,7 @@ func TestGuardRefusesReplacingChanges(t *testing.T) {
 			}
 		}
 		return s.stack.Client.Patch(s.ctx, cc, client.MergeFrom(base))
-	}, "Cluster "+s.ns+"/"+class, "files /etc/capi-inplace-e2e/round are removed")
+	}, "Cluster "+s.ns+"/"+class, "files /etc/capi-inplace-e2e/round are removed", class)
 	if err := s.stack.Client.Get(s.ctx, client.ObjectKey{Namespace: s.ns, Name: class}, cc); err != nil {
 		t.Fatal(err)
 	}
@@ -181,24 +182,10 @@ func TestGuardRefusesReplacingChanges(t *testing.T) {
 	time.Sleep(5 * time.Second) // let a wrongly admitted rollout show in the watch
 	s.assertNoMachineChurn(watch)
 
-	// ClusterClass, allowed: the workers' files variable (a MachineDeployment override)
-	// changes a file's content, which the agent writes in place. The Cluster write goes
-	// through, and so does the topology controller's rotation of the workers'
-	// KubeadmConfigTemplate that follows from it.
-	md0 := &clusterv1.MachineDeployment{}
-	workerBootstrap := func() (string, error) {
-		list := &clusterv1.MachineDeploymentList{}
-		if err := s.stack.Client.List(s.ctx, list, client.InNamespace(s.ns), client.MatchingLabels{clusterv1.ClusterNameLabel: class}); err != nil {
-			return "", err
-		}
-		if len(list.Items) != 1 {
-			return "", fmt.Errorf("%d MachineDeployments of Cluster %s, want 1", len(list.Items), class)
-		}
-		*md0 = list.Items[0]
-		return md0.Spec.Template.Spec.Bootstrap.ConfigRef.Name, nil
-	}
-	before, err := workerBootstrap()
-	if err != nil {
+	// ClusterClass, allowed: the files variable changes the file's content, which the
+	// agent writes in place. The Cluster write goes through, and so does the topology
+	// controller's KubeadmControlPlane write that follows from it (no rollout awaited).
+	if err := s.stack.Client.Get(s.ctx, client.ObjectKey{Namespace: s.ns, Name: class}, cc); err != nil {
 		t.Fatal(err)
 	}
 	base := cc.DeepCopy()
@@ -206,21 +193,29 @@ func TestGuardRefusesReplacingChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc.Spec.Topology.Workers.MachineDeployments[0].Variables.Overrides = []clusterv1.ClusterVariable{{Name: "files", Value: raw}}
-	if err := s.stack.Client.Patch(s.ctx, cc, client.MergeFrom(base)); err != nil {
-		t.Fatalf("ClusterClass: the guard refused a worker files change it can update in place: %v", err)
+	for i := range cc.Spec.Topology.Variables {
+		if cc.Spec.Topology.Variables[i].Name == "files" {
+			cc.Spec.Topology.Variables[i].Value = raw
+		}
 	}
-	s.logf("EVIDENCE ClusterClass: worker files variable override (content change) admitted at the Cluster write")
-	s.eventually(time.Minute, "the topology controller's rotation of the workers' KubeadmConfigTemplate", func() error {
-		now, err := workerBootstrap()
-		if err != nil {
+	if err := s.stack.Client.Patch(s.ctx, cc, client.MergeFrom(base)); err != nil {
+		t.Fatalf("ClusterClass: the guard refused a files change it can update in place: %v", err)
+	}
+	s.logf("EVIDENCE ClusterClass: files variable content change admitted at the Cluster write")
+	s.eventually(time.Minute, "the topology controller's KubeadmControlPlane write", func() error {
+		list := &controlplanev1.KubeadmControlPlaneList{}
+		if err := s.stack.Client.List(s.ctx, list, client.InNamespace(s.ns), client.MatchingLabels{clusterv1.ClusterNameLabel: class}); err != nil {
 			return err
 		}
-		if now == before {
-			return fmt.Errorf("MachineDeployment %s still references KubeadmConfigTemplate %s", md0.Name, now)
+		for _, k := range list.Items {
+			for _, f := range k.Spec.KubeadmConfigSpec.Files {
+				if f.Path == "/etc/capi-inplace-e2e/round" && f.Content == "1" {
+					s.logf("EVIDENCE ClusterClass: the derived KubeadmControlPlane write was admitted (%s files content 1)", k.Name)
+					return nil
+				}
+			}
 		}
-		s.logf("EVIDENCE ClusterClass: the derived MachineDeployment write was admitted: KubeadmConfigTemplate %s -> %s", before, now)
-		return nil
+		return fmt.Errorf("no KubeadmControlPlane of Cluster %s has the new files content yet", class)
 	})
 	s.assertNoMachineChurn(watch)
 
