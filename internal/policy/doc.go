@@ -15,7 +15,7 @@
 // with an http(s) URL and a sha256 digest for a known platform; anything less is
 // reported, never guessed. The digest format has one rule, protocol.ValidDigest.
 //
-// Imports: standard library, apimachinery (unstructured, label selectors), sigs.k8s.io/yaml,
+// Imports: standard library, apimachinery (unstructured, label selectors, name validation), sigs.k8s.io/yaml,
 // internal/fleet (maintenance windows, budgets),
 // internal/protocol, internal/backend/registry (to validate a pool's OS backend
 // configuration). No I/O: the caller reads the file and hands Parse its bytes.

@@ -52,6 +52,10 @@ type Config struct {
 	// Fleet sets failure budgets, maintenance windows and soak per pool of
 	// Machines (see FleetPoolConfig).
 	Fleet []FleetPoolConfig `json:"fleet,omitempty"`
+
+	// RegistryCredentials name the pull Secret of each private OCI registry that
+	// artifacts come from (see RegistryCredentialConfig).
+	RegistryCredentials []RegistryCredentialConfig `json:"registryCredentials,omitempty"`
 }
 
 // DrainConfig configures draining.
@@ -155,6 +159,7 @@ type Policy struct {
 	preflightGlobal     []string
 	preflightPools      []kubeadmPool
 	osBackendPools      []osBackendsPool
+	registrySecrets     map[string]SecretRef // registry host -> pull Secret
 }
 
 // Backends are the OS backend names the agent knows (see protocol.OSImage).
@@ -307,6 +312,10 @@ func New(cfg Config) (*Policy, error) {
 	var fleetErrs []error
 	p.fleetPools, fleetErrs = compileFleet(cfg.Fleet)
 	errs = append(errs, fleetErrs...)
+
+	var regErrs []error
+	p.registrySecrets, regErrs = compileRegistryCredentials(cfg.RegistryCredentials)
+	errs = append(errs, regErrs...)
 
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))

@@ -79,6 +79,12 @@ type NodePlan struct {
 	// changes: the agent writes it to the host before it stages the image. Empty:
 	// the node keeps the file it has.
 	OSBackends json.RawMessage `json:"osBackends,omitempty"`
+
+	// RegistryCredentials are the logins for the OCI registries the plan's
+	// artifacts come from (from the pull Secrets the policy names), only for those
+	// registries: the plan is sealed to the node's key, so no other node and no
+	// reader of the plan Secret sees them.
+	RegistryCredentials []RegistryCredential `json:"registryCredentials,omitempty"`
 }
 
 // MachineRef names a CAPI Machine.

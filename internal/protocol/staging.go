@@ -43,10 +43,20 @@ type StageItem struct {
 	Artifact BinaryArtifact
 	// Executable: the file runs on the node, so its architecture must be the node's.
 	Executable bool
+	// Credentials are the plan's registry logins (RegistryCredential), for OCI sources.
+	Credentials []RegistryCredential
 }
 
 // StageItems lists the files the agent downloads for the plan, in order.
 func (p *NodePlan) StageItems() []StageItem {
+	out := p.stageItems()
+	for i := range out {
+		out[i].Credentials = p.RegistryCredentials
+	}
+	return out
+}
+
+func (p *NodePlan) stageItems() []StageItem {
 	var out []StageItem
 	if b := p.Kubernetes.Binaries; b != nil {
 		out = append(out, StageItem{Name: StageKubeadm, Artifact: b.Kubeadm, Executable: true},
@@ -90,6 +100,9 @@ const (
 	StageReasonOSStage = "OSStageFailed"
 	// StageReasonNodeConfig: the pool's OS backend configuration cannot be written.
 	StageReasonNodeConfig = "NodeConfigFailed"
+	// StageReasonDeadline: the plan was not staged by the stage deadline
+	// (inplacev1.StageDeadlineAnnotation).
+	StageReasonDeadline = "DeadlineExceeded"
 )
 
 // StagingStatusVersion is the version of the StagingStatus envelope.

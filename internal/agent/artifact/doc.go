@@ -14,6 +14,6 @@
 // Store.Open hands a staged file to the installer (internal/agent/kube), so the
 // disruptive part of an update copies from local disk instead of downloading.
 //
-// Imports: the standard library, go-containerregistry (name, remote) for OCI
+// Imports: the standard library, go-containerregistry (authn, name, remote) for OCI
 // registries, internal/atomicfile, internal/protocol.
 package artifact

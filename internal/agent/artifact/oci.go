@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
@@ -20,8 +21,9 @@ var errDigest = errors.New("registry blob digest check failed")
 
 // openOCI fetches the blob of the digest from an OCI repository
 // (oci://<registry>/<repository>; oci+http:// for a registry without TLS),
-// anonymously, through the store's HTTP client.
-func (s *Store) openOCI(ctx context.Context, src, digest string) (io.ReadCloser, int64, error) {
+// through the store's HTTP client: with the plan's credential for the registry
+// when it has one, anonymously otherwise.
+func (s *Store) openOCI(ctx context.Context, src, digest string, creds []protocol.RegistryCredential) (io.ReadCloser, int64, error) {
 	u, err := url.Parse(src)
 	if err != nil {
 		return nil, 0, err
@@ -34,7 +36,11 @@ func (s *Store) openOCI(ctx context.Context, src, digest string) (io.ReadCloser,
 	if err != nil {
 		return nil, 0, fmt.Errorf("OCI reference: %w", err)
 	}
-	layer, err := remote.Layer(ref, remote.WithContext(ctx), remote.WithTransport(s.transport()))
+	auth := authn.Anonymous
+	if c, ok := protocol.Credential(creds, u.Host); ok {
+		auth = authn.FromConfig(authn.AuthConfig{Username: c.Username, Password: c.Password, IdentityToken: c.IdentityToken})
+	}
+	layer, err := remote.Layer(ref, remote.WithContext(ctx), remote.WithTransport(s.transport()), remote.WithAuth(auth))
 	if err != nil {
 		return nil, 0, err
 	}

@@ -181,7 +181,7 @@ func (s *Store) Fetch(ctx context.Context, item protocol.StageItem, progress Pro
 // its digest matches.
 func (s *Store) fetchFrom(ctx context.Context, item protocol.StageItem, src, dest string, progress Progress) error {
 	wantHex, _ := protocol.DigestHex(item.Artifact.Digest)
-	body, size, err := s.open(ctx, src, item.Artifact.Digest)
+	body, size, err := s.open(ctx, src, item.Artifact.Digest, item.Credentials)
 	if err != nil {
 		return fmt.Errorf("%s from %s: %w", item.Name, src, err)
 	}
@@ -237,9 +237,9 @@ func (s *Store) fetchFrom(ctx context.Context, item protocol.StageItem, src, des
 }
 
 // open returns the body of one source and its announced size (0: unknown).
-func (s *Store) open(ctx context.Context, src, digest string) (io.ReadCloser, int64, error) {
+func (s *Store) open(ctx context.Context, src, digest string, creds []protocol.RegistryCredential) (io.ReadCloser, int64, error) {
 	if strings.HasPrefix(src, protocol.SchemeOCI+"://") || strings.HasPrefix(src, protocol.SchemeOCIHTTP+"://") {
-		return s.openOCI(ctx, src, digest)
+		return s.openOCI(ctx, src, digest, creds)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, src, nil)
 	if err != nil {
