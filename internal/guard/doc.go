@@ -16,16 +16,19 @@
 //	                   it, unless the write carries a new allow-replace value
 //	metrics.go         refusals by cause kind (preview.CauseKind: a fixed set), writes
 //	                   by kind and result, latency
+//	topology.go        a Cluster.spec.topology write: the desired KubeadmControlPlane,
+//	                   MachineDeployments and templates of the stored and the written
+//	                   Cluster, computed by Cluster API's desired-state generator
+//	                   (exp/topology/desiredstate, read-only), become the changes the
+//	                   topology controller would derive, planned with the write
 //
-// Covered writes: Cluster.spec.topology (the version moves the KubeadmControlPlane and
-// topology-owned MachineDeployments as the topology controller does), KubeadmControlPlane,
-// MachineDeployment, KubeadmConfigTemplate and infrastructure machine templates
-// (changed under their name: planned as if rotated, like plan does), MachineSet
-// deletion. Topology changes other than the version (class, variables) are derived by
-// the topology controller, which the guard does not run: they are judged when the
-// topology controller writes the KubeadmControlPlane or MachineDeployment they
-// produce, and a refusal there leaves the Cluster's TopologyReconciled condition False
-// with the guard's message.
+// Covered writes: Cluster.spec.topology (version, variables, class, control plane,
+// machine deployments: judged at the Cluster write from the derived desired state; when
+// it cannot be computed, by the version alone, and the derived writes are judged when
+// the topology controller makes them), KubeadmControlPlane, MachineDeployment,
+// KubeadmConfigTemplate and infrastructure machine templates (changed under their name:
+// planned as if rotated, like plan does), MachineSet deletion. Machine deletes are not
+// guarded (docs/guard.md: most are Cluster API's own).
 //
 // Invariants:
 //   - Fails closed for opted-in namespaces: a Cluster that cannot be read or planned
@@ -38,7 +41,8 @@
 //   - The override is one write: AllowReplaceAnnotation admits the write that sets or
 //     changes its value, and is recorded in an Event on the object (not on dry runs).
 //
-// Imports: api/v1alpha1, internal/preview, internal/planner, internal/policy, Cluster
-// API API types, apimachinery, client-go events, controller-runtime's client and
+// Imports: api/v1alpha1, internal/preview, internal/planner, internal/policy,
+// internal/extsettings, Cluster API API types and its exp/topology desiredstate and
+// scope, apimachinery, client-go events, controller-runtime's client and
 // admission, prometheus.
 package guard
