@@ -136,8 +136,11 @@ func TestFleetControls(t *testing.T) {
 	}
 	s.eventually(time.Minute, "the failure counted on the Cluster", func() error {
 		fs, err := fleet.Decode(s.cluster(fleetCluster).Annotations[inplacev1.FleetStateAnnotation])
-		if err != nil || len(fs.Failures) != 1 || fs.Failures[0].Node != nodeA {
-			return fmt.Errorf("fleet record %+v (%v)", fs.Failures, err)
+		if err != nil {
+			return err
+		}
+		if len(fs.Failures) != 1 || fs.Failures[0].Node != nodeA {
+			return fmt.Errorf("fleet record %+v", fs.Failures)
 		}
 		return nil
 	})
@@ -231,8 +234,11 @@ func TestFleetControls(t *testing.T) {
 			return fmt.Errorf("Machine %s still updating", a.Name)
 		}
 		got, err := hostFile(agents, nodeA, fileA.Path)
-		if err != nil || got != fileA.Content {
-			return fmt.Errorf("host %s: %s = %q (%v)", nodeA, fileA.Path, got, err)
+		if err != nil {
+			return fmt.Errorf("host %s: %w", nodeA, err)
+		}
+		if got != fileA.Content {
+			return fmt.Errorf("host %s: %s = %q", nodeA, fileA.Path, got)
 		}
 		return nil
 	})
@@ -254,8 +260,11 @@ func TestFleetControls(t *testing.T) {
 			}
 		}
 		got, err := hostFile(agents, nodeB, fileB.Path)
-		if err != nil || got != fileB.Content {
-			return fmt.Errorf("host %s: %s = %q (%v)", nodeB, fileB.Path, got, err)
+		if err != nil {
+			return fmt.Errorf("host %s: %w", nodeB, err)
+		}
+		if got != fileB.Content {
+			return fmt.Errorf("host %s: %s = %q", nodeB, fileB.Path, got)
 		}
 		return nil
 	})
