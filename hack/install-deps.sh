@@ -17,6 +17,10 @@ need swupdate swupdate            # backend/swupdate
 need fw_setenv libubootenv-tool   # U-Boot environment in a file (swupdate A/B switching)
 need mender mender-client         # backend/mender (client 3.x)
 need mender-artifact mender-artifact
+# promtool checks and unit-tests config/prometheus (make test). Debian's package, not
+# a build from github.com/prometheus/prometheus: that cold build took 29 min on the
+# 2-core build machine (docs/metrics.md), over CI's time budget.
+need promtool prometheus
 need losetup mount                # loop devices as Mender A/B partitions
 # The real-node lane (hack/realnode, make e2e-node): a container runtime and what
 # kubeadm's preflight checks and the kubelet need on a node.

@@ -132,6 +132,10 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 	if err != nil {
 		return err
 	}
+	updateMetrics, err := coordinator.NewPrometheusMetrics(ctrlmetrics.Registry, coordinator.MetricsOptions{})
+	if err != nil {
+		return err
+	}
 
 	// The coordinator reads through an uncached client: a cache would hold every
 	// Secret of the management cluster in memory, and each hook call reads only a few.
@@ -154,6 +158,7 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 		DeclaredOSImages: pol,
 		Fleet:            pol,
 		FleetMetrics:     metrics,
+		Metrics:          updateMetrics,
 		Recorder:         mgr.GetEventRecorder("capi-inplace"),
 		Drain:            coordinator.DrainOptionsFromPolicy(pol.Drain()),
 		ManageAgents:     o.manageAgents,

@@ -79,6 +79,8 @@ type Options struct {
 	Fleet FleetResolver
 	// FleetMetrics counts updates held by the fleet controls; nil: none.
 	FleetMetrics FleetMetrics
+	// Metrics records the transitions of node updates (metrics.go); nil: none.
+	Metrics UpdateMetrics
 	// Recorder records Events on Machines.
 	Recorder EventRecorder
 	Drain    DrainOptions

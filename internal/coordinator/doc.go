@@ -52,5 +52,5 @@
 //     cordon; an update past cordon always runs to a safe point.
 //
 // Imports: api/v1alpha1, internal/protocol, internal/fleet, internal/policy, its own subpackages, Cluster API types,
-// controller-runtime's client, client-go. Not internal/extension (which calls us).
+// controller-runtime's client, client-go, prometheus and internal/metrics (updatemetrics.go). Not internal/extension (which calls us).
 package coordinator

@@ -48,14 +48,18 @@ type scope struct {
 	planJSON   []byte
 	planSecret *corev1.Secret  // as found in the workload cluster; nil when absent
 	agentKey   *ecdh.PublicKey // the node's key, which the plan is sealed to (awaitAgentKey)
+
+	drainBlocker string // the PDB that refused an eviction in this call (metrics.go)
 }
 
-func (c *Coordinator) update(ctx context.Context, desired desiredObjects) Outcome {
+func (c *Coordinator) update(ctx context.Context, desired desiredObjects) (out Outcome) {
 	s, out, ok := c.loadScope(ctx, desired)
 	if !ok {
 		return out
 	}
 	o := observe(s, c.opts.Now())
+	before := marksOf(s)
+	defer func() { c.recordCall(s, before, o, out) }()
 	o.PickupTimeout = c.opts.PickupTimeout
 	d := Decide(o)
 	if out, held := c.fleetCheck(ctx, s, o, d); held {
@@ -222,6 +226,7 @@ func (c *Coordinator) drain(ctx context.Context, s *scope) (Outcome, bool) {
 	if err != nil {
 		return c.workloadFailure(s, stepDrain, err), false
 	}
+	s.drainBlocker = blockingPDB(res)
 	started, _ := time.Parse(time.RFC3339, s.node.GetAnnotations()[inplacev1.UpdateStartedAnnotation])
 	d, drained := DrainVerdict(s.node.Name, res, started, c.opts.Now(), c.opts.Drain.Timeout)
 	if drained {

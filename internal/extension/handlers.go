@@ -146,7 +146,7 @@ func (h *Handlers) finish(ctx context.Context, hook string, start time.Time, res
 		ctrl.LoggerFrom(ctx).Info("Hook call failed", "hook", hook, "message", resp.GetMessage())
 	}
 	h.metrics.calls.WithLabelValues(hook, string(resp.GetStatus())).Inc()
-	h.metrics.duration.WithLabelValues(hook).Observe(time.Since(start).Seconds())
+	h.metrics.duration.WithLabelValues(hook, string(resp.GetStatus())).Observe(time.Since(start).Seconds())
 }
 
 // report logs and counts a planner result.

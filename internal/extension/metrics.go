@@ -1,10 +1,9 @@
 package extension
 
 import (
-	"errors"
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/capi-inplace/capi-inplace/internal/metrics"
 )
 
 // Metrics are the hook server's Prometheus metrics.
@@ -26,9 +25,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"hook", "status"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "capi_inplace_hook_duration_seconds",
-			Help:    "Time spent answering a runtime hook call, by hook.",
+			Help:    "Time spent answering a runtime hook call, by hook and response status (Success, Failure).",
 			Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
-		}, []string{"hook"}),
+		}, []string{"hook", "status"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "capi_inplace_planner_decisions_total",
 			Help: "Field decisions of the planner, by hook, object kind and whether the change is covered in place.",
@@ -39,32 +38,19 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"reason"}),
 	}
 	var err error
-	if m.calls, err = register(reg, m.calls); err != nil {
+	if m.calls, err = metrics.Register(reg, m.calls); err != nil {
 		return nil, err
 	}
-	if m.duration, err = register(reg, m.duration); err != nil {
+	if m.duration, err = metrics.Register(reg, m.duration); err != nil {
 		return nil, err
 	}
-	if m.decisions, err = register(reg, m.decisions); err != nil {
+	if m.decisions, err = metrics.Register(reg, m.decisions); err != nil {
 		return nil, err
 	}
-	if m.holds, err = register(reg, m.holds); err != nil {
+	if m.holds, err = metrics.Register(reg, m.holds); err != nil {
 		return nil, err
 	}
 	return m, nil
-}
-
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	if err := reg.Register(c); err != nil {
-		var already prometheus.AlreadyRegisteredError
-		if errors.As(err, &already) {
-			if existing, ok := already.ExistingCollector.(C); ok {
-				return existing, nil
-			}
-		}
-		return c, fmt.Errorf("register metrics: %w", err)
-	}
-	return c, nil
 }
 
 // Held counts one node update held by the fleet controls (coordinator.FleetMetrics).

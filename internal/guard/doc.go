@@ -44,5 +44,5 @@
 // Imports: api/v1alpha1, internal/preview, internal/planner, internal/policy,
 // internal/extsettings, Cluster API API types and its exp/topology desiredstate and
 // scope, apimachinery, client-go events, controller-runtime's client and
-// admission, prometheus.
+// admission, prometheus, internal/metrics (Register).
 package guard

@@ -1,11 +1,9 @@
 package guard
 
 import (
-	"errors"
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/capi-inplace/capi-inplace/internal/metrics"
 	"github.com/capi-inplace/capi-inplace/internal/preview"
 )
 
@@ -47,13 +45,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 	}
 	var err error
-	if m.refusals, err = register(reg, m.refusals); err != nil {
+	if m.refusals, err = metrics.Register(reg, m.refusals); err != nil {
 		return nil, err
 	}
-	if m.writes, err = register(reg, m.writes); err != nil {
+	if m.writes, err = metrics.Register(reg, m.writes); err != nil {
 		return nil, err
 	}
-	if m.duration, err = register(reg, m.duration); err != nil {
+	if m.duration, err = metrics.Register(reg, m.duration); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -76,17 +74,4 @@ func (m *Metrics) record(kind, result string, reasons []preview.CauseKind, secon
 	case ResultError:
 		m.refusals.WithLabelValues(errorReason).Inc()
 	}
-}
-
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	if err := reg.Register(c); err != nil {
-		var already prometheus.AlreadyRegisteredError
-		if errors.As(err, &already) {
-			if existing, ok := already.ExistingCollector.(C); ok {
-				return existing, nil
-			}
-		}
-		return c, fmt.Errorf("register guard metrics: %w", err)
-	}
-	return c, nil
 }

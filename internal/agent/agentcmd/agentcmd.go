@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2/textlogger"
 
 	"github.com/capi-inplace/capi-inplace/internal/agent"
+	"github.com/capi-inplace/capi-inplace/internal/agent/agentmetrics"
 	"github.com/capi-inplace/capi-inplace/internal/agent/etcd"
 	"github.com/capi-inplace/capi-inplace/internal/agent/executor"
 	"github.com/capi-inplace/capi-inplace/internal/agent/gate"
@@ -60,6 +61,7 @@ type Options struct {
 	GateTimeout time.Duration
 	NodeConfig  string
 	HealthAddr  string
+	MetricsAddr string
 	Verbosity   int
 	// Version is logged at start.
 	Version string
@@ -102,6 +104,7 @@ systemctl, etcd and reboots are emulated there, and fault files under
 	f.DurationVar(&o.GateTimeout, "gate-timeout", 5*time.Minute, "How long each health gate may take to pass before the update is rolled back.")
 	f.StringVar(&o.NodeConfig, "node-config", agent.NodeConfigPath, "Host path (under --host-root) of the node configuration: the service manager (see docs/agent-node.md); a missing file means systemd.")
 	f.StringVar(&o.HealthAddr, "health-addr", ":9441", "Address of the health probe (/healthz); \"0\" disables it.")
+	f.StringVar(&o.MetricsAddr, "metrics-addr", "0", "Address of the Prometheus metrics (/metrics, docs/metrics.md), e.g. :9442; \"0\" disables them.")
 	f.IntVarP(&o.Verbosity, "v", "v", 0, "Log verbosity (0 or 1).")
 	return cmd
 }
@@ -187,15 +190,19 @@ func Run(ctx context.Context, o Options, sim Simulator) error {
 		backends = hostBackends(ctx, root, runner)
 	}
 	reporter := &agent.Reporter{Client: client, NodeName: o.NodeName, Log: log}
+	am, err := agentmetrics.New(time.Now)
+	if err != nil {
+		return err
+	}
 	kubeHost := &kube.Host{Root: root, Runner: runner, Binaries: binaries, Services: services, Etcd: member}
 	x := &executor.Executor{
-		Journal: jr,
+		Journal: am.CountedJournal(jr),
 		Kube:    kubeHost,
 		Gates: &gate.Checker{Nodes: agent.NodeReader{Client: client, NodeName: o.NodeName}, Etcd: kubeHost, Runner: runner,
 			Timeout: o.GateTimeout, Interval: 2 * time.Second, MaxInterval: 5 * time.Second, CommandTimeout: 30 * time.Second, Faults: gFaults},
 		Backends: lookupBackend(backends),
 		Rebooter: rebooter,
-		Reporter: reporter,
+		Reporter: am.ObservedReporter(reporter),
 		Faults:   faults,
 		Now:      time.Now,
 		Log:      log,
@@ -212,6 +219,13 @@ func Run(ctx context.Context, o Options, sim Simulator) error {
 			}
 		}()
 		defer srv.Close()
+	}
+	if o.MetricsAddr != "0" && o.MetricsAddr != "" {
+		stop, err := serveMetrics(o.MetricsAddr, am.Handler(), log)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	log.Info("Agent starting", "version", o.Version, "node", o.NodeName, "hostRoot", root, "stateDir", o.StateDir, "simulate", o.Simulate,
 		"serviceManager", serviceManagerType(nodeCfg.ServiceManager), "backends", backendNames(backends), "key", protocol.KeyID(nodeKey.PublicKey()))

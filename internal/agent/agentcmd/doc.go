@@ -9,7 +9,7 @@
 // --simulate`. This package knows only the Simulation type, so product binaries link
 // no simulator; test/productdeps fails the build of a product binary that does.
 //
-// Imports: internal/agent and its subpackages (etcd, executor, gate, journal, kube,
+// Imports: internal/agent and its subpackages (agentmetrics, etcd, executor, gate, journal, kube,
 // service), internal/backend/{none,registry}, internal/protocol, client-go, cobra,
 // klog's textlogger and logr.
 package agentcmd
