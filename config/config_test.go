@@ -338,6 +338,7 @@ func TestRenderedObjects(t *testing.T) {
 			"cluster.x-k8s.io/machinesets":                              {"get", "list", "watch"},
 			"cluster.x-k8s.io/machinedeployments":                       {"get", "list", "watch"},
 			"cluster.x-k8s.io/clusterclasses":                           {"get"},
+			"cluster.x-k8s.io/machinedrainrules":                        {"get", "list", "watch"},
 			"cluster.x-k8s.io/machines":                                 {"get", "list", "patch", "update", "watch"},
 			"cluster.x-k8s.io/machines/status":                          {"patch", "update"},
 			"cluster.x-k8s.io/clusters/status":                          {"patch", "update"},

@@ -223,6 +223,10 @@ func agentProgress(st *protocol.NodeStatus) string {
 		}
 		s += ")"
 	}
+	if st.Reason == protocol.ReasonWaitingForEtcdQuorum {
+		// The agent holds the plan before touching the node: say who holds it.
+		s += ": " + st.Message
+	}
 	return s
 }
 

@@ -62,7 +62,7 @@ func TestBarePodBlocksUnlessForce(t *testing.T) {
 	resp := call(f.coordinator(), req)
 	g.Expect(time.Since(start)).To(BeNumerically("<", 4*time.Second), "one call stays well inside CAPI's 10 s hook timeout")
 	g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusSuccess))
-	g.Expect(resp.Message).To(Equal("step 3/6: draining node w7: cannot delete Pods that declare no controller (use --force to override): " + f.ns + "/lonely"))
+	g.Expect(resp.Message).To(Equal("step 3/6: draining node w7: pod " + f.ns + "/lonely: no controller recreates it: evicting it loses it for good (the policy's drain.force evicts it)"))
 	g.Expect(f.podExists("lonely")).To(BeTrue())
 
 	forced := f.coordinator(func(o *Options) { o.Drain.Force = true })

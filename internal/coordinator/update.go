@@ -23,7 +23,6 @@ import (
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/coordinator/agentinstall"
-	"github.com/capi-inplace/capi-inplace/internal/coordinator/drain"
 	"github.com/capi-inplace/capi-inplace/internal/coordinator/nodeplan"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
@@ -208,7 +207,8 @@ func (c *Coordinator) cordon(ctx context.Context, s *scope) error {
 	return nil
 }
 
-// drain makes one bounded eviction attempt; ok means the node is drained.
+// drain makes one bounded eviction attempt (drainrules.go: as Cluster API drains a
+// Machine's node) and waits for its volumes to detach; ok means the node is drained.
 func (c *Coordinator) drain(ctx context.Context, s *scope) (Outcome, bool) {
 	if c.opts.Drain.SkipEviction {
 		return Outcome{}, true
@@ -222,23 +222,11 @@ func (c *Coordinator) drain(ctx context.Context, s *scope) (Outcome, bool) {
 		// causes an outage, and PDBs would block forever.
 		return Outcome{}, true
 	}
-	res, err := drain.Attempt(ctx, s.wc.Clientset, s.node.Name, c.drainOptions())
+	res, err := c.attemptDrain(ctx, s)
 	if err != nil {
 		return c.workloadFailure(s, stepDrain, err), false
 	}
-	s.drainBlocker = blockingPDB(res)
-	started, _ := time.Parse(time.RFC3339, s.node.GetAnnotations()[inplacev1.UpdateStartedAnnotation])
-	d, drained := DrainVerdict(s.node.Name, res, started, c.opts.Now(), c.opts.Drain.Timeout)
-	if drained {
-		return Outcome{}, true
-	}
-	if len(res.Blockers) > 0 {
-		c.opts.Recorder.Eventf(s.machine, nil, corev1.EventTypeWarning, inplacev1.EventDrainBlocked, "Drain", "%s", d.Message)
-	}
-	if d.Action == ActReportFailure {
-		return retryable(d.Cause, d.Message), false
-	}
-	return inProgress(d.RetryAfterSeconds, d.Message), false
+	return c.finishDrain(ctx, s, res)
 }
 
 // publish writes the plan Secret, then points the node's desired-plan annotation at

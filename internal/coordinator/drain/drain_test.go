@@ -21,6 +21,9 @@ func TestSummary(t *testing.T) {
 			"cannot delete Pods that declare no controller (use --force to override): a/bare"},
 		{"pod error", Result{Blockers: []Blocker{{Pod: "a/p", Reason: "eviction failed: boom"}}}, "pod a/p: eviction failed: boom"},
 		{"terminating, sorted", Result{Terminating: []string{"b/z"}, Evicted: []string{"a/y"}}, "waiting for pod a/y to terminate (and 1 more)"},
+		{"waiting on purpose", Result{Waiting: []Blocker{{Pod: "a/batch", Reason: ReasonWaitCompleted}, {Pod: "a/db", Reason: ReasonDrainOrder}}},
+			"pod a/batch: waiting for it to complete (drain behavior WaitCompleted) (and 1 more)"},
+		{"terminating before waiting", Result{Terminating: []string{"a/web"}, Waiting: []Blocker{{Pod: "a/db", Reason: ReasonDrainOrder}}}, "waiting for pod a/web to terminate"},
 		{"nothing known", Result{}, "waiting for pods to leave"},
 	}
 	for _, tt := range tests {

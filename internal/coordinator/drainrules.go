@@ -1,0 +1,149 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/coordinator/drain"
+)
+
+// MachineDrain is what a Machine says about draining its node, in Cluster API's
+// own fields, which its machine controller honours before it deletes a node and
+// the coordinator honours the same way before an in-place update.
+type MachineDrain struct {
+	// Excluded: the machine.cluster.x-k8s.io/exclude-node-draining annotation is
+	// set; no pod is evicted.
+	Excluded bool
+	// SkipVolumeDetach: the
+	// machine.cluster.x-k8s.io/exclude-wait-for-node-volume-detach annotation is
+	// set; attached volumes are not waited for.
+	SkipVolumeDetach bool
+	// DrainTimeout is spec.deletion.nodeDrainTimeoutSeconds (zero: none). Once it
+	// has passed the update goes on with whatever pods are left, as Cluster API
+	// goes on deleting; without it the policy's drain timeout fails the update.
+	DrainTimeout time.Duration
+	// VolumeDetachTimeout is spec.deletion.nodeVolumeDetachTimeoutSeconds (zero:
+	// none); once it has passed the update goes on with volumes still attached.
+	VolumeDetachTimeout time.Duration
+}
+
+// MachineDrainOf reads a Machine's drain settings.
+func MachineDrainOf(m *clusterv1.Machine) MachineDrain {
+	_, excluded := m.Annotations[clusterv1.ExcludeNodeDrainingAnnotation]
+	_, skipVolumes := m.Annotations[clusterv1.ExcludeWaitForNodeVolumeDetachAnnotation]
+	seconds := func(p *int32) time.Duration {
+		if p == nil || *p <= 0 {
+			return 0
+		}
+		return time.Duration(*p) * time.Second
+	}
+	return MachineDrain{Excluded: excluded, SkipVolumeDetach: skipVolumes,
+		DrainTimeout: seconds(m.Spec.Deletion.NodeDrainTimeoutSeconds), VolumeDetachTimeout: seconds(m.Spec.Deletion.NodeVolumeDetachTimeoutSeconds)}
+}
+
+// DrainOver reports whether the drain is over without evicting anything more:
+// the Machine excludes its node from draining, or its own drain timeout has
+// passed since the update started.
+func (md MachineDrain) DrainOver(elapsed time.Duration) bool {
+	return md.Excluded || (md.DrainTimeout > 0 && elapsed >= md.DrainTimeout)
+}
+
+// VolumeWaitOver reports whether attached volumes are no longer waited for: the
+// Machine skips the wait, or its volume-detach timeout has passed. The coordinator
+// keeps one start time per update, so both timeouts count from the update's start
+// (Cluster API counts the volume-detach timeout from the end of the drain: here
+// the wait can only end sooner).
+func (md MachineDrain) VolumeWaitOver(elapsed time.Duration) bool {
+	return md.SkipVolumeDetach || (md.VolumeDetachTimeout > 0 && elapsed >= md.VolumeDetachTimeout)
+}
+
+// DrainMachineVerdict turns one drain attempt (and the volumes still attached,
+// when the drain is done) into a decision: ok means the node may be updated.
+// Without a Machine drain timeout the policy's timeout bounds drain and volume
+// detach together and ends in a failure; with one, the drain waits until it and
+// then goes on.
+func DrainMachineVerdict(node string, md MachineDrain, res drain.Result, volumes []string, started, now time.Time, policyTimeout time.Duration) (Decision, bool) {
+	var elapsed time.Duration
+	if !started.IsZero() {
+		elapsed = max(now.Sub(started), 0)
+	}
+	if !res.Done {
+		if md.DrainTimeout > 0 {
+			return Decision{Action: ActWait, RetryAfterSeconds: retryDrain, Message: stepMsg(stepDrain,
+				"draining node %s: %s (the Machine's nodeDrainTimeoutSeconds ends the drain after %s)", node, res.Summary(), md.DrainTimeout)}, false
+		}
+		return DrainVerdict(node, res, started, now, policyTimeout)
+	}
+	if len(volumes) == 0 || md.VolumeWaitOver(elapsed) {
+		return Decision{}, true
+	}
+	what := volumes[0]
+	if n := len(volumes) - 1; n > 0 {
+		what += fmt.Sprintf(" (and %d more)", n)
+	}
+	if md.VolumeDetachTimeout == 0 && policyTimeout > 0 && elapsed > policyTimeout {
+		return Decision{Action: ActReportFailure, Cause: CauseDrainTimeout, Message: stepMsg(stepDrain,
+			"node %s: volumes did not detach within %s: %s is still attached", node, policyTimeout, what)}, false
+	}
+	return Decision{Action: ActWait, RetryAfterSeconds: retryDrain, Message: stepMsg(stepDrain,
+		"waiting for the volumes of node %s to detach: %s is still attached", node, what)}, false
+}
+
+// drainClock returns the Machine's drain settings and the update's start and
+// current time (started is zero when the node carries no start marker).
+func (c *Coordinator) drainClock(s *scope) (md MachineDrain, started, now time.Time, elapsed time.Duration) {
+	md = MachineDrainOf(s.machine)
+	now = c.opts.Now()
+	started, _ = time.Parse(time.RFC3339, s.node.GetAnnotations()[inplacev1.UpdateStartedAnnotation])
+	if !started.IsZero() {
+		elapsed = max(now.Sub(started), 0)
+	}
+	return md, started, now, elapsed
+}
+
+// attemptDrain makes one drain pass over the node as Cluster API drains a
+// Machine's node (drain.AttemptMachine: MachineDrainRules, the drain label),
+// unless the Machine excludes its node from draining or its own drain timeout
+// has passed: then the drain counts as done with whatever is left on the node.
+func (c *Coordinator) attemptDrain(ctx context.Context, s *scope) (drain.Result, error) {
+	md, _, _, elapsed := c.drainClock(s)
+	if md.DrainOver(elapsed) {
+		if !md.Excluded {
+			c.opts.Recorder.Eventf(s.machine, nil, corev1.EventTypeWarning, inplacev1.EventDrainBlocked, "Drain",
+				"the Machine's nodeDrainTimeoutSeconds (%s) has passed: updating node %s with the pods still on it", md.DrainTimeout, s.node.Name)
+		}
+		return drain.Result{Done: true}, nil
+	}
+	return drain.AttemptMachine(ctx, drain.Machine{Management: c.opts.Client, Workload: s.wc.Client, Evictions: s.wc.Clientset, Cluster: s.cluster, Machine: s.machine},
+		s.node.Name, c.drainOptions())
+}
+
+// finishDrain decides on a drain pass (DrainMachineVerdict): once the node is
+// drained it waits for the node's volumes to detach, as Cluster API's machine
+// controller does before it deletes a node, since the agent may reboot it.
+func (c *Coordinator) finishDrain(ctx context.Context, s *scope, res drain.Result) (Outcome, bool) {
+	md, started, now, elapsed := c.drainClock(s)
+	var volumes []string
+	if res.Done && !md.VolumeWaitOver(elapsed) {
+		var err error
+		if volumes, err = drain.AttachedVolumes(ctx, s.wc.Client, s.node); err != nil {
+			return c.workloadFailure(s, stepDrain, err), false
+		}
+	}
+	d, ok := DrainMachineVerdict(s.node.Name, md, res, volumes, started, now, c.opts.Drain.Timeout)
+	if ok {
+		return Outcome{}, true
+	}
+	if len(res.Blockers) > 0 {
+		c.opts.Recorder.Eventf(s.machine, nil, corev1.EventTypeWarning, inplacev1.EventDrainBlocked, "Drain", "%s", d.Message)
+	}
+	if d.Action == ActReportFailure {
+		return retryable(d.Cause, d.Message), false
+	}
+	return inProgress(d.RetryAfterSeconds, d.Message), false
+}
