@@ -11,6 +11,12 @@ const (
 	// StagingStatusAnnotation on a Node holds the agent's protocol.StagingStatus
 	// (JSON) for the plan of StagePlanAnnotation.
 	StagingStatusAnnotation = GroupName + "/staging"
+
+	// StageDeadlineAnnotation on a Node holds the time (RFC 3339) by which the plan
+	// of StagePlanAnnotation must be staged: the coordinator writes it with the
+	// request and fails the update, the node untouched, once it passes; the agent
+	// stops staging then.
+	StageDeadlineAnnotation = GroupName + "/stage-deadline"
 )
 
 // EventStagingFailed is the Machine Event of a node that could not stage its plan

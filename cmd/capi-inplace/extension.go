@@ -46,6 +46,7 @@ type extensionOptions struct {
 	leaderElect          bool
 	leaderElectNamespace string
 	policyFile           string
+	stagingTimeout       time.Duration
 	manageAgents         bool
 	agentImage           string
 	extensionConfigName  string
@@ -78,6 +79,7 @@ over HTTPS (register it with an ExtensionConfig whose caBundle is the CA of
 	f.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader among replicas; only the leader runs the coordinator's controllers. Every replica serves the hooks.")
 	f.StringVar(&o.leaderElectNamespace, "leader-elect-namespace", "", "Namespace of the leader election lease; empty means the pod's own namespace.")
 	f.StringVar(&o.policyFile, "policy-file", "", "Path to the policy file (YAML or JSON); empty means the built-in policy (no OS image artifacts, bootstrap-only fields refused).")
+	f.DurationVar(&o.stagingTimeout, "staging-timeout", coordinator.DefaultStagingTimeout, "How long a node may take to download and verify what its plan needs before it is cordoned; after it the update fails with the node untouched and the next call tries again. Negative: no bound.")
 	f.BoolVar(&o.manageAgents, "manage-agents", true, "Install and upgrade the node agent (DaemonSet and RBAC) in each workload cluster.")
 	f.StringVar(&o.agentImage, "agent-image", "", "Container image of the node agent that --manage-agents installs.")
 	f.StringVar(&o.extensionConfigName, "extension-config-name", "", "Name of the ExtensionConfig that registers these hooks; the single-node control-plane path then reads its spec.settings (disableInPlaceUpdates) as Cluster API passes them to the hooks (needs get on runtime.cluster.x-k8s.io extensionconfigs). Empty: no settings.")
@@ -148,21 +150,23 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 		return fmt.Errorf("create workload cluster clients: %w", err)
 	}
 	updater, err := coordinator.New(coordinator.Options{
-		Client:           direct,
-		Clusters:         clusters,
-		OSImages:         coordinator.OSImagesFromPolicy(pol),
-		Binaries:         pol,
-		Preflight:        pol,
-		Gates:            pol,
-		NodeConfig:       pol,
-		DeclaredOSImages: pol,
-		Fleet:            pol,
-		FleetMetrics:     metrics,
-		Metrics:          updateMetrics,
-		Recorder:         mgr.GetEventRecorder("capi-inplace"),
-		Drain:            coordinator.DrainOptionsFromPolicy(pol.Drain()),
-		ManageAgents:     o.manageAgents,
-		AgentImage:       o.agentImage,
+		Client:              direct,
+		Clusters:            clusters,
+		OSImages:            coordinator.OSImagesFromPolicy(pol),
+		Binaries:            pol,
+		Preflight:           pol,
+		Gates:               pol,
+		NodeConfig:          pol,
+		DeclaredOSImages:    pol,
+		RegistryCredentials: pol,
+		StagingTimeout:      o.stagingTimeout,
+		Fleet:               pol,
+		FleetMetrics:        metrics,
+		Metrics:             updateMetrics,
+		Recorder:            mgr.GetEventRecorder("capi-inplace"),
+		Drain:               coordinator.DrainOptionsFromPolicy(pol.Drain()),
+		ManageAgents:        o.manageAgents,
+		AgentImage:          o.agentImage,
 	})
 	if err != nil {
 		return fmt.Errorf("create coordinator: %w", err)

@@ -72,6 +72,13 @@ func (s *Stager) Reconcile(ctx context.Context, node *corev1.Node, secret *corev
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	// The coordinator fails the update at its stage deadline; staging on past it
+	// only holds the node's disk and network for nothing.
+	if deadline, err := time.Parse(time.RFC3339, ann[inplacev1.StageDeadlineAnnotation]); err == nil {
+		var cancelDeadline context.CancelFunc
+		ctx, cancelDeadline = context.WithDeadline(ctx, deadline)
+		defer cancelDeadline()
+	}
 	rep := &stageReport{s: s, st: protocol.StagingStatus{PlanHash: hash, Phase: protocol.StagePhaseStaging}}
 	if secret == nil {
 		return nil // the Secret's event follows (the coordinator writes it first)
@@ -196,6 +203,8 @@ func writeOSBackends(root string, raw json.RawMessage) (bool, error) {
 
 func fetchReason(err error) string {
 	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return protocol.StageReasonDeadline
 	case errors.Is(err, artifact.ErrDigestMismatch):
 		return protocol.StageReasonDigestMismatch
 	case errors.Is(err, artifact.ErrWrongArchitecture):

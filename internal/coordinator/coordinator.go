@@ -71,6 +71,9 @@ type Options struct {
 	// NodeConfig names the OS backend configuration of a Machine's pool
 	// (nodeconfig.go); nil: nodes keep the configuration they have.
 	NodeConfig NodeConfigResolver
+	// RegistryCredentials names the pull Secrets of private OCI registries whose
+	// logins go into the sealed plans that fetch from them; nil: anonymous pulls.
+	RegistryCredentials RegistryCredentialsResolver
 	// DeclaredOSImages resolves the OS image a KubeadmConfig declares in
 	// policy.OSImageFile (nodeconfig.go); nil: such a declaration is only a file.
 	DeclaredOSImages DeclaredOSImageResolver
@@ -97,6 +100,11 @@ type Options struct {
 	// after it the plan is withdrawn, the node uncordoned and the update failed.
 	// Zero: 5 minutes; negative: no bound.
 	PickupTimeout time.Duration
+	// StagingTimeout bounds how long a node may take to stage a plan (download and
+	// verify its artifacts) before it is cordoned: after it the update fails with
+	// the node untouched (CauseStagingFailed), and the next call asks again.
+	// Zero: DefaultStagingTimeout; negative: no bound.
+	StagingTimeout time.Duration
 	// Linger is how long one call keeps re-checking a node update that started less
 	// than 30 s ago before it answers "in progress": most updates finish within a
 	// second or two once the agent has the plan, and CAPI would otherwise only learn
@@ -155,6 +163,12 @@ func New(opts Options) (*Coordinator, error) {
 		opts.PickupTimeout = DefaultPickupTimeout
 	case opts.PickupTimeout < 0:
 		opts.PickupTimeout = 0
+	}
+	switch {
+	case opts.StagingTimeout == 0:
+		opts.StagingTimeout = DefaultStagingTimeout
+	case opts.StagingTimeout < 0:
+		opts.StagingTimeout = 0
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -19,6 +20,12 @@ const CauseStagingFailed Cause = "StagingFailed"
 // retryStaging is how soon CAPI should call again while a node stages.
 const retryStaging = 2
 
+// DefaultStagingTimeout is Options.StagingTimeout's default: long enough to fetch
+// an OS image of a few GiB over a slow site link, short enough that a node that
+// cannot stage (an agent without staging, a source that stalls) shows up the same
+// day.
+const DefaultStagingTimeout = 30 * time.Minute
+
 // stage makes sure the node has staged the plan's artifacts before it is
 // disturbed: it publishes the plan Secret and names the plan in the Node's
 // StagePlanAnnotation (not DesiredPlanAnnotation: the agent only fetches), then
@@ -30,14 +37,20 @@ func (c *Coordinator) stage(ctx context.Context, s *scope) (Outcome, bool) {
 	if !s.plan.NeedsStaging() || ann[inplacev1.DesiredPlanAnnotation] == s.planHash {
 		return Outcome{}, true
 	}
+	now := c.opts.Now()
 	d := StagingVerdict(s.node.Name, s.planHash, ann)
+	if d.Action == ActWait {
+		d = stagingDeadline(d, s.node.Name, s.planHash, ann, now)
+	}
 	switch d.Action {
 	case ActSucceed:
 		return Outcome{}, true
 	case ActReportFailure:
-		// Clearing the report makes the agent try again on the next request.
+		// Clearing the report and the deadline makes the agent try again, with a
+		// new deadline, on the next request.
 		if err := c.patchNode(ctx, s, "clear the staging status of", func(_ *corev1.Node, a map[string]string) {
 			delete(a, inplacev1.StagingStatusAnnotation)
+			delete(a, inplacev1.StageDeadlineAnnotation)
 		}); err != nil {
 			return c.workloadFailure(s, stepAgent, err), false
 		}
@@ -48,6 +61,13 @@ func (c *Coordinator) stage(ctx context.Context, s *scope) (Outcome, bool) {
 		return c.workloadFailure(s, stepAgent, err), false
 	}
 	if err := c.patchNode(ctx, s, "ask for staging on", func(_ *corev1.Node, a map[string]string) {
+		if a[inplacev1.StagePlanAnnotation] != s.planHash || a[inplacev1.StageDeadlineAnnotation] == "" {
+			if c.opts.StagingTimeout > 0 {
+				a[inplacev1.StageDeadlineAnnotation] = now.Add(c.opts.StagingTimeout).UTC().Format(time.RFC3339)
+			} else {
+				delete(a, inplacev1.StageDeadlineAnnotation)
+			}
+		}
 		a[inplacev1.StagePlanAnnotation] = s.planHash
 	}); err != nil {
 		return c.workloadFailure(s, stepAgent, err), false
@@ -78,4 +98,25 @@ func StagingVerdict(node, planHash string, ann map[string]string) Decision {
 	}
 	wait.Message = stepMsg(stepAgent, "node %s is staging plan %s before it is cordoned: %s", node, short(planHash), st.Progress())
 	return wait
+}
+
+// stagingDeadline turns a wait into ActReportFailure (CauseStagingFailed) once the
+// stage deadline of the plan the node is asked to stage has passed: the node was
+// not cordoned and runs what it ran. A deadline that does not parse is ignored
+// (the coordinator writes it, so only a hand edit garbles it). Pure.
+func stagingDeadline(wait Decision, node, planHash string, ann map[string]string, now time.Time) Decision {
+	if ann[inplacev1.StagePlanAnnotation] != planHash {
+		return wait
+	}
+	deadline, err := time.Parse(time.RFC3339, ann[inplacev1.StageDeadlineAnnotation])
+	if err != nil || !now.After(deadline) {
+		return wait
+	}
+	progress := "no report from its agent"
+	if st, err := protocol.DecodeStagingStatus(ann[inplacev1.StagingStatusAnnotation]); err == nil && st.PlanHash == planHash {
+		progress = "last report: " + st.Progress()
+	}
+	return Decision{Action: ActReportFailure, Cause: CauseStagingFailed,
+		Message: stepMsg(stepAgent, "node %s did not stage plan %s by its deadline %s (%s, %s); the node was not cordoned",
+			node, short(planHash), deadline.Format(time.RFC3339), protocol.StageReasonDeadline, progress)}
 }

@@ -488,6 +488,9 @@ func (c *Coordinator) loadScope(ctx context.Context, desired desiredObjects) (*s
 	if err != nil {
 		return nil, retryable(CauseInvalidInput, fmt.Sprintf("build plan for node %s: %v", nodeName, err)), false
 	}
+	if err := c.addRegistryCredentials(ctx, built); err != nil {
+		return nil, retryable(CauseInvalidInput, fmt.Sprintf("build plan for node %s: %v", nodeName, err)), false
+	}
 	s.plan = nodeplan.PinPublished(built, published)
 	if s.planJSON, err = protocol.EncodePlan(s.plan); err != nil {
 		return nil, retryable(CauseInvalidInput, fmt.Sprintf("encode plan for node %s: %v", nodeName, err)), false
