@@ -411,6 +411,9 @@ func TestAgentUpgradesRealNodes(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(res2.Done).To(BeTrue())
 		total := time.Since(start)
+		// The hook answers done once the node is uncordoned; the watch polls, so wait
+		// for it to see that (it stopped first once and the window had no end).
+		g.Eventually(cordon.Uncordoned, 10*time.Second, 100*time.Millisecond).ShouldNot(BeZero(), "the node is uncordoned")
 		cordoned := cordon.Stop()
 		uncordonedAfterAllow := cordon.Uncordoned().Sub(allowed)
 		_, err = wc.Client.CoreV1().Pods("default").Get(ctx, guarded, metav1.GetOptions{})
