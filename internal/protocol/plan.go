@@ -87,6 +87,13 @@ type NodePlan struct {
 	RegistryCredentials []RegistryCredential `json:"registryCredentials,omitempty"`
 }
 
+// LocalEtcd reports whether the node runs a member of the cluster's etcd: a
+// control-plane node of a stacked etcd. The agent's etcd gates and its quorum
+// hold check that member, and only when there is one.
+func (k KubernetesPlan) LocalEtcd() bool {
+	return k.Role == RoleControlPlane && !k.ExternalEtcd
+}
+
 // MachineRef names a CAPI Machine.
 type MachineRef struct {
 	Namespace string `json:"namespace"`
@@ -104,6 +111,11 @@ type KubernetesPlan struct {
 	Action KubeadmAction `json:"action"`
 	// EtcdSnapshot asks for an etcd snapshot before the node is touched.
 	EtcdSnapshot bool `json:"etcdSnapshot,omitempty"`
+	// ExternalEtcd says the cluster's etcd runs off the control-plane nodes
+	// (kubeadm clusterConfiguration.etcd.external): this node has no member to
+	// snapshot or to check. False (the default, and every plan from before the
+	// field) means a local stacked member.
+	ExternalEtcd bool `json:"externalEtcd,omitempty"`
 	// IgnorePreflightErrors are the kubeadm preflight checks the agent's kubeadm
 	// commands skip (--ignore-preflight-errors), from the policy of the node's
 	// pool: e.g. SystemVerification on a cgroup v1 host, CoreDNSUnsupportedPlugins

@@ -3,7 +3,9 @@
 // static pods run the target version, the local etcd member is healthy, the
 // whole etcd cluster is (every member healthy, this member voting again), and the
 // plan's user-defined commands pass. BeforeTouch checks the etcd cluster once
-// before a control-plane plan starts. Each gate is polled until it passes or the
+// before a control-plane plan starts. The etcd gates and BeforeTouch apply only
+// to a node with a local etcd member (protocol.KubernetesPlan.LocalEtcd): with an
+// external etcd the node has none to check. Each gate is polled until it passes or the
 // gate timeout runs out; the first gate that does not pass fails the plan (and the
 // executor rolls everything back).
 //
@@ -140,9 +142,10 @@ func (c *Checker) Gates(p *protocol.NodePlan) []Gate {
 	if p.Kubernetes.Role == protocol.RoleControlPlane {
 		gates = append(gates,
 			Gate{Name: StaticPods, Check: func(ctx context.Context) error { return c.staticPods(ctx, p.NodeName, version) }},
-			Gate{Name: EtcdHealth, Check: c.Etcd.EtcdHealthy},
-			c.quorumGate(),
 		)
+	}
+	if p.Kubernetes.LocalEtcd() {
+		gates = append(gates, Gate{Name: EtcdHealth, Check: c.Etcd.EtcdHealthy}, c.quorumGate())
 	}
 	for _, ug := range p.Gates {
 		timeout := c.CommandTimeout

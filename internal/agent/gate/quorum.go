@@ -18,11 +18,12 @@ func (c *Checker) quorumGate() Gate {
 // BeforeTouch checks, once, what must hold before the agent touches the node for
 // p: on a control-plane node the etcd cluster is whole (EtcdQuorum), so that
 // taking this member down for the update cannot cost the cluster its quorum (a
-// three-member cluster with one member already down has none to spare). Nil when
+// three-member cluster with one member already down has none to spare); a node
+// of an external etcd has no member to take down. Nil when
 // nothing holds the plan back; the caller decides when to check again, and the
 // error says which member.
 func (c *Checker) BeforeTouch(ctx context.Context, p *protocol.NodePlan) error {
-	if p.Kubernetes.Role != protocol.RoleControlPlane {
+	if !p.Kubernetes.LocalEtcd() {
 		return nil
 	}
 	return c.check(ctx, c.quorumGate())

@@ -20,6 +20,11 @@ func TestEtcdQuorumGate(t *testing.T) {
 	cp.Kubernetes = protocol.KubernetesPlan{Role: protocol.RoleControlPlane, Version: "v1.36.0", Action: protocol.KubeadmUpgradeNode}
 	worker := protocol.NewPlan("cp-1")
 	worker.Kubernetes = protocol.KubernetesPlan{Role: protocol.RoleWorker, Version: "v1.36.0", Action: protocol.KubeadmUpgradeNode}
+	// A control plane of an external etcd (kubeadm clusterConfiguration.etcd.external)
+	// has no local member: its etcd checks would fail for good.
+	external := protocol.NewPlan("cp-1")
+	external.Kubernetes = protocol.KubernetesPlan{Role: protocol.RoleControlPlane, Version: "v1.36.0", Action: protocol.KubeadmUpgradeNode, ExternalEtcd: true}
+	noMember := errors.New("no etcd member is configured for this node")
 	down := errors.New("etcd member m2 is not healthy: no answer")
 	tests := []struct {
 		name           string
@@ -31,6 +36,7 @@ func TestEtcdQuorumGate(t *testing.T) {
 		{name: "control plane, cluster whole", plan: cp},
 		{name: "control plane, a member down", plan: cp, quorum: down, wantGate: EtcdQuorum, wantBefore: down},
 		{name: "local member down is its own gate first", plan: cp, health: errors.New("local unhealthy"), quorum: down, wantGate: EtcdHealth, wantBefore: down},
+		{name: "external etcd: no local member, neither gate nor hold asks etcd", plan: external, health: noMember, quorum: noMember},
 		{name: "worker never asks etcd", plan: worker, health: errors.New("no etcd"), quorum: errors.New("no etcd")},
 	}
 	for _, tt := range tests {

@@ -87,8 +87,11 @@ func (a Action) Key() string {
 // capabilities. It is kept in the State so that a rollback can be derived after a
 // restart without the plan or the backend.
 type Spec struct {
-	ControlPlane bool                   `json:"controlPlane,omitempty"`
-	EtcdSnapshot bool                   `json:"etcdSnapshot,omitempty"`
+	ControlPlane bool `json:"controlPlane,omitempty"`
+	EtcdSnapshot bool `json:"etcdSnapshot,omitempty"`
+	// ExternalEtcd: the node has no etcd member (protocol.KubernetesPlan.ExternalEtcd),
+	// so nothing is snapshotted or restored whatever else changes.
+	ExternalEtcd bool                   `json:"externalEtcd,omitempty"`
 	Kubeadm      protocol.KubeadmAction `json:"kubeadm,omitempty"`
 	Version      string                 `json:"version,omitempty"`
 	Files        bool                   `json:"files,omitempty"`
@@ -107,6 +110,7 @@ func SpecFor(p *protocol.NodePlan, caps backend.Capabilities) Spec {
 	return Spec{
 		ControlPlane: p.Kubernetes.Role == protocol.RoleControlPlane,
 		EtcdSnapshot: p.Kubernetes.EtcdSnapshot,
+		ExternalEtcd: p.Kubernetes.ExternalEtcd,
 		Kubeadm:      p.Kubernetes.Action,
 		Version:      p.Kubernetes.Version,
 		Files:        len(p.Files) > 0,
@@ -126,7 +130,7 @@ func (s Spec) kubeadm() bool { return s.Kubeadm != "" && s.Kubeadm != protocol.K
 // top of it, then the gates decide whether to commit.
 func Derive(s Spec) []Action {
 	var names []ActionName
-	if s.ControlPlane && (s.EtcdSnapshot || s.kubeadm() || s.OS) {
+	if s.ControlPlane && !s.ExternalEtcd && (s.EtcdSnapshot || s.kubeadm() || s.OS) {
 		names = append(names, ActEtcdSnapshot)
 	}
 	if s.OS {

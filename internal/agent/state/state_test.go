@@ -50,6 +50,8 @@ func TestDerive(t *testing.T) {
 			[]ActionName{ActEtcdSnapshot, ActBackupFiles, ActControlPlaneConfig, ActGates}},
 		{"control plane, component config changed with an upgrade: kubeadm upgrade covers it", Spec{ControlPlane: true, Kubeadm: protocol.KubeadmUpgradeNode, ControlPlaneConfig: true},
 			[]ActionName{ActEtcdSnapshot, ActBackupFiles, ActInstallBinaries, ActKubeadmUpgrade, ActRestartKubelet, ActGates}},
+		{"control plane of an external etcd, upgrade: no member to snapshot", Spec{ControlPlane: true, ExternalEtcd: true, Kubeadm: protocol.KubeadmUpgradeApply, OS: true, Caps: backend.Capabilities{SupportsRollback: true}},
+			[]ActionName{ActBackendStage, ActBackendActivate, ActBackendVerify, ActBackupFiles, ActInstallBinaries, ActKubeadmUpgrade, ActRestartKubelet, ActGates, ActBackendCommit}},
 		{"worker ignores component config", Spec{Kubeadm: protocol.KubeadmNone, ControlPlaneConfig: true}, []ActionName{ActGates}},
 		{"users and NTP", Spec{Kubeadm: protocol.KubeadmNone, Users: true, NTP: true}, []ActionName{ActBackupFiles, ActApplyUsers, ActApplyNTP, ActGates}},
 		{"nothing to change still gates", Spec{Kubeadm: protocol.KubeadmNone}, []ActionName{ActGates}},

@@ -234,8 +234,9 @@ func addKubeadmConfig(p *protocol.NodePlan, cfg *bootstrapv1.KubeadmConfig, in I
 			}
 			p.ClusterConfiguration = b
 		}
-		// An external etcd is not on this node: nothing to snapshot here.
-		p.Kubernetes.EtcdSnapshot = !spec.ClusterConfiguration.Etcd.External.IsDefined()
+		// An external etcd is not on this node: nothing to snapshot or check here.
+		p.Kubernetes.ExternalEtcd = spec.ClusterConfiguration.Etcd.External.IsDefined()
+		p.Kubernetes.EtcdSnapshot = !p.Kubernetes.ExternalEtcd
 	}
 	return nil
 }

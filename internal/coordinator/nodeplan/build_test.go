@@ -164,6 +164,8 @@ func TestBuild(t *testing.T) {
 			check: func(g *WithT, p *protocol.NodePlan) {
 				g.Expect(p.Kubernetes.Action).To(Equal(protocol.KubeadmNone))
 				g.Expect(p.Kubernetes.EtcdSnapshot).To(BeFalse())
+				g.Expect(p.Kubernetes.ExternalEtcd).To(BeTrue(), "the agent's etcd gates and quorum hold skip a node without a member")
+				g.Expect(p.Kubernetes.LocalEtcd()).To(BeFalse())
 			},
 		},
 		{
