@@ -17,11 +17,15 @@ import (
 	"github.com/capi-inplace/capi-inplace/internal/localstack"
 )
 
+// chainMachines: KCP refuses maxSurge 0 (no new control-plane machine) below three
+// replicas (a single control plane needs the single-node path), plus one worker.
+const chainMachines = 4
+
 // chainVersions is the ClusterClass's spec.kubernetesVersions: three minors up.
 var chainVersions = []string{"v1.33.0", "v1.34.0", "v1.35.0", "v1.36.0"}
 
-// TestChainedUpgradeInPlace (issue 14 §4): a ClusterClass cluster (1 control plane,
-// 1 worker) whose class lists v1.33.0..v1.36.0 in spec.kubernetesVersions and names
+// TestChainedUpgradeInPlace (issue 14 §4): a ClusterClass cluster (3 control-plane
+// machines, the fewest KCP allows with maxSurge 0, and 1 worker) whose class lists v1.33.0..v1.36.0 in spec.kubernetesVersions and names
 // our GenerateUpgradePlan handler in spec.upgrade.external moves v1.33.0 -> v1.36.0
 // in one topology write. Cluster API's default plan would move the worker three
 // minors in one step (which the planner refuses, so it would be replaced); with the
@@ -40,13 +44,13 @@ func TestChainedUpgradeInPlace(t *testing.T) {
 	from, to := chainVersions[0], chainVersions[len(chainVersions)-1]
 	if err := s.stack.CreateCluster(s.ctx, localstack.ClusterSpec{
 		Namespace: s.ns, Name: cluster, Class: class, Version: from,
-		ControlPlaneReplicas: 1, WorkerReplicas: 1, MDMaxSurge: 0, MDMaxUnavailable: 1,
+		ControlPlaneReplicas: 3, WorkerReplicas: 1, MDMaxSurge: 0, MDMaxUnavailable: 1,
 		Files: []localstack.File{{Path: "/etc/capi-inplace-e2e/round", Content: "0"}},
 	}); err != nil {
 		t.Fatal(err)
 	}
-	s.waitClusterReady(cluster, 2)
-	agents := s.startAgents(cluster, 2)
+	s.waitClusterReady(cluster, chainMachines)
+	agents := s.startAgents(cluster, chainMachines)
 	before := machineIDs(s.machines(cluster))
 	watch := s.watchMachines()
 	steps := s.recordVersions(cluster)
@@ -54,7 +58,7 @@ func TestChainedUpgradeInPlace(t *testing.T) {
 	start := time.Now()
 	s.setTopology(cluster, to, nil)
 	s.logf("changed topology version %s -> %s (class versions %v)", from, to, chainVersions)
-	s.waitInPlace(cluster, to, 2, true, before, localstack.File{}, agents)
+	s.waitInPlace(cluster, to, chainMachines, true, before, localstack.File{}, agents)
 	took := time.Since(start)
 	s.assertNoMachineChurn(watch)
 
@@ -64,10 +68,10 @@ func TestChainedUpgradeInPlace(t *testing.T) {
 			t.Errorf("Machine %s went through %v, want every minor %v", name, versions, chainVersions)
 		}
 	}
-	if len(seen) != 2 {
-		t.Errorf("versions recorded for %d Machines, want 2: %v", len(seen), seen)
+	if len(seen) != chainMachines {
+		t.Errorf("versions recorded for %d Machines, want %d: %v", len(seen), chainMachines, seen)
 	}
-	s.logf("EVIDENCE chained: %s -> %s in place (1 CP + 1 worker, every minor) took %s; versions per Machine %v; per machine %v",
+	s.logf("EVIDENCE chained: %s -> %s in place (3 CP + 1 worker, every minor) took %s; versions per Machine %v; per machine %v",
 		from, to, took.Round(time.Second), seen, watch.durations())
 }
 
