@@ -31,7 +31,7 @@ type FleetView struct {
 	State   string `json:"state,omitempty"`
 	Message string `json:"message,omitempty"`
 	// Failures are the failed nodes recorded against the failure budget
-	// ("node: cause"); a changed spec makes the coordinator stop counting them.
+	// ("node: cause", "node (pool P): cause" for a named fleet pool); a changed spec makes the coordinator stop counting them.
 	Failures []string `json:"failures,omitempty"`
 	// Windows is the Cluster's maintenance-windows annotation; WindowOpen and
 	// NextOpening are computed from it (nil / empty without the annotation).
@@ -76,7 +76,11 @@ func buildFleet(c *clusterv1.Cluster, machines []clusterv1.Machine, now time.Tim
 		fv.RecordError = err.Error()
 	}
 	for _, f := range st.Failures {
-		fv.Failures = append(fv.Failures, f.Node+": "+f.Cause)
+		who := f.Node
+		if f.Pool != "" { // pools of different names keep separate budgets
+			who += " (pool " + f.Pool + ")"
+		}
+		fv.Failures = append(fv.Failures, who+": "+f.Cause)
 	}
 	if w, ok := c.Annotations[inplacev1.MaintenanceWindowsAnnotation]; ok {
 		fv.Windows = w

@@ -15,7 +15,8 @@ import (
 
 func TestBuildFleet(t *testing.T) {
 	halted := cluster("c1")
-	st := fleet.State{Failures: []fleet.Failure{{Machine: "m1", Node: "w1", Cause: "RolledBack: GateFailed", Plan: "p"}}}
+	st := fleet.State{Failures: []fleet.Failure{{Machine: "m1", Node: "w1", Cause: "RolledBack: GateFailed", Plan: "p"},
+		{Machine: "m3", Node: "w3", Pool: "edge", Cause: "Failed: ApplyFailed", Plan: "q"}}}
 	halted.Annotations = map[string]string{
 		inplacev1.FleetStateAnnotation:         st.Encode(),
 		inplacev1.MaintenanceWindowsAnnotation: "Sat 02:00-06:00 Europe/Berlin", // now is a Monday
@@ -43,7 +44,7 @@ func TestBuildFleet(t *testing.T) {
 		{name: "nothing set", c: cluster("c0"), want: FleetView{Guard: "on"}},
 		{name: "halted, window closed, guard off, requests", c: halted, machines: []clusterv1.Machine{m2, m1}, want: FleetView{
 			Guard: "off", State: FleetHalted, Message: "halted: 1 of 1 failures allowed (node w1: RolledBack: GateFailed); node w2 not started",
-			Failures: []string{"w1: RolledBack: GateFailed"}, Windows: "Sat 02:00-06:00 Europe/Berlin", WindowOpen: &closed, NextOpening: &next,
+			Failures: []string{"w1: RolledBack: GateFailed", "w3 (pool edge): Failed: ApplyFailed"}, Windows: "Sat 02:00-06:00 Europe/Berlin", WindowOpen: &closed, NextOpening: &next,
 			Cancelled: []string{"m2"}, RetryRequested: []string{"m1"},
 		}},
 		{name: "paused by annotation, broken record, open window", c: paused, want: FleetView{
@@ -63,7 +64,7 @@ func TestBuildFleet(t *testing.T) {
 
 	var buf bytes.Buffer
 	renderFleet(&buf, buildFleet(&halted, []clusterv1.Machine{m1, m2}, now))
-	NewWithT(t).Expect(buf.String()).To(Equal(`  guard: off; failure budget: 1 failed node(s) recorded (w1: RolledBack: GateFailed)
+	NewWithT(t).Expect(buf.String()).To(Equal(`  guard: off; failure budget: 2 failed node(s) recorded (w1: RolledBack: GateFailed; w3 (pool edge): Failed: ApplyFailed)
   fleet: Halted: halted: 1 of 1 failures allowed (node w1: RolledBack: GateFailed); node w2 not started
   maintenance windows "Sat 02:00-06:00 Europe/Berlin": closed, next opening 2026-12-05T01:00:00Z
   cancelled: m2
