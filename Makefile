@@ -116,7 +116,7 @@ BENCH_FLAGS ?=
 bench: tools-capi build ## Performance suite (hooks vs upstream, rollout vs a null extension, agent, scale); one table, also in _artifacts/bench.md.
 	$(GO) build -o $(BIN)/capi-inplace-nullext ./bench/cmd/capi-inplace-nullext
 	$(GO) build -o $(BIN)/capi-inplace-bench ./bench/cmd/capi-inplace-bench
-	CGO_ENABLED=0 $(GO) build -o $(BIN)/capi-inplace-nodeinformer ./bench/cmd/capi-inplace-nodeinformer
+	CGO_ENABLED=0 $(GO) build $(PRODUCT_FLAGS) -o $(BIN)/capi-inplace-nodeinformer ./bench/cmd/capi-inplace-nodeinformer
 	$(BIN)/capi-inplace-bench -bin $(BIN) -null-extension $(BIN)/capi-inplace-nullext -out _artifacts/bench.md $(BENCH_FLAGS)
 
 .PHONY: demo
