@@ -85,8 +85,10 @@ func AttemptMachine(ctx context.Context, m Machine, nodeName string, opts Option
 	for msg, ps := range er.PodsFailedEviction {
 		for _, p := range ps {
 			b := Blocker{Pod: key(p), Reason: msg}
-			if mm := budgetNameRE.FindStringSubmatch(msg); mm != nil {
-				b.PDB = p.Namespace + "/" + mm[1]
+			if mm := budgetNameRE.FindStringSubmatchIndex(msg); mm != nil {
+				// Cluster API prefixes the API server's cause ("The disruption
+				// budget web needs ...") with the refusal's generic message.
+				b.PDB, b.Reason = p.Namespace+"/"+msg[mm[2]:mm[3]], msg[mm[0]:]
 			}
 			res.Blockers = append(res.Blockers, b)
 		}
