@@ -77,8 +77,8 @@ func TestRegistryCredentialsInSealedPlanOnly(t *testing.T) {
 kubernetesBinaries:
   v1.36.3:
     %[1]s:
-      kubeadm: {url: "oci://registry.example.com:5000/k8s/kubeadm", digest: "%[2]s", mirrors: ["oci+http://mirror.site.local/k8s/kubeadm"]}
-      kubelet: {url: "https://dl.example.invalid/kubelet", digest: "%[2]s"}
+      kubeadm: {url: "oci://registry.example.com:5000/k8s/kubeadm", digest: "%[2]s"}
+      kubelet: {url: "oci+http://mirror.site.local/k8s/kubelet", digest: "%[2]s"}
 registryCredentials:
 - {registry: "registry.example.com:5000", secretRef: {namespace: %[3]s, name: site-registry}}
 - {registry: "other.example.com", secretRef: {namespace: %[3]s, name: other-registry}}
@@ -115,7 +115,7 @@ registryCredentials:
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(plan.RegistryCredentials).To(Equal([]protocol.RegistryCredential{
 		{Registry: "registry.example.com:5000", Username: "site-a", Password: testRegistryPass}}),
-		"only the registries the plan fetches from (the mirror has no Secret, other.example.com is not used)")
+		"only the registries the plan fetches from (mirror.site.local has no Secret, other.example.com is not used)")
 	g.Expect(plan.StageItems()[0].Credentials).To(Equal(plan.RegistryCredentials))
 
 	for k, v := range f.getNode("ra1").Annotations {
