@@ -226,6 +226,7 @@ func (c *Coordinator) drain(ctx context.Context, s *scope) (Outcome, bool) {
 	if err != nil {
 		return c.workloadFailure(s, stepDrain, err), false
 	}
+	s.drainBlocker = blockingPDB(res)
 	return c.finishDrain(ctx, s, res)
 }
 
