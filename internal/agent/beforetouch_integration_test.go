@@ -24,9 +24,9 @@ func TestControlPlaneHeldUntilEtcdQuorum(t *testing.T) {
 	g.Expect(os.WriteFile(n.sim("fail-gate"), []byte("etcd-quorum"), 0o644)).To(Succeed())
 
 	hash := n.publishPlan(cpPlan(n.name))
-	st := n.waitPhase(g, hash, protocol.PhasePending, 30*time.Second)
+	n.waitPhase(g, hash, protocol.PhasePending, 30*time.Second)
 	g.Eventually(func() string { return n.status().Reason }, 20*time.Second).Should(Equal(protocol.ReasonWaitingForEtcdQuorum))
-	st = n.status()
+	st := n.status()
 	g.Expect(st.Message).To(ContainSubstring("gate etcd-quorum fails"))
 	// Held across several re-checks (every 5 s): nothing was touched.
 	g.Consistently(func() string { return string(n.status().Phase) }, 7*time.Second, 500*time.Millisecond).Should(Equal(string(protocol.PhasePending)))

@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -137,7 +136,7 @@ func (s *scenario) recordVersions(cluster string) func() map[string][]string {
 			out[k] = slices.Clone(v)
 		}
 		if len(out) == 0 {
-			s.t.Log(fmt.Sprintf("no Machine of %s recorded", cluster))
+			s.t.Logf("no Machine of %s recorded", cluster)
 		}
 		return out
 	}

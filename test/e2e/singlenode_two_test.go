@@ -173,7 +173,7 @@ func (u *updatingNodes) check(want int) (string, error) {
 		return "", fmt.Errorf("nodes %v were updating at the same moment", u.both)
 	}
 	if len(u.started) < want {
-		return "", fmt.Errorf("only %v seen updating (want %d; watch error: %v)", u.started, want, u.err)
+		return "", fmt.Errorf("only %v seen updating (want %d; watch error: %w)", u.started, want, u.err)
 	}
 	return fmt.Sprintf("nodes started updating in the order %s, at most %d at a time", strings.Join(u.started, ", "), u.max), nil
 }
@@ -189,7 +189,7 @@ func (s *scenario) clusterOptInRecord(cluster string) (bool, string) {
 	}
 	var owners []string
 	for _, mf := range c.ManagedFields {
-		if mf.FieldsV1 != nil && strings.Contains(string(mf.FieldsV1.Raw), `"f:`+inplacev1.SingleNodeControlPlaneAnnotation+`"`) {
+		if mf.FieldsV1 != nil && strings.Contains(mf.FieldsV1.GetRawString(), `"f:`+inplacev1.SingleNodeControlPlaneAnnotation+`"`) {
 			owners = append(owners, fmt.Sprintf("%s(%s %s)", mf.Manager, mf.Operation, mf.Time.Format(time.RFC3339)))
 		}
 	}
