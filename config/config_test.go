@@ -334,22 +334,23 @@ func TestRenderedObjects(t *testing.T) {
 		g := NewWithT(t)
 		cr := typed[rbacv1.ClusterRole](t, find(t, objs, "ClusterRole", "capi-inplace-extension"))
 		g.Expect(grants(cr.Rules)).To(Equal(map[string][]string{
-			"cluster.x-k8s.io/clusters":                                 {"get", "list", "patch", "watch"},
-			"cluster.x-k8s.io/machinesets":                              {"get", "list", "watch"},
-			"cluster.x-k8s.io/machinedeployments":                       {"get", "list", "watch"},
-			"cluster.x-k8s.io/clusterclasses":                           {"get"},
-			"cluster.x-k8s.io/machinedrainrules":                        {"get", "list", "watch"},
-			"cluster.x-k8s.io/machines":                                 {"get", "list", "patch", "update", "watch"},
-			"cluster.x-k8s.io/machines/status":                          {"patch", "update"},
-			"cluster.x-k8s.io/clusters/status":                          {"patch", "update"},
-			"controlplane.cluster.x-k8s.io/kubeadmcontrolplanes":        {"get", "list", "patch", "update", "watch"},
-			"controlplane.cluster.x-k8s.io/kubeadmcontrolplanes/status": {"patch", "update"},
-			"bootstrap.cluster.x-k8s.io/kubeadmconfigs":                 {"get", "list", "patch", "update", "watch"},
-			"bootstrap.cluster.x-k8s.io/kubeadmconfigtemplates":         {"get", "list", "watch"},
-			"infrastructure.cluster.x-k8s.io/*":                         {"get", "list", "patch", "update", "watch"},
-			"/secrets":                                                  {"get", "list", "watch"},
-			"apiextensions.k8s.io/customresourcedefinitions":            {"get", "list", "watch"},
-			"runtime.cluster.x-k8s.io/extensionconfigs":                 {"get", "list", "watch"},
+			"cluster.x-k8s.io/clusters":                                  {"get", "list", "patch", "watch"},
+			"cluster.x-k8s.io/machinesets":                               {"get", "list", "watch"},
+			"cluster.x-k8s.io/machinedeployments":                        {"get", "list", "watch"},
+			"cluster.x-k8s.io/clusterclasses":                            {"get", "list", "watch"},
+			"controlplane.cluster.x-k8s.io/kubeadmcontrolplanetemplates": {"get", "list", "watch"},
+			"cluster.x-k8s.io/machinedrainrules":                         {"get", "list", "watch"},
+			"cluster.x-k8s.io/machines":                                  {"get", "list", "patch", "update", "watch"},
+			"cluster.x-k8s.io/machines/status":                           {"patch", "update"},
+			"cluster.x-k8s.io/clusters/status":                           {"patch", "update"},
+			"controlplane.cluster.x-k8s.io/kubeadmcontrolplanes":         {"get", "list", "patch", "update", "watch"},
+			"controlplane.cluster.x-k8s.io/kubeadmcontrolplanes/status":  {"patch", "update"},
+			"bootstrap.cluster.x-k8s.io/kubeadmconfigs":                  {"get", "list", "patch", "update", "watch"},
+			"bootstrap.cluster.x-k8s.io/kubeadmconfigtemplates":          {"get", "list", "watch"},
+			"infrastructure.cluster.x-k8s.io/*":                          {"get", "list", "patch", "update", "watch"},
+			"/secrets":                                                   {"get", "list", "watch"},
+			"apiextensions.k8s.io/customresourcedefinitions":             {"get", "list", "watch"},
+			"runtime.cluster.x-k8s.io/extensionconfigs":                  {"get", "list", "watch"},
 			"/namespaces":                               {"get"},
 			"/events":                                   {"create", "patch"},
 			"events.k8s.io/events":                      {"create", "patch"},
@@ -405,7 +406,8 @@ func grants(rules []rbacv1.PolicyRule) map[string][]string {
 // `make build` (hack/tools/images builds and tests the images themselves): the
 // extension image runs /capi-inplace from ./cmd/capi-inplace as the non-root user the
 // Deployment runs as, the agent image /capi-inplace-agent from ./cmd/capi-inplace-agent
-// as root, and `make build` builds the same packages.
+// as root (with its etcd helper /capi-inplace-etcd), and `make build` builds the same
+// packages.
 func TestImageMatchesBuildAndManifests(t *testing.T) {
 	g := NewWithT(t)
 	makefile, err := os.ReadFile("../Makefile")
@@ -418,12 +420,12 @@ func TestImageMatchesBuildAndManifests(t *testing.T) {
 	image := regexp.MustCompile(`(?ms)^image:.*?\n\n`).Find(makefile)
 	g.Expect(image).NotTo(BeNil(), "the Makefile's image target")
 	g.Expect(string(image)).To(ContainSubstring("-image capi-inplace=./cmd/capi-inplace "))
-	g.Expect(string(image)).To(ContainSubstring("-image capi-inplace-agent=./cmd/capi-inplace-agent "))
+	g.Expect(string(image)).To(ContainSubstring("-image capi-inplace-agent=./cmd/capi-inplace-agent,./cmd/capi-inplace-etcd "), "the agent image carries its etcd helper")
 	g.Expect(string(image)).To(ContainSubstring("-root-image capi-inplace-agent"), "the agent alone runs as root")
 	g.Expect(makefile).To(ContainSubstring("IMAGE_PLATFORMS ?= linux/amd64,linux/arm64"))
 	g.Expect(string(tool)).To(ContainSubstring(fmt.Sprintf(`NonRootUser = "%d:%d"`, imageUser, imageUser)), "the image's user is the Deployment's runAsUser")
 	g.Expect(string(tool)).To(ContainSubstring(`entrypoint := "/" + spec.Name`), "entrypoint /<image name>: /capi-inplace as the Deployment's command")
-	for _, pkg := range []string{"capi-inplace", "capi-inplace-agent"} {
+	for _, pkg := range []string{"capi-inplace", "capi-inplace-agent", "capi-inplace-etcd"} {
 		g.Expect(makefile).To(MatchRegexp(`(?m)^\tCGO_ENABLED=0 \$\(GO\) build .*-o \$\(BIN\)/`+pkg+` \./cmd/`+pkg+`$`), "make build builds %s static", pkg)
 	}
 }

@@ -143,7 +143,7 @@ func TestDecide(t *testing.T) {
 		{
 			name: "paused before starting",
 			obs:  with(func(o *Observation) { o.Paused = true }),
-			want: ActWait, retry: 30, msg: "step 1/6: cluster is paused for in-place updates; node n1 not started",
+			want: ActWait, retry: retryPaused, msg: "step 1/6: cluster is paused for in-place updates; node n1 not started",
 		},
 		{
 			name: "paused after starting: carry on to a safe point",
