@@ -87,7 +87,7 @@ artifacts:
 	g.Expect(err).NotTo(HaveOccurred())
 	base := fmt.Sprintf("https://127.0.0.1:%d", webhookPort)
 
-	t.Run("discovery lists the three handlers", func(t *testing.T) {
+	t.Run("discovery lists the four handlers", func(t *testing.T) {
 		g := NewWithT(t)
 		resp := &runtimehooksv1.DiscoveryResponse{}
 		_, err := extensiontest.Call(ctx, client, base, runtimehooksv1.Discovery, "", &runtimehooksv1.DiscoveryRequest{}, resp)
@@ -102,6 +102,7 @@ artifacts:
 			"CanUpdateMachine/"+extension.HandlerCanUpdateMachine,
 			"CanUpdateMachineSet/"+extension.HandlerCanUpdateMachineSet,
 			"UpdateMachine/"+extension.HandlerUpdateMachine,
+			"GenerateUpgradePlan/"+extension.HandlerGenerateUpgradePlan,
 		))
 	})
 

@@ -85,7 +85,7 @@ func TestMetricsFollowNodeUpdates(t *testing.T) {
 	f := newFixture(t, nil)
 	f.node("mw1", "v1.35.0", false)
 	f.node("mw2", "v1.35.0", false)
-	f.node("mw-peer", "v1.35.0", false)
+	f.node("mw-metrics-peer", "v1.35.0", false)
 	app := map[string]string{"app": "metrics-web"}
 	f.pod("metrics-web-1", "mw1", app, controllerRef("ReplicaSet", "web", "31111111-1111-1111-1111-111111111111"), nil)
 	f.blockingPDB("web-pdb", app)

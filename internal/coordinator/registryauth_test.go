@@ -84,20 +84,20 @@ registryCredentials:
 - {registry: "other.example.com", secretRef: {namespace: %[3]s, name: other-registry}}
 `, platform, digest, f.ns))
 	g.Expect(err).NotTo(HaveOccurred())
-	for _, n := range []string{"ra1", "ra1-peer"} {
+	for _, n := range []string{"regauth1", "regauth1-peer"} {
 		f.node(n, "v1.35.0", false)
 		node := f.getNode(n)
 		node.Status.NodeInfo.OperatingSystem, node.Status.NodeInfo.Architecture = runtime.GOOS, runtime.GOARCH
 		g.Expect(f.wl.Status().Update(f.ctx, node)).To(Succeed())
 	}
 	c := f.coordinator(func(o *Options) { o.Binaries = pol; o.RegistryCredentials = pol })
-	req := f.request(f.machine("m-ra1", "ra1", "v1.36.3", false), nil)
+	req := f.request(f.machine("m-regauth1", "regauth1", "v1.36.3", false), nil)
 
 	// The pull Secret does not exist yet: a clear failure, the node untouched.
 	resp := call(c, req)
 	g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusFailure))
 	g.Expect(resp.Message).To(ContainSubstring("pull Secret " + f.ns + "/site-registry of registry registry.example.com:5000"))
-	g.Expect(f.getNode("ra1").Annotations).NotTo(HaveKey(inplacev1.StagePlanAnnotation))
+	g.Expect(f.getNode("regauth1").Annotations).NotTo(HaveKey(inplacev1.StagePlanAnnotation))
 
 	g.Expect(f.mgmt.Create(f.ctx, pullSecret(f.ns, "site-registry",
 		`{"auths":{"registry.example.com:5000":{"username":"site-a","password":"`+testRegistryPass+`"}}}`))).To(Succeed())
@@ -105,7 +105,7 @@ registryCredentials:
 	g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusSuccess), resp.Message)
 	g.Expect(resp.Message).To(ContainSubstring("to stage plan"))
 
-	sec := f.planSecret("ra1")
+	sec := f.planSecret("regauth1")
 	for k, v := range sec.Data {
 		g.Expect(string(v)).NotTo(ContainSubstring(testRegistryPass), "plan Secret key %s in the clear", k)
 	}
@@ -118,7 +118,7 @@ registryCredentials:
 		"only the registries the plan fetches from (mirror.site.local has no Secret, other.example.com is not used)")
 	g.Expect(plan.StageItems()[0].Credentials).To(Equal(plan.RegistryCredentials))
 
-	for k, v := range f.getNode("ra1").Annotations {
+	for k, v := range f.getNode("regauth1").Annotations {
 		g.Expect(v).NotTo(ContainSubstring(testRegistryPass), "annotation %s", k)
 	}
 	g.Expect(resp.Message).NotTo(ContainSubstring(testRegistryPass))
