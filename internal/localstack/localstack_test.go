@@ -95,6 +95,13 @@ func TestRenderClusters(t *testing.T) {
 			g.Expect(kinds).To(Equal(tt.wantKinds))
 		})
 	}
+	t.Run("topology without workers has no spec.topology.workers (the CRD wants at least one property)", func(t *testing.T) {
+		g := NewWithT(t)
+		objs, err := renderObjects(topologyClusterTemplate, ClusterSpec{Name: "c", Class: "inplace", Version: "v1.35.0", ControlPlaneReplicas: 3, Files: files})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(objs).To(HaveLen(1))
+		g.Expect(objs[0].Object["spec"].(map[string]any)["topology"]).NotTo(HaveKey("workers"))
+	})
 }
 
 func TestRenderClusterClass(t *testing.T) {

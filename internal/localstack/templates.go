@@ -205,9 +205,9 @@ spec:
     version: {{.Version}}
     controlPlane:
       replicas: {{.ControlPlaneReplicas}}
+{{- if gt .WorkerReplicas 0 }}
     workers:
       machineDeployments:
-{{- if gt .WorkerReplicas 0 }}
       - class: default-worker
         name: md-0
         replicas: {{.WorkerReplicas}}
