@@ -26,10 +26,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	ggcrtypes "github.com/google/go-containerregistry/pkg/v1/types"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
-	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -304,46 +302,10 @@ func (s *scenario) setKCPFile(cluster string, file localstack.File) {
 }
 
 // setWorkerFile points a plain cluster's MachineDeployment at a copy of its
-// KubeadmConfigTemplate (<cluster>-worker-<suffix>) with file set (the entry of
-// its path replaced), nothing else changed.
+// KubeadmConfigTemplate (<cluster>-worker-<suffix>) with file set, nothing else changed.
 func (s *scenario) setWorkerFile(cluster, suffix string, file localstack.File) {
 	s.t.Helper()
-	md := &clusterv1.MachineDeployment{}
-	if err := s.stack.Client.Get(s.ctx, client.ObjectKey{Namespace: s.ns, Name: cluster + "-md-0"}, md); err != nil {
-		s.t.Fatal(err)
-	}
-	cur := &unstructured.Unstructured{}
-	cur.SetAPIVersion("bootstrap.cluster.x-k8s.io/v1beta2")
-	cur.SetKind("KubeadmConfigTemplate")
-	if err := s.stack.Client.Get(s.ctx, client.ObjectKey{Namespace: s.ns, Name: md.Spec.Template.Spec.Bootstrap.ConfigRef.Name}, cur); err != nil {
-		s.t.Fatal(err)
-	}
-	spec, _, _ := unstructured.NestedMap(cur.Object, "spec", "template", "spec")
-	if spec == nil {
-		spec = map[string]any{}
-	}
-	old, _, _ := unstructured.NestedSlice(spec, "files")
-	files := []any{map[string]any{"path": file.Path, "content": file.Content}}
-	for _, f := range old {
-		if m, ok := f.(map[string]any); !ok || m["path"] != file.Path {
-			files = append(files, f)
-		}
-	}
-	spec["files"] = files
-	tmpl := &unstructured.Unstructured{}
-	tmpl.SetAPIVersion("bootstrap.cluster.x-k8s.io/v1beta2")
-	tmpl.SetKind("KubeadmConfigTemplate")
-	tmpl.SetNamespace(s.ns)
-	tmpl.SetName(cluster + "-worker-" + suffix)
-	tmpl.Object["spec"] = map[string]any{"template": map[string]any{"spec": spec}}
-	if err := s.stack.Client.Create(s.ctx, tmpl); err != nil {
-		s.t.Fatal(err)
-	}
-	base := md.DeepCopy()
-	md.Spec.Template.Spec.Bootstrap.ConfigRef.Name = tmpl.GetName()
-	if err := s.stack.Client.Patch(s.ctx, md, client.MergeFrom(base)); err != nil {
-		s.t.Fatalf("patch MachineDeployment bootstrap template: %v", err)
-	}
+	s.addMDFile(cluster+"-md-0", cluster+"-worker-"+suffix, file)
 }
 
 // bootsImage checks the simulated host's A/B store: the booted slot holds the

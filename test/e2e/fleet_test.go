@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -305,9 +306,9 @@ func (s *scenario) workerOf(md string) clusterv1.Machine {
 }
 
 // addMDFile points MachineDeployment md at a copy of its KubeadmConfigTemplate,
-// named tmplName, with file added: a KubeadmConfig change and nothing else (a
-// template written from scratch drops fields such as format, which the planner
-// refuses to change in place).
+// named tmplName, with file set (the entry of its path replaced, else appended): a
+// KubeadmConfig change and nothing else (a template written from scratch drops fields
+// such as format, which the planner refuses to change in place).
 func (s *scenario) addMDFile(mdName, tmplName string, file localstack.File) {
 	s.t.Helper()
 	md := &clusterv1.MachineDeployment{}
@@ -325,7 +326,14 @@ func (s *scenario) addMDFile(mdName, tmplName string, file localstack.File) {
 		spec = map[string]any{}
 	}
 	files, _, _ := unstructured.NestedSlice(spec, "files")
-	spec["files"] = append(files, map[string]any{"path": file.Path, "content": file.Content})
+	entry := map[string]any{"path": file.Path, "content": file.Content}
+	i := slices.IndexFunc(files, func(f any) bool { m, ok := f.(map[string]any); return ok && m["path"] == file.Path })
+	if i >= 0 {
+		files[i] = entry
+	} else {
+		files = append(files, entry)
+	}
+	spec["files"] = files
 	tmpl := &unstructured.Unstructured{}
 	tmpl.SetAPIVersion("bootstrap.cluster.x-k8s.io/v1beta2")
 	tmpl.SetKind("KubeadmConfigTemplate")
