@@ -4,6 +4,8 @@ import (
 	"errors"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 )
 
 // authorizerWarmingUp reports whether err is an authorization refusal of the kind
@@ -23,5 +25,37 @@ func authorizerWarmingUp(err error) bool {
 		return false
 	}
 	d := st.Status().Details
-	return d == nil || len(d.Causes) == 0
+	if d == nil {
+		return true
+	}
+	// client-go marks a response whose body it did not decode (discovery reads
+	// /api and /apis raw, so the API server's JSON Status is never parsed) with a
+	// single cause of type UnexpectedServerResponse, message "unknown": the
+	// real-node lane's "failed to get server groups: unknown" during a
+	// control-plane restart was such a 403. It says nothing about why the server
+	// refused, so it counts as no cause.
+	for _, c := range d.Causes {
+		if c.Type != metav1.CauseTypeUnexpectedServerResponse {
+			return false
+		}
+	}
+	return true
+}
+
+// logRefusal records what a workload API server's refusal carried (code, reason,
+// causes), so that an answer judged a refusal can be told apart afterwards; the
+// message alone ("unknown") did not say.
+func logRefusal(err error) {
+	var st apierrors.APIStatus
+	if !errors.As(err, &st) {
+		return
+	}
+	s := st.Status()
+	var causes []string
+	if s.Details != nil {
+		for _, c := range s.Details.Causes {
+			causes = append(causes, string(c.Type))
+		}
+	}
+	ctrl.Log.WithName("coordinator").Info("Workload cluster API server refused a call", "code", s.Code, "reason", string(s.Reason), "causes", causes, "error", err.Error())
 }

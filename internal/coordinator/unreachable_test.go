@@ -4,11 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
 
 	"github.com/capi-inplace/capi-inplace/internal/coordinator/nodeplan"
 )
@@ -45,5 +49,35 @@ func TestUnreachable(t *testing.T) {
 				t.Errorf("unreachable(%v) = %v, want %v", tt.err, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestDiscoveryForbiddenWhileStarting reproduces the real-node lane's
+// "failed to get server groups: unknown" with client-go's own discovery client: a
+// kube-apiserver whose RBAC authorizer has not loaded the bindings answers /api
+// with 403 and a JSON Status, which discovery reads raw, so the error carries only
+// the client's UnexpectedServerResponse cause and the message "unknown". It was
+// answered as a Failure (cause WorkloadAPI) before; it is the API server starting.
+func TestDiscoveryForbiddenWhileStarting(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"forbidden: User \"kubernetes-admin\" cannot get path \"/api\"","reason":"Forbidden","code":403}`))
+	}))
+	defer ts.Close()
+	dc, err := discovery.NewDiscoveryClientForConfig(&rest.Config{Host: ts.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, _, err = dc.GroupsAndMaybeResources()
+	if err == nil {
+		t.Fatal("discovery against a 403 answered no error")
+	}
+	err = fmt.Errorf("read node rn-cp: %w", fmt.Errorf("failed to get server groups: %w", err))
+	if got, want := err.Error(), "read node rn-cp: failed to get server groups: unknown"; got != want {
+		t.Fatalf("error = %q, want the lane's %q", got, want)
+	}
+	if !unreachable(err) {
+		t.Errorf("unreachable(%v) = false: a starting API server's discovery refusal fails the update", err)
 	}
 }
