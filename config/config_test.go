@@ -20,12 +20,14 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/sets"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
@@ -131,6 +133,7 @@ func TestRenderedObjects(t *testing.T) {
 		"MutatingWebhookConfiguration//capi-inplace-kubeadmcontrolplane-hold",
 		"ValidatingWebhookConfiguration//capi-inplace-guard",
 		"NetworkPolicy/"+namespace+"/capi-inplace-extension",
+		"PodDisruptionBudget/"+namespace+"/"+deploymentName,
 	))
 
 	t.Run("ExtensionConfig points at the Service, takes its CA from the Certificate's Secret and selects namespaces", func(t *testing.T) {
@@ -264,6 +267,40 @@ func TestRenderedObjects(t *testing.T) {
 		g.Expect(pol.Drain()).To(Equal(policy.Builtin().Drain()), "the shipped policy states the defaults")
 		g.Expect(pol.AcceptBootstrapOnlyFields()).To(Equal(policy.Builtin().AcceptBootstrapOnlyFields()))
 		g.Expect(pod.Volumes).To(ContainElement(HaveField("ConfigMap.Name", cm.Name)))
+	})
+
+	t.Run("highly available: two replicas, one kept by a PodDisruptionBudget, spread over nodes, one leader", func(t *testing.T) {
+		g := NewWithT(t)
+		dep := typed[appsv1.Deployment](t, find(t, objs, "Deployment", deploymentName))
+		g.Expect(dep.Spec.Replicas).To(HaveValue(Equal(int32(2))))
+		pdb := typed[policyv1.PodDisruptionBudget](t, find(t, objs, "PodDisruptionBudget", deploymentName))
+		g.Expect(pdb.Namespace).To(Equal(dep.Namespace))
+		g.Expect(pdb.Spec.MinAvailable).To(HaveValue(Equal(intstr.FromInt32(1))))
+		g.Expect(pdb.Spec.MaxUnavailable).To(BeNil())
+		g.Expect(pdb.Spec.Selector.MatchLabels).NotTo(BeEmpty())
+		g.Expect(pdb.Spec.Selector).To(Equal(dep.Spec.Selector), "the budget counts exactly the Deployment's pods")
+		g.Expect(*dep.Spec.Replicas).To(BeNumerically(">", 1), "minAvailable 1 of one replica would block every node drain")
+
+		// Preferred, not required: a one-node management cluster still runs both.
+		aff := dep.Spec.Template.Spec.Affinity
+		g.Expect(aff).NotTo(BeNil())
+		g.Expect(aff.PodAntiAffinity).NotTo(BeNil())
+		g.Expect(aff.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution).To(BeEmpty())
+		g.Expect(aff.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution).To(HaveLen(1))
+		term := aff.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm
+		g.Expect(term.TopologyKey).To(Equal(corev1.LabelHostname))
+		sel, err := metav1.LabelSelectorAsSelector(term.LabelSelector)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(sel.Matches(labels.Set(dep.Spec.Template.Labels))).To(BeTrue(), "the anti-affinity selects the extension's own pods")
+		g.Expect(term.Namespaces).To(BeEmpty(), "the pod's own namespace")
+
+		// The single-node controller writes KCPs, Machines and workload kubeadm-config:
+		// only the leader runs it. The leader election Role is in the pod's namespace,
+		// where the lease lives without --leader-elect-namespace.
+		c := dep.Spec.Template.Spec.Containers[0]
+		g.Expect(c.Args).To(ContainElement("--leader-elect"))
+		g.Expect(c.Args).NotTo(ContainElement(HavePrefix("--leader-elect-namespace")))
+		g.Expect(find(t, objs, "Role", "capi-inplace-leader-election").GetNamespace()).To(Equal(dep.Namespace))
 	})
 
 	t.Run("the NetworkPolicy admits only Cluster API's controllers to the hooks", func(t *testing.T) {
