@@ -100,6 +100,13 @@ const (
 	// KubeadmControlPlane cannot update in place. Value "true".
 	SingleNodeControlPlaneAnnotation = GroupName + "/single-node-control-plane"
 
+	// SingleNodeOptInCopiedAnnotation on a KubeadmControlPlane records that the
+	// single-node controller copied the Cluster's SingleNodeControlPlaneAnnotation onto
+	// it (value "true"). The copy is made once: Cluster API v1.14.2 can delete every
+	// annotation of a Cluster (docs/single-node.md), the KCP's copy survives that, and
+	// an operator who later removes the KCP's copy is not overruled.
+	SingleNodeOptInCopiedAnnotation = GroupName + "/single-node-control-plane-copied"
+
 	// BackendAnnotation names the OS backend for a Cluster's nodes; on a
 	// MachineDeployment or KubeadmControlPlane it overrides the Cluster's value.
 	BackendAnnotation = GroupName + "/backend"

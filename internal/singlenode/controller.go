@@ -82,7 +82,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !IsHeld(kcp) {
-		return ctrl.Result{}, nil
+		// The first sight of a Cluster's opt-in is copied onto the KCP, before any
+		// hold: the hold webhook then finds it there even if the Cluster lost it.
+		return ctrl.Result{}, r.copyOptIn(ctx, kcp, nil)
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("KubeadmControlPlane", klog.KObj(kcp))
 	ctx = ctrl.LoggerInto(ctx, log)
@@ -102,6 +104,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if cluster == nil {
 		cluster = &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: kcp.Namespace, Name: name}}
+	}
+	if err := r.copyOptIn(ctx, kcp, cluster); err != nil {
+		return ctrl.Result{}, err
 	}
 
 	now := time.Now

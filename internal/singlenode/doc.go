@@ -3,8 +3,11 @@
 // webhook refuses rollingUpdate.maxSurge 0 below three replicas, and with maxSurge 1 it
 // creates a new Machine first.
 //
-// Opt-in per Cluster (annotation inplacev1.SingleNodeControlPlaneAnnotation "true").
-// Without it nothing here acts, and KCP behaves exactly as upstream.
+// Opt-in per Cluster or per KCP (annotation inplacev1.SingleNodeControlPlaneAnnotation
+// "true"; either counts). The controller copies a Cluster's opt-in onto the KCP once
+// (CopyOptIn; Cluster API v1.14.2 can delete a Cluster's annotations), never over a
+// value the KCP has. Without an opt-in nothing here acts, and KCP behaves exactly as
+// upstream.
 //
 // Flow:
 //  1. Hold. A mutating admission webhook on KCP UPDATE (DecideHold) adds CAPI's
@@ -42,7 +45,7 @@
 // restart at any point; alignment happens only after the node update succeeded and
 // only while KCP is paused, so KCP never sees a half-aligned Machine.
 //
-// Pure parts: TargetHash, DecideHold, Decide, Classify, planRequest. Imperative shell: the webhook
+// Pure parts: TargetHash, DecideHold, Decide, Classify, CopyOptIn, planRequest. Imperative shell: the webhook
 // handler, observe, applier, Reconciler.
 //
 // Imports: api/v1alpha1, internal/planner, internal/extsettings, internal/coordinator (its DesiredNode and

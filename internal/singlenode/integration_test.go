@@ -335,9 +335,12 @@ func TestIntegrationOptOutHandsBackToKCP(t *testing.T) {
 		g.Expect(f.getKCP(ctx, g).Annotations).To(HaveKey(inplacev1.HoldFailedAnnotation))
 	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 
+	// Opting out is removing the opt-in from both the Cluster and the KCP (the
+	// controller copied the Cluster's onto the KCP).
 	cluster := f.getCluster(ctx, g)
 	patch = []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, inplacev1.SingleNodeControlPlaneAnnotation))
 	g.Expect(env.topology.Patch(ctx, cluster, client.RawPatch("application/merge-patch+json", patch))).To(Succeed())
+	g.Expect(env.topology.Patch(ctx, f.getKCP(ctx, g), client.RawPatch("application/merge-patch+json", patch))).To(Succeed())
 
 	g.Eventually(func(g Gomega) {
 		kcp := f.getKCP(ctx, g)

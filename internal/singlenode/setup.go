@@ -111,14 +111,17 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 }
 
 // heldPredicate passes KCP events where either side carries the hold, so the
-// controller wakes for holds and their release and ignores every other KCP.
+// controller wakes for holds and their release and ignores every other KCP update.
+// Every creation passes too (also each KCP at start-up): a KCP created for an opted-in
+// Cluster gets the Cluster's opt-in copied at once (copyOptIn), not only at the
+// Cluster's next event.
 func heldPredicate() predicate.Predicate {
 	held := func(o client.Object) bool {
 		kcp, ok := o.(*controlplanev1.KubeadmControlPlane)
 		return ok && IsHeld(kcp)
 	}
 	return predicate.Funcs{
-		CreateFunc:  func(e event.CreateEvent) bool { return held(e.Object) },
+		CreateFunc:  func(event.CreateEvent) bool { return true },
 		UpdateFunc:  func(e event.UpdateEvent) bool { return held(e.ObjectOld) || held(e.ObjectNew) },
 		DeleteFunc:  func(event.DeleteEvent) bool { return false },
 		GenericFunc: func(e event.GenericEvent) bool { return held(e.Object) },

@@ -1,0 +1,86 @@
+package singlenode
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+)
+
+// eventOptInCopied is the Event reason on a KubeadmControlPlane that got its Cluster's opt-in.
+const eventOptInCopied = "SingleNodeOptInCopied"
+
+// CopyOptIn returns the annotations that copy a Cluster's single-node opt-in onto its
+// KubeadmControlPlane, or nil when nothing is to be copied: the Cluster is not opted
+// in, the KCP carries an opt-in value of its own (any value is the operator's or the
+// topology controller's, never overwritten), or the opt-in was copied before (an
+// operator who removed the copy from the KCP opted out there; copying again would
+// overrule that).
+//
+// Why: Cluster API v1.14.2's hooks.MarkAsDone can delete every annotation of a
+// Cluster, the opt-in included (docs/single-node.md has the cause and the upstream
+// issue text); the KCP's copy survives that, and OptedIn || KCPOptedIn decides.
+func CopyOptIn(cluster *clusterv1.Cluster, kcp *controlplanev1.KubeadmControlPlane) map[string]string {
+	if !OptedIn(cluster) || kcp == nil || optInSettled(kcp) {
+		return nil
+	}
+	return map[string]string{
+		inplacev1.SingleNodeControlPlaneAnnotation: "true",
+		inplacev1.SingleNodeOptInCopiedAnnotation:  "true",
+	}
+}
+
+// optInSettled reports whether the KCP needs no copy whatever its Cluster says: it
+// has an opt-in value of its own, or the copy was made before.
+func optInSettled(kcp *controlplanev1.KubeadmControlPlane) bool {
+	_, own := kcp.Annotations[inplacev1.SingleNodeControlPlaneAnnotation]
+	_, copied := kcp.Annotations[inplacev1.SingleNodeOptInCopiedAnnotation]
+	return own || copied
+}
+
+// copyOptIn copies the Cluster's opt-in onto kcp once (CopyOptIn). cluster may be
+// nil: it is read only when the KCP is not settled, so a KCP that carries its opt-in
+// or the copy costs no request.
+func (r *Reconciler) copyOptIn(ctx context.Context, kcp *controlplanev1.KubeadmControlPlane, cluster *clusterv1.Cluster) error {
+	if optInSettled(kcp) {
+		return nil
+	}
+	if cluster == nil {
+		name := ClusterNameOf(kcp)
+		if name == "" {
+			return nil
+		}
+		cluster = &clusterv1.Cluster{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: kcp.Namespace, Name: name}, cluster); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("read Cluster %s for the single-node opt-in: %w", name, err)
+		}
+	}
+	add := CopyOptIn(cluster, kcp)
+	if add == nil {
+		return nil
+	}
+	set := map[string]*string{}
+	for k, v := range add {
+		set[k] = &v
+	}
+	// With the optimistic lock: a KCP whose opt-in an operator set meanwhile is read
+	// again on the retry, and then settled.
+	if err := r.patchKCPAnnotations(ctx, kcp, set); err != nil {
+		return fmt.Errorf("copy the Cluster's single-node opt-in: %w", err)
+	}
+	if r.Recorder != nil {
+		r.Recorder.Eventf(kcp, cluster, corev1.EventTypeNormal, eventOptInCopied, "CopyOptIn",
+			"copied %s=true from Cluster %s (Cluster API can drop a Cluster's annotations); remove it here too to opt out", inplacev1.SingleNodeControlPlaneAnnotation, cluster.Name)
+	}
+	return nil
+}
