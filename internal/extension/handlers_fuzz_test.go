@@ -3,6 +3,7 @@ package extension
 import (
 	"context"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -103,6 +104,37 @@ func rawOf(t *testing.T, obj any, raw runtime.RawExtension) []byte {
 	return b
 }
 
+// checkConverted fails unless the converter the handlers use for the typed
+// Machine(Set) gives the objects the JSON encoding gives (what CAPI sends, and
+// what the handlers decoded before they used the converter).
+func checkConverted(t *testing.T, name string, obj any) {
+	t.Helper()
+	got, err := toUnstructured(obj)
+	if err != nil {
+		t.Fatalf("%s: convert: %v", name, err)
+	}
+	want, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatalf("%s: encode: %v", name, err)
+	}
+	// Compare as JSON text: the converter keeps integers as int64 where decoding
+	// JSON gives float64; the encoded text is the same.
+	gotJSON, err := json.Marshal(got.Object)
+	if err != nil {
+		t.Fatalf("%s: encode converted: %v", name, err)
+	}
+	var wantObj, gotObj map[string]any
+	if err := json.Unmarshal(want, &wantObj); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(gotJSON, &gotObj); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(gotObj, wantObj) {
+		t.Fatalf("%s: converted object differs from its JSON encoding:\nconverted %s\nencoded   %s", name, gotJSON, want)
+	}
+}
+
 func FuzzCanUpdateMachine(f *testing.F) {
 	h := fuzzHandlers(f, nil)
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -110,6 +142,8 @@ func FuzzCanUpdateMachine(f *testing.F) {
 		if err := json.Unmarshal(body, req); err != nil {
 			return // CAPI's server answers Failure "error unmarshalling request"
 		}
+		checkConverted(t, "current.machine", &req.Current.Machine)
+		checkConverted(t, "desired.machine", &req.Desired.Machine)
 		resp := &runtimehooksv1.CanUpdateMachineResponse{}
 		withinDeadline(t, body, func() { h.DoCanUpdateMachine(context.Background(), req, resp) })
 		checkAnswer(t, resp)
@@ -129,6 +163,8 @@ func FuzzCanUpdateMachineSet(f *testing.F) {
 		if err := json.Unmarshal(body, req); err != nil {
 			return
 		}
+		checkConverted(t, "current.machineSet", &req.Current.MachineSet)
+		checkConverted(t, "desired.machineSet", &req.Desired.MachineSet)
 		resp := &runtimehooksv1.CanUpdateMachineSetResponse{}
 		withinDeadline(t, body, func() { h.DoCanUpdateMachineSet(context.Background(), req, resp) })
 		checkAnswer(t, resp)

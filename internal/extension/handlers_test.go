@@ -263,3 +263,58 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// TestToUnstructuredIsTheJSONEncoding: the handlers convert the typed Machine(Set)
+// with apimachinery's converter instead of encoding and decoding JSON; the objects
+// the planner sees must be the same, for objects with every kind of field CAPI
+// sets (times, quantities of omitzero structs, lists, maps, pointers).
+func TestToUnstructuredIsTheJSONEncoding(t *testing.T) {
+	machine := `{"apiVersion":"cluster.x-k8s.io/v1beta2","kind":"Machine","metadata":{"name":"m","namespace":"ns",
+	"creationTimestamp":"2026-11-30T10:00:00Z","labels":{"a":"b"},"annotations":{"x":"y"},"finalizers":["f"],
+	"ownerReferences":[{"apiVersion":"cluster.x-k8s.io/v1beta2","kind":"MachineSet","name":"ms","uid":"u","controller":true}]},
+	"spec":{"clusterName":"c","version":"v1.30.1","failureDomain":"fd-1","minReadySeconds":0,"providerID":"dev://m",
+	"bootstrap":{"configRef":{"apiGroup":"bootstrap.cluster.x-k8s.io","kind":"KubeadmConfig","name":"k"},"dataSecretName":"s"},
+	"infrastructureRef":{"apiGroup":"infrastructure.cluster.x-k8s.io","kind":"DevMachine","name":"d"},
+	"readinessGates":[{"conditionType":"Ready"}],"deletion":{"nodeDrainTimeoutSeconds":30,"nodeDeletionTimeoutSeconds":0},
+	"taints":[{"key":"k","value":"v","effect":"NoSchedule","propagation":"Always"}]},
+	"status":{"phase":"Running","nodeRef":{"name":"n"},"lastUpdated":"2026-11-30T10:01:00Z",
+	"conditions":[{"type":"Ready","status":"True","reason":"R","lastTransitionTime":"2026-11-30T10:00:00Z","observedGeneration":3}],
+	"addresses":[{"type":"InternalIP","address":"10.0.0.1"}],"observedGeneration":3}}`
+	machineSet := `{"apiVersion":"cluster.x-k8s.io/v1beta2","kind":"MachineSet","metadata":{"name":"ms","namespace":"ns"},
+	"spec":{"clusterName":"c","replicas":3,"selector":{"matchLabels":{"a":"b"}},
+	"template":{"metadata":{"labels":{"a":"b"}},"spec":{"clusterName":"c","version":"v1.30.1",
+	"bootstrap":{"configRef":{"apiGroup":"bootstrap.cluster.x-k8s.io","kind":"KubeadmConfigTemplate","name":"k"}},
+	"infrastructureRef":{"apiGroup":"infrastructure.cluster.x-k8s.io","kind":"DevMachineTemplate","name":"d"},
+	"deletion":{"nodeVolumeDetachTimeoutSeconds":10}}}},
+	"status":{"replicas":3,"readyReplicas":2}}`
+	for _, tt := range []struct {
+		name string
+		doc  string
+		obj  any
+	}{
+		{"Machine", machine, nil},
+		{"empty Machine", `{}`, nil},
+		{"MachineSet", machineSet, nil},
+		{"plannertest MachineSet", "", pt.MachineSet("ms", "v1.30.1", "infra", "boot")},
+		{"plannertest Machine", "", pt.Machine("m", "v1.30.1")},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			obj := tt.obj
+			switch {
+			case tt.name == "Machine" || tt.name == "empty Machine":
+				m := &runtimehooksv1.CanUpdateMachineRequestObjects{}
+				if err := json.Unmarshal([]byte(tt.doc), &m.Machine); err != nil {
+					t.Fatal(err)
+				}
+				obj = &m.Machine
+			case tt.name == "MachineSet":
+				m := &runtimehooksv1.CanUpdateMachineSetRequestObjects{}
+				if err := json.Unmarshal([]byte(tt.doc), &m.MachineSet); err != nil {
+					t.Fatal(err)
+				}
+				obj = &m.MachineSet
+			}
+			checkConverted(t, tt.name, obj)
+		})
+	}
+}

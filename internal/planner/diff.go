@@ -3,6 +3,7 @@ package planner
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -132,25 +133,39 @@ func copyField(target, src map[string]any, path []string, stop int) {
 
 // makePatch returns the RFC 6902 patch (a JSON array) that turns current into
 // current-with-the-covered-fields-of-desired, or nil when no field is covered.
+//
+// Only the subtrees that can differ are encoded and diffed (see patchCuts): the
+// answer is the patch of the whole objects, at a fraction of the allocations (the
+// whole-object diff encoded and decoded metadata and status twice on every call).
 func makePatch(current, desired map[string]any, covered []fieldPath, stop int) ([]byte, error) {
 	if len(covered) == 0 {
 		return nil, nil
 	}
-	target, _ := runtime.DeepCopyJSONValue(current).(map[string]any)
+	target := copyAlong(current, covered, stop)
 	for _, p := range covered {
 		copyField(target, desired, p, stop)
 	}
-	curJSON, err := json.Marshal(current)
-	if err != nil {
-		return nil, fmt.Errorf("marshal current object: %w", err)
-	}
-	targetJSON, err := json.Marshal(target)
-	if err != nil {
-		return nil, fmt.Errorf("marshal patched object: %w", err)
-	}
-	ops, err := jsonpatch.CreatePatch(curJSON, targetJSON)
-	if err != nil {
-		return nil, fmt.Errorf("create JSON patch: %w", err)
+	var ops []jsonpatch.Operation
+	for _, cut := range patchCuts(current, target, covered) {
+		curVal, _ := lookup(current, cut)
+		targetVal, _ := lookup(target, cut)
+		curJSON, err := json.Marshal(curVal)
+		if err != nil {
+			return nil, fmt.Errorf("marshal current object at %s: %w", fieldPath(cut), err)
+		}
+		targetJSON, err := json.Marshal(targetVal)
+		if err != nil {
+			return nil, fmt.Errorf("marshal patched object at %s: %w", fieldPath(cut), err)
+		}
+		sub, err := jsonpatch.CreatePatch(curJSON, targetJSON)
+		if err != nil {
+			return nil, fmt.Errorf("create JSON patch at %s: %w", fieldPath(cut), err)
+		}
+		prefix := pointer(cut)
+		for _, op := range sub {
+			op.Path = prefix + op.Path
+			ops = append(ops, op)
+		}
 	}
 	if len(ops) == 0 {
 		return nil, nil
@@ -167,6 +182,79 @@ func makePatch(current, desired map[string]any, covered []fieldPath, stop int) (
 	}
 	return out, nil
 }
+
+// copyAlong returns a copy of obj that copyField may edit at the covered paths
+// without touching obj: the maps above the compared root (stop keys deep) are
+// copied shallowly, the compared root's maps deeply, the rest (metadata, status)
+// is shared with obj.
+func copyAlong(obj map[string]any, covered []fieldPath, stop int) map[string]any {
+	out := maps.Clone(obj)
+	if out == nil {
+		out = map[string]any{}
+	}
+	// Every covered path starts with the same stop keys (the compared root).
+	root := covered[0][:min(stop, len(covered[0]))]
+	m := out
+	for i, k := range root {
+		child, ok := m[k].(map[string]any)
+		if !ok {
+			// Absent (copyField creates it in the copy) or not an object (copyField
+			// replaces it in the copy): nothing of obj below to protect.
+			return out
+		}
+		if i == len(root)-1 {
+			m[k] = runtime.DeepCopyJSONValue(child)
+			return out
+		}
+		child = maps.Clone(child)
+		m[k] = child
+		m = child
+	}
+	return runtime.DeepCopyJSONValue(obj).(map[string]any)
+}
+
+// patchCuts returns the roots of the subtrees where current and target (current
+// after copyField of the covered paths) can differ, none inside another. copyField
+// changes a covered path's value, or removes it and parents it leaves empty, or
+// creates its missing parents: every change lies below the longest prefix of the
+// path that both objects have, and JSON-patch diffs compose over object keys (the
+// diff of an object is its keys' diffs), so the patch of the whole objects is the
+// union of the patches of these subtrees.
+func patchCuts(current, target map[string]any, covered []fieldPath) [][]string {
+	var cuts [][]string
+	for _, p := range covered {
+		n := len(p)
+		for ; n > 0; n-- {
+			_, inCur := lookup(current, p[:n])
+			_, inTarget := lookup(target, p[:n])
+			if inCur && inTarget {
+				break
+			}
+		}
+		cuts = append(cuts, p[:n])
+	}
+	// Shorter first, so that a cut inside an earlier one is found and dropped.
+	slices.SortFunc(cuts, func(a, b []string) int { return len(a) - len(b) })
+	var out [][]string
+	for _, c := range cuts {
+		if !slices.ContainsFunc(out, func(o []string) bool { return fieldPath(c).hasPrefix(o) }) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// pointer is the RFC 6901 JSON pointer of a path of object keys.
+func pointer(path []string) string {
+	var b strings.Builder
+	for _, k := range path {
+		b.WriteByte('/')
+		b.WriteString(pointerEscaper.Replace(k))
+	}
+	return b.String()
+}
+
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
 
 // listRoot cuts a JSON pointer before its first numeric segment, so that all
 // operations inside one list share a sort key.

@@ -3,10 +3,14 @@ package planner
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	. "github.com/onsi/gomega"
+	gomodulesjsonpatch "gomodules.xyz/jsonpatch/v2"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 func TestLeafDiffs(t *testing.T) {
@@ -94,8 +98,80 @@ func TestMakePatch(t *testing.T) {
 			out, err := decoded.Apply(raw)
 			g.Expect(err).NotTo(HaveOccurred(), string(patch))
 			g.Expect(obj(t, string(out))).To(Equal(obj(t, tt.want)), string(patch))
+			g.Expect(string(patch)).To(Equal(string(wholeObjectPatch(t, cur, obj(t, tt.des), covered, 1))),
+				"the patch of the cut subtrees is the patch of the whole objects")
 		})
 	}
+}
+
+// TestMakePatchIsTheWholeObjectPatch compares makePatch, which diffs only the
+// subtrees that can differ, with the diff of the whole objects it replaced, on
+// objects with metadata and status beside the compared root.
+func TestMakePatchIsTheWholeObjectPatch(t *testing.T) {
+	meta := `"apiVersion":"x/v1","kind":"K","metadata":{"name":"n","labels":{"a":"b"}},"status":{"s":[1,2]}`
+	tests := []struct {
+		name     string
+		cur, des string
+		covered  [][]string
+		stop     int
+	}{
+		{"scalar", `{` + meta + `,"spec":{"a":1,"b":"x"}}`, `{` + meta + `,"spec":{"a":2,"b":"y"}}`, [][]string{{"spec", "a"}, {"spec", "b"}}, 1},
+		{"compared root absent in current", `{` + meta + `}`, `{` + meta + `,"spec":{"a":{"b":1}}}`, [][]string{{"spec", "a", "b"}}, 1},
+		{"deep root, parents created", `{` + meta + `,"spec":{"template":{"spec":{}}}}`, `{` + meta + `,"spec":{"template":{"spec":{"x":{"y":[1]}}}}}`,
+			[][]string{{"spec", "template", "spec", "x", "y"}}, 3},
+		{"deep root absent", `{` + meta + `,"spec":{"replicas":3}}`, `{` + meta + `,"spec":{"template":{"spec":{"v":"1"}}}}`,
+			[][]string{{"spec", "template", "spec", "v"}}, 3},
+		{"list shrinks and grows", `{` + meta + `,"spec":{"l":[1,2,3],"m":[{"a":1}]}}`, `{` + meta + `,"spec":{"l":[3],"m":[{"a":2},{"b":1}]}}`,
+			[][]string{{"spec", "l"}, {"spec", "m"}}, 1},
+		{"type change", `{` + meta + `,"spec":{"a":{"b":1}}}`, `{` + meta + `,"spec":{"a":"s"}}`, [][]string{{"spec", "a"}}, 1},
+		{"removal prunes parents", `{` + meta + `,"spec":{"c":{"d":{"e":1}},"f":{"g":1,"h":2}}}`, `{` + meta + `,"spec":{"f":{"h":2}}}`,
+			[][]string{{"spec", "c", "d", "e"}, {"spec", "f", "g"}}, 1},
+		{"nested covered paths", `{` + meta + `,"spec":{"a":{"b":{"c":1}}}}`, `{` + meta + `,"spec":{"a":{"b":{"c":2,"d":3}}}}`,
+			[][]string{{"spec", "a", "b", "c"}, {"spec", "a", "b", "d"}}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			var covered []fieldPath
+			for _, c := range tt.covered {
+				covered = append(covered, c)
+			}
+			cur, des := obj(t, tt.cur), obj(t, tt.des)
+			before, _ := json.Marshal(cur)
+			patch, err := makePatch(cur, des, covered, tt.stop)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(string(patch)).To(Equal(string(wholeObjectPatch(t, cur, des, covered, tt.stop))))
+			after, _ := json.Marshal(cur)
+			g.Expect(string(after)).To(Equal(string(before)), "makePatch must not change current")
+		})
+	}
+}
+
+// wholeObjectPatch is makePatch as it was before the cut: copy all of current,
+// diff the whole objects.
+func wholeObjectPatch(t *testing.T, current, desired map[string]any, covered []fieldPath, stop int) []byte {
+	t.Helper()
+	target, _ := runtime.DeepCopyJSONValue(current).(map[string]any)
+	for _, p := range covered {
+		copyField(target, desired, p, stop)
+	}
+	curJSON, _ := json.Marshal(current)
+	targetJSON, _ := json.Marshal(target)
+	ops, err := gomodulesjsonpatch.CreatePatch(curJSON, targetJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(ops, func(a, b gomodulesjsonpatch.Operation) int {
+		return strings.Compare(listRoot(a.Path), listRoot(b.Path))
+	})
+	out, err := json.Marshal(ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 func TestMakePatchNothingCovered(t *testing.T) {
