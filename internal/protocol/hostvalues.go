@@ -99,10 +99,6 @@ type planUser struct {
 	Sudo    string `json:"sudo,omitempty"`
 }
 
-type planNTP struct {
-	Servers []string `json:"servers,omitempty"`
-}
-
 // validateHostValues applies the rules above to everything in a plan that is
 // written into a host file.
 func (p *NodePlan) validateHostValues() []error {
@@ -122,7 +118,7 @@ func (p *NodePlan) validateHostValues() []error {
 		}
 	}
 	if len(p.NTP) > 0 && json.Valid(p.NTP) && string(p.NTP) != "null" {
-		var n planNTP
+		var n NTP
 		if err := json.Unmarshal(p.NTP, &n); err != nil {
 			errs = append(errs, fmt.Errorf("ntp is not an ntp section: %w", err))
 		}

@@ -192,7 +192,7 @@ func TestUsersAndNTP(t *testing.T) {
 	g.Expect(read(t, root, chronyConf)).To(ContainSubstring("server time1.example.com iburst\nserver time2.example.com iburst\n"))
 	g.Expect(r.Calls()[len(r.Calls())-1]).To(Equal("systemctl restart chrony"))
 
-	g.Expect(NTPEnabled(json.RawMessage(`{"servers":["a"],"enabled":false}`))).To(BeFalse())
+	g.Expect(protocol.NTPEnabled(json.RawMessage(`{"servers":["a"],"enabled":false}`))).To(BeFalse())
 	_, err := DecodeUsers(json.RawMessage(`[{"name":"bad:name"}]`))
 	g.Expect(err).To(HaveOccurred())
 	err = (&Host{Root: t.TempDir(), Runner: r}).ApplyNTP(ctx, ntp)

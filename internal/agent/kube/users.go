@@ -32,12 +32,6 @@ type User struct {
 	SSHAuthorizedKeys []string `json:"sshAuthorizedKeys,omitempty"`
 }
 
-// NTP is a KubeadmConfig ntp section.
-type NTP struct {
-	Servers []string `json:"servers,omitempty"`
-	Enabled *bool    `json:"enabled,omitempty"`
-}
-
 // DecodeUsers parses a plan's users.
 func DecodeUsers(raw json.RawMessage) ([]User, error) {
 	if len(raw) == 0 {
@@ -53,23 +47,6 @@ func DecodeUsers(raw json.RawMessage) ([]User, error) {
 		}
 	}
 	return users, nil
-}
-
-// NTPEnabled reports whether a plan's ntp section asks for NTP servers.
-func NTPEnabled(raw json.RawMessage) bool {
-	n, err := decodeNTP(raw)
-	return err == nil && (n.Enabled == nil || *n.Enabled) && len(n.Servers) > 0
-}
-
-func decodeNTP(raw json.RawMessage) (NTP, error) {
-	var n NTP
-	if len(raw) == 0 {
-		return n, nil
-	}
-	if err := json.Unmarshal(raw, &n); err != nil {
-		return n, fmt.Errorf("decode ntp: %w", err)
-	}
-	return n, nil
 }
 
 // Host paths for users and NTP.
@@ -247,7 +224,7 @@ func (h *Host) ntpTarget() (file, service string, err error) {
 }
 
 func (h *Host) ntpBackupSet(p *protocol.NodePlan) []string {
-	if !NTPEnabled(p.NTP) {
+	if !protocol.NTPEnabled(p.NTP) {
 		return nil
 	}
 	if file, _, err := h.ntpTarget(); err == nil {
@@ -258,7 +235,7 @@ func (h *Host) ntpBackupSet(p *protocol.NodePlan) []string {
 
 // ApplyNTP configures the host's NTP client with the plan's servers and restarts it.
 func (h *Host) ApplyNTP(ctx context.Context, raw json.RawMessage) error {
-	n, err := decodeNTP(raw)
+	n, err := protocol.DecodeNTP(raw)
 	if err != nil {
 		return err
 	}

@@ -1,8 +1,6 @@
 package state
 
 import (
-	"encoding/json"
-
 	"github.com/capi-inplace/capi-inplace/internal/backend"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
@@ -115,8 +113,8 @@ func SpecFor(p *protocol.NodePlan, caps backend.Capabilities) Spec {
 		Version:      p.Kubernetes.Version,
 		Files:        len(p.Files) > 0,
 		KubeletArgs:  len(p.KubeletExtraArgs) > 0,
-		Users:        len(p.Users) > 0 && string(p.Users) != "null" && string(p.Users) != "[]",
-		NTP:          ntpEnabled(p.NTP),
+		Users:        protocol.UsersListed(p.Users),
+		NTP:          protocol.NTPEnabled(p.NTP),
 		OS:           p.OS != nil,
 		Caps:         caps,
 	}
@@ -248,16 +246,4 @@ func phaseOf(n ActionName) protocol.Phase {
 	default:
 		return protocol.PhaseApplying
 	}
-}
-
-// ntpEnabled mirrors kube.NTPEnabled: servers given and not disabled.
-func ntpEnabled(raw json.RawMessage) bool {
-	var n struct {
-		Servers []string `json:"servers"`
-		Enabled *bool    `json:"enabled"`
-	}
-	if len(raw) == 0 || json.Unmarshal(raw, &n) != nil {
-		return false
-	}
-	return (n.Enabled == nil || *n.Enabled) && len(n.Servers) > 0
 }
