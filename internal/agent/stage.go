@@ -45,7 +45,16 @@ type Stager struct {
 	Timeout time.Duration
 	// ReportEvery spaces progress reports; 0 means 2 s.
 	ReportEvery time.Duration
-	Log         logr.Logger
+	// Images pulls the control-plane images of a plan's new release with its staged
+	// kubeadm (kube.Host); nil leaves them to `kubeadm upgrade` after the cordon.
+	Images ImagePuller
+	Log    logr.Logger
+}
+
+// ImagePuller pulls the control-plane images the plan's kubeadm needs onto the
+// node, running kubeadm from its host path; it returns the images pulled.
+type ImagePuller interface {
+	PullControlPlaneImages(ctx context.Context, kubeadm string, k protocol.KubernetesPlan) ([]string, error)
 }
 
 func (s *Stager) platform() string {
@@ -111,6 +120,9 @@ func (s *Stager) stage(ctx context.Context, plan *protocol.NodePlan, rep *stageR
 	if plan.OS != nil {
 		rep.st.Items++
 	}
+	if s.pullsImages(plan) {
+		rep.st.Items++
+	}
 	if plan.OS != nil && len(plan.OSBackends) > 0 {
 		changed, err := writeOSBackends(s.Store.Root, plan.OSBackends)
 		if err != nil {
@@ -164,10 +176,36 @@ func (s *Stager) stage(ctx context.Context, plan *protocol.NodePlan, rep *stageR
 		}
 		rep.st.Done++
 	}
+	images := 0
+	if s.pullsImages(plan) {
+		// After the files: the new kubeadm is in the store by now, verified.
+		rep.st.Item, rep.st.Bytes, rep.st.Size = protocol.StageImages, 0, 0
+		rep.send(ctx, true)
+		pulled, err := s.Images.PullControlPlaneImages(ctx, protocol.ArtifactPath(plan.Kubernetes.Binaries.Kubeadm.Digest), plan.Kubernetes)
+		if err != nil {
+			reason := protocol.StageReasonImagePull
+			if ctx.Err() != nil {
+				reason = protocol.StageReasonDeadline
+			}
+			return rep.fail(ctx, protocol.StageImages, reason, err)
+		}
+		images = len(pulled)
+		rep.st.Done++
+	}
 	rep.st.Phase, rep.st.Item, rep.st.Bytes, rep.st.Size = protocol.StagePhaseStaged, "", 0, 0
 	rep.st.Message = fmt.Sprintf("staged %d artifacts in %s", rep.st.Items, time.Since(start).Round(100*time.Millisecond))
-	log.Info("Staged plan", "artifacts", rep.st.Items, "seconds", time.Since(start).Seconds())
+	if images > 0 {
+		rep.st.Message += fmt.Sprintf(" (%d control-plane images present)", images)
+	}
+	log.Info("Staged plan", "artifacts", rep.st.Items, "images", images, "seconds", time.Since(start).Seconds())
 	return rep.sendFinal(ctx)
+}
+
+// pullsImages reports whether staging pulls the plan's control-plane images: a
+// control-plane node changing version, with the new kubeadm in the plan (without
+// it, the new kubeadm arrives only with the OS image, after the cordon).
+func (s *Stager) pullsImages(plan *protocol.NodePlan) bool {
+	return s.Images != nil && plan.Kubernetes.Binaries != nil && kube.NeedsControlPlaneImages(plan.Kubernetes)
 }
 
 // ErrNodeConfigChanged is returned by Stager.Reconcile after it wrote a new OS
@@ -280,12 +318,12 @@ func (r *stageReport) patch(ctx context.Context) error {
 // and the kubeadm/kubelet installer reading from that store. Without it the
 // coordinator would wait forever for a staging report.
 func (a *Agent) defaultStager() {
-	if a.Stager != nil || a.Executor == nil || a.Executor.Kube == nil {
+	if a.Stager != nil || a.Executor == nil || a.Host == nil {
 		return
 	}
-	k := a.Executor.Kube
+	k := a.Host
 	store := &artifact.Store{Root: k.Root}
-	a.Stager = &Stager{Store: store, Backends: a.Executor.Backends, Client: a.Client, NodeName: a.NodeName, Log: a.Log.WithName("stage")}
+	a.Stager = &Stager{Store: store, Backends: a.Executor.Backends, Client: a.Client, NodeName: a.NodeName, Images: k, Log: a.Log.WithName("stage")}
 	if k.Downloads == nil {
 		k.Downloads = &kube.HTTPBinaries{}
 	}

@@ -35,6 +35,9 @@ const (
 	StageKubeadm StageItemName = "kubeadm"
 	StageKubelet StageItemName = "kubelet"
 	StageOSImage StageItemName = "os-image"
+	// StageImages: the control-plane images the new kubeadm pulls (a control-plane
+	// node whose version changes, when the plan carries kubeadm).
+	StageImages StageItemName = "control-plane-images"
 )
 
 // StageItem is one file a plan needs on the node before it is applied.
@@ -103,6 +106,9 @@ const (
 	// StageReasonDeadline: the plan was not staged by the stage deadline
 	// (inplacev1.StageDeadlineAnnotation).
 	StageReasonDeadline = "DeadlineExceeded"
+	// StageReasonImagePull: the container runtime could not pull a control-plane
+	// image the new kubeadm names.
+	StageReasonImagePull = "ImagePullFailed"
 )
 
 // StagingStatusVersion is the version of the StagingStatus envelope.

@@ -148,7 +148,10 @@ func (s *Store) Fetch(ctx context.Context, item protocol.StageItem, progress Pro
 	}
 	dest, _ := s.Path(a.Digest)
 	if s.Has(a.Digest) {
-		return dest, s.checkArch(item, dest)
+		if err := s.checkArch(item, dest); err != nil {
+			return "", err
+		}
+		return dest, s.markExecutable(item, dest)
 	}
 	if err := os.MkdirAll(s.dir(), 0o700); err != nil {
 		return "", s.diskErr(item, fmt.Errorf("create %s: %w", protocol.ArtifactDir, err))
@@ -161,7 +164,7 @@ func (s *Store) Fetch(ctx context.Context, item protocol.StageItem, progress Pro
 				_ = os.Remove(dest)
 				return "", err
 			}
-			return dest, nil
+			return dest, s.markExecutable(item, dest)
 		}
 		if ctx.Err() != nil || errors.Is(err, ErrDiskFull) || errors.Is(err, ErrTooLarge) {
 			return "", err
@@ -296,6 +299,19 @@ func (s *Store) checkArch(item protocol.StageItem, p string) error {
 	defer f.Close()
 	if known && f.Machine != want {
 		return fmt.Errorf("%s: %w: it is built for %s, this node is %s", item.Name, ErrWrongArchitecture, f.Machine, s.arch())
+	}
+	return nil
+}
+
+// markExecutable makes a staged executable runnable from the store (root only:
+// the store's directory is 0700): staging runs the new kubeadm from there to pull
+// the control-plane images before the node is cordoned.
+func (s *Store) markExecutable(item protocol.StageItem, p string) error {
+	if !item.Executable {
+		return nil
+	}
+	if err := os.Chmod(p, 0o755); err != nil {
+		return fmt.Errorf("%s: %w", item.Name, err)
 	}
 	return nil
 }

@@ -24,12 +24,20 @@ func (h *Host) Runner() backend.Runner { return runner{h: h} }
 
 type runner struct{ h *Host }
 
+// stagedDir is where the agent's staged files (protocol.ArtifactDir) are.
+const stagedDir = "/var/lib/capi-inplace/artifacts/"
+
 func (r runner) Run(ctx context.Context, c backend.Command) (backend.Result, error) {
 	h := r.h
 	h.logCommand(c)
 	var out string
 	var err error
-	switch filepath.Base(c.Name) {
+	name := filepath.Base(c.Name)
+	if strings.HasPrefix(c.Name, stagedDir) {
+		// A staged kubeadm, run from the artifact store to pull images.
+		name = "kubeadm"
+	}
+	switch name {
 	case "kubeadm":
 		out, err = h.kubeadm(ctx, c.Args)
 	case "systemctl":
@@ -85,6 +93,9 @@ func (h *Host) kubeadm(ctx context.Context, args []string) (string, error) {
 			return "", err
 		}
 		return h.upgrade(ctx, args[2])
+	case len(args) >= 3 && args[0] == "config" && args[1] == "images" && args[2] == "pull":
+		// The simulated host has no container runtime: nothing to pull.
+		return "", nil
 	case len(args) >= 2 && args[0] == "upgrade" && args[1] == "node":
 		if err := h.preflight(args, false); err != nil {
 			return "", err

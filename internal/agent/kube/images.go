@@ -1,0 +1,150 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
+)
+
+// ImagesConfig is the kubeadm configuration file the image pre-pull writes (in
+// WorkDir) and hands to the new kubeadm's `config images pull --config`.
+const ImagesConfig = WorkDir + "/images-pull.yaml"
+
+// ErrImagePull is wrapped when the control-plane images the new kubeadm needs
+// cannot be pulled onto the node.
+var ErrImagePull = errors.New("control-plane images cannot be pulled")
+
+// NeedsControlPlaneImages reports whether k's kubeadm command starts the
+// control-plane static pods of a new release on this node, so their images must
+// be on it: a control-plane node whose version changes. A worker's `kubeadm
+// upgrade node` only rewrites the kubelet's configuration.
+func NeedsControlPlaneImages(k protocol.KubernetesPlan) bool {
+	return k.Role == protocol.RoleControlPlane && (k.Action == protocol.KubeadmUpgradeApply || k.Action == protocol.KubeadmUpgradeNode)
+}
+
+// PullControlPlaneImages makes sure the images of k.Version's control-plane static
+// pods are in the node's container runtime, pulled by the new release's kubeadm
+// (kubeadm, its host path: the staged copy in the artifact store) while the node
+// still serves, so that the `kubeadm upgrade` after the cordon finds them present
+// (its ImagePull preflight pulls only what is missing). kubeadm names the images:
+// `kubeadm config images pull` for the target version, the image repository the
+// node's kube-apiserver manifest runs from (kubeadm's imageRepository), the node's
+// CRI socket (the kubelet's containerRuntimeEndpoint), and etcd only for a stacked
+// member; CoreDNS and kube-proxy are not static pods of the node and are left to
+// their DaemonSet and Deployment. It returns the images kubeadm pulled (or found).
+// Repeatable: images present are not pulled again.
+func (h *Host) PullControlPlaneImages(ctx context.Context, kubeadm string, k protocol.KubernetesPlan) ([]string, error) {
+	if !NeedsControlPlaneImages(k) {
+		return nil, nil
+	}
+	repo, err := h.imageRepository()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrImagePull, err)
+	}
+	cfg := imagesConfig(k, repo, h.criSocket())
+	if err := h.writeHostFile(ImagesConfig, cfg, 0o600, -1, -1); err != nil {
+		return nil, fmt.Errorf("%w: write %s: %w", ErrImagePull, ImagesConfig, err)
+	}
+	defer func() { _ = h.removeHostFile(ImagesConfig) }()
+	res, err := h.run(ctx, kubeadm, "config", "images", "pull", "--config", ImagesConfig)
+	if err != nil {
+		return nil, fmt.Errorf("%w: kubeadm %s config images pull: %w", ErrImagePull, k.Version, err)
+	}
+	var pulled []string
+	for _, line := range strings.Split(string(res.Stdout), "\n") {
+		// "[config/images] Pulled registry.k8s.io/kube-apiserver:v1.36.3"
+		if _, ref, ok := strings.Cut(line, "] Pulled "); ok {
+			pulled = append(pulled, strings.TrimSpace(ref))
+		}
+	}
+	return pulled, nil
+}
+
+// imagesConfig is the kubeadm v1beta4 configuration naming what the pre-pull needs.
+func imagesConfig(k protocol.KubernetesPlan, repo, criSocket string) []byte {
+	var b strings.Builder
+	b.WriteString("apiVersion: kubeadm.k8s.io/v1beta4\nkind: InitConfiguration\n")
+	if criSocket != "" {
+		fmt.Fprintf(&b, "nodeRegistration:\n  criSocket: %q\n", criSocket)
+	}
+	b.WriteString("---\napiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\n")
+	fmt.Fprintf(&b, "kubernetesVersion: %q\n", k.Version)
+	if repo != "" {
+		fmt.Fprintf(&b, "imageRepository: %q\n", repo)
+	}
+	b.WriteString("dns:\n  disabled: true\nproxy:\n  disabled: true\n")
+	if k.ExternalEtcd {
+		// No local member: kubeadm names no etcd image for an external etcd (the
+		// endpoint is never contacted by `config images pull`).
+		b.WriteString("etcd:\n  external:\n    endpoints: [\"https://127.0.0.1:2379\"]\n")
+	}
+	return []byte(b.String())
+}
+
+// imageRepository is the registry path the node's control-plane images come from:
+// the kube-apiserver manifest's image without "/kube-apiserver:<tag>" (kubeadm
+// renders every control-plane image from ClusterConfiguration.imageRepository).
+func (h *Host) imageRepository() (string, error) {
+	f, err := h.readHostFile(APIServerManifest)
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", APIServerManifest, err)
+	}
+	var pod struct {
+		Spec struct {
+			Containers []struct {
+				Name  string `json:"name"`
+				Image string `json:"image"`
+			} `json:"containers"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(f.Data, &pod); err != nil {
+		return "", fmt.Errorf("%s: %w", APIServerManifest, err)
+	}
+	for _, c := range pod.Spec.Containers {
+		if c.Name != "kube-apiserver" {
+			continue
+		}
+		name, _, _ := strings.Cut(c.Image, "@")
+		if i := strings.LastIndex(name, ":"); i > strings.LastIndex(name, "/") {
+			name = name[:i]
+		}
+		if path.Base(name) != "kube-apiserver" || !strings.Contains(name, "/") {
+			return "", fmt.Errorf("%s: image %q is not <repository>/kube-apiserver", APIServerManifest, c.Image)
+		}
+		return path.Dir(name), nil
+	}
+	return "", fmt.Errorf("%s has no kube-apiserver container", APIServerManifest)
+}
+
+// criSocket is the kubelet's container runtime endpoint: kubeadm 1.35+ keeps it in
+// instance-config.yaml, older releases in config.yaml or the kubeadm flags. ""
+// lets kubeadm find the socket itself.
+func (h *Host) criSocket() string {
+	for _, p := range []string{KubeletInstanceConfig, KubeletConfig} {
+		f, err := h.readHostFile(p)
+		if err != nil {
+			continue
+		}
+		var c struct {
+			ContainerRuntimeEndpoint string `json:"containerRuntimeEndpoint"`
+		}
+		if yaml.Unmarshal(f.Data, &c) == nil && c.ContainerRuntimeEndpoint != "" {
+			return c.ContainerRuntimeEndpoint
+		}
+	}
+	if f, err := h.readHostFile(KubeadmFlagsPath); err == nil {
+		args := strings.TrimPrefix(strings.TrimSpace(string(f.Data)), "KUBELET_KUBEADM_ARGS=")
+		for _, field := range strings.Fields(strings.Trim(args, `"`)) {
+			if v, ok := strings.CutPrefix(field, "--container-runtime-endpoint="); ok {
+				return strings.Trim(v, `"`)
+			}
+		}
+	}
+	return ""
+}
