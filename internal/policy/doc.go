@@ -16,7 +16,8 @@
 // reported, never guessed. The digest format has one rule, protocol.ValidDigest.
 //
 // Imports: standard library, apimachinery (unstructured, label selectors, name validation), sigs.k8s.io/yaml,
-// internal/fleet (maintenance windows, budgets),
+// internal/fleet (maintenance windows, budgets), internal/celgate (CEL gate
+// expressions are compiled at load),
 // internal/protocol, internal/backend/registry (to validate a pool's OS backend
 // configuration). No I/O: the caller reads the file and hands Parse its bytes.
 package policy

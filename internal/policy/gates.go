@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/capi-inplace/capi-inplace/internal/celgate"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
@@ -18,6 +19,13 @@ import (
 //	  - name: lane-health
 //	    command: ["/bin/sh", "-c", "test -f /etc/realnode/healthy"]
 //	    passWithinSeconds: 20
+//	  - name: app-ready
+//	    httpGet: {url: "https://127.0.0.1:8443/readyz", caBundle: "-----BEGIN CERTIFICATE-----..."}
+//	    timeoutSeconds: 5
+//	  - name: pods-ready
+//	    cel:
+//	      expression: pods.all(p, p.status.conditions.exists(c, c.type == "Ready" && c.status == "True"))
+//	    passWithinSeconds: 300
 //
 // A Machine gets the gates of every pool that selects it, in the policy's order,
 // after the agent's built-in gates.
@@ -27,15 +35,22 @@ type GatePoolConfig struct {
 	Gates []GateConfig `json:"gates"`
 }
 
-// GateConfig is one user-defined health gate: a command the agent runs on the
-// host (chrooted into the host root, as root) that must exit 0. Its rule is
-// protocol.ValidateGates.
+// GateConfig is one user-defined health gate of exactly one kind: a command the
+// agent runs on the host (chrooted into the host root, as root) that must exit
+// 0, an HTTP GET from the node whose status must be in the expected range, or a
+// CEL expression over the node and its pods that must be true. Its rule is
+// protocol.ValidateGates; a CEL expression is compiled at policy load
+// (internal/celgate).
 type GateConfig struct {
 	// Name is a DNS label, unique in the pool; it names the gate in status.
 	Name string `json:"name"`
 	// Command is the argv; argv[0] is an absolute path on the host.
-	Command []string `json:"command"`
-	// TimeoutSeconds bounds one run of the command; 0: the agent's command
+	Command []string `json:"command,omitempty"`
+	// HTTPGet is a GET the agent sends from the node (docs/gates.md).
+	HTTPGet *protocol.HTTPGetGate `json:"httpGet,omitempty"`
+	// CEL is an expression over `node` and `pods` (docs/gates.md).
+	CEL *protocol.CELGate `json:"cel,omitempty"`
+	// TimeoutSeconds bounds one run of the gate; 0: the agent's command
 	// timeout (30 s). At most 3600.
 	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
 	// PassWithinSeconds is how long the gate may take to pass, running the
@@ -60,10 +75,22 @@ func compileGates(cfg []GatePoolConfig) (pools []gatePool, errs []error) {
 		}
 		gates := make([]protocol.Gate, 0, len(pc.Gates))
 		for _, g := range pc.Gates {
-			gates = append(gates, protocol.Gate{Name: g.Name, Command: slices.Clone(g.Command), TimeoutSeconds: g.TimeoutSeconds, PassWithinSeconds: g.PassWithinSeconds})
+			gates = append(gates, copyGate(protocol.Gate{Name: g.Name, Command: g.Command, HTTPGet: g.HTTPGet, CEL: g.CEL,
+				TimeoutSeconds: g.TimeoutSeconds, PassWithinSeconds: g.PassWithinSeconds}))
 		}
 		if err := protocol.ValidateGates(gates); err != nil {
 			errs = append(errs, fmt.Errorf("%s.gates: %w", field, err))
+		} else {
+			// The agent compiles the expression again; a bad one is refused here,
+			// before any plan carries it.
+			for j, g := range gates {
+				if g.CEL == nil {
+					continue
+				}
+				if _, err := celgate.Compile(g.CEL.Expression); err != nil {
+					errs = append(errs, fmt.Errorf("%s.gates[%d].cel.expression: %w", field, j, err))
+				}
+			}
 		}
 		pools = append(pools, gatePool{pool: pool, gates: gates})
 	}
@@ -82,12 +109,25 @@ func (p *Policy) Gates(namespace string, machineLabels map[string]string) ([]pro
 			continue
 		}
 		for _, g := range gp.gates {
-			g.Command = slices.Clone(g.Command)
-			out = append(out, g)
+			out = append(out, copyGate(g))
 		}
 	}
 	if err := protocol.ValidateGates(out); err != nil {
 		return nil, fmt.Errorf("gates of the pools that select the machine: %w", err)
 	}
 	return out, nil
+}
+
+// copyGate returns a gate that shares nothing with g.
+func copyGate(g protocol.Gate) protocol.Gate {
+	g.Command = slices.Clone(g.Command)
+	if g.HTTPGet != nil {
+		h := *g.HTTPGet
+		g.HTTPGet = &h
+	}
+	if g.CEL != nil {
+		c := *g.CEL
+		g.CEL = &c
+	}
+	return g
 }

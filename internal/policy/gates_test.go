@@ -74,6 +74,40 @@ func TestGatesPerPool(t *testing.T) {
 	g.Expect(none).To(BeNil(), "no gates unless configured")
 }
 
+// TestHTTPAndCELGatesFromThePolicy: the three kinds of gate reach the plan's
+// gates as the policy gives them, and a caller cannot change the policy's copies.
+func TestHTTPAndCELGatesFromThePolicy(t *testing.T) {
+	g := NewWithT(t)
+	p, err := Parse([]byte(`
+gates:
+- machineSelector: {matchLabels: {role: db}}
+  gates:
+  - name: db-ready
+    httpGet: {url: "https://127.0.0.1:8443/readyz", expectedStatusMin: 200, expectedStatusMax: 204, insecureSkipVerify: true}
+    timeoutSeconds: 5
+  - name: pods-ready
+    cel:
+      expression: pods.all(p, p.status.conditions.exists(c, c.type == "Ready" && c.status == "True"))
+    passWithinSeconds: 300
+  - name: disk
+    command: [/usr/local/bin/disk-ok]
+`))
+	g.Expect(err).NotTo(HaveOccurred())
+	got, err := p.Gates("a", map[string]string{clusterNameLabel: "b", "role": "db"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got).To(Equal([]protocol.Gate{
+		{Name: "db-ready", HTTPGet: &protocol.HTTPGetGate{URL: "https://127.0.0.1:8443/readyz", ExpectedStatusMin: 200, ExpectedStatusMax: 204, InsecureSkipVerify: true}, TimeoutSeconds: 5},
+		{Name: "pods-ready", CEL: &protocol.CELGate{Expression: `pods.all(p, p.status.conditions.exists(c, c.type == "Ready" && c.status == "True"))`}, PassWithinSeconds: 300},
+		{Name: "disk", Command: []string{"/usr/local/bin/disk-ok"}},
+	}))
+	got[0].HTTPGet.URL = "http://evil/"
+	got[1].CEL.Expression = "true"
+	again, err := p.Gates("a", map[string]string{clusterNameLabel: "b", "role": "db"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(again[0].HTTPGet.URL).To(Equal("https://127.0.0.1:8443/readyz"))
+	g.Expect(again[1].CEL.Expression).To(HavePrefix("pods.all"))
+}
+
 func TestGatesOfOverlappingPoolsMustNotClash(t *testing.T) {
 	g := NewWithT(t)
 	p, err := Parse([]byte(`
@@ -104,8 +138,17 @@ func TestGatesPolicyValidation(t *testing.T) {
 		{"name twice in a pool", "gates:\n- gates:\n  - {name: x, command: [/bin/true]}\n  - {name: x, command: [/bin/false]}\n", `gates[0].gates: [1].name "x" is listed twice`},
 		{"name not a DNS label", entry("{name: Lane_Health, command: [/bin/true]}"), `gates[0].gates: [0].name "Lane_Health" is not a DNS label`},
 		{"no name", entry("{command: [/bin/true]}"), `[0].name "" is not a DNS label`},
-		{"no command", entry("{name: x}"), "gates[0].gates: [0].command is empty"},
-		{"empty command", entry("{name: x, command: []}"), "[0].command is empty"},
+		{"no kind", entry("{name: x}"), "gates[0].gates: [0] has none of command, httpGet and cel: give exactly one"},
+		{"empty command", entry("{name: x, command: []}"), "[0] has none of command, httpGet and cel"},
+		{"two kinds", entry("{name: x, command: [/bin/true], cel: {expression: 'true'}}"), "gates[0].gates: [0] has more than one of command, httpGet and cel"},
+		{"file URL", entry("{name: x, httpGet: {url: 'file:///etc/shadow'}}"), `gates[0].gates: [0].httpGet.url scheme "file" is not http or https`},
+		{"URL with a password", entry("{name: x, httpGet: {url: 'https://u:p@127.0.0.1/'}}"), "[0].httpGet.url carries user info"},
+		{"empty status range", entry("{name: x, httpGet: {url: 'http://127.0.0.1/', expectedStatusMin: 300, expectedStatusMax: 299}}"), "[0].httpGet.expected status range 300-299 is empty"},
+		{"unknown httpGet field", entry("{name: x, httpGet: {url: 'http://127.0.0.1/', insecure: true}}"), `unknown field "insecure"`},
+		{"CEL syntax error", entry("{name: x, cel: {expression: 'pods.all(p, '}}"), "gates[0].gates[0].cel.expression: CEL expression does not compile"},
+		{"CEL of another type", entry("{name: x, cel: {expression: 'size(pods)'}}"), "gates[0].gates[0].cel.expression: CEL expression is of type int, want bool"},
+		{"CEL unknown variable", entry("{name: x, cel: {expression: 'machine.ready'}}"), "undeclared reference to 'machine'"},
+		{"CEL empty", entry("{name: x, cel: {expression: ''}}"), "[0].cel.expression is empty"},
 		{"relative argv[0]", entry("{name: x, command: [curl, -f, http://127.0.0.1/]}"), `[0].command[0] "curl" is not a clean absolute path`},
 		{"argument too long", entry("{name: x, command: [/bin/echo, " + strings.Repeat("y", protocol.MaxGateArgBytes+1) + "]}"), "[0].command[1] is 4097 bytes"},
 		{"negative timeout", entry("{name: x, command: [/bin/true], timeoutSeconds: -1}"), "[0].timeoutSeconds -1 is not between 0 and 3600"},

@@ -31,7 +31,31 @@ func TestValidateGates(t *testing.T) {
 		{"upper-case name", with(func(g *Gate) { g.Name = "Lane" }), "is not a DNS label"},
 		{"name too long", with(func(g *Gate) { g.Name = strings.Repeat("a", 64) }), "is not a DNS label"},
 		{"name twice", []Gate{ok, ok}, `[1].name "lane-health" is listed twice`},
-		{"no command", with(func(g *Gate) { g.Command = nil }), "[0].command is empty"},
+		{"no kind", with(func(g *Gate) { g.Command = nil }), "[0] has none of command, httpGet and cel: give exactly one"},
+		{"command and httpGet", with(func(g *Gate) { g.HTTPGet = &HTTPGetGate{URL: "http://127.0.0.1/healthz"} }), "[0] has more than one of command, httpGet and cel"},
+		{"httpGet and cel", []Gate{{Name: "x", HTTPGet: &HTTPGetGate{URL: "http://127.0.0.1/"}, CEL: &CELGate{Expression: "true"}}}, "[0] has more than one of"},
+		{"http probe", []Gate{http(func(h *HTTPGetGate) {})}, ""},
+		{"https probe with a CA bundle and a status range", []Gate{http(func(h *HTTPGetGate) {
+			h.URL, h.CABundle, h.ExpectedStatusMin, h.ExpectedStatusMax = "https://10.0.0.1:8443/readyz?verbose", testCA, 200, 204
+		})}, ""},
+		{"https probe skipping verification", []Gate{http(func(h *HTTPGetGate) { h.URL, h.InsecureSkipVerify = "https://localhost:8443/", true })}, ""},
+		{"file URL", []Gate{http(func(h *HTTPGetGate) { h.URL = "file:///etc/passwd" })}, `[0].httpGet.url scheme "file" is not http or https`},
+		{"no scheme", []Gate{http(func(h *HTTPGetGate) { h.URL = "localhost/healthz" })}, "is not http or https"},
+		{"no host", []Gate{http(func(h *HTTPGetGate) { h.URL = "http:///healthz" })}, `[0].httpGet.url "http:///healthz" has no host`},
+		{"user info", []Gate{http(func(h *HTTPGetGate) { h.URL = "https://admin:hunter2@localhost/" })}, "[0].httpGet.url carries user info"},
+		{"URL does not parse", []Gate{http(func(h *HTTPGetGate) { h.URL = "http://[::1/" })}, "[0].httpGet.url does not parse"},
+		{"URL too long", []Gate{http(func(h *HTTPGetGate) { h.URL = "http://localhost/" + strings.Repeat("a", MaxGateURLBytes) })}, "[0].httpGet.url is 2065 bytes, more than 2048"},
+		{"status below 100", []Gate{http(func(h *HTTPGetGate) { h.ExpectedStatusMin = 99 })}, "[0].httpGet.expectedStatusMin 99 is not between 100 and 599"},
+		{"status above 599", []Gate{http(func(h *HTTPGetGate) { h.ExpectedStatusMax = 600 })}, "[0].httpGet.expectedStatusMax 600 is not between 100 and 599"},
+		{"negative status", []Gate{http(func(h *HTTPGetGate) { h.ExpectedStatusMax = -200 })}, "expectedStatusMax -200 is not between"},
+		{"empty status range", []Gate{http(func(h *HTTPGetGate) { h.ExpectedStatusMin = 500 })}, "[0].httpGet.expected status range 500-399 is empty"},
+		{"CA bundle without a certificate", []Gate{http(func(h *HTTPGetGate) { h.URL, h.CABundle = "https://localhost/", "not a certificate" })}, "[0].httpGet.caBundle holds no PEM certificate"},
+		{"CA bundle too big", []Gate{http(func(h *HTTPGetGate) { h.URL, h.CABundle = "https://localhost/", strings.Repeat(testCA, 30) })}, "more than 16384"},
+		{"CA bundle for http", []Gate{http(func(h *HTTPGetGate) { h.CABundle = testCA })}, "[0].httpGet.caBundle is set for a http URL"},
+		{"insecureSkipVerify for http", []Gate{http(func(h *HTTPGetGate) { h.InsecureSkipVerify = true })}, "[0].httpGet.insecureSkipVerify is set for a http URL"},
+		{"cel", []Gate{{Name: "pods-ready", CEL: &CELGate{Expression: `pods.all(p, p.status.phase == "Running")`}}}, ""},
+		{"empty cel", []Gate{{Name: "pods-ready", CEL: &CELGate{Expression: "  "}}}, "[0].cel.expression is empty"},
+		{"cel too long", []Gate{{Name: "pods-ready", CEL: &CELGate{Expression: strings.Repeat("true && ", 600) + "true"}}}, "[0].cel.expression is 4804 bytes, more than 4096"},
 		{"relative argv[0]", with(func(g *Gate) { g.Command[0] = "sh" }), `[0].command[0] "sh" is not a clean absolute path`},
 		{"unclean argv[0]", with(func(g *Gate) { g.Command[0] = "/bin/../bin/sh" }), "is not a clean absolute path"},
 		{"too many arguments", with(func(g *Gate) { g.Command = append([]string{"/bin/echo"}, make([]string, MaxGateArgs)...) }), "arguments, more than 64"},
@@ -62,6 +86,26 @@ func TestValidateGates(t *testing.T) {
 	}
 }
 
+// http is a valid httpGet gate, changed by mutate.
+func http(mutate func(h *HTTPGetGate)) Gate {
+	h := HTTPGetGate{URL: "http://127.0.0.1:8080/healthz"}
+	mutate(&h)
+	return Gate{Name: "probe", HTTPGet: &h, TimeoutSeconds: 2, PassWithinSeconds: 30}
+}
+
+// testCA is a self-signed certificate (PEM) for the CA bundle rows.
+const testCA = `-----BEGIN CERTIFICATE-----
+MIIBeTCCAR+gAwIBAgIULzrbujEe7ekuWGEyfb1F1sD3Y3UwCgYIKoZIzj0EAwIw
+EjEQMA4GA1UEAwwHdGVzdC1jYTAeFw0yNjEyMDEyMTM0MzFaFw0zNjExMjgyMTM0
+MzFaMBIxEDAOBgNVBAMMB3Rlc3QtY2EwWTATBgcqhkjOPQIBBggqhkjOPQMBBwNC
+AASFjIiXsC4UuAmOaZztNttpQ1feABgsm1LcTP+PlvVx0+GXlnN9fsLfi1lGpIEN
+6R2F/BuZ3mwKRgEnD7E1S+lwo1MwUTAdBgNVHQ4EFgQUecLo4zMN7AvdRc5Ldo/7
+hxwiqWowHwYDVR0jBBgwFoAUecLo4zMN7AvdRc5Ldo/7hxwiqWowDwYDVR0TAQH/
+BAUwAwEB/zAKBggqhkjOPQQDAgNIADBFAiEA8yJgFIwWGE3BgXRNlWmSQm5i2qoA
+BxRLv5Zvk3FRswwCIAHRAJvzIS5NMJXlUdpY1pKg4gl6G0kQoaKI7mrLHPg5
+-----END CERTIFICATE-----
+`
+
 func TestGatesRoundTripAndHash(t *testing.T) {
 	g := NewWithT(t)
 	p := validPlan()
@@ -91,4 +135,29 @@ func TestGatesRoundTripAndHash(t *testing.T) {
 	bad := strings.Replace(string(data), `"passWithinSeconds":20`, `"passWithinSeconds":-1`, 1)
 	_, err = DecodePlan([]byte(bad))
 	g.Expect(err).To(MatchError(ContainSubstring("gates: [0].passWithinSeconds -1")))
+}
+
+// TestOldCommandGatePlanDecodes: a plan a coordinator wrote before httpGet and cel
+// existed (gates with only a command) decodes, validates and keeps its hash.
+func TestOldCommandGatePlanDecodes(t *testing.T) {
+	g := NewWithT(t)
+	p := validPlan()
+	p.Gates = []Gate{{Name: "lane-health", Command: []string{"/bin/true"}}}
+	data, err := EncodePlan(p)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(data)).To(ContainSubstring(`"gates":[{"name":"lane-health","command":["/bin/true"]}]`), "no new field appears in an old gate")
+	got, err := DecodePlan(data)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got.Gates[0].Kind()).To(Equal(GateKindCommand))
+	g.Expect(got.Gates[0].HTTPGet).To(BeNil())
+
+	p.Gates = []Gate{{Name: "probe", HTTPGet: &HTTPGetGate{URL: "https://127.0.0.1:8443/readyz", CABundle: testCA}},
+		{Name: "pods-ready", CEL: &CELGate{Expression: "pods.all(p, true)"}}}
+	data, err = EncodePlan(p)
+	g.Expect(err).NotTo(HaveOccurred())
+	got, err = DecodePlan(data)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got).To(Equal(p))
+	g.Expect(got.Gates[0].Kind()).To(Equal(GateKindHTTPGet))
+	g.Expect(got.Gates[1].Kind()).To(Equal(GateKindCEL))
 }

@@ -198,17 +198,70 @@ type OSImage struct {
 	Download *BinaryArtifact `json:"download,omitempty"`
 }
 
-// Gate is a user-defined health check: a command run on the host (chrooted into
-// the host root, as root) that must exit 0. ValidateGates is its rule.
+// Gate is a user-defined health check of exactly one kind: Command (run on the
+// host, chrooted into the host root, as root; it must exit 0), HTTPGet (a GET
+// from the node whose status must be in the expected range) or CEL (an
+// expression over the agent's own Node and the pods bound to it that must be
+// true). ValidateGates is its rule. A plan written before HTTPGet and CEL
+// existed has only Command and decodes unchanged.
 type Gate struct {
-	Name    string   `json:"name"`
-	Command []string `json:"command"`
-	// TimeoutSeconds bounds one run of the command; 0 means the agent's default.
+	Name    string       `json:"name"`
+	Command []string     `json:"command,omitempty"`
+	HTTPGet *HTTPGetGate `json:"httpGet,omitempty"`
+	CEL     *CELGate     `json:"cel,omitempty"`
+	// TimeoutSeconds bounds one run of the gate (the command, the request, the
+	// evaluation); 0 means the agent's default.
 	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
 	// PassWithinSeconds is how long the gate may take to pass: the agent runs the
-	// command again until it exits 0 or this time is up; 0 means the agent's gate
+	// gate again until it passes or this time is up; 0 means the agent's gate
 	// timeout.
 	PassWithinSeconds int32 `json:"passWithinSeconds,omitempty"`
+}
+
+// Kind names the gate's kind as status shows it: "command", "httpGet" or "cel".
+func (g Gate) Kind() string {
+	switch {
+	case g.HTTPGet != nil:
+		return GateKindHTTPGet
+	case g.CEL != nil:
+		return GateKindCEL
+	}
+	return GateKindCommand
+}
+
+// HTTPGetGate is a GET the agent sends from the node. It passes when the answer's
+// status is between ExpectedStatusMin and ExpectedStatusMax (both inclusive;
+// 0 means 200 and 399, as the kubelet judges an httpGet probe). Redirects are not
+// followed: a 3xx is judged by its own status.
+type HTTPGetGate struct {
+	// URL is an http or https URL without user info (it appears in status).
+	URL               string `json:"url"`
+	ExpectedStatusMin int32  `json:"expectedStatusMin,omitempty"`
+	ExpectedStatusMax int32  `json:"expectedStatusMax,omitempty"`
+	// CABundle is PEM certificates that verify an https server instead of the
+	// host's system roots.
+	CABundle string `json:"caBundle,omitempty"`
+	// InsecureSkipVerify accepts any server certificate (https only); false by default.
+	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
+}
+
+// StatusRange returns the accepted status codes with the defaults filled in.
+func (h HTTPGetGate) StatusRange() (lo, hi int) {
+	lo, hi = 200, 399
+	if h.ExpectedStatusMin != 0 {
+		lo = int(h.ExpectedStatusMin)
+	}
+	if h.ExpectedStatusMax != 0 {
+		hi = int(h.ExpectedStatusMax)
+	}
+	return lo, hi
+}
+
+// CELGate is a CEL expression of type bool over `node` (the agent's own Node as
+// its JSON object) and `pods` (the list of pods bound to the node, as JSON
+// objects), e.g. `pods.all(p, p.status.phase == "Running")`.
+type CELGate struct {
+	Expression string `json:"expression"`
 }
 
 var (

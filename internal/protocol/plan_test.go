@@ -40,7 +40,7 @@ func TestValidate(t *testing.T) {
 		{name: "digest not sha256", mutate: func(p *NodePlan) { p.OS.Digest = "md5:abc" }, wantErr: "os.digest"},
 		{name: "os without backend", mutate: func(p *NodePlan) { p.OS.Backend = "" }, wantErr: "os.backend"},
 		{name: "invalid raw users", mutate: func(p *NodePlan) { p.Users = json.RawMessage("{") }, wantErr: "users is not valid JSON"},
-		{name: "gate without command", mutate: func(p *NodePlan) { p.Gates = []Gate{{Name: "x"}} }, wantErr: "gates: [0].command is empty"},
+		{name: "gate without command", mutate: func(p *NodePlan) { p.Gates = []Gate{{Name: "x"}} }, wantErr: "gates: [0] has none of command, httpGet and cel"},
 		{name: "preflight exceptions", mutate: func(p *NodePlan) {
 			p.Kubernetes.IgnorePreflightErrors = []string{"SystemVerification", "CoreDNSMigration", "Port-6443", "FileAvailable--etc-kubernetes-manifests-kube-apiserver.yaml"}
 		}},

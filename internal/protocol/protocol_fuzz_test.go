@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
 )
@@ -64,6 +65,36 @@ func FuzzDecodeStatus(f *testing.F) {
 		enc2, err := EncodeStatus(again)
 		if err != nil || enc2 != enc {
 			t.Fatalf("status changed over a round trip:\n%s\n%s (%v)", enc, enc2, err)
+		}
+	})
+}
+
+// FuzzDecodeGates: any JSON list of gates either fails ValidateGates or survives
+// a round trip and validates again; nothing panics.
+func FuzzDecodeGates(f *testing.F) {
+	f.Add([]byte(`[{"name":"a","command":["/bin/true"]}]`))
+	f.Add([]byte(`[{"name":"b","httpGet":{"url":"https://127.0.0.1:8443/readyz","expectedStatusMin":200,"expectedStatusMax":204,"insecureSkipVerify":true}}]`))
+	f.Add([]byte(`[{"name":"c","cel":{"expression":"pods.all(p, p.status.phase == 'Running')"},"timeoutSeconds":2,"passWithinSeconds":60}]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var gates []Gate
+		if json.Unmarshal(data, &gates) != nil || ValidateGates(gates) != nil {
+			return
+		}
+		for _, g := range gates {
+			if g.Kind() == "" {
+				t.Fatalf("valid gate %+v has no kind", g)
+			}
+		}
+		enc, err := json.Marshal(gates)
+		if err != nil {
+			t.Fatalf("re-encode valid gates: %v", err)
+		}
+		var again []Gate
+		if err := json.Unmarshal(enc, &again); err != nil {
+			t.Fatalf("decode re-encoded gates: %v\n%s", err, enc)
+		}
+		if err := ValidateGates(again); err != nil {
+			t.Fatalf("re-encoded gates do not validate: %v\n%s", err, enc)
 		}
 	})
 }

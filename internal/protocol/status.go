@@ -80,6 +80,9 @@ type NodeStatus struct {
 	Steps int `json:"steps"`
 	// Action is the action in progress or last done, e.g. "kubeadm-upgrade".
 	Action string `json:"action,omitempty"`
+	// Gate is the health gate running while Action is "gates", and, with
+	// Reason GateFailed, the gate that did not pass (built-in or user-defined).
+	Gate string `json:"gate,omitempty"`
 	// Message is a deterministic, human-readable sentence.
 	Message string `json:"message,omitempty"`
 	// Reason is the machine-readable cause of a RolledBack or Failed phase.

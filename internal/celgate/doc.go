@@ -1,0 +1,11 @@
+// Package celgate is the one definition of a CEL health gate
+// (protocol.CELGate): the environment its expression is compiled in (the
+// variables `node`, the agent's own Node as its JSON object, and `pods`, the
+// pods bound to that node as JSON objects; Kubernetes' CEL string, list and
+// regex extensions are not included, the standard library is), the rule that it
+// is of type bool, and its evaluation under a cost limit. The policy compiles
+// every expression at load, so a bad one is refused before any plan is written;
+// the agent compiles it again from the plan and evaluates it.
+//
+// Imports: standard library and github.com/google/cel-go only. No I/O.
+package celgate
