@@ -31,6 +31,10 @@ state=${REALNODE_STATE:-$root/_artifacts/realnode}
 cache=${REALNODE_CACHE:-$root/_cache/realnode}
 subnet_prefix=10.250.0
 host_ip=$subnet_prefix.1
+# The lane's registry mirror of registry.k8s.io (test/e2enode serves the target
+# release's images there): a node starts with its own release's images only, so
+# the upgrade's images come over the network, as on a real fleet.
+registry_mirror=http://$host_ip:5123
 host_if=rnlane0
 
 log() { printf '==> realnode: %s\n' "$*" >&2; }
@@ -166,6 +170,8 @@ state = "/run/containerd"
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".registry.mirrors."registry.k8s.io"]
+    endpoint = ["$registry_mirror"]
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "/etc/cni/net.d"
@@ -185,11 +191,14 @@ EOF
 	in_node "$n" setsid containerd --config /etc/containerd/config.toml >"$s/log/containerd.log" 2>&1 </dev/null &
 	for i in $(seq 100); do in_node "$n" test -S /run/containerd/containerd.sock && break; sleep 0.1; done
 	in_node "$n" test -S /run/containerd/containerd.sock || die "node $n: containerd did not start (see $s/log/containerd.log)"
-	local t
-	for t in "$cache"/images/*.tar; do
-		[[ -f $t ]] || continue
+	# Only the images kubeadm <version> runs (build.sh names each tarball
+	# <image>-<tag>.tar); another release's come from the registry mirror.
+	local ref t
+	while read -r ref; do
+		t=${ref##*/}; t=$cache/images/${t%%:*}-${ref##*:}.tar
+		[[ -f $t ]] || continue # CoreDNS and kube-proxy: not built, disabled
 		in_node "$n" ctr -n k8s.io images import "$t" >/dev/null
-	done
+	done < <("$cache/k8s/$version/kubeadm" config images list --kubernetes-version "$version" 2>/dev/null)
 	REALNODE_LOG=$s/log/kubelet.log in_node "$n" setsid /usr/local/lib/realnode-kubelet-service >>"$s/log/kubelet-service.log" 2>&1 </dev/null &
 	log "node $n up at $ip (pods $podcidr), kubeadm/kubelet $version, state $s"
 }

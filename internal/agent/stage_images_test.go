@@ -154,7 +154,7 @@ func TestStagerPullsControlPlaneImages(t *testing.T) {
 			g.Expect(st.Items).To(Equal(3), "kubeadm, kubelet, the images")
 			fi, err := os.Stat(filepath.Join(root, protocol.ArtifactPath(digest)))
 			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(fi.Mode().Perm() & 0o100).NotTo(BeZero(), "the staged kubeadm can run")
+			g.Expect(fi.Mode().Perm()&0o100).NotTo(BeZero(), "the staged kubeadm can run")
 
 			// Nothing the node runs changed; the pull's configuration is gone.
 			g.Expect(os.ReadFile(filepath.Join(root, kube.KubeadmBinary))).To(Equal([]byte("old kubeadm")))

@@ -42,6 +42,8 @@ var (
 	figures = &Figures{}
 	from    string // e.g. v1.35.4
 	to      string // e.g. v1.36.3
+	// mirror serves the images of `to` (ServeImages); nodes start with `from`'s.
+	mirror *ImageMirror
 )
 
 // The lane's addresses (hack/realnode/node.sh: the host is 10.250.0.1).
@@ -90,8 +92,22 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	cancel()
+	mirrorDir, err := os.MkdirTemp("", "e2enode-mirror-")
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Minute)
+	mirror, err = ServeImages(ctx, lane.Cache, to, mirrorDir)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2enode: image mirror:", err)
+		_, _ = lane.Run(context.Background(), "switch-down")
+		os.Exit(1)
+	}
 	laneStart := time.Now()
 	code := m.Run()
+	mirror.Close()
+	_ = os.RemoveAll(mirrorDir)
 	figures.Add("lane: go test wall time (clusters, management cluster, every test; without build.sh and install-deps)", time.Since(laneStart))
 	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
 	holder, _ := lane.Run(ctx, "pid", "switch")
@@ -227,6 +243,24 @@ func TestAgentUpgradesRealNodes(t *testing.T) {
 				rollbackAt = time.Now()
 			}
 		})
+		// The target release's control-plane images are not on the node: the agent
+		// pulls them from the lane's mirror while the node stages, before the cordon.
+		missing, err := missingImages(ctx, cpNode, mirror.Refs)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(mirror.Refs).NotTo(BeEmpty())
+		g.Expect(missing).To(ConsistOf(mirror.Refs), "the node starts without %s's images", to)
+		var atCordon struct {
+			sync.Mutex
+			missing []string
+			err     error
+			staging protocol.StagingStatus
+		}
+		cordon := WatchCordonThen(wc.Client, cpNode.Name, func(n *corev1.Node) {
+			atCordon.Lock()
+			defer atCordon.Unlock()
+			atCordon.missing, atCordon.err = missingImages(ctx, cpNode, mirror.Refs)
+			atCordon.staging, _ = protocol.DecodeStagingStatus(n.Annotations[inplacev1.StagingStatusAnnotation])
+		})
 		outage := ProbeAPI(wc.Client)
 		res, err := machines.Update(ctx, cpNode.Name, cpChange, 25*time.Minute, func(c HookCall) bool {
 			// Not any Failure: a call during the API outage may answer one that CAPI
@@ -239,6 +273,13 @@ func TestAgentUpgradesRealNodes(t *testing.T) {
 		last := res.Calls[len(res.Calls)-1]
 		g.Expect(last.Message).To(ContainSubstring(laneGate), "the hook names the failed gate")
 		figures.Add("agent: control-plane failed attempt, first UpdateMachine call to Failure (upgrade, gate timeout, rollback)", res.Duration)
+		figures.Add("agent: control-plane failed attempt, cordon -> uncordon", cordon.Stop())
+		atCordon.Lock()
+		g.Expect(atCordon.err).NotTo(HaveOccurred())
+		g.Expect(atCordon.missing).To(BeEmpty(), "every control-plane image of %s is in the node's containerd when it is cordoned", to)
+		g.Expect(atCordon.staging.Phase).To(Equal(protocol.StagePhaseStaged))
+		figures.Add("agent: control-plane staging, asked to Staged (kubeadm and kubelet from the HTTP server, "+strings.Join(mirror.Refs, ", ")+" pulled from the lane's mirror)", atCordon.staging.Message)
+		atCordon.Unlock()
 
 		// The node is back at the old release, as it was.
 		g.Expect(readNodeState(t, cpNode).diff(before)).To(BeEmpty(), "binaries, manifests, kubelet configuration and files restored")

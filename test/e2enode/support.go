@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
@@ -174,6 +175,12 @@ type CordonWatch struct {
 
 // WatchCordon starts watching node's spec.unschedulable.
 func WatchCordon(cs kubernetes.Interface, node string) *CordonWatch {
+	return WatchCordonThen(cs, node, nil)
+}
+
+// WatchCordonThen is WatchCordon that runs onCordon (in the watch, before the next
+// poll) when it first sees the node cordoned, with the Node as seen then.
+func WatchCordonThen(cs kubernetes.Interface, node string, onCordon func(*corev1.Node)) *CordonWatch {
 	w := &CordonWatch{stop: make(chan struct{}), finished: make(chan struct{})}
 	go func() {
 		defer close(w.finished)
@@ -187,6 +194,9 @@ func WatchCordon(cs kubernetes.Interface, node string) *CordonWatch {
 				switch {
 				case n.Spec.Unschedulable && w.cordoned.IsZero():
 					w.cordoned = now
+					if onCordon != nil {
+						onCordon(n)
+					}
 				case !n.Spec.Unschedulable && !w.cordoned.IsZero() && w.uncordoned.IsZero():
 					w.uncordoned = now
 				}
