@@ -15,6 +15,9 @@
 //	err = stack.CreateCluster(ctx, localstack.ClusterSpec{...})
 //	agents, err := stack.StartAgents(ctx, ns, cluster, localstack.AgentOptions{})
 //
+// StartExtensionReplicas runs several processes of one extension behind a loopback
+// Forwarder (replicas.go), as a Deployment's replicas behind its Service.
+//
 // Upstream's in-memory workload API server lacks parts of the Kubernetes API (see
 // test/e2e/README.md). The agents therefore reach it through apiProxy, which adds field
 // selectors on metadata.name, the status subresource and PATCH-as-PUT, and the

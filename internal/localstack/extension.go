@@ -155,11 +155,16 @@ func (s *Stack) registerExtension(ctx context.Context, e *Extension) error {
 // disableInPlaceUpdates), and waits until CAPI has discovered it. One process can so
 // serve several namespace groups with different settings.
 func (s *Stack) RegisterExtension(ctx context.Context, e *Extension, name string, labels, settings map[string]string) error {
-	url := fmt.Sprintf("https://127.0.0.1:%d/", e.Port)
+	return s.registerURL(ctx, fmt.Sprintf("https://127.0.0.1:%d/", e.Port), e.Cert.CAPEM, name, labels, settings)
+}
+
+// registerURL creates the ExtensionConfig name for an extension at url (serving a
+// certificate of caPEM) and waits until CAPI has discovered it.
+func (s *Stack) registerURL(ctx context.Context, url string, caPEM []byte, name string, labels, settings map[string]string) error {
 	ec := &runtimev1.ExtensionConfig{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: runtimev1.ExtensionConfigSpec{
-			ClientConfig: runtimev1.ClientConfig{URL: url, CABundle: e.Cert.CAPEM},
+			ClientConfig: runtimev1.ClientConfig{URL: url, CABundle: caPEM},
 			Settings:     settings,
 		},
 	}
