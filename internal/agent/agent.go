@@ -18,6 +18,7 @@ import (
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/agent/executor"
 	"github.com/capi-inplace/capi-inplace/internal/agent/journal"
+	"github.com/capi-inplace/capi-inplace/internal/agent/kube"
 	"github.com/capi-inplace/capi-inplace/internal/agent/state"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
@@ -27,6 +28,9 @@ type Agent struct {
 	NodeName string
 	Client   kubernetes.Interface
 	Executor *executor.Executor
+	// Host is the executor's Kubernetes layer as built (the executor may hold it
+	// wrapped): the default Stager stages into its root and feeds its binaries.
+	Host     *kube.Host
 	Reporter *Reporter
 	// Backends are the OS backend names this agent has (for admission).
 	Backends []string

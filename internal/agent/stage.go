@@ -318,10 +318,10 @@ func (r *stageReport) patch(ctx context.Context) error {
 // and the kubeadm/kubelet installer reading from that store. Without it the
 // coordinator would wait forever for a staging report.
 func (a *Agent) defaultStager() {
-	if a.Stager != nil || a.Executor == nil || a.Executor.Kube == nil {
+	if a.Stager != nil || a.Executor == nil || a.Host == nil {
 		return
 	}
-	k := a.Executor.Kube
+	k := a.Host
 	store := &artifact.Store{Root: k.Root}
 	a.Stager = &Stager{Store: store, Backends: a.Executor.Backends, Client: a.Client, NodeName: a.NodeName, Images: k, Log: a.Log.WithName("stage")}
 	if k.Downloads == nil {

@@ -31,12 +31,18 @@ import (
 // Simulation is a simulated host: the edges of a node that `--simulate` replaces.
 // Every field is required.
 type Simulation struct {
-	Runner     backend.Runner
-	Rebooter   executor.Rebooter
-	Faults     executor.Faults
-	GateFaults gate.Faults
-	Binaries   kube.BinarySource
-	Etcd       etcd.Member
+	Runner   backend.Runner
+	Rebooter executor.Rebooter
+	Binaries kube.BinarySource
+	Etcd     etcd.Member
+	// Journal, Kube, Backend and Gates wrap the agent's own journal, Kubernetes
+	// layer, OS backends and gate runner: the simulated host injects its action
+	// and gate faults there (as controller-runtime's interceptor wraps a client),
+	// the executor and the gates have no hooks for it. ctx ends a pause.
+	Journal func(ctx context.Context, next journal.Journal) journal.Journal
+	Kube    func(next executor.Host) executor.Host
+	Backend func(next backend.Backend) backend.Backend
+	Gates   func(next executor.GateRunner) executor.GateRunner
 	// Backends are the OS backends of the simulated host, by name.
 	Backends map[string]backend.Backend
 	// WrapTransport wraps the agent's connection to its API server (the simulated
@@ -148,14 +154,12 @@ func Run(ctx context.Context, o Options, sim Simulator) error {
 	var (
 		runner   backend.Runner = agent.HostRunner{Root: root, Exec: backend.ExecRunner{}}
 		rebooter executor.Rebooter
-		faults   executor.Faults
-		gFaults  gate.Faults
 		binaries kube.BinarySource
 		// etcd through its Go libraries: a kubeadm host has no etcdctl or etcdutl.
 		member etcd.Member = etcd.KubeadmLocal(root)
 	)
 	if s != nil {
-		runner, rebooter, faults, gFaults, binaries, member = s.Runner, s.Rebooter, s.Faults, s.GateFaults, s.Binaries, s.Etcd
+		runner, rebooter, binaries, member = s.Runner, s.Rebooter, s.Binaries, s.Etcd
 	}
 	services, err := service.New(nodeCfg.ServiceManager, runner)
 	if err != nil {
@@ -199,15 +203,20 @@ func Run(ctx context.Context, o Options, sim Simulator) error {
 		Journal: am.CountedJournal(jr),
 		Kube:    kubeHost,
 		Gates: &gate.Checker{Nodes: agent.NodeReader{Client: client, NodeName: o.NodeName}, Etcd: kubeHost, Runner: runner,
-			Timeout: o.GateTimeout, Interval: 2 * time.Second, MaxInterval: 5 * time.Second, CommandTimeout: 30 * time.Second, Faults: gFaults},
+			Timeout: o.GateTimeout, Interval: 2 * time.Second, MaxInterval: 5 * time.Second, CommandTimeout: 30 * time.Second},
 		Backends: lookupBackend(backends),
 		Rebooter: rebooter,
 		Reporter: am.ObservedReporter(reporter),
-		Faults:   faults,
 		Now:      time.Now,
 		Log:      log,
 	}
-	a := &agent.Agent{NodeName: o.NodeName, Client: client, Executor: x, Reporter: reporter, Backends: backendNames(backends), Key: nodeKey, Log: log}
+	if s != nil {
+		x.Journal, x.Kube, x.Gates = s.Journal(ctx, x.Journal), s.Kube(x.Kube), s.Gates(x.Gates)
+		for name, b := range backends {
+			backends[name] = s.Backend(b)
+		}
+	}
+	a := &agent.Agent{NodeName: o.NodeName, Client: client, Executor: x, Host: kubeHost, Reporter: reporter, Backends: backendNames(backends), Key: nodeKey, Log: log}
 
 	if o.HealthAddr != "0" && o.HealthAddr != "" {
 		srv := &http.Server{Addr: o.HealthAddr, ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

@@ -120,7 +120,7 @@ func TestABAKeepsTheLastCommittedAttemptUntilTheNextCommits(t *testing.T) {
 
 	// B stops before its gates: A's files are still there beside B's.
 	cctx, cancel := context.WithCancel(ctx)
-	f.x.Faults = &crashAt{action: string(state.ActGates), cancel: cancel}
+	f.x.Journal = &crashAt{Journal: f.journal, action: string(state.ActGates), cancel: cancel}
 	_, err = f.x.Start(cctx, b)
 	g.Expect(err).To(MatchError(context.Canceled))
 	g.Expect(f.attemptDirs(t)).To(HaveLen(2))
@@ -235,8 +235,8 @@ func TestSnapshotOnAFullDisk(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
 			f := newFixture(t, nil)
-			f.x.Kube.Etcd = tt.member
-			f.x.Kube.FreeBytes = func(string) (uint64, error) { return tt.free, nil }
+			f.kube.Etcd = tt.member
+			f.kube.FreeBytes = func(string) (uint64, error) { return tt.free, nil }
 			st, err := f.x.Start(context.Background(), cpPlan())
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(st.Phase).To(Equal(protocol.PhaseFailed))
@@ -262,8 +262,8 @@ func TestMultiMemberRollbackDoesNotRestoreEtcd(t *testing.T) {
 		t.Run(fmt.Sprint(members), func(t *testing.T) {
 			g := NewWithT(t)
 			f := newFixture(t, failingGate)
-			f.x.Kube.Etcd = &memberStub{members: members, dbSize: 1 << 20}
-			f.x.Kube.FreeBytes = func(string) (uint64, error) { return 1 << 40, nil }
+			f.kube.Etcd = &memberStub{members: members, dbSize: 1 << 20}
+			f.kube.FreeBytes = func(string) (uint64, error) { return 1 << 40, nil }
 			st, err := f.x.Start(context.Background(), cpPlan())
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(st.EtcdMembers).To(Equal(members))

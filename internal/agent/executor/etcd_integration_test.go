@@ -41,8 +41,7 @@ func TestThreeMemberControlPlaneRollbackKeepsTheCluster(t *testing.T) {
 
 	f := newFixture(t, failingGate)
 	f.write(t, kube.EtcdManifest, string(etcdtest.Manifest(ms[0], kube.EtcdDataDir)))
-	f.x.Kube.Etcd = local
-	f.x.Faults = &crashAt{fail: map[string]error{}}
+	f.kube.Etcd = local
 	// Writes the rest of the cluster accepts while this node is being updated.
 	_, err = c.Put(ctx, "/registry/during", "update")
 	g.Expect(err).NotTo(HaveOccurred())

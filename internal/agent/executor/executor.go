@@ -1,11 +1,11 @@
 package executor
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -41,25 +41,19 @@ type GateRunner interface {
 	Run(ctx context.Context, p *protocol.NodePlan) error
 }
 
-// Faults lets the simulated host pause before an action or make it fail; nil in
-// production.
-type Faults interface {
-	BeforeAction(ctx context.Context, action string) error
-}
-
 // Backends resolves an OS backend by name.
 type Backends func(name string) (backend.Backend, error)
 
 // Executor performs a plan's actions. Its fields are its dependencies; all are
-// required except Faults and Log.
+// required except Log. Every call of a dependency on behalf of an action carries
+// the action's key in its context (ActionFrom).
 type Executor struct {
 	Journal  journal.Journal
-	Kube     *kube.Host
+	Kube     Host
 	Gates    GateRunner
 	Backends Backends
 	Rebooter Rebooter
 	Reporter Reporter
-	Faults   Faults
 	Now      func() time.Time
 	Log      logr.Logger
 }
@@ -210,7 +204,13 @@ func (x *Executor) Resume(ctx context.Context) (state.State, error) {
 	for {
 		if out.AwaitBoot {
 			log.Info("Rebooting the node")
-			err := x.Rebooter.Reboot(ctx)
+			rctx := ctx
+			if e.InFlight != "" {
+				// The reboot action in flight (not after a restart, which
+				// finished it and reissues the reboot).
+				rctx = WithAction(ctx, e.InFlight)
+			}
+			err := x.Rebooter.Reboot(rctx)
 			switch {
 			case errors.Is(err, ErrRebooted):
 				if boot, err = x.Rebooter.BootID(ctx); err != nil {
@@ -243,10 +243,6 @@ func (x *Executor) Resume(ctx context.Context) (state.State, error) {
 			return st, nil
 		}
 		a := *out.Next
-		var injected error
-		if x.Faults != nil {
-			injected = x.Faults.BeforeAction(ctx, a.Key())
-		}
 		if ctx.Err() != nil {
 			return st, ctx.Err()
 		}
@@ -254,7 +250,7 @@ func (x *Executor) Resume(ctx context.Context) (state.State, error) {
 		if err := x.save(&e, st); err != nil {
 			return st, err
 		}
-		if a.Name == state.ActReboot && injected == nil {
+		if a.Name == state.ActReboot {
 			st, out, err = state.Step(st, state.RebootIssued{BootID: boot})
 			if err != nil {
 				return st, err
@@ -266,12 +262,13 @@ func (x *Executor) Resume(ctx context.Context) (state.State, error) {
 			continue
 		}
 		log.V(1).Info("Running action", "action", a.Key())
-		actErr := injected
+		var actErr error
 		etcdMembers := 0
-		if actErr == nil && a.Name == state.ActEtcdSnapshot && !a.Rollback {
-			etcdMembers, actErr = x.Kube.EtcdSnapshot(ctx, e.Attempt)
-		} else if actErr == nil {
-			actErr = x.perform(ctx, e.Attempt, plan, st.Spec, a)
+		actx := WithAction(ctx, a.Key())
+		if a.Name == state.ActEtcdSnapshot && !a.Rollback {
+			etcdMembers, actErr = x.Kube.EtcdSnapshot(actx, e.Attempt)
+		} else {
+			actErr = x.perform(actx, e.Attempt, plan, st.Spec, a)
 		}
 		if ctx.Err() != nil {
 			// Interrupted, not failed: Resume repeats the action.
@@ -470,5 +467,16 @@ func clusterConfigChanged(committed json.RawMessage, p *protocol.NodePlan) bool 
 	if err != nil {
 		return true
 	}
-	return !bytes.Equal(prev.ClusterConfiguration, p.ClusterConfiguration)
+	return !sameJSON(prev.ClusterConfiguration, p.ClusterConfiguration)
+}
+
+// sameJSON reports whether two JSON documents hold the same value, whatever their
+// key order and spacing (a plan may be encoded by another coordinator version);
+// one that does not decode differs from everything.
+func sameJSON(a, b json.RawMessage) bool {
+	var va, vb any
+	if json.Unmarshal(a, &va) != nil || json.Unmarshal(b, &vb) != nil {
+		return false
+	}
+	return reflect.DeepEqual(va, vb)
 }

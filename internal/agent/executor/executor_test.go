@@ -68,19 +68,40 @@ type gates struct{ err error }
 
 func (g gates) Run(context.Context, *protocol.NodePlan) error { return g.err }
 
-// crashAt cancels the run before the named action starts, once.
+// crashAt wraps the journal: when the executor is about to record that the named
+// action starts, it cancels the run instead, once, as a crash just before the
+// action would.
 type crashAt struct {
+	journal.Journal
 	action string
 	cancel context.CancelFunc
-	fail   map[string]error
 }
 
-func (c *crashAt) BeforeAction(_ context.Context, action string) error {
-	if action == c.action && c.cancel != nil {
+func (c *crashAt) Save(e journal.Entry) error {
+	if e.InFlight == c.action && c.cancel != nil {
 		c.cancel()
 		c.cancel = nil
+		return context.Canceled
 	}
-	return c.fail[action]
+	return c.Journal.Save(e)
+}
+
+// failing wraps the host: its calls on behalf of the named actions fail.
+type failing struct {
+	Host
+	fail map[string]error
+}
+
+func (f failing) fault(ctx context.Context) error {
+	key, _ := ActionFrom(ctx)
+	return f.fail[key]
+}
+
+func (f failing) Restore(ctx context.Context, attempt string) error {
+	if err := f.fault(ctx); err != nil {
+		return err
+	}
+	return f.Host.Restore(ctx, attempt)
 }
 
 type fixture struct {
@@ -89,6 +110,7 @@ type fixture struct {
 	runner  *backendtest.Runner
 	reboots *rebooter
 	reports *reports
+	kube    *kube.Host
 	x       *Executor
 }
 
@@ -98,9 +120,10 @@ func newFixture(t *testing.T, gateErr error) *fixture {
 	sim := simulated.New(root)
 	f := &fixture{root: root, journal: &journal.Memory{}, runner: &backendtest.Runner{}, reboots: &rebooter{sim: sim}, reports: &reports{}}
 	f.runner.On("kubeadm version", "v1.36.0\n", nil).On("kubeadm upgrade", "", nil).On("systemctl", "", nil)
+	f.kube = &kube.Host{Root: root, Runner: f.runner}
 	f.x = &Executor{
 		Journal: f.journal,
-		Kube:    &kube.Host{Root: root, Runner: f.runner},
+		Kube:    f.kube,
 		Gates:   gates{gateErr},
 		Backends: func(name string) (backend.Backend, error) {
 			switch name {
@@ -167,7 +190,7 @@ func TestCrashBeforeEveryActionResumesExactly(t *testing.T) {
 			g := NewWithT(t)
 			f := newFixture(t, nil)
 			ctx, cancel := context.WithCancel(context.Background())
-			f.x.Faults = &crashAt{action: a.Key(), cancel: cancel}
+			f.x.Journal = &crashAt{Journal: f.journal, action: a.Key(), cancel: cancel}
 			_, err := f.x.Start(ctx, p)
 			g.Expect(err).To(MatchError(context.Canceled))
 			st, _, err := f.x.Load()
@@ -227,7 +250,7 @@ func TestWrongDigestFailsWithoutChange(t *testing.T) {
 func TestFailureDuringRollbackIsFailed(t *testing.T) {
 	g := NewWithT(t)
 	f := newFixture(t, &gate.Error{Gate: "kubelet-version", Timeout: time.Second, Err: errors.New("kubelet reports v1.35.0")})
-	f.x.Faults = &crashAt{fail: map[string]error{"rollback/restore-files": errors.New("disk full")}}
+	f.x.Kube = failing{Host: f.kube, fail: map[string]error{"rollback/restore-files": errors.New("disk full")}}
 	st, err := f.x.Start(context.Background(), workerPlan(false))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(st.Phase).To(Equal(protocol.PhaseFailed))

@@ -61,11 +61,6 @@ type EtcdChecker interface {
 	EtcdQuorum(ctx context.Context) error
 }
 
-// Faults lets the simulated host make a gate fail; nil in production.
-type Faults interface {
-	GateFault(name string) error
-}
-
 // Checker runs the gates of a plan.
 type Checker struct {
 	Nodes  NodeReader
@@ -82,7 +77,6 @@ type Checker struct {
 	AttemptTimeout time.Duration
 	// CommandTimeout bounds one run of a user gate without its own timeout.
 	CommandTimeout time.Duration
-	Faults         Faults
 }
 
 // Gate is one named check.
@@ -235,11 +229,7 @@ func (c *Checker) poll(ctx context.Context, g Gate) error {
 // decides whether another poll follows, so a poll started just before it still
 // gets its full attempt.
 func (c *Checker) check(ctx context.Context, g Gate) error {
-	if c.Faults != nil {
-		if err := c.Faults.GateFault(g.Name); err != nil {
-			return err
-		}
-	}
+	ctx = WithGate(ctx, g.Name)
 	attempt := g.AttemptTimeout
 	if attempt <= 0 {
 		attempt = c.AttemptTimeout

@@ -13,7 +13,10 @@
 // kube-system in line with the manifests (image tag, phase Running). It never
 // changes the Node's conditions.
 //
-// Fault injection and observation files, all under <root>/.sim (see Faults):
+// Fault injection and observation files, all under <root>/.sim. The action faults
+// are injected by wrapping the agent's journal, Kubernetes layer, OS backends, gate
+// runner and reboots (intercept.go: Journal, Kube, Backend, Gates, Reboot), as
+// controller-runtime's interceptor wraps a client; the executor has no hooks.
 //
 //	fail-action-<action>   make an action fail (content: the message); rollback
 //	                       actions are named rollback-<action>
@@ -41,5 +44,6 @@
 // kubeadm's defaults, an unreadable one fails the upgrade.
 //
 // Imports: internal/backend, internal/backend/simulated, internal/agent/etcd, internal/agent/executor
-// (ErrRebooted), client-go, apimachinery, sigs.k8s.io/yaml and the standard library.
+// (ErrRebooted, Host, ActionFrom), internal/agent/journal, internal/protocol, client-go, apimachinery,
+// sigs.k8s.io/yaml and the standard library.
 package simhost

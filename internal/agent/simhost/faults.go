@@ -1,9 +1,7 @@
 package simhost
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"os"
 	"strings"
@@ -12,44 +10,6 @@ import (
 
 // faultName turns an action key ("rollback/restore-files") into a file suffix.
 func faultName(key string) string { return strings.ReplaceAll(key, "/", "-") }
-
-// BeforeAction implements executor.Faults: pause-before-<action> blocks until the
-// file is removed (paused-at tells where), fail-action-<action> fails the action.
-func (h *Host) BeforeAction(ctx context.Context, key string) error {
-	pause := h.simPath("pause-before-" + faultName(key))
-	if _, err := os.Stat(pause); err == nil {
-		h.Log.Info("Simulated host paused before action", "action", key, "file", pause)
-		_ = writeFile(h.simPath("paused-at"), []byte(key+"\n"))
-		for {
-			if _, err := os.Stat(pause); err != nil {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-		_ = os.Remove(h.simPath("paused-at"))
-	}
-	if msg, ok := h.fault("fail-action-" + faultName(key)); ok {
-		if msg == "" {
-			msg = "injected failure"
-		}
-		return fmt.Errorf("simulated fault (fail-action-%s): %s", faultName(key), msg)
-	}
-	return nil
-}
-
-// GateFault implements gate.Faults: fail-gate fails the named gate, or every gate
-// when it is empty.
-func (h *Host) GateFault(name string) error {
-	target, ok := h.fault("fail-gate")
-	if !ok || (target != "" && target != name) {
-		return nil
-	}
-	return fmt.Errorf("simulated fault (fail-gate): gate %s fails", name)
-}
 
 func (h *Host) fault(name string) (string, bool) {
 	b, err := os.ReadFile(h.simPath(name))

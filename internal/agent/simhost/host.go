@@ -192,6 +192,9 @@ func (h *Host) BootID(context.Context) (string, error) {
 // next slot, the kubelet starts from its binary; then ErrRebooted, so the agent
 // re-enters from its journal as after a real reboot.
 func (h *Host) Reboot(ctx context.Context) error {
+	if err := h.actionFault(ctx); err != nil {
+		return err
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if err := simulated.New(h.Root).Boot(); err != nil {

@@ -18,6 +18,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/capi-inplace/capi-inplace/internal/agent/executor"
+	"github.com/capi-inplace/capi-inplace/internal/agent/gate"
+	"github.com/capi-inplace/capi-inplace/internal/agent/journal"
 	"github.com/capi-inplace/capi-inplace/internal/agent/kube"
 	"github.com/capi-inplace/capi-inplace/internal/backend"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
@@ -114,24 +116,88 @@ func TestRebootAndFaults(t *testing.T) {
 	g.Expect(b2).NotTo(Equal(b1))
 	g.Expect(h.Boots()).To(Equal(2))
 
-	g.Expect(h.BeforeAction(ctx, "gates")).To(Succeed())
+	// fail-action-<action> fails the calls made for that action, and only those.
+	k := h.Kube(okHost{})
+	restore := executor.WithAction(ctx, "rollback/restore-files")
+	g.Expect(k.Restore(restore, "a")).To(Succeed())
 	g.Expect(os.WriteFile(h.simPath("fail-action-rollback-restore-files"), []byte("disk full\n"), 0o644)).To(Succeed())
-	g.Expect(h.BeforeAction(ctx, "rollback/restore-files")).To(MatchError("simulated fault (fail-action-rollback-restore-files): disk full"))
+	g.Expect(k.Restore(restore, "a")).To(MatchError("simulated fault (fail-action-rollback-restore-files): disk full"))
+	g.Expect(k.Restore(executor.WithAction(ctx, "gates"), "a")).To(Succeed())
+	g.Expect(k.Restore(ctx, "a")).To(Succeed(), "a call outside any action")
+	g.Expect(h.Gates(okGates{}).Run(executor.WithAction(ctx, "gates"), nil)).To(Succeed())
+	g.Expect(os.WriteFile(h.simPath("fail-action-gates"), nil, 0o644)).To(Succeed())
+	g.Expect(h.Gates(okGates{}).Run(executor.WithAction(ctx, "gates"), nil)).To(MatchError("simulated fault (fail-action-gates): injected failure"))
+	g.Expect(os.WriteFile(h.simPath("fail-action-reboot"), nil, 0o644)).To(Succeed())
+	g.Expect(h.Reboot(executor.WithAction(ctx, "reboot"))).To(MatchError(ContainSubstring("fail-action-reboot")))
+	g.Expect(h.Boots()).To(Equal(2), "a failed reboot does not boot")
 
-	g.Expect(h.GateFault("node-ready")).To(Succeed())
+	// fail-gate fails the checker's calls made for the named gate (empty: every
+	// gate), through the dependencies the simulated host wraps.
+	wrapped, ok := h.Gates(&gate.Checker{Etcd: okEtcd{}, Nodes: okNodes{}}).(faultyGates)
+	g.Expect(ok).To(BeTrue())
+	c, ok := wrapped.next.(*gate.Checker)
+	g.Expect(ok).To(BeTrue(), "the agent's Checker runs with its dependencies wrapped")
+	health, ready := gate.WithGate(ctx, "etcd-health"), gate.WithGate(ctx, "node-ready")
+	g.Expect(c.Etcd.EtcdHealthy(health)).To(Succeed())
 	g.Expect(os.WriteFile(h.simPath("fail-gate"), []byte("etcd-health"), 0o644)).To(Succeed())
-	g.Expect(h.GateFault("node-ready")).To(Succeed())
-	g.Expect(h.GateFault("etcd-health")).To(HaveOccurred())
+	_, err := c.Nodes.Node(ready)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c.Etcd.EtcdHealthy(health)).To(MatchError("simulated fault (fail-gate): gate etcd-health fails"))
+	g.Expect(c.Etcd.EtcdQuorum(gate.WithGate(ctx, "etcd-quorum"))).To(Succeed())
+	g.Expect(os.WriteFile(h.simPath("fail-gate"), nil, 0o644)).To(Succeed())
+	_, err = c.Nodes.Node(ready)
+	g.Expect(err).To(MatchError(ContainSubstring("simulated fault (fail-gate): gate node-ready fails")))
+	g.Expect(c.Etcd.EtcdHealthy(ctx)).To(Succeed(), "a call outside any gate")
+	g.Expect(os.Remove(h.simPath("fail-gate"))).To(Succeed())
 
-	// pause-before blocks until the file goes away.
+	// pause-before holds the journal save that begins the action until the file
+	// goes away; the saves around it pass.
+	mem := &journal.Memory{}
+	j := h.Journal(ctx, mem)
+	e := journal.Entry{Key: "p"}
+	g.Expect(j.Save(e)).To(Succeed())
 	g.Expect(os.WriteFile(h.simPath("pause-before-kubeadm-upgrade"), nil, 0o644)).To(Succeed())
+	e.Begin("kubeadm-upgrade")
 	done := make(chan error)
-	go func() { done <- h.BeforeAction(ctx, "kubeadm-upgrade") }()
+	go func() { done <- j.Save(e) }()
 	g.Eventually(func() string { return h.readTrim(h.simPath("paused-at")) }).Should(Equal("kubeadm-upgrade"))
 	g.Consistently(done, 200*time.Millisecond).ShouldNot(Receive())
+	saved, _ := mem.Load()
+	g.Expect(saved.InFlight).To(BeEmpty(), "paused before the action's start is recorded")
 	g.Expect(os.Remove(h.simPath("pause-before-kubeadm-upgrade"))).To(Succeed())
 	g.Eventually(done).Should(Receive(BeNil()))
+	saved, _ = mem.Load()
+	g.Expect(saved.InFlight).To(Equal("kubeadm-upgrade"))
+	g.Expect(h.readTrim(h.simPath("paused-at"))).To(BeEmpty())
+
+	// A pause ends with its context.
+	g.Expect(os.WriteFile(h.simPath("pause-before-restart-kubelet"), nil, 0o644)).To(Succeed())
+	cctx, cancel := context.WithCancel(ctx)
+	e.Begin("restart-kubelet")
+	go func() { done <- h.Journal(cctx, mem).Save(e) }()
+	g.Eventually(func() string { return h.readTrim(h.simPath("paused-at")) }).Should(Equal("restart-kubelet"))
+	cancel()
+	g.Eventually(done).Should(Receive(MatchError(context.Canceled)))
 }
+
+// okHost and okGates succeed at what the fault tests call.
+type okHost struct{ executor.Host }
+
+func (okHost) Restore(context.Context, string) error { return nil }
+
+type okGates struct{}
+
+type okEtcd struct{}
+
+func (okEtcd) EtcdHealthy(context.Context) error { return nil }
+func (okEtcd) EtcdQuorum(context.Context) error  { return nil }
+
+type okNodes struct{}
+
+func (okNodes) Node(context.Context) (*corev1.Node, error)               { return &corev1.Node{}, nil }
+func (okNodes) Pod(context.Context, string, string) (*corev1.Pod, error) { return &corev1.Pod{}, nil }
+
+func (okGates) Run(context.Context, *protocol.NodePlan) error { return nil }
 
 func TestAPIOutage(t *testing.T) {
 	g := NewWithT(t)

@@ -22,8 +22,10 @@ func simulator(root, nodeName string, log logr.Logger) (*agentcmd.Simulation, er
 	return &agentcmd.Simulation{
 		Runner:        sim.Runner(),
 		Rebooter:      sim,
-		Faults:        sim,
-		GateFaults:    sim,
+		Journal:       sim.Journal,
+		Kube:          sim.Kube,
+		Backend:       sim.Backend,
+		Gates:         sim.Gates,
 		Binaries:      sim,
 		Etcd:          sim.Etcd(),
 		Backends:      map[string]backend.Backend{simulated.Name: simulated.New(root)},
