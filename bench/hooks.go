@@ -27,14 +27,19 @@ type HookMeasure struct {
 	// runs: Go's heap allocation counter from /metrics, utime+stime from /proc.
 	AllocsPerReq float64
 	CPUPerReq    time.Duration
-	RSS          int64
+	// RequestsPerReq is the API requests the process made per hook call during the
+	// open-loop runs (client-go's rest_client_requests_total, every client of the
+	// process: management, workload clusters, informers).
+	RequestsPerReq float64
+	RSS            int64
 }
 
 // sample runs one load against s and reads the process's counters around it.
 type sample struct {
-	res    Result
-	allocs float64
-	cpu    time.Duration
+	res      Result
+	allocs   float64
+	cpu      time.Duration
+	requests float64
 }
 
 func measure(ctx context.Context, s *Server, run func(Request) Result, calls []Call) (sample, error) {
@@ -54,8 +59,16 @@ func measure(ctx context.Context, s *Server, run func(Request) Result, calls []C
 	if err != nil {
 		return sample{}, err
 	}
+	q0, err := ScrapeSum(ctx, s.MetricsURL, apiRequests)
+	if err != nil {
+		return sample{}, err
+	}
 	res := run(do)
 	m1, err := ScrapeCounter(ctx, s.MetricsURL, "go_memstats_mallocs_total")
+	if err != nil {
+		return sample{}, err
+	}
+	q1, err := ScrapeSum(ctx, s.MetricsURL, apiRequests)
 	if err != nil {
 		return sample{}, err
 	}
@@ -63,8 +76,12 @@ func measure(ctx context.Context, s *Server, run func(Request) Result, calls []C
 	if err != nil {
 		return sample{}, err
 	}
-	return sample{res: res, allocs: m1 - m0, cpu: p1.CPU - p0.CPU}, nil
+	return sample{res: res, allocs: m1 - m0, cpu: p1.CPU - p0.CPU, requests: q1 - q0}, nil
 }
+
+// apiRequests is client-go's count of the requests of a process's REST clients, as
+// controller-runtime registers it (both extensions run a controller-runtime manager).
+const apiRequests = "rest_client_requests_total"
 
 // MeasureHook loads every server with the same hook calls (calls[server name]),
 // open loop at opts.Rate and then closed loop, in alternating order per round.
@@ -84,6 +101,7 @@ func MeasureHook(ctx context.Context, hook string, servers []*Server, calls map[
 		open, sat Result
 		allocs    float64
 		cpu       time.Duration
+		requests  float64
 	}
 	accs := map[string]*acc{}
 	for _, s := range servers {
@@ -103,6 +121,7 @@ func MeasureHook(ctx context.Context, hook string, servers []*Server, calls map[
 			a.open.Merge(smp.res)
 			a.allocs += smp.allocs
 			a.cpu += smp.cpu
+			a.requests += smp.requests
 		}
 		if opts.SatWorkers == 0 {
 			continue
@@ -122,6 +141,7 @@ func MeasureHook(ctx context.Context, hook string, servers []*Server, calls map[
 		if n := a.open.Count(); n > 0 {
 			m.AllocsPerReq = a.allocs / float64(n)
 			m.CPUPerReq = a.cpu / time.Duration(n)
+			m.RequestsPerReq = a.requests / float64(n)
 		}
 		if s.Proc != nil {
 			if st, err := ReadProc(s.Proc.Pid()); err == nil {

@@ -125,3 +125,37 @@ func findMetric(r io.Reader, name string) (float64, error) {
 	}
 	return 0, fmt.Errorf("metric %s not found", name)
 }
+
+// ScrapeSum adds up every series of a counter (all label sets) from a Prometheus
+// text endpoint; a counter with no series yet is 0.
+func ScrapeSum(ctx context.Context, url, name string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("scrape %s: %w", url, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	return sumMetric(resp.Body, name)
+}
+
+func sumMetric(r io.Reader, name string) (float64, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+	sum := 0.0
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			return 0, fmt.Errorf("parse %s: %w", name, err)
+		}
+		sum += v
+	}
+	return sum, sc.Err()
+}

@@ -68,6 +68,9 @@ func HookRows(section string, rate float64, ours, base HookMeasure, p99Target ti
 	}
 	if !compare {
 		rows[1].Target, rows[1].Verdict = "- (upstream's fake does no reads)", ""
+		rows = append(rows, Row{Section: section, Measurement: name + " API requests per call (the process's client-go rest_client_requests_total over the open-loop runs)",
+			Ours: fmt.Sprintf("%.2f", ours.RequestsPerReq), Baseline: fmt.Sprintf("%.2f", base.RequestsPerReq),
+			Target: "≤ 1", Verdict: Verdict(ours.RequestsPerReq <= 1)})
 	}
 	return rows
 }

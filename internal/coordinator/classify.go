@@ -13,6 +13,11 @@ import (
 // the cluster may come back (its only API server restarts during a control-plane
 // upgrade), Failure when the cluster answered and refused.
 func (c *Coordinator) workloadFailure(s *scope, step int, err error) Outcome {
+	if c.fromCache {
+		// A cache's error (not synced, a kind it does not hold) says nothing about
+		// the cluster: the live reads answer.
+		return needsLive()
+	}
 	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
 		// Another replica of the extension (every replica answers hooks) or another
 		// writer got there first; the next call sees its result.

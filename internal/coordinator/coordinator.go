@@ -110,6 +110,9 @@ type Options struct {
 	// second or two once the agent has the plan, and CAPI would otherwise only learn
 	// it on its next call. Zero: 1.5 s; negative: never linger.
 	Linger time.Duration
+	// Caches are the informer-backed sources of steady-state calls (caches.go); nil:
+	// every call reads live.
+	Caches *Caches
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -122,6 +125,8 @@ const DefaultPickupTimeout = 5 * time.Minute
 // keeps no state of its own: every call rebuilds its view from API objects.
 type Coordinator struct {
 	opts Options
+	// fromCache marks the view of a call that reads from caches (caches.go).
+	fromCache bool
 }
 
 // New validates the options and returns a Coordinator.
@@ -138,6 +143,9 @@ func New(opts Options) (*Coordinator, error) {
 	}
 	if opts.ManageAgents && opts.AgentImage == "" {
 		errs = append(errs, errors.New("AgentImage is required when ManageAgents is set"))
+	}
+	if opts.Caches != nil && (opts.Caches.Management == nil || opts.Caches.Secrets == nil || opts.Caches.Workloads == nil) {
+		errs = append(errs, errors.New("caches need Management, Secrets and Workloads"))
 	}
 	if opts.Drain.Timeout < 0 || opts.Drain.AttemptBudget < 0 || opts.CallTimeout < 0 {
 		errs = append(errs, errors.New("timeouts must not be negative"))
@@ -195,6 +203,9 @@ func (c *Coordinator) Update(ctx context.Context, req *runtimehooksv1.UpdateMach
 	defer cancel()
 	ctx = c.withMachineLogger(ctx, &req.Desired.Machine)
 	out := func() Outcome {
+		if c.opts.Caches != nil {
+			return c.lingerCached(ctx, req)
+		}
 		d, out, ok := c.readStored(ctx, req)
 		if !ok {
 			return out
@@ -310,6 +321,8 @@ type Outcome struct {
 	Cause             Cause
 	RetryAfterSeconds int32
 	Message           string
+	// live: the view reading from caches cannot answer; the call reads live.
+	live bool
 }
 
 // Failed reports whether the outcome is a Failure answer.
@@ -333,6 +346,7 @@ func retryable(cause Cause, msg string) Outcome {
 	return Outcome{Kind: OutcomeFailedRetryable, Cause: cause, Message: protocol.RedactKnownSecrets(msg)}
 }
 func rejected(msg string) Outcome { return retryable(CauseRequestRejected, msg) }
+func needsLive() Outcome          { return Outcome{live: true} }
 
 func (c *Coordinator) drainOptions() drain.Options {
 	return drain.Options{Budget: c.opts.Drain.AttemptBudget, Force: c.opts.Drain.Force}

@@ -51,6 +51,14 @@
 //   - Fleet holds (paused, halted, window closed, soaking) happen only before
 //     cordon; an update past cordon always runs to a safe point.
 //
+// Steady-state calls (the agent works, the node settles) answer from informer caches
+// when Options.Caches is set (caches.go): management objects from the manager's
+// cache, Secrets metadata-only with bodies by resourceVersion (secretcache.go),
+// workload Nodes and plan Secrets from bounded per-cluster watches
+// (workloadcache.go), and a lingering call waits on a Node watch event. Only quiet
+// "in progress" answers come from caches; every other answer and every write is
+// decided on live reads, so a stale cache can delay an answer, never change it.
+//
 // Imports: api/v1alpha1, internal/protocol, internal/fleet, internal/policy, its own subpackages, Cluster API types,
-// controller-runtime's client, client-go, prometheus and internal/metrics (updatemetrics.go). Not internal/extension (which calls us).
+// controller-runtime's client and cache, client-go, prometheus and internal/metrics (updatemetrics.go). Not internal/extension (which calls us).
 package coordinator

@@ -40,16 +40,30 @@ type scope struct {
 	drainBlocker string // the PDB that refused an eviction in this call (metrics.go)
 }
 
-func (c *Coordinator) update(ctx context.Context, desired desiredObjects) (out Outcome) {
+func (c *Coordinator) update(ctx context.Context, desired desiredObjects) Outcome {
 	s, out, ok := c.loadScope(ctx, desired)
 	if !ok {
 		return out
 	}
+	return c.act(ctx, s)
+}
+
+// act decides the next step from the loaded scope and takes it. On a view that
+// reads from caches (fromCache, caches.go) it answers needsLive for anything but a
+// quiet "in progress".
+func (c *Coordinator) act(ctx context.Context, s *scope) (out Outcome) {
 	o := observe(s, c.opts.Now())
-	before := marksOf(s)
-	defer func() { c.recordCall(s, before, o, out) }()
 	o.PickupTimeout = c.opts.PickupTimeout
 	d := Decide(o)
+	if c.fromCache && !quiet(s, o, d) {
+		return needsLive()
+	}
+	before := marksOf(s)
+	defer func() {
+		if !out.live {
+			c.recordCall(s, before, o, out)
+		}
+	}()
 	if out, held := c.fleetCheck(ctx, s, o, d); held {
 		return out
 	}
@@ -66,6 +80,9 @@ func (c *Coordinator) update(ctx context.Context, desired desiredObjects) (out O
 		}
 		if out, ok := c.awaitAgentKey(s); !ok {
 			return out
+		}
+		if c.fromCache && !alreadyPublished(s) {
+			return needsLive()
 		}
 		if _, err := c.publish(ctx, s); err != nil {
 			return c.workloadFailure(s, stepPublish, err)

@@ -20,6 +20,9 @@ import (
 type WorkloadCluster struct {
 	Client    client.Client
 	Clientset kubernetes.Interface
+	// Config is the rest config both were built from (InformerWorkloadCaches
+	// watches with it); nil when unknown.
+	Config *rest.Config
 }
 
 // WorkloadClusters hands out clients of workload clusters by their CAPI Cluster key.
@@ -32,9 +35,10 @@ type WorkloadClusters interface {
 // KubeconfigClusters builds workload-cluster clients from CAPI's
 // `<cluster>-kubeconfig` Secret and caches them per cluster. A cached client is reused
 // while the Secret's kubeconfig is unchanged (rotated credentials rebuild it) and
-// until Invalidate drops it. Reads are direct (no informer cache): the coordinator
-// reads a handful of objects per call, and a watch per workload cluster would cost
-// more than it saves.
+// until Invalidate drops it. Its clients read directly; steady-state calls read
+// through InformerWorkloadCaches instead (caches.go). Given a SecretCache as its
+// reader, the kubeconfig itself is read again only when its Secret's
+// resourceVersion changes.
 type KubeconfigClusters struct {
 	mgmt    client.Reader
 	scheme  *runtime.Scheme
@@ -104,7 +108,7 @@ func NewWorkloadCluster(cfg *rest.Config, scheme *runtime.Scheme, timeout time.D
 	if err != nil {
 		return nil, fmt.Errorf("build workload clientset: %w", err)
 	}
-	return &WorkloadCluster{Client: c, Clientset: cs}, nil
+	return &WorkloadCluster{Client: c, Clientset: cs, Config: cfg}, nil
 }
 
 // StaticClusters serves one WorkloadCluster for every cluster key: for tests, and for

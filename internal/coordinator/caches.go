@@ -1,0 +1,230 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/coordinator/nodeplan"
+)
+
+// Caches are the informer-backed sources a steady-state call answers from
+// (Options.Caches); nil fields are not allowed, a nil *Caches reads everything live.
+//
+// Coherence, and why a stale read is safe: a cache lags the API by at most a watch
+// event, and a call that reads from caches may only answer "in progress" with nothing
+// written of its own (quiet below: the agent is working, the node is settling). Every
+// other answer (done, a failure, a refusal of the request) and every step that writes
+// (cordon, drain, publish, uncordon, conditions, the fleet record) is decided again
+// from live reads, exactly as without caches. A cache that is behind can therefore
+// only make a call answer "in progress" and be called again; it can never report done
+// for what was not applied, nor act on an old state. A cache that is ahead of the
+// truth does not exist: informers only ever hold what the API server sent.
+type Caches struct {
+	// Management reads Machines, Namespaces, Clusters and the objects Machines and
+	// Clusters reference, from informers (SyncedReader over the manager's cache).
+	Management client.Reader
+	// Secrets reads management Secrets (SecretCache): the kubeconfigs of workload
+	// clusters and the Secrets KubeadmConfig files take their content from.
+	Secrets client.Reader
+	// Workloads serves per-cluster caches of Nodes, plan Secrets and the agent's
+	// DaemonSet (InformerWorkloadCaches).
+	Workloads WorkloadCaches
+}
+
+// WorkloadCaches serves cached views of workload clusters.
+type WorkloadCaches interface {
+	// For returns a WorkloadCluster whose reads come from the cluster's caches (its
+	// writes go to wc), and a channel closed at the next change of one of its Nodes.
+	// ok is false while the caches are not synced or their watch failed recently:
+	// the caller reads live then.
+	For(ctx context.Context, cluster client.ObjectKey, wc *WorkloadCluster) (cached *WorkloadCluster, changed <-chan struct{}, ok bool)
+	// Forget drops the caches of a cluster (it did not answer, or its credentials
+	// changed).
+	Forget(cluster client.ObjectKey)
+}
+
+// errNotSynced: the cache cannot answer yet; the caller reads live.
+var errNotSynced = errors.New("cache not synced")
+
+// SyncedReader reads from an informer cache only once the informer of the object's
+// kind has synced. Before that (the first read of a kind starts its informer), or if
+// the informer cannot list (missing RBAC), it answers an error and the call reads
+// live: a read never waits for a cache.
+type SyncedReader struct{ Cache cache.Cache }
+
+// Get implements client.Reader.
+func (r SyncedReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	inf, err := r.Cache.GetInformer(ctx, obj, cache.BlockUntilSynced(false))
+	if err != nil {
+		return err
+	}
+	if !inf.HasSynced() {
+		return errNotSynced
+	}
+	return r.Cache.Get(ctx, key, obj, opts...)
+}
+
+// List implements client.Reader: it answers errNotSynced, and the call reads live
+// (the steady state lists nothing in the management cluster).
+func (SyncedReader) List(context.Context, client.ObjectList, ...client.ListOption) error {
+	return errNotSynced
+}
+
+// cacheReads is the management client of a call served from caches: reads from
+// the caches, writes (and the REST mapper) live.
+type cacheReads struct {
+	client.Client
+	objects client.Reader
+	secrets client.Reader
+}
+
+func (c cacheReads) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if isSecret(obj) {
+		return c.secrets.Get(ctx, key, obj, opts...)
+	}
+	return c.objects.Get(ctx, key, obj, opts...)
+}
+
+func (c cacheReads) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	return c.objects.List(ctx, list, opts...)
+}
+
+// cachedClusters hands a call served from caches the cached view of its workload
+// cluster, and keeps the channel of its next Node change for the linger.
+type cachedClusters struct {
+	live    WorkloadClusters
+	caches  WorkloadCaches
+	changed <-chan struct{}
+}
+
+func (w *cachedClusters) Get(ctx context.Context, key client.ObjectKey) (*WorkloadCluster, error) {
+	wc, err := w.live.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	cached, changed, ok := w.caches.For(ctx, key, wc)
+	if !ok {
+		return nil, errNotSynced
+	}
+	w.changed = changed
+	return cached, nil
+}
+
+// Invalidate does nothing: the call falls back to live reads, which invalidate.
+func (*cachedClusters) Invalidate(client.ObjectKey) {}
+
+// fromCaches answers a call from the caches when it is quiet (see Caches); ok false
+// means the call must run on live reads. changed is closed at the next change of a
+// Node of the Machine's cluster (nil when unknown).
+func (c *Coordinator) fromCaches(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest) (out Outcome, changed <-chan struct{}, ok bool) {
+	if c.opts.Caches == nil {
+		return Outcome{}, nil, false
+	}
+	clusters := &cachedClusters{live: c.opts.Clusters, caches: c.opts.Caches.Workloads}
+	view := &Coordinator{opts: c.opts, fromCache: true}
+	view.opts.Client = cacheReads{Client: c.opts.Client, objects: c.opts.Caches.Management, secrets: c.opts.Caches.Secrets}
+	view.opts.Clusters = clusters
+	// Any refusal or failure read from a cache is checked again live.
+	d, _, ok := view.readStored(ctx, req)
+	if !ok {
+		return Outcome{}, nil, false
+	}
+	s, _, ok := view.loadScope(ctx, d)
+	if !ok {
+		return Outcome{}, nil, false
+	}
+	// The same decisions and steps as a live call (act), answering needsLive for
+	// anything that is not a quiet "in progress" (act, alreadyPublished, workloadFailure).
+	if out = view.act(ctx, s); out.live || out.Kind != OutcomeInProgress {
+		return Outcome{}, nil, false
+	}
+	return out, clusters.changed, true
+}
+
+// quiet reports whether update would answer d with nothing written of its own: the
+// decisions a cached read may answer (see Caches). The fleet controls write when an
+// operator's request is pending or a paused cluster holds a new update.
+func quiet(s *scope, o Observation, d Decision) bool {
+	for _, a := range []string{inplacev1.RetryAnnotation, inplacev1.CancelAnnotation} {
+		if _, ok := s.stored.Annotations[a]; ok {
+			return false
+		}
+	}
+	if _, ok := s.cluster.Annotations[inplacev1.ResumeAnnotation]; ok {
+		return false
+	}
+	switch d.Action {
+	case ActWait:
+		return !o.Paused || o.Started
+	case ActAwaitAgent:
+		return true
+	}
+	return false
+}
+
+// alreadyPublished reports whether publish would write nothing: the plan Secret holds this
+// plan sealed to the node's key and the node points at it.
+func alreadyPublished(s *scope) bool {
+	if s.planSecret == nil || s.planSecret.Labels[inplacev1.PlanNodeLabel] != s.node.Name || s.agentKey == nil {
+		return false
+	}
+	if !nodeplan.Holds(s.planSecret.Data[inplacev1.PlanSecretDataKey], s.planHash, s.agentKey) {
+		return false
+	}
+	ann := s.node.GetAnnotations()
+	return ann[inplacev1.DesiredPlanAnnotation] == s.planHash && ann[inplacev1.PlanPublishedAnnotation] != ""
+}
+
+// lingerCached is lingerUpdate for a coordinator with caches: each check is a call
+// (from the caches when quiet), and between checks it waits for a change of a Node
+// of the cluster (a watch event) instead of a fixed pause; without one (a live
+// answer) it pauses lingerPoll. A missed event only ends the linger at its deadline
+// with the same "in progress" answer.
+func (c *Coordinator) lingerCached(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest) Outcome {
+	deadline := time.Now().Add(c.opts.Linger)
+	for {
+		out, changed := c.call(ctx, req)
+		if out.Kind != OutcomeInProgress || out.RetryAfterSeconds != waitRetry(0) || !time.Now().Add(lingerPoll).Before(deadline) {
+			return out
+		}
+		wait := time.NewTimer(lingerPoll)
+		if changed != nil {
+			wait.Reset(time.Until(deadline))
+		}
+		select {
+		case <-ctx.Done():
+			wait.Stop()
+			return out
+		case <-changed:
+			wait.Stop()
+		case <-wait.C:
+			if changed != nil {
+				return out
+			}
+		}
+	}
+}
+
+// call is one check of a call with caches: from the caches when quiet, else live.
+func (c *Coordinator) call(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest) (Outcome, <-chan struct{}) {
+	if out, changed, ok := c.fromCaches(ctx, req); ok {
+		return out, changed
+	}
+	d, out, ok := c.readStored(ctx, req)
+	if !ok {
+		return out, nil
+	}
+	return c.update(ctx, d), nil
+}
+
+func isSecret(obj client.Object) bool {
+	_, ok := obj.(*corev1.Secret)
+	return ok
+}

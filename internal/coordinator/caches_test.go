@@ -1,0 +1,311 @@
+package coordinator
+
+import (
+	"context"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
+)
+
+// requests counts the HTTP requests of every client built on a config it wrapped.
+type requests struct{ n atomic.Int64 }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func (c *requests) wrap(cfg *rest.Config) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			c.n.Add(1)
+			return rt.RoundTrip(r)
+		})
+	})
+	return cfg
+}
+
+// cachedCoordinator is the fixture's coordinator with caches over its API server, as
+// `capi-inplace extension` wires them, every request counted in n.
+func (f *fixture) cachedCoordinator(n *requests, mutate ...func(*Options)) *Coordinator {
+	f.t.Helper()
+	g := NewWithT(f.t)
+	cfg := n.wrap(testEnv.Require(f.t))
+	live, err := client.New(cfg, client.Options{Scheme: f.scheme})
+	g.Expect(err).NotTo(HaveOccurred())
+	informers, err := cache.New(cfg, cache.Options{Scheme: f.scheme, Mapper: live.RESTMapper()})
+	g.Expect(err).NotTo(HaveOccurred())
+	ctx, cancel := context.WithCancel(context.Background())
+	f.t.Cleanup(cancel)
+	go func() { _ = informers.Start(ctx) }()
+	wc, err := NewWorkloadCluster(cfg, f.scheme, 5*time.Second)
+	g.Expect(err).NotTo(HaveOccurred())
+	workloads := NewInformerWorkloadCaches(f.scheme, WorkloadCacheOptions{})
+	f.t.Cleanup(workloads.Stop)
+	opts := Options{Client: live, Clusters: StaticClusters{Cluster: wc}, Recorder: f.rec, Linger: -1,
+		Caches: &Caches{Management: SyncedReader{Cache: informers}, Secrets: NewSecretCache(SyncedReader{Cache: informers}, live, 0), Workloads: workloads}}
+	for _, m := range mutate {
+		m(&opts)
+	}
+	c, err := New(opts)
+	g.Expect(err).NotTo(HaveOccurred())
+	return c
+}
+
+// steady calls until a call makes no request (the caches synced), at most 10 s, and
+// returns its answer.
+func steady(t *testing.T, c *Coordinator, n *requests, req *runtimehooksv1.UpdateMachineRequest) *runtimehooksv1.UpdateMachineResponse {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		before := n.n.Load()
+		resp := call(c, req)
+		if n.n.Load() == before {
+			return resp
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("calls still make requests (%d in the last) after 10 s; last answer %q", n.n.Load()-before, resp.Message)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestSteadyStateCallsAnswerFromCaches: while the agent works, a call answers exactly
+// what a live call answers without a single API request (management or workload);
+// the answer that ends the update is decided on live reads and acts on the API.
+// Without caches (the old code) every such call makes at least six GETs.
+func TestSteadyStateCallsAnswerFromCaches(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t, nil)
+	f.node("w1", "v1.35.0", false)
+	g.Expect(f.mgmt.Create(f.ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "tls"},
+		Data:       map[string][]byte{"tls.crt": []byte("CERTIFICATE")},
+	})).To(Succeed())
+	m := f.machine("m-w1", "w1", "v1.36.0", false)
+	req := f.request(m, &bootstrapv1.KubeadmConfig{Spec: bootstrapv1.KubeadmConfigSpec{Files: []bootstrapv1.File{
+		{Path: "/etc/pki/tls.crt", ContentFrom: bootstrapv1.FileSource{Secret: bootstrapv1.SecretFileSource{Name: "tls", Key: "tls.crt"}}},
+	}}})
+	agent := func(o *Options) { o.ManageAgents = true; o.AgentImage = "registry.example/capi-inplace:test" }
+	live := f.coordinator(agent)
+	resp := callUntil(t, live, req, "pick up plan", 5)
+	hash := f.getNode("w1").Annotations[inplacev1.DesiredPlanAnnotation]
+	f.agentReports("w1", protocol.NodeStatus{PlanHash: hash, Phase: protocol.PhaseApplying, Step: 1, Steps: 2, Action: "files"}, false)
+	want := call(live, req)
+	g.Expect(want.Message).To(ContainSubstring("to apply plan"))
+
+	n := &requests{}
+	cached := f.cachedCoordinator(n, agent)
+	resp = steady(t, cached, n, req)
+	g.Expect(resp).To(Equal(want))
+	before := n.n.Load()
+	for range 20 {
+		g.Expect(call(cached, req)).To(Equal(want))
+	}
+	g.Expect(n.n.Load()-before).To(BeZero(), "requests in 20 steady-state calls")
+
+	// A stale read is safe: the node committed, but until the cache has seen it the
+	// answer is at most "in progress"; once it has, done is decided (and the node
+	// uncordoned) on live reads.
+	f.agentReports("w1", protocol.NodeStatus{PlanHash: hash, Phase: protocol.PhaseCommitted, Step: 2, Steps: 2}, true)
+	f.setKubelet("w1", "v1.36.0")
+	g.Eventually(func() int32 {
+		r := call(cached, req)
+		g.Expect(r.Status).To(Equal(runtimehooksv1.ResponseStatusSuccess), r.Message)
+		if r.RetryAfterSeconds == 0 {
+			g.Expect(r.Message).To(Equal("node w1 runs plan " + hash[:12]))
+		}
+		return r.RetryAfterSeconds
+	}).WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).Should(BeZero())
+	g.Expect(f.getNode("w1").Spec.Unschedulable).To(BeFalse())
+	g.Expect(f.getNode("w1").Annotations).NotTo(HaveKey(inplacev1.CordonedByAnnotation))
+}
+
+// aheadCaches serve a workload cluster whose cached Node says what the test wants,
+// whatever the API says: a cache that is wrong in the worst direction.
+type aheadCaches struct {
+	node *corev1.Node
+}
+
+func (a aheadCaches) For(_ context.Context, _ client.ObjectKey, wc *WorkloadCluster) (*WorkloadCluster, <-chan struct{}, bool) {
+	return &WorkloadCluster{Client: nodeOverride{Client: wc.Client, node: a.node}, Clientset: wc.Clientset}, nil, true
+}
+func (aheadCaches) Forget(client.ObjectKey) {}
+
+type nodeOverride struct {
+	client.Client
+	node *corev1.Node
+}
+
+func (o nodeOverride) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if n, ok := obj.(*corev1.Node); ok && key.Name == o.node.Name {
+		o.node.DeepCopyInto(n)
+		return nil
+	}
+	return o.Client.Get(ctx, key, obj, opts...)
+}
+
+// TestCachedReadsNeverAnswerDone: even a cache claiming the node committed the plan
+// and runs the target version cannot make a call answer done or uncordon the node:
+// only "in progress" answers come from caches; done is decided on live reads, which
+// say the agent is still applying.
+func TestCachedReadsNeverAnswerDone(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t, nil)
+	f.node("w2", "v1.35.0", false)
+	m := f.machine("m-w2", "w2", "v1.36.0", false)
+	req := f.request(m, &bootstrapv1.KubeadmConfig{})
+	live := f.coordinator()
+	callUntil(t, live, req, "pick up plan", 5)
+	hash := f.getNode("w2").Annotations[inplacev1.DesiredPlanAnnotation]
+	f.agentReports("w2", protocol.NodeStatus{PlanHash: hash, Phase: protocol.PhaseApplying, Step: 1, Steps: 2}, false)
+
+	claimed := f.getNode("w2")
+	v, err := protocol.EncodeStatus(protocol.NodeStatus{PlanHash: hash, Phase: protocol.PhaseCommitted, Step: 2, Steps: 2})
+	g.Expect(err).NotTo(HaveOccurred())
+	claimed.Annotations[inplacev1.StatusAnnotation] = v
+	claimed.Annotations[inplacev1.CurrentPlanAnnotation] = hash
+	claimed.Status.NodeInfo.KubeletVersion = "v1.36.0"
+	c := f.coordinator(func(o *Options) {
+		o.Caches = &Caches{Management: f.mgmt, Secrets: f.mgmt, Workloads: aheadCaches{node: claimed}}
+	})
+	resp := call(c, req)
+	g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusSuccess))
+	g.Expect(resp.RetryAfterSeconds).To(Equal(int32(1)))
+	g.Expect(resp.Message).To(ContainSubstring("to apply plan " + hash[:12]))
+	g.Expect(f.getNode("w2").Spec.Unschedulable).To(BeTrue(), "still cordoned")
+}
+
+// TestLingerWaitsOnTheWatch: a lingering call served from caches makes no request
+// while it waits, and answers done soon after the node changed (a watch event, not
+// a poll that re-reads everything every 250 ms).
+func TestLingerWaitsOnTheWatch(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t, nil)
+	f.node("w3", "v1.35.0", false)
+	m := f.machine("m-w3", "w3", "v1.36.0", false)
+	req := f.request(m, &bootstrapv1.KubeadmConfig{})
+	callUntil(t, f.coordinator(), req, "pick up plan", 5)
+	hash := f.getNode("w3").Annotations[inplacev1.DesiredPlanAnnotation]
+	f.agentReports("w3", protocol.NodeStatus{PlanHash: hash, Phase: protocol.PhaseApplying, Step: 1, Steps: 2}, false)
+
+	n := &requests{}
+	scripted := f.cachedCoordinator(n)
+	steady(t, scripted, n, req)
+	opts := scripted.opts
+	opts.Linger = 4 * time.Second
+	lingering, err := New(opts)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	done := make(chan time.Time, 1)
+	quiet := make(chan int64, 1)
+	go func() {
+		time.Sleep(1200 * time.Millisecond)
+		quiet <- n.n.Load()
+		f.agentReports("w3", protocol.NodeStatus{PlanHash: hash, Phase: protocol.PhaseCommitted, Step: 2, Steps: 2}, true)
+		f.setKubelet("w3", "v1.36.0")
+		done <- time.Now()
+	}()
+	before := n.n.Load()
+	resp := call(lingering, req)
+	answered := time.Now()
+	g.Expect(resp.RetryAfterSeconds).To(BeZero(), resp.Message)
+	g.Expect(resp.Message).To(Equal("node w3 runs plan " + hash[:12]))
+	g.Expect(<-quiet-before).To(BeZero(), "requests while the call waited for the node")
+	g.Expect(answered.Sub(<-done)).To(BeNumerically("<", time.Second))
+	g.Expect(f.getNode("w3").Spec.Unschedulable).To(BeFalse())
+}
+
+// TestSecretCache: a body is read once per resourceVersion, a change is read again,
+// a deleted Secret is gone, and at most Max bodies are held.
+func TestSecretCache(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t, nil)
+	n := &requests{}
+	cfg := n.wrap(testEnv.Require(t))
+	live, err := client.New(cfg, client.Options{Scheme: f.scheme})
+	g.Expect(err).NotTo(HaveOccurred())
+	informers, err := cache.New(testEnv.Require(t), cache.Options{Scheme: f.scheme})
+	g.Expect(err).NotTo(HaveOccurred())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = informers.Start(ctx) }()
+	sc := NewSecretCache(SyncedReader{Cache: informers}, live, 2)
+
+	for _, name := range []string{"a", "b", "c"} {
+		g.Expect(f.mgmt.Create(f.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name}, Data: map[string][]byte{"k": []byte(name)}})).To(Succeed())
+	}
+	read := func(name string) (string, error) {
+		s := &corev1.Secret{}
+		err := sc.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: name}, s)
+		return string(s.Data["k"]), err
+	}
+	// Once the metadata informer synced, a second read makes no request.
+	g.Eventually(func() int64 {
+		before := n.n.Load()
+		v, err := read("a")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(v).To(Equal("a"))
+		return n.n.Load() - before
+	}).WithTimeout(10 * time.Second).Should(BeZero())
+
+	s := &corev1.Secret{}
+	g.Expect(f.mgmt.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "a"}, s)).To(Succeed())
+	s.Data["k"] = []byte("a2")
+	g.Expect(f.mgmt.Update(f.ctx, s)).To(Succeed())
+	g.Eventually(func() string { v, _ := read("a"); return v }).WithTimeout(5 * time.Second).Should(Equal("a2"))
+
+	for _, name := range []string{"b", "c"} {
+		v, err := read(name)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(v).To(Equal(name))
+	}
+	g.Expect(sc.Len()).To(Equal(2))
+
+	g.Expect(f.mgmt.Delete(f.ctx, s)).To(Succeed())
+	g.Eventually(func() bool { _, err := read("a"); return apierrors.IsNotFound(err) }).WithTimeout(5 * time.Second).Should(BeTrue())
+}
+
+// TestWorkloadCachesAreBounded: idle clusters and clusters beyond Max are dropped.
+func TestWorkloadCachesAreBounded(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t, nil)
+	now := time.Now()
+	w := NewInformerWorkloadCaches(f.scheme, WorkloadCacheOptions{Max: 2, Idle: time.Minute, Now: func() time.Time { return now }})
+	defer w.Stop()
+	// Each cluster its own endpoint (credentials); one more sharing c1's.
+	at := func(name string) *WorkloadCluster {
+		cfg := rest.CopyConfig(f.wc.Config)
+		cfg.BearerToken = name
+		return &WorkloadCluster{Client: f.wc.Client, Clientset: f.wc.Clientset, Config: cfg}
+	}
+	for _, name := range []string{"c1", "c2", "c3"} {
+		w.For(f.ctx, client.ObjectKey{Namespace: f.ns, Name: name}, at(name))
+		now = now.Add(time.Second)
+	}
+	g.Expect(w.Len()).To(Equal(2))
+	w.For(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "c1-twin"}, at("c3"))
+	g.Expect(w.Len()).To(Equal(2), "clusters at one endpoint share their watches")
+	now = now.Add(2 * time.Minute)
+	w.For(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "c4"}, at("c4"))
+	g.Expect(w.Len()).To(Equal(1))
+	w.Forget(client.ObjectKey{Namespace: f.ns, Name: "c4"})
+	g.Expect(w.Len()).To(BeZero())
+	// Until its watches synced, a cluster's caches are not served.
+	_, _, ok := w.For(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "c5"}, f.wc)
+	g.Expect(ok).To(BeFalse())
+}
