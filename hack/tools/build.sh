@@ -3,7 +3,7 @@
 # each only when missing. No prebuilt binary can be downloaded in our build
 # environments, so everything comes from the Go module proxy.
 #
-# usage: hack/tools/build.sh [k8s] [capi] [lint]    (default: k8s)
+# usage: hack/tools/build.sh [k8s] [capi] [clusterctl] [lint]    (default: k8s)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -11,6 +11,8 @@ bin="$root/bin"
 mkdir -p "$bin"
 
 k8s_version=v1.36.3
+# clusterctl's release: the sigs.k8s.io/cluster-api version of go.mod and hack/tools/clusterctl/go.mod.
+capi_version=v1.14.2
 
 # shellcheck source=lib.sh
 source "$root/hack/tools/lib.sh"
@@ -29,6 +31,11 @@ for t in "${targets[@]}"; do
 		build k8s etcdutl go.etcd.io/etcd/etcdutl/v3
 		build k8s kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$(k8s_ldflags "$k8s_version")"
 		build k8s kubectl k8s.io/kubernetes/cmd/kubectl "$(k8s_ldflags "$k8s_version")"
+		;;
+	clusterctl)
+		# Stamped with its release like upstream's build (clusterctl version, and the
+		# version checker, which the tests turn off: no network).
+		build clusterctl clusterctl sigs.k8s.io/cluster-api/cmd/clusterctl "$(capi_ldflags "$capi_version")"
 		;;
 	lint)
 		build golangci golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint

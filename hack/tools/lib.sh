@@ -14,6 +14,14 @@ k8s_ldflags() {
 	echo "$f"
 }
 
+# capi_ldflags <version>: the version stamps Cluster API's own build sets (hack/version.sh).
+capi_ldflags() {
+	local v=$1 major minor p=sigs.k8s.io/cluster-api/version
+	major=${v#v}; major=${major%%.*}
+	minor=${v#v*.}; minor=${minor%%.*}
+	echo "-X $p.gitVersion=$v -X $p.gitMajor=$major -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+}
+
 # go_build <module dir> <output path> <package> [ldflags]: a static, stripped build,
 # skipped when the output exists; written under a temporary name, then renamed, so
 # that an interrupted build leaves nothing that looks complete.
