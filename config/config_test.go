@@ -123,8 +123,8 @@ func TestRenderedObjects(t *testing.T) {
 		"Deployment/"+namespace+"/"+deploymentName,
 		"Service/"+namespace+"/"+serviceName,
 		"ServiceAccount/"+namespace+"/"+saName,
-		"ClusterRole//capi-inplace-extension",
-		"ClusterRoleBinding//capi-inplace-extension",
+		"ClusterRole//capi-inplace-system-extension",
+		"ClusterRoleBinding//capi-inplace-system-extension",
 		"Role/"+namespace+"/capi-inplace-leader-election",
 		"RoleBinding/"+namespace+"/capi-inplace-leader-election",
 		"Issuer/"+namespace+"/"+issuerName,
@@ -369,7 +369,7 @@ func TestRenderedObjects(t *testing.T) {
 
 	t.Run("RBAC grants exactly the documented allow-list", func(t *testing.T) {
 		g := NewWithT(t)
-		cr := typed[rbacv1.ClusterRole](t, find(t, objs, "ClusterRole", "capi-inplace-extension"))
+		cr := typed[rbacv1.ClusterRole](t, find(t, objs, "ClusterRole", "capi-inplace-system-extension"))
 		g.Expect(grants(cr.Rules)).To(Equal(map[string][]string{
 			"cluster.x-k8s.io/clusters":                                  {"get", "list", "patch", "watch"},
 			"cluster.x-k8s.io/machinesets":                               {"get", "list", "watch"},
@@ -408,7 +408,7 @@ func TestRenderedObjects(t *testing.T) {
 			}
 		}
 
-		crb := typed[rbacv1.ClusterRoleBinding](t, find(t, objs, "ClusterRoleBinding", "capi-inplace-extension"))
+		crb := typed[rbacv1.ClusterRoleBinding](t, find(t, objs, "ClusterRoleBinding", "capi-inplace-system-extension"))
 		rb := typed[rbacv1.RoleBinding](t, find(t, objs, "RoleBinding", "capi-inplace-leader-election"))
 		sa := rbacv1.Subject{Kind: "ServiceAccount", Name: saName, Namespace: namespace}
 		g.Expect(crb.Subjects).To(Equal([]rbacv1.Subject{sa}))
