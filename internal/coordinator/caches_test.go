@@ -91,20 +91,20 @@ func steady(t *testing.T, c *Coordinator, n *requests, req *runtimehooksv1.Updat
 func TestSteadyStateCallsAnswerFromCaches(t *testing.T) {
 	g := NewWithT(t)
 	f := newFixture(t, nil)
-	f.node("w1", "v1.35.0", false)
+	f.node("cache-w1", "v1.35.0", false)
 	g.Expect(f.mgmt.Create(f.ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "tls"},
 		Data:       map[string][]byte{"tls.crt": []byte("CERTIFICATE")},
 	})).To(Succeed())
-	m := f.machine("m-w1", "w1", "v1.36.0", false)
+	m := f.machine("m-cache-w1", "cache-w1", "v1.36.0", false)
 	req := f.request(m, &bootstrapv1.KubeadmConfig{Spec: bootstrapv1.KubeadmConfigSpec{Files: []bootstrapv1.File{
 		{Path: "/etc/pki/tls.crt", ContentFrom: bootstrapv1.FileSource{Secret: bootstrapv1.SecretFileSource{Name: "tls", Key: "tls.crt"}}},
 	}}})
 	agent := func(o *Options) { o.ManageAgents = true; o.AgentImage = "registry.example/capi-inplace:test" }
 	live := f.coordinator(agent)
 	resp := callUntil(t, live, req, "pick up plan", 5)
-	hash := f.getNode("w1").Annotations[inplacev1.DesiredPlanAnnotation]
-	f.agentReports("w1", protocol.NodeStatus{PlanHash: hash, Phase: protocol.PhaseApplying, Step: 1, Steps: 2, Action: "files"}, false)
+	hash := f.getNode("cache-w1").Annotations[inplacev1.DesiredPlanAnnotation]
+	f.agentReports("cache-w1", protocol.NodeStatus{PlanHash: hash, Phase: protocol.PhaseApplying, Step: 1, Steps: 2, Action: "files"}, false)
 	want := call(live, req)
 	g.Expect(want.Message).To(ContainSubstring("to apply plan"))
 
@@ -121,18 +121,18 @@ func TestSteadyStateCallsAnswerFromCaches(t *testing.T) {
 	// A stale read is safe: the node committed, but until the cache has seen it the
 	// answer is at most "in progress"; once it has, done is decided (and the node
 	// uncordoned) on live reads.
-	f.agentReports("w1", protocol.NodeStatus{PlanHash: hash, Phase: protocol.PhaseCommitted, Step: 2, Steps: 2}, true)
-	f.setKubelet("w1", "v1.36.0")
+	f.agentReports("cache-w1", protocol.NodeStatus{PlanHash: hash, Phase: protocol.PhaseCommitted, Step: 2, Steps: 2}, true)
+	f.setKubelet("cache-w1", "v1.36.0")
 	g.Eventually(func() int32 {
 		r := call(cached, req)
 		g.Expect(r.Status).To(Equal(runtimehooksv1.ResponseStatusSuccess), r.Message)
 		if r.RetryAfterSeconds == 0 {
-			g.Expect(r.Message).To(Equal("node w1 runs plan " + hash[:12]))
+			g.Expect(r.Message).To(Equal("node cache-w1 runs plan " + hash[:12]))
 		}
 		return r.RetryAfterSeconds
 	}).WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).Should(BeZero())
-	g.Expect(f.getNode("w1").Spec.Unschedulable).To(BeFalse())
-	g.Expect(f.getNode("w1").Annotations).NotTo(HaveKey(inplacev1.CordonedByAnnotation))
+	g.Expect(f.getNode("cache-w1").Spec.Unschedulable).To(BeFalse())
+	g.Expect(f.getNode("cache-w1").Annotations).NotTo(HaveKey(inplacev1.CordonedByAnnotation))
 }
 
 // aheadCaches serve a workload cluster whose cached Node says what the test wants,
@@ -166,15 +166,15 @@ func (o nodeOverride) Get(ctx context.Context, key client.ObjectKey, obj client.
 func TestCachedReadsNeverAnswerDone(t *testing.T) {
 	g := NewWithT(t)
 	f := newFixture(t, nil)
-	f.node("w2", "v1.35.0", false)
-	m := f.machine("m-w2", "w2", "v1.36.0", false)
+	f.node("cache-w2", "v1.35.0", false)
+	m := f.machine("m-cache-w2", "cache-w2", "v1.36.0", false)
 	req := f.request(m, &bootstrapv1.KubeadmConfig{})
 	live := f.coordinator()
 	callUntil(t, live, req, "pick up plan", 5)
-	hash := f.getNode("w2").Annotations[inplacev1.DesiredPlanAnnotation]
-	f.agentReports("w2", protocol.NodeStatus{PlanHash: hash, Phase: protocol.PhaseApplying, Step: 1, Steps: 2}, false)
+	hash := f.getNode("cache-w2").Annotations[inplacev1.DesiredPlanAnnotation]
+	f.agentReports("cache-w2", protocol.NodeStatus{PlanHash: hash, Phase: protocol.PhaseApplying, Step: 1, Steps: 2}, false)
 
-	claimed := f.getNode("w2")
+	claimed := f.getNode("cache-w2")
 	v, err := protocol.EncodeStatus(protocol.NodeStatus{PlanHash: hash, Phase: protocol.PhaseCommitted, Step: 2, Steps: 2})
 	g.Expect(err).NotTo(HaveOccurred())
 	claimed.Annotations[inplacev1.StatusAnnotation] = v
@@ -187,7 +187,7 @@ func TestCachedReadsNeverAnswerDone(t *testing.T) {
 	g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusSuccess))
 	g.Expect(resp.RetryAfterSeconds).To(Equal(int32(1)))
 	g.Expect(resp.Message).To(ContainSubstring("to apply plan " + hash[:12]))
-	g.Expect(f.getNode("w2").Spec.Unschedulable).To(BeTrue(), "still cordoned")
+	g.Expect(f.getNode("cache-w2").Spec.Unschedulable).To(BeTrue(), "still cordoned")
 }
 
 // TestLingerWaitsOnTheWatch: a lingering call served from caches makes no request
@@ -196,12 +196,12 @@ func TestCachedReadsNeverAnswerDone(t *testing.T) {
 func TestLingerWaitsOnTheWatch(t *testing.T) {
 	g := NewWithT(t)
 	f := newFixture(t, nil)
-	f.node("w3", "v1.35.0", false)
-	m := f.machine("m-w3", "w3", "v1.36.0", false)
+	f.node("cache-w3", "v1.35.0", false)
+	m := f.machine("m-cache-w3", "cache-w3", "v1.36.0", false)
 	req := f.request(m, &bootstrapv1.KubeadmConfig{})
 	callUntil(t, f.coordinator(), req, "pick up plan", 5)
-	hash := f.getNode("w3").Annotations[inplacev1.DesiredPlanAnnotation]
-	f.agentReports("w3", protocol.NodeStatus{PlanHash: hash, Phase: protocol.PhaseApplying, Step: 1, Steps: 2}, false)
+	hash := f.getNode("cache-w3").Annotations[inplacev1.DesiredPlanAnnotation]
+	f.agentReports("cache-w3", protocol.NodeStatus{PlanHash: hash, Phase: protocol.PhaseApplying, Step: 1, Steps: 2}, false)
 
 	n := &requests{}
 	scripted := f.cachedCoordinator(n)
@@ -216,18 +216,18 @@ func TestLingerWaitsOnTheWatch(t *testing.T) {
 	go func() {
 		time.Sleep(1200 * time.Millisecond)
 		quiet <- n.n.Load()
-		f.agentReports("w3", protocol.NodeStatus{PlanHash: hash, Phase: protocol.PhaseCommitted, Step: 2, Steps: 2}, true)
-		f.setKubelet("w3", "v1.36.0")
+		f.agentReports("cache-w3", protocol.NodeStatus{PlanHash: hash, Phase: protocol.PhaseCommitted, Step: 2, Steps: 2}, true)
+		f.setKubelet("cache-w3", "v1.36.0")
 		done <- time.Now()
 	}()
 	before := n.n.Load()
 	resp := call(lingering, req)
 	answered := time.Now()
 	g.Expect(resp.RetryAfterSeconds).To(BeZero(), resp.Message)
-	g.Expect(resp.Message).To(Equal("node w3 runs plan " + hash[:12]))
+	g.Expect(resp.Message).To(Equal("node cache-w3 runs plan " + hash[:12]))
 	g.Expect(<-quiet-before).To(BeZero(), "requests while the call waited for the node")
 	g.Expect(answered.Sub(<-done)).To(BeNumerically("<", time.Second))
-	g.Expect(f.getNode("w3").Spec.Unschedulable).To(BeFalse())
+	g.Expect(f.getNode("cache-w3").Spec.Unschedulable).To(BeFalse())
 }
 
 // TestSecretCache: a body is read once per resourceVersion, a change is read again,
