@@ -69,7 +69,8 @@ func (r *ExtensionReplicas) URL() string {
 // Forwarder is a loopback TCP forwarder: each accepted connection goes to the first
 // backend, in round-robin order from the last one used, that accepts a connection;
 // bytes are copied both ways unchanged (TLS passes through). It counts the
-// connections it handed to each backend.
+// connections it handed to each backend and the bytes each backend answered (with
+// keep-alive, one connection carries many requests: the bytes show who answered).
 type Forwarder struct {
 	ln       net.Listener
 	backends []string
@@ -77,6 +78,7 @@ type Forwarder struct {
 	mu     sync.Mutex
 	next   int
 	counts map[string]int
+	bytes  map[string]int64
 	conns  map[net.Conn]struct{}
 	closed bool
 	wg     sync.WaitGroup
@@ -91,7 +93,7 @@ func StartForwarder(backends []string) (*Forwarder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("forwarder: listen: %w", err)
 	}
-	f := &Forwarder{ln: ln, backends: backends, counts: map[string]int{}, conns: map[net.Conn]struct{}{}}
+	f := &Forwarder{ln: ln, backends: backends, counts: map[string]int{}, bytes: map[string]int64{}, conns: map[net.Conn]struct{}{}}
 	f.wg.Add(1)
 	go f.serve()
 	return f, nil
@@ -106,6 +108,17 @@ func (f *Forwarder) Counts() map[string]int {
 	defer f.mu.Unlock()
 	out := make(map[string]int, len(f.counts))
 	for k, v := range f.counts {
+		out[k] = v
+	}
+	return out
+}
+
+// Answered returns how many bytes each backend sent back so far.
+func (f *Forwarder) Answered() map[string]int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]int64, len(f.bytes))
+	for k, v := range f.bytes {
 		out[k] = v
 	}
 	return out
@@ -185,7 +198,7 @@ func (f *Forwarder) forward(client net.Conn) {
 		f.mu.Unlock()
 	}()
 	done := make(chan struct{}, 2)
-	pipe := func(dst, src net.Conn) {
+	pipe := func(dst net.Conn, src io.Reader) {
 		_, _ = io.Copy(dst, src)
 		// Half-close so the other direction can finish; a full close ends both.
 		if tc, ok := dst.(*net.TCPConn); ok {
@@ -196,9 +209,27 @@ func (f *Forwarder) forward(client net.Conn) {
 		done <- struct{}{}
 	}
 	go pipe(backend, client)
-	go pipe(client, backend)
+	go pipe(client, countingReader{backend, func(n int) {
+		f.mu.Lock()
+		f.bytes[addr] += int64(n)
+		f.mu.Unlock()
+	}})
 	<-done
 	<-done
 	_ = client.Close()
 	_ = backend.Close()
+}
+
+// countingReader reports the size of every read.
+type countingReader struct {
+	r   io.Reader
+	add func(int)
+}
+
+func (c countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if n > 0 {
+		c.add(n)
+	}
+	return n, err
 }

@@ -67,4 +67,7 @@ func TestForwarderSendsEachConnectionToALiveBackend(t *testing.T) {
 	if counts[a.Addr().String()] != 2 || counts[b.Addr().String()] != 5 {
 		t.Fatalf("counts %v, want a 2 and b 5", counts)
 	}
+	if answered := f.Answered(); answered[a.Addr().String()] != 2 || answered[b.Addr().String()] != 5 {
+		t.Fatalf("bytes answered %v, want a 2 and b 5 (one byte per answer)", answered)
+	}
 }
