@@ -19,10 +19,12 @@
 // Kubernetes access (what the agent's RBAC must allow): get/list/watch of the
 // Secret capi-inplace-system/plan-<node> (field selector metadata.name), get/list/
 // watch/patch of Node <node> (its own annotations, agent-key among them), get of the control-plane mirror
-// pods kube-system/<component>-<node> for the static-pod gate. The simulated host
+// pods kube-system/<component>-<node> for the static-pod gate, list of pods with
+// the field selector spec.nodeName=<node> for CEL gates (RBAC grants list of every
+// pod: it cannot require the selector; docs/gates.md). The simulated host
 // additionally patches nodes/status and creates/patches those mirror pods.
 //
-// Imports: internal/agent/{state,executor,journal,artifact,kube}, internal/protocol,
+// Imports: internal/agent/{state,executor,journal,artifact,kube,gate}, internal/protocol,
 // internal/backend{,/registry} (staging, stage.go), internal/atomicfile,
 // api/v1alpha1, client-go and logr.
 package agent

@@ -38,12 +38,15 @@ type Reporter struct {
 	sent *protocol.NodeStatus
 	kick chan struct{}
 	once sync.Once
+	// gates names the running or failed health gate in statuses (gatestatus.go).
+	gates gateStamp
 }
 
 func (r *Reporter) init() { r.once.Do(func() { r.kick = make(chan struct{}, 1) }) }
 
 // Report implements executor.Reporter.
 func (r *Reporter) Report(s protocol.NodeStatus) {
+	r.gates.stamp(&s)
 	// The status is built from errors, and the Node annotation is readable by
 	// every node: whatever secret a path forgot to redact at its source stops here.
 	s.Message = backend.RedactKnownSecrets(s.Message)

@@ -71,6 +71,9 @@ type Options struct {
 	Verbosity   int
 	// Version is logged at start.
 	Version string
+	// QuorumHoldTimeout bounds how long a control-plane plan is held before the
+	// node is touched while the etcd cluster is not whole.
+	QuorumHoldTimeout time.Duration
 }
 
 // NewCommand returns the agent command named use. With a nil sim (product
@@ -108,6 +111,8 @@ systemctl, etcd and reboots are emulated there, and fault files under
 		f.BoolVar(&o.Simulate, "simulate", false, "Emulate the host inside --host-root (tests, demos, CAPI's in-memory clusters).")
 	}
 	f.DurationVar(&o.GateTimeout, "gate-timeout", 5*time.Minute, "How long each health gate may take to pass before the update is rolled back.")
+	f.DurationVar(&o.QuorumHoldTimeout, "etcd-quorum-hold-timeout", gate.DefaultHoldTimeout,
+		"How long a control-plane update waits, before touching the node, for the etcd cluster to be whole; then the update fails with nothing changed (reason EtcdQuorumTimeout).")
 	f.StringVar(&o.NodeConfig, "node-config", agent.NodeConfigPath, "Host path (under --host-root) of the node configuration: the service manager (see docs/agent-node.md); a missing file means systemd.")
 	f.StringVar(&o.HealthAddr, "health-addr", ":9441", "Address of the health probe (/healthz); \"0\" disables it.")
 	f.StringVar(&o.MetricsAddr, "metrics-addr", "0", "Address of the Prometheus metrics (/metrics, docs/metrics.md), e.g. :9442; \"0\" disables them.")
@@ -199,10 +204,11 @@ func Run(ctx context.Context, o Options, sim Simulator) error {
 		return err
 	}
 	kubeHost := &kube.Host{Root: root, Runner: runner, Binaries: binaries, Services: services, Etcd: member}
+	nodeReader := agent.NodeReader{Client: client, NodeName: o.NodeName}
 	x := &executor.Executor{
 		Journal: am.CountedJournal(jr),
 		Kube:    kubeHost,
-		Gates: &gate.Checker{Nodes: agent.NodeReader{Client: client, NodeName: o.NodeName}, Etcd: kubeHost, Runner: runner,
+		Gates: &gate.Checker{Nodes: nodeReader, Pods: nodeReader, Etcd: kubeHost, Runner: runner, Progress: reporter.GateStarted, Holds: &gate.HoldClock{Timeout: o.QuorumHoldTimeout},
 			Timeout: o.GateTimeout, Interval: 2 * time.Second, MaxInterval: 5 * time.Second, CommandTimeout: 30 * time.Second},
 		Backends: lookupBackend(backends),
 		Rebooter: rebooter,

@@ -2,7 +2,8 @@
 // the kubelet reports the target version, the Node is Ready, the control-plane
 // static pods run the target version, the local etcd member is healthy, the
 // whole etcd cluster is (every member healthy, this member voting again), and the
-// plan's user-defined commands pass. BeforeTouch checks the etcd cluster once
+// plan's user-defined gates pass: a command on the host, an HTTP GET from the node
+// (user.go) or a CEL expression over the Node and its pods (internal/celgate). BeforeTouch checks the etcd cluster once
 // before a control-plane plan starts. The etcd gates and BeforeTouch apply only
 // to a node with a local etcd member (protocol.KubernetesPlan.LocalEtcd): with an
 // external etcd the node has none to check. Each gate is polled until it passes or the
@@ -18,7 +19,8 @@
 // dead connection cannot hold a gate: the gate ends at most one attempt after its
 // timeout.
 //
-// Imports: internal/backend, internal/protocol, k8s.io/api and the standard library.
+// Imports: internal/backend, internal/protocol, internal/celgate, k8s.io/api,
+// k8s.io/apimachinery (runtime: objects as JSON for CEL) and the standard library.
 package gate
 
 import (
@@ -77,6 +79,14 @@ type Checker struct {
 	AttemptTimeout time.Duration
 	// CommandTimeout bounds one run of a user gate without its own timeout.
 	CommandTimeout time.Duration
+	// Pods lists the pods bound to the node for CEL gates; nil fails every CEL gate.
+	Pods PodLister
+	// Progress, when set, is told the name of each gate as it starts, so that
+	// status can say which gate runs (and, on failure, which one did not pass).
+	Progress func(gate string)
+	// Holds bounds how long BeforeTouch holds one plan (quorum.go); nil holds
+	// without a bound. Copies of the Checker share it.
+	Holds *HoldClock
 }
 
 // Gate is one named check.
@@ -142,19 +152,7 @@ func (c *Checker) Gates(p *protocol.NodePlan) []Gate {
 		gates = append(gates, Gate{Name: EtcdHealth, Check: c.Etcd.EtcdHealthy}, c.quorumGate())
 	}
 	for _, ug := range p.Gates {
-		timeout := c.CommandTimeout
-		passWithin := time.Duration(ug.PassWithinSeconds) * time.Second
-		if ug.TimeoutSeconds > 0 {
-			timeout = time.Duration(ug.TimeoutSeconds) * time.Second
-		} else if passWithin > 0 && (timeout <= 0 || passWithin < timeout) {
-			// Without its own run timeout a hanging command cannot outlast the
-			// time the gate has to pass.
-			timeout = passWithin
-		}
-		gates = append(gates, Gate{Name: ug.Name, AttemptTimeout: timeout, PassWithin: passWithin, Check: func(ctx context.Context) error {
-			_, err := c.Runner.Run(ctx, backend.Command{Name: ug.Command[0], Args: ug.Command[1:]})
-			return err
-		}})
+		gates = append(gates, c.userGate(ug))
 	}
 	return gates
 }
@@ -188,6 +186,9 @@ func (c *Checker) staticPods(ctx context.Context, node, version string) error {
 // Run polls every gate of the plan in order.
 func (c *Checker) Run(ctx context.Context, p *protocol.NodePlan) error {
 	for _, g := range c.Gates(p) {
+		if c.Progress != nil {
+			c.Progress(g.Name)
+		}
 		if err := c.poll(ctx, g); err != nil {
 			return err
 		}

@@ -2,6 +2,9 @@ package gate
 
 import (
 	"context"
+	"fmt"
+	"sync"
+	"time"
 
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
@@ -10,21 +13,93 @@ import (
 // answers healthy and this node's member is a voting member, not a learner).
 const EtcdQuorum = "etcd-quorum"
 
+// DefaultHoldTimeout is how long BeforeTouch holds a plan when the Checker sets
+// no HoldTimeout: generous, since a member that restarts or a learner that
+// catches up on a large database takes minutes, and a held plan costs nothing.
+const DefaultHoldTimeout = 30 * time.Minute
+
 // quorumGate is the EtcdQuorum gate of a control-plane plan.
 func (c *Checker) quorumGate() Gate {
 	return Gate{Name: EtcdQuorum, Check: c.Etcd.EtcdQuorum}
 }
 
+// HoldClock counts, per plan, how long BeforeTouch has held it: from its first
+// failed check in this process until a check passes.
+type HoldClock struct {
+	// Timeout is how long a plan may be held; zero means DefaultHoldTimeout.
+	Timeout time.Duration
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+
+	mu    sync.Mutex
+	since map[string]time.Time
+}
+
+// observe records one check of plan (err nil: it passed) and returns a
+// *HoldTimeoutError once the plan has been held for the timeout, else err.
+func (h *HoldClock) observe(plan string, err error) error {
+	now := time.Now()
+	if h.Now != nil {
+		now = h.Now()
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err == nil {
+		delete(h.since, plan)
+		return nil
+	}
+	if h.since == nil {
+		h.since = map[string]time.Time{}
+	}
+	since, ok := h.since[plan]
+	if !ok {
+		since = now
+		h.since[plan] = now
+	}
+	limit := h.Timeout
+	if limit <= 0 {
+		limit = DefaultHoldTimeout
+	}
+	if now.Sub(since) >= limit {
+		// The count stays: a caller that could not give the plan up yet gets the
+		// same answer on the next check.
+		return &HoldTimeoutError{Held: limit, Err: err}
+	}
+	return err
+}
+
+// HoldTimeoutError is BeforeTouch's answer once a plan has been held for the
+// hold timeout: the caller gives the plan up (nothing on the node changed).
+type HoldTimeoutError struct {
+	Held time.Duration
+	Err  error
+}
+
+func (e *HoldTimeoutError) Error() string {
+	return fmt.Sprintf("the etcd cluster was not whole within %s: %v", e.Held, e.Err)
+}
+
+func (e *HoldTimeoutError) Unwrap() error { return e.Err }
+
 // BeforeTouch checks, once, what must hold before the agent touches the node for
 // p: on a control-plane node the etcd cluster is whole (EtcdQuorum), so that
 // taking this member down for the update cannot cost the cluster its quorum (a
 // three-member cluster with one member already down has none to spare); a node
-// of an external etcd has no member to take down. Nil when
-// nothing holds the plan back; the caller decides when to check again, and the
-// error says which member.
+// of an external etcd has no member to take down. Nil when nothing holds the
+// plan back; the caller decides when to check again, and the error says which
+// member. Once the same plan has been held for the Holds timeout, the error is a
+// *HoldTimeoutError.
 func (c *Checker) BeforeTouch(ctx context.Context, p *protocol.NodePlan) error {
 	if !p.Kubernetes.LocalEtcd() {
 		return nil
 	}
-	return c.check(ctx, c.quorumGate())
+	err := c.check(ctx, c.quorumGate())
+	if c.Holds == nil || ctx.Err() != nil {
+		return err
+	}
+	hash, hashErr := p.Hash()
+	if hashErr != nil {
+		return err
+	}
+	return c.Holds.observe(hash, err)
 }

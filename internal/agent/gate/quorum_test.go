@@ -61,3 +61,51 @@ func TestEtcdQuorumGate(t *testing.T) {
 		})
 	}
 }
+
+// TestBeforeTouchHoldTimeout: a plan held because the etcd cluster is not whole
+// is given up after the hold timeout, counted from its first failed check; a
+// check that passes starts the count afresh, and each plan has its own count.
+func TestBeforeTouchHoldTimeout(t *testing.T) {
+	g := NewWithT(t)
+	cp := protocol.NewPlan("cp-1")
+	cp.Kubernetes = protocol.KubernetesPlan{Role: protocol.RoleControlPlane, Version: "v1.36.0", Action: protocol.KubeadmUpgradeNode}
+	other := protocol.NewPlan("cp-1")
+	other.Kubernetes = protocol.KubernetesPlan{Role: protocol.RoleControlPlane, Version: "v1.36.1", Action: protocol.KubeadmUpgradeNode}
+	down := errors.New("etcd member m2 is not healthy: no answer")
+	e := &etcd{quorum: down}
+	now := time.Date(2026, 12, 1, 22, 0, 0, 0, time.UTC)
+	c := &Checker{Etcd: e, Holds: &HoldClock{Timeout: 10 * time.Minute, Now: func() time.Time { return now }}}
+	ctx := context.Background()
+	var ht *HoldTimeoutError
+
+	g.Expect(c.BeforeTouch(ctx, cp)).To(MatchError(down))
+	now = now.Add(9 * time.Minute)
+	err := c.BeforeTouch(ctx, cp)
+	g.Expect(errors.As(err, &ht)).To(BeFalse(), "still within the hold timeout: %v", err)
+	g.Expect(c.BeforeTouch(ctx, other)).To(MatchError(down), "another plan's count starts now")
+	now = now.Add(time.Minute)
+	err = c.BeforeTouch(ctx, cp)
+	g.Expect(errors.As(err, &ht)).To(BeTrue(), "error %v", err)
+	g.Expect(ht.Held).To(Equal(10 * time.Minute))
+	g.Expect(err).To(MatchError(down))
+	g.Expect(err.Error()).To(ContainSubstring("the etcd cluster was not whole within 10m0s"))
+	g.Expect(errors.As(c.BeforeTouch(ctx, other), &ht)).To(BeFalse(), "the other plan was held 1 minute")
+
+	// The cluster heals for one check: the count starts again.
+	e.quorum = nil
+	g.Expect(c.BeforeTouch(ctx, other)).To(Succeed())
+	e.quorum = down
+	now = now.Add(9 * time.Minute)
+	g.Expect(errors.As(c.BeforeTouch(ctx, other), &ht)).To(BeFalse())
+
+	// Without a HoldTimeout the default applies.
+	d := &Checker{Etcd: e, Holds: &HoldClock{Now: func() time.Time { return now }}}
+	g.Expect(d.BeforeTouch(ctx, cp)).To(MatchError(down))
+	now = now.Add(DefaultHoldTimeout)
+	g.Expect(errors.As(d.BeforeTouch(ctx, cp), &ht)).To(BeTrue())
+
+	// Without a HoldClock a plan is held without a bound.
+	u := &Checker{Etcd: e}
+	g.Expect(u.BeforeTouch(ctx, cp)).To(MatchError(down))
+	g.Expect(errors.As(u.BeforeTouch(ctx, cp), &ht)).To(BeFalse())
+}

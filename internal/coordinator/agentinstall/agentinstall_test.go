@@ -183,7 +183,7 @@ func TestAgentConfinedToOwnNode(t *testing.T) {
 		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
 	})
 
-	t.Run("pods: control-plane mirror pods readable for the static-pod gate, nothing more", func(t *testing.T) {
+	t.Run("pods: control-plane mirror pods readable for the static-pod gate, pods listable for CEL gates, nothing more", func(t *testing.T) {
 		g := NewWithT(t)
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "kube-apiserver-node-a"},
@@ -192,11 +192,17 @@ func TestAgentConfinedToOwnNode(t *testing.T) {
 		g.Expect(client.IgnoreAlreadyExists(c.Create(ctx, pod))).To(Succeed())
 		_, err := agentA.CoreV1().Pods(metav1.NamespaceSystem).Get(ctx, pod.Name, metav1.GetOptions{})
 		g.Expect(err).NotTo(HaveOccurred())
-		_, err = agentA.CoreV1().Pods(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{})
+		// CEL gates list the node's pods (RBAC cannot require the field selector).
+		list, err := agentA.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=node-a"})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(list.Items).NotTo(BeEmpty())
+		_, err = agentA.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=node-a"})
 		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
 		_, err = agentA.CoreV1().Pods("elsewhere").Get(ctx, "p", metav1.GetOptions{})
 		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
 		err = agentA.CoreV1().Pods(metav1.NamespaceSystem).Delete(ctx, pod.Name, metav1.DeleteOptions{})
+		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
+		_, err = agentA.CoreV1().Pods(metav1.NamespaceSystem).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
 		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
 	})
 }

@@ -96,6 +96,12 @@ func Objects(cfg Config) ([]client.Object, error) {
 			Rules: []rbacv1.PolicyRule{{
 				// patch is confined to the agent's own Node and annotations by PolicyName.
 				APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch"},
+			}, {
+				// CEL gates see the pods bound to the agent's node: the agent lists
+				// them with the field selector spec.nodeName=<node>, which RBAC cannot
+				// require, so this reads every pod's spec and status (never Secrets;
+				// no get, watch or write). docs/gates.md says so.
+				APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"},
 			}},
 		},
 		&rbacv1.ClusterRoleBinding{
