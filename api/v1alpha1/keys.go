@@ -42,6 +42,14 @@ const (
 	// across coordinator restarts. Written only by the coordinator.
 	UpdateStartedAnnotation = GroupName + "/update-started"
 
+	// DrainedAnnotation is set by the coordinator, to an RFC 3339 time, when the
+	// drain of a node update has ended and it starts to wait for the node's volumes
+	// to detach: the Machine's nodeVolumeDetachTimeoutSeconds counts from it, as
+	// Cluster API counts it from the drain's end. A value before the node's
+	// UpdateStartedAnnotation belongs to an earlier update and is ignored.
+	// Written only by the coordinator.
+	DrainedAnnotation = GroupName + "/drained"
+
 	// PlanPublishedAnnotation is set by the coordinator, to an RFC 3339 time, when it
 	// points the node's DesiredPlanAnnotation at a new plan; it dates the agent's
 	// pick-up deadline. Written only by the coordinator.

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/coordinator/drain"
@@ -54,23 +55,25 @@ func (md MachineDrain) DrainOver(elapsed time.Duration) bool {
 }
 
 // VolumeWaitOver reports whether attached volumes are no longer waited for: the
-// Machine skips the wait, or its volume-detach timeout has passed. The coordinator
-// keeps one start time per update, so both timeouts count from the update's start
-// (Cluster API counts the volume-detach timeout from the end of the drain: here
-// the wait can only end sooner).
-func (md MachineDrain) VolumeWaitOver(elapsed time.Duration) bool {
-	return md.SkipVolumeDetach || (md.VolumeDetachTimeout > 0 && elapsed >= md.VolumeDetachTimeout)
+// Machine skips the wait, or its volume-detach timeout has passed since the drain
+// ended (sinceDrained), as Cluster API counts it.
+func (md MachineDrain) VolumeWaitOver(sinceDrained time.Duration) bool {
+	return md.SkipVolumeDetach || (md.VolumeDetachTimeout > 0 && sinceDrained >= md.VolumeDetachTimeout)
 }
 
 // DrainMachineVerdict turns one drain attempt (and the volumes still attached,
 // when the drain is done) into a decision: ok means the node may be updated.
 // Without a Machine drain timeout the policy's timeout bounds drain and volume
 // detach together and ends in a failure; with one, the drain waits until it and
-// then goes on.
-func DrainMachineVerdict(node string, md MachineDrain, res drain.Result, volumes []string, started, now time.Time, policyTimeout time.Duration) (Decision, bool) {
-	var elapsed time.Duration
+// then goes on. The Machine's volume-detach timeout counts from drained, when the
+// drain ended (zero: now, it just ended).
+func DrainMachineVerdict(node string, md MachineDrain, res drain.Result, volumes []string, started, drained, now time.Time, policyTimeout time.Duration) (Decision, bool) {
+	var elapsed, sinceDrained time.Duration
 	if !started.IsZero() {
 		elapsed = max(now.Sub(started), 0)
+	}
+	if !drained.IsZero() {
+		sinceDrained = max(now.Sub(drained), 0)
 	}
 	if !res.Done {
 		if md.DrainTimeout > 0 {
@@ -79,7 +82,7 @@ func DrainMachineVerdict(node string, md MachineDrain, res drain.Result, volumes
 		}
 		return DrainVerdict(node, res, started, now, policyTimeout)
 	}
-	if len(volumes) == 0 || md.VolumeWaitOver(elapsed) {
+	if len(volumes) == 0 || md.VolumeWaitOver(sinceDrained) {
 		return Decision{}, true
 	}
 	what := volumes[0]
@@ -123,19 +126,56 @@ func (c *Coordinator) attemptDrain(ctx context.Context, s *scope) (drain.Result,
 		s.node.Name, c.drainOptions())
 }
 
+// drainedAt is when this update's drain ended (DrainedAnnotation), zero when it
+// has not or the mark belongs to an earlier update (it is older than started).
+func drainedAt(node client.Object, started time.Time) time.Time {
+	drained, err := time.Parse(time.RFC3339, node.GetAnnotations()[inplacev1.DrainedAnnotation])
+	if err != nil || started.IsZero() || drained.Before(started) {
+		return time.Time{}
+	}
+	return drained
+}
+
+// markDrained records on the node when this update's drain ended, once: the
+// Machine's volume-detach timeout counts from it across coordinator restarts.
+func (c *Coordinator) markDrained(ctx context.Context, s *scope, started, now time.Time) (time.Time, error) {
+	if d := drainedAt(s.node, started); !d.IsZero() {
+		return d, nil
+	}
+	before := s.node.DeepCopy()
+	ann := s.node.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	now = now.UTC().Truncate(time.Second)
+	ann[inplacev1.DrainedAnnotation] = now.Format(time.RFC3339)
+	s.node.SetAnnotations(ann)
+	if err := s.wc.Client.Patch(ctx, s.node, client.MergeFrom(before)); err != nil {
+		return time.Time{}, fmt.Errorf("mark node %s drained: %w", s.node.Name, err)
+	}
+	return now, nil
+}
+
 // finishDrain decides on a drain pass (DrainMachineVerdict): once the node is
 // drained it waits for the node's volumes to detach, as Cluster API's machine
 // controller does before it deletes a node, since the agent may reboot it.
 func (c *Coordinator) finishDrain(ctx context.Context, s *scope, res drain.Result) (Outcome, bool) {
-	md, started, now, elapsed := c.drainClock(s)
+	md, started, now, _ := c.drainClock(s)
 	var volumes []string
-	if res.Done && !md.VolumeWaitOver(elapsed) {
+	drained := drainedAt(s.node, started)
+	over := !drained.IsZero() && md.VolumeWaitOver(now.Sub(drained))
+	if res.Done && !md.SkipVolumeDetach && !over {
 		var err error
 		if volumes, err = drain.AttachedVolumes(ctx, s.wc.Client, s.node); err != nil {
 			return c.workloadFailure(s, stepDrain, err), false
 		}
+		if len(volumes) > 0 && md.VolumeDetachTimeout > 0 {
+			if drained, err = c.markDrained(ctx, s, started, now); err != nil {
+				return c.workloadFailure(s, stepDrain, err), false
+			}
+		}
 	}
-	d, ok := DrainMachineVerdict(s.node.Name, md, res, volumes, started, now, c.opts.Drain.Timeout)
+	d, ok := DrainMachineVerdict(s.node.Name, md, res, volumes, started, drained, now, c.opts.Drain.Timeout)
 	if ok {
 		return Outcome{}, true
 	}
