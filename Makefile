@@ -17,7 +17,8 @@ help: ## Show this help.
 # PRODUCT_FLAGS are the release build's (hack/tools/images goBuild): no local paths,
 # no symbol table or DWARF (stack traces keep function names and lines).
 PRODUCT_FLAGS ?= -trimpath -ldflags "-s -w"
-# capi-inplace: extension and CLI; capi-inplace-agent: the node agent;
+# capi-inplace: extension and CLI; kubectl-inplace: the same CLI as a kubectl plugin
+# (docs/cli.md); capi-inplace-agent: the node agent;
 # capi-inplace-etcd: the agent's etcd helper (etcd's client and etcdutl, in the agent's
 # image beside it); capi-inplace-dev: the demo and the simulated agent (never shipped).
 .PHONY: build
@@ -25,6 +26,7 @@ build: ## Build bin/capi-inplace, bin/capi-inplace-agent (+ its etcd helper) and
 	CGO_ENABLED=0 $(GO) build $(PRODUCT_FLAGS) -o $(BIN)/capi-inplace ./cmd/capi-inplace
 	CGO_ENABLED=0 $(GO) build $(PRODUCT_FLAGS) -o $(BIN)/capi-inplace-agent ./cmd/capi-inplace-agent
 	CGO_ENABLED=0 $(GO) build $(PRODUCT_FLAGS) -o $(BIN)/capi-inplace-etcd ./cmd/capi-inplace-etcd
+	CGO_ENABLED=0 $(GO) build $(PRODUCT_FLAGS) -o $(BIN)/kubectl-inplace ./cmd/kubectl-inplace
 	$(GO) build -o $(BIN)/capi-inplace-dev ./test/cmd/capi-inplace-dev
 
 # Release images without a Docker engine (hack/tools/images, go-containerregistry):
@@ -89,7 +91,7 @@ e2e: tools-capi build ## End-to-end scenarios against real upstream Cluster API.
 	@# A second run, not a second package in the first run: packages run in parallel and
 	@# only one local stack fits on a machine (the in-memory provider's fixed port); -p 1
 	@# runs these two packages one after the other.
-	$(GO) test $(E2E_FLAGS) -p 1 -tags e2e ./cmd/capi-inplace/ ./test/cmd/capi-inplace-dev/ -run 'TestDemo|TestPlanOnLocalStack'
+	$(GO) test $(E2E_FLAGS) -p 1 -tags e2e ./internal/cli/ ./test/cmd/capi-inplace-dev/ -run 'TestDemo|TestPlanOnLocalStack'
 
 # The agent's image for the real-node lane (the agent and its etcd helper, as in the
 # release image), tagged by the binaries' content.

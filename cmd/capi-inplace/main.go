@@ -1,34 +1,27 @@
 // Command capi-inplace is the Cluster API update extension and the operator CLI
-// (status, plan). The node agent is its own binary and image
+// (status, plan; internal/cli, shared with the kubectl plugin cmd/kubectl-inplace). The node agent is its own binary and image
 // (cmd/capi-inplace-agent); the demo and the simulated agent are the test harness
 // binary's (test/cmd/capi-inplace-dev), so that neither the agent nor the
 // extension links test code (test/productdeps).
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/capi-inplace/capi-inplace/internal/cli"
 )
 
 func main() {
 	if err := newRootCommand().ExecuteContext(ctrl.SetupSignalHandler()); err != nil {
 		fmt.Fprintln(os.Stderr, "Error:", err)
-		os.Exit(exitCode(err))
+		// 1 for any error; plan's 2 (a Machine would be replaced) and status's 3 (a
+		// node failed) as internal/cli documents them (docs/cli.md).
+		os.Exit(cli.ExitCode(err))
 	}
-}
-
-// exitCode is 1 for any error, unless a subcommand documents its own code for it
-// (status: 3 when a node failed) by returning an error with an ExitCode method.
-func exitCode(err error) int {
-	var coded interface{ ExitCode() int }
-	if errors.As(err, &coded) {
-		return coded.ExitCode()
-	}
-	return 1
 }
 
 func newRootCommand() *cobra.Command {
@@ -43,9 +36,9 @@ worker nodes, with drain, health gates and automatic rollback.`,
 	}
 	root.AddCommand(
 		newExtensionCommand(),
-		newStatusCommand(),
-		newPlanCommand(),
-		newVersionCommand(),
+		cli.NewStatusCommand("capi-inplace"),
+		cli.NewPlanCommand("capi-inplace"),
+		cli.NewVersionCommand(version),
 	)
 	return root
 }

@@ -28,6 +28,16 @@ func RenderJSON(w io.Writer, r Report) error {
 // RenderTable writes the Report as text: a header, one row per Machine, then why,
 // with Machines that share the same explanation grouped, and a summary line.
 func RenderTable(w io.Writer, r Report) error {
+	return renderTable(w, r, false)
+}
+
+// RenderWideTable is RenderTable with more columns (-o wide): each Machine's Node and
+// the path Cluster API would take (the hook it asks, or why it replaces).
+func RenderWideTable(w io.Writer, r Report) error {
+	return renderTable(w, r, true)
+}
+
+func renderTable(w io.Writer, r Report, wide bool) error {
 	var buf bytes.Buffer
 	fmt.Fprintf(&buf, "CLUSTER %s/%s\n", r.Namespace, r.Cluster)
 	if r.Change != "" {
@@ -41,10 +51,18 @@ func RenderTable(w io.Writer, r Report) error {
 	} else {
 		var tbl bytes.Buffer
 		tw := tabwriter.NewWriter(&tbl, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "MACHINE\tROLE\tOWNER\tVERSION\tVERDICT\tDRAIN\tREBOOT\tBACKEND")
+		header := "MACHINE\tROLE\tOWNER\tVERSION\tVERDICT\tDRAIN\tREBOOT\tBACKEND"
+		if wide {
+			header += "\tNODE\tPATH"
+		}
+		fmt.Fprintln(tw, header)
 		for _, m := range r.Machines {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, m.Role, dash(m.Owner), versionCell(m),
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", m.Name, m.Role, dash(m.Owner), versionCell(m),
 				m.Verdict, drainCell(m), rebootCell(m), backendCell(m))
+			if wide {
+				fmt.Fprintf(tw, "\t%s\t%s", dash(m.Node), dash(m.Path))
+			}
+			fmt.Fprintln(tw)
 		}
 		_ = tw.Flush() // writes to a bytes.Buffer, which cannot fail
 		for line := range strings.Lines(tbl.String()) {

@@ -20,5 +20,5 @@
 //     the plan it is asked to run; the CLI turns it into a distinct exit code.
 //
 // Imports: api/v1alpha1, internal/protocol, internal/fleet, Cluster API's core v1beta2 types and
-// util/conditions, k8s core types; client-go and controller-runtime only in gather.go.
+// util/conditions, k8s core types, sigs.k8s.io/yaml (-o yaml); client-go and controller-runtime only in gather.go.
 package status

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"sigs.k8s.io/yaml"
 )
 
 // barWidth is the number of cells of a progress bar.
@@ -35,8 +37,31 @@ func RenderJSON(w io.Writer, r Report, indent bool) error {
 	return nil
 }
 
+// RenderYAML writes the Report as one YAML document with the JSON document's field
+// names (sigs.k8s.io/yaml), so that yq and jq read the same schema.
+func RenderYAML(w io.Writer, r Report) error {
+	b, err := yaml.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encode status report: %w", err)
+	}
+	if _, err := w.Write(b); err != nil {
+		return fmt.Errorf("write status report: %w", err)
+	}
+	return nil
+}
+
 // RenderTable writes the Report as text: one block per Cluster, one row per Machine.
 func RenderTable(w io.Writer, r Report) error {
+	return renderTable(w, r, false)
+}
+
+// RenderWideTable is RenderTable with more columns (-o wide): the Node, Cluster API's
+// Machine phase, the desired plan and when the agent last reported.
+func RenderWideTable(w io.Writer, r Report) error {
+	return renderTable(w, r, true)
+}
+
+func renderTable(w io.Writer, r Report, wide bool) error {
 	var buf bytes.Buffer
 	if len(r.Clusters) == 0 {
 		where := "namespace " + r.Namespace
@@ -49,7 +74,7 @@ func RenderTable(w io.Writer, r Report) error {
 		if i > 0 {
 			buf.WriteByte('\n')
 		}
-		renderCluster(&buf, c)
+		renderCluster(&buf, c, wide)
 	}
 	if len(r.Clusters) > 0 {
 		fmt.Fprintf(&buf, "\n%d machines: %d in progress, %d failed", r.Summary.Machines, r.Summary.InProgress, r.Summary.Failed)
@@ -70,7 +95,7 @@ func RenderTable(w io.Writer, r Report) error {
 	return nil
 }
 
-func renderCluster(buf *bytes.Buffer, c ClusterView) {
+func renderCluster(buf *bytes.Buffer, c ClusterView, wide bool) {
 	fmt.Fprintf(buf, "CLUSTER %s/%s\n", c.Namespace, c.Name)
 	if c.Paused {
 		buf.WriteString("  paused: no new node update starts\n")
@@ -88,12 +113,20 @@ func renderCluster(buf *bytes.Buffer, c ClusterView) {
 	}
 	var tbl bytes.Buffer
 	tw := tabwriter.NewWriter(&tbl, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "MACHINE\tROLE\tVERSION\tKUBELET\tPHASE\tPROGRESS\tDRAIN\tELAPSED\tUPDATING\tUP-TO-DATE\tDETAILS")
+	header := "MACHINE\tROLE\tVERSION\tKUBELET\tPHASE\tPROGRESS\tDRAIN\tELAPSED\tUPDATING\tUP-TO-DATE\t"
+	if wide {
+		header += "NODE\tMACHINE-PHASE\tPLAN\tREPORTED\t"
+	}
+	fmt.Fprintln(tw, header+"DETAILS")
 	for _, m := range c.Machines {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t",
 			m.Name, m.Role, dash(m.Version), dash(m.KubeletVersion),
 			phaseCell(m, c.WorkloadReachable), progressCell(m), drainCell(m.Drain), elapsedCell(m),
-			condCell(m.Conditions.Updating), condCell(m.Conditions.UpToDate), details(m))
+			condCell(m.Conditions.Updating), condCell(m.Conditions.UpToDate))
+		if wide {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t", dash(m.Node), dash(m.MachinePhase), dash(m.DesiredPlan), reportedCell(m))
+		}
+		fmt.Fprintln(tw, details(m))
 	}
 	_ = tw.Flush() // writes to a bytes.Buffer, which cannot fail
 	// tabwriter pads every cell but the last; drop the padding an empty last cell leaves.
@@ -148,6 +181,14 @@ func drainCell(d Drain) string {
 		return "blocked"
 	}
 	return "?"
+}
+
+// reportedCell is when the agent last reported on the plan (RFC 3339, UTC).
+func reportedCell(m MachineView) string {
+	if m.UpdatedAt == nil {
+		return "-"
+	}
+	return m.UpdatedAt.UTC().Format(time.RFC3339)
 }
 
 func elapsedCell(m MachineView) string {

@@ -6,9 +6,13 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
+	"sigs.k8s.io/yaml"
 )
 
 // update rewrites the golden files: go test ./internal/status -run Golden -update.
@@ -46,6 +50,16 @@ func TestRenderGolden(t *testing.T) {
 			render: func(b *bytes.Buffer, r Report) error { return RenderJSON(b, r, true) },
 		},
 		{
+			name:   "table-wide-rollout",
+			report: Build(rolloutSnapshot(t), now),
+			render: func(b *bytes.Buffer, r Report) error { return RenderWideTable(b, r) },
+		},
+		{
+			name:   "yaml-rollout",
+			report: Build(rolloutSnapshot(t), now),
+			render: func(b *bytes.Buffer, r Report) error { return RenderYAML(b, r) },
+		},
+		{
 			name:   "table-empty-namespace",
 			report: Build(Snapshot{Namespace: "team-a"}, now),
 			render: func(b *bytes.Buffer, r Report) error { return RenderTable(b, r) },
@@ -81,6 +95,65 @@ func TestJSONRoundTrip(t *testing.T) {
 	var back Report
 	g.Expect(json.Unmarshal(b.Bytes(), &back)).To(Succeed())
 	g.Expect(back).To(Equal(r))
+}
+
+// TestYAMLRoundTrip: -o yaml is the JSON document's schema, and decodes back to the
+// same Report.
+func TestYAMLRoundTrip(t *testing.T) {
+	g := NewWithT(t)
+	r := Build(rolloutSnapshot(t), now)
+	var b bytes.Buffer
+	g.Expect(RenderYAML(&b, r)).To(Succeed())
+	g.Expect(b.String()).To(HavePrefix("apiVersion: " + ReportAPIVersion + "\n"))
+	var back Report
+	g.Expect(yaml.UnmarshalStrict(b.Bytes(), &back)).To(Succeed())
+	g.Expect(back).To(Equal(r))
+}
+
+// TestWideTable: -o wide has every column of the table plus NODE, MACHINE-PHASE,
+// PLAN and REPORTED, with DETAILS still last.
+func TestWideTable(t *testing.T) {
+	g := NewWithT(t)
+	r := Build(rolloutSnapshot(t), now)
+	var narrow, wide bytes.Buffer
+	g.Expect(RenderTable(&narrow, r)).To(Succeed())
+	g.Expect(RenderWideTable(&wide, r)).To(Succeed())
+	header := func(out string) []string {
+		for line := range strings.Lines(out) {
+			if strings.HasPrefix(line, "MACHINE ") {
+				return strings.Fields(line)
+			}
+		}
+		return nil
+	}
+	n, w := header(narrow.String()), header(wide.String())
+	g.Expect(n).NotTo(BeEmpty())
+	g.Expect(w).To(Equal(append(slices.Clone(n[:len(n)-1]), "NODE", "MACHINE-PHASE", "PLAN", "REPORTED", "DETAILS")))
+	// A machine whose agent reported: its node, CAPI phase, plan hash and report
+	// time, read at the NODE column's offset (PROGRESS cells hold a space).
+	var headerLine string
+	for line := range strings.Lines(wide.String()) {
+		if strings.HasPrefix(line, "MACHINE ") && headerLine == "" {
+			headerLine = line // the first cluster's block (each block aligns its own columns)
+		}
+	}
+	col := strings.Index(headerLine, " NODE ") + 1
+	var row []string
+	for _, c := range r.Clusters[:1] {
+		for _, m := range c.Machines {
+			if m.UpdatedAt == nil || row != nil {
+				continue
+			}
+			for line := range strings.Lines(wide.String()) {
+				if strings.HasPrefix(line, m.Name+" ") {
+					row = strings.Fields(line[col:])
+				}
+			}
+			g.Expect(len(row)).To(BeNumerically(">=", 4), "row of %s", m.Name)
+			g.Expect(row[:4]).To(Equal([]string{m.Node, m.MachinePhase, m.DesiredPlan, m.UpdatedAt.Format(time.RFC3339)}))
+		}
+	}
+	g.Expect(row).NotTo(BeNil(), "the rollout fixture has a machine whose agent reported")
 }
 
 func TestBar(t *testing.T) {

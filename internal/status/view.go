@@ -152,6 +152,8 @@ type MachineView struct {
 	// now, or to the last update once the phase is terminal.
 	StartedAt      *time.Time `json:"startedAt,omitempty"`
 	ElapsedSeconds int64      `json:"elapsedSeconds"`
+	// UpdatedAt is when the agent last reported on the plan.
+	UpdatedAt *time.Time `json:"updatedAt,omitempty"`
 
 	Drain      Drain        `json:"drain"`
 	Conditions MachineConds `json:"conditions"`
@@ -379,6 +381,10 @@ func nodeSide(mv *MachineView, node *corev1.Node, now time.Time) {
 				end = st.UpdatedAt
 			}
 			mv.ElapsedSeconds = seconds(end.Sub(start))
+		}
+		if !st.UpdatedAt.IsZero() {
+			at := st.UpdatedAt.UTC()
+			mv.UpdatedAt = &at
 		}
 	case mv.DesiredPlan != "" && mv.DesiredPlan == mv.CurrentPlan:
 		// Committed earlier; the status annotation is gone or about an older plan.

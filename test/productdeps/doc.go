@@ -2,7 +2,8 @@
 // product binaries: capi-inplace (extension and CLI) and capi-inplace-agent (the
 // node agent) must not link the simulated host or OS backend, the local Cluster API
 // stack, the demo, the bench, envtest or the repository's test helpers. The harness
-// binary (test/cmd/capi-inplace-dev) links them instead.
+// binary (test/cmd/capi-inplace-dev) links them instead. The kubectl plugin
+// (cmd/kubectl-inplace) is a product too, and links only the CLI.
 //
 // Why a dependency test rather than a separate test module or build tags: the
 // harness packages import internal packages of the product (the agent, the

@@ -10,7 +10,7 @@ import (
 const module = "github.com/capi-inplace/capi-inplace"
 
 // products are the shipped binaries.
-var products = []string{module + "/cmd/capi-inplace", module + "/cmd/capi-inplace-agent", module + "/cmd/capi-inplace-etcd"}
+var products = []string{module + "/cmd/capi-inplace", module + "/cmd/capi-inplace-agent", module + "/cmd/capi-inplace-etcd", module + "/cmd/kubectl-inplace"}
 
 // harness are the packages (and package trees, with a trailing "/") no product
 // binary may link.
@@ -103,6 +103,23 @@ func TestAgentLinksNoExtension(t *testing.T) {
 func TestExtensionRunsNoAgent(t *testing.T) {
 	if bad := linked(deps(t, module+"/cmd/capi-inplace"), []string{module + "/internal/agent/agentcmd", module + "/internal/agent/executor"}); len(bad) > 0 {
 		t.Errorf("capi-inplace links the node agent:\n  %s", strings.Join(bad, "\n  "))
+	}
+}
+
+// TestPluginLinksOnlyTheCLI: the kubectl plugin runs on operators' machines and
+// reads the management cluster; it has neither the extension's side (hooks,
+// coordinator, guard, single-node controller) nor the node agent nor etcd.
+func TestPluginLinksOnlyTheCLI(t *testing.T) {
+	list := deps(t, module+"/cmd/kubectl-inplace")
+	forbidden := []string{
+		module + "/internal/extension", module + "/internal/coordinator", module + "/internal/guard",
+		module + "/internal/singlenode", module + "/internal/agent/", "go.etcd.io/etcd/",
+	}
+	if bad := linked(list, forbidden); len(bad) > 0 {
+		t.Errorf("kubectl-inplace links more than the CLI:\n  %s", strings.Join(bad, "\n  "))
+	}
+	if len(linked(list, []string{module + "/internal/cli"})) == 0 {
+		t.Errorf("kubectl-inplace does not link internal/cli: update this test")
 	}
 }
 

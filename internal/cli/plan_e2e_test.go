@@ -1,6 +1,6 @@
 //go:build e2e
 
-package main
+package cli
 
 import (
 	"context"
@@ -31,7 +31,7 @@ import (
 // minors up, workers in place for a files change, and that plan never writes (specs'
 // generations do not move; the controllers keep writing status).
 //
-// go test -tags e2e ./cmd/capi-inplace -run TestPlanOnLocalStack (needs make tools-capi).
+// go test -tags e2e ./internal/cli -run TestPlanOnLocalStack (needs make tools-capi).
 func TestPlanOnLocalStack(t *testing.T) {
 	g := NewWithT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -108,7 +108,7 @@ func TestPlanOnLocalStack(t *testing.T) {
 	g.Expect(verdicts(report(out))).To(Equal(map[string]int{"control-plane/in-place": 3, "worker/in-place": 2}))
 
 	out, err = run(topology("v1.37.0"), "-o", "json")
-	g.Expect(exitCode(err)).To(Equal(exitReplace))
+	g.Expect(ExitCode(err)).To(Equal(ExitReplace))
 	r := report(out)
 	g.Expect(verdicts(r)).To(Equal(map[string]int{"control-plane/replace": 3, "worker/replace": 2}))
 	for _, m := range r.Machines {

@@ -1,8 +1,7 @@
-package main
+package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,10 +12,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/capi-inplace/capi-inplace/internal/backend"
 	"github.com/capi-inplace/capi-inplace/internal/backend/none"
@@ -26,33 +25,29 @@ import (
 	"github.com/capi-inplace/capi-inplace/internal/preview"
 )
 
-// exitReplace is plan's exit code when at least one Machine would be replaced, so
-// that a CI pipeline can refuse a change that would recreate machines. Any other
-// error (flags, policy file, change file, management cluster, unknown Cluster) exits 1.
-const exitReplace = 2
-
 // newManagementClient connects to the management cluster. plan only reads through
 // it; the test wraps it with an interceptor that fails every write.
 type newManagementClient func(cfg *rest.Config, scheme *runtime.Scheme) (client.Client, error)
 
 type planOptions struct {
-	kubeconfig  string
-	kubeContext string
-	namespace   string
-	policyFile  string
-	filename    string
-	output      string
-	newClient   newManagementClient
+	kube       kubeFlags
+	policyFile string
+	filename   string
+	output     string
+	prog       string
+	newClient  newManagementClient
 }
 
-func newPlanCommand() *cobra.Command {
-	return newPlanCommandWith(func(cfg *rest.Config, scheme *runtime.Scheme) (client.Client, error) {
+// NewPlanCommand is `<prog> plan`; prog is how the user typed the CLI
+// ("capi-inplace" or "kubectl inplace"), for the examples.
+func NewPlanCommand(prog string) *cobra.Command {
+	return newPlanCommandWith(prog, func(cfg *rest.Config, scheme *runtime.Scheme) (client.Client, error) {
 		return client.New(cfg, client.Options{Scheme: scheme})
 	})
 }
 
-func newPlanCommandWith(newClient newManagementClient) *cobra.Command {
-	o := &planOptions{newClient: newClient}
+func newPlanCommandWith(prog string, newClient newManagementClient) *cobra.Command {
+	o := &planOptions{prog: prog, newClient: newClient}
 	cmd := &cobra.Command{
 		Use:   "plan [cluster]",
 		Short: "Say, per machine, whether a change would go in place or replace it (no writes)",
@@ -72,14 +67,15 @@ plan never writes to the management cluster. It assumes Cluster API runs with th
 InPlaceUpdates and RuntimeSDK feature gates and that capi-inplace answers the in-place
 hooks for the Cluster's namespace; --policy-file should be the extension's policy.
 
--o json prints one document (apiVersion plan.inplace.capi-inplace.dev/v1alpha1, kind
-InPlacePlan; see docs/plan.md).
+-o wide adds each Machine's node and the hook path Cluster API would take. -o json
+and -o yaml print one document (apiVersion plan.inplace.capi-inplace.dev/v1alpha1,
+kind InPlacePlan; see docs/plan.md).
 
 Exit codes: 0 no machine would be replaced; 2 at least one machine would be
 replaced; 1 the command failed.`,
-		Example: `  capi-inplace plan my-cluster -n clusters
-  capi-inplace plan -n clusters -f upgrade.yaml --policy-file policy.yaml
-  capi-inplace plan my-cluster -f upgrade.yaml -o json | jq '.machines[] | {name, verdict, reasons}'`,
+		Example: strings.NewReplacer("PROG", prog).Replace(`  PROG plan my-cluster -n clusters
+  PROG plan -n clusters -f upgrade.yaml --policy-file policy.yaml
+  PROG plan my-cluster -f upgrade.yaml -o json | jq '.machines[] | {name, verdict, reasons}'`),
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cluster := ""
@@ -90,20 +86,20 @@ replaced; 1 the command failed.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the management cluster (default: $KUBECONFIG or ~/.kube/config)")
-	f.StringVar(&o.kubeContext, "context", "", "kubeconfig context to use")
-	f.StringVarP(&o.namespace, "namespace", "n", "", "namespace of the Cluster (default: the change's namespace, else the context's, else \"default\")")
+	// -n: the Cluster's namespace (default: the change's namespace, else the context's, else "default").
+	o.kube = newKubeFlags(f)
 	f.StringVar(&o.policyFile, "policy-file", "", "the extension's policy file (YAML or JSON); empty means the built-in policy")
 	f.StringVarP(&o.filename, "filename", "f", "", "proposed change: a YAML file of one or more objects (- reads stdin)")
-	f.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
+	addOutputFlag(f, &o.output)
 	return cmd
 }
 
 func (o *planOptions) run(ctx context.Context, out io.Writer, in io.Reader, cluster string) error {
-	if o.output != "table" && o.output != "json" {
-		return fmt.Errorf("--output must be table or json, not %q", o.output)
+	output, err := parseOutput(o.output)
+	if err != nil {
+		return err
 	}
-	pol, err := loadPolicy(o.policyFile)
+	pol, err := LoadPolicy(o.policyFile)
 	if err != nil {
 		return err
 	}
@@ -117,7 +113,7 @@ func (o *planOptions) run(ctx context.Context, out io.Writer, in io.Reader, clus
 	}
 	if cluster == "" {
 		if cluster = preview.ClusterNameOf(change); cluster == "" {
-			return errors.New("name the Cluster: capi-inplace plan <cluster> [-f change.yaml]")
+			return fmt.Errorf("name the Cluster: %s plan <cluster> [-f change.yaml]", o.prog)
 		}
 	}
 	c, namespace, err := o.connect(change)
@@ -145,9 +141,14 @@ func (o *planOptions) run(ctx context.Context, out io.Writer, in io.Reader, clus
 	if err != nil {
 		return err
 	}
-	if o.output == "json" {
+	switch output {
+	case OutputJSON:
 		err = preview.RenderJSON(out, r)
-	} else {
+	case OutputYAML:
+		err = renderYAML(out, r)
+	case OutputWide:
+		err = preview.RenderWideTable(out, r)
+	default:
 		err = preview.RenderTable(out, r)
 	}
 	if err != nil {
@@ -179,7 +180,7 @@ func (o *planOptions) readChange(in io.Reader) ([]*unstructured.Unstructured, er
 	return change, nil
 }
 
-// exitForPlan turns replaced machines into exitReplace.
+// exitForPlan turns replaced machines into ExitReplace.
 func exitForPlan(r preview.Report) error {
 	var replaced []string
 	for _, m := range r.Machines {
@@ -190,33 +191,31 @@ func exitForPlan(r preview.Report) error {
 	if len(replaced) == 0 {
 		return nil
 	}
-	return &exitError{code: exitReplace, err: fmt.Errorf("%d machine(s) would be replaced: %s", len(replaced), strings.Join(replaced, ", "))}
+	return &exitError{code: ExitReplace, err: fmt.Errorf("%d machine(s) would be replaced: %s", len(replaced), strings.Join(replaced, ", "))}
 }
 
 // connect builds the management cluster client the way kubectl does and returns the
 // namespace to look at.
 func (o *planOptions) connect(change []*unstructured.Unstructured) (client.Reader, string, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = o.kubeconfig
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: o.kubeContext})
-	cfg, err := cc.ClientConfig()
+	cfg, err := o.kube.restConfig("capi-inplace-plan")
 	if err != nil {
-		return nil, "", fmt.Errorf("load kubeconfig of the management cluster: %w", err)
+		return nil, "", err
 	}
-	cfg.UserAgent = "capi-inplace-plan"
 	if cfg.QPS == 0 {
 		// One Get per referenced object: allow what kubectl allows, not client-go's 5/s.
 		cfg.QPS, cfg.Burst = 50, 300
 	}
-	namespace := o.namespace
-	for _, u := range change {
-		if namespace == "" {
-			namespace = u.GetNamespace()
-		}
+	namespace, explicit, err := o.kube.namespace()
+	if err != nil {
+		return nil, "", err
 	}
-	if namespace == "" {
-		if namespace, _, err = cc.Namespace(); err != nil {
-			return nil, "", fmt.Errorf("namespace from kubeconfig: %w", err)
+	if !explicit {
+		// No -n: the change's namespace, else the context's.
+		for _, u := range change {
+			if ns := u.GetNamespace(); ns != "" {
+				namespace = ns
+				break
+			}
 		}
 	}
 	scheme := runtime.NewScheme()
@@ -270,4 +269,17 @@ type refusingRunner struct{}
 
 func (refusingRunner) Run(_ context.Context, cmd backend.Command) (backend.Result, error) {
 	return backend.Result{}, fmt.Errorf("plan runs no commands (asked to run %s)", cmd)
+}
+
+// renderYAML writes a plan report as YAML: the JSON document's fields, so that
+// `yq` and `jq` see the same names.
+func renderYAML(w io.Writer, r preview.Report) error {
+	b, err := yaml.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encode plan: %w", err)
+	}
+	if _, err := w.Write(b); err != nil {
+		return fmt.Errorf("write plan: %w", err)
+	}
+	return nil
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -13,39 +13,23 @@ import (
 	"golang.org/x/term"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/tools/clientcmd"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/capi-inplace/capi-inplace/internal/status"
 )
 
-// exitNodeFailed is status's exit code when at least one node's in-place plan ended
-// Failed or RolledBack. Any other error (bad flags, unreachable management cluster,
-// unknown Cluster) exits 1.
-const exitNodeFailed = 3
-
-// exitError carries a process exit code to main.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
-func (e *exitError) ExitCode() int { return e.code }
-
 type statusOptions struct {
-	kubeconfig    string
-	kubeContext   string
-	namespace     string
+	kube          kubeFlags
 	allNamespaces bool
 	output        string
 	watch         bool
 	interval      time.Duration
 }
 
-func newStatusCommand() *cobra.Command {
+// NewStatusCommand is `<prog> status`; prog is how the user typed the CLI
+// ("capi-inplace" or "kubectl inplace"), for the examples.
+func NewStatusCommand(prog string) *cobra.Command {
 	o := &statusOptions{}
 	cmd := &cobra.Command{
 		Use:   "status [cluster]",
@@ -53,21 +37,27 @@ func newStatusCommand() *cobra.Command {
 		Long: `status shows, for each Machine of the named Cluster (or of every Cluster in the
 namespace), its role, desired Kubernetes version and its node's kubelet version, the
 node agent's phase and step with a progress bar, the node's drain state, the elapsed
-time, Cluster API's Updating and UpToDate conditions, and why an update failed.
+time, Cluster API's Updating and UpToDate conditions, and why an update failed; per
+Cluster, the fleet controls (guard, failure budget per pool, maintenance windows,
+paused, halted, cancelled).
 
-Machines and Clusters are read from the management cluster (--kubeconfig); Nodes from
-each workload cluster through Cluster API's "<cluster>-kubeconfig" Secret. When a
-workload cluster cannot be reached, its machines are still shown from the management
-cluster's data, and the header says so.
+Machines and Clusters are read from the management cluster (--kubeconfig, --context);
+Nodes from each workload cluster through Cluster API's "<cluster>-kubeconfig" Secret.
+When a workload cluster cannot be reached, its machines are still shown from the
+management cluster's data, and the header says so.
 
--o json prints one document (apiVersion status.inplace.capi-inplace.dev/v1alpha1,
-kind InPlaceStatus; see docs/status.md); with --watch, one compact document per line.
+-o wide adds the node, Cluster API's machine phase, the desired plan and when the
+agent last reported. -o json and -o yaml print one document (apiVersion
+status.inplace.capi-inplace.dev/v1alpha1, kind InPlaceStatus; see docs/status.md);
+with --watch, json prints one compact document per line and yaml one document per
+refresh, each starting with "---".
 
 Exit codes: 0 no node failed; 1 the command failed (flags, management cluster,
 unknown Cluster); 3 at least one node's plan ended Failed or RolledBack.`,
-		Example: `  capi-inplace status my-cluster -n clusters
-  capi-inplace status -n clusters -w
-  capi-inplace status my-cluster -o json | jq '.clusters[].machines[] | {name, phase}'`,
+		Example: strings.NewReplacer("PROG", prog).Replace(`  PROG status my-cluster -n clusters
+  PROG status -A -o wide
+  PROG status -n clusters -w
+  PROG status my-cluster -o json | jq '.clusters[].machines[] | {name, phase}'`),
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cluster := ""
@@ -78,20 +68,20 @@ unknown Cluster); 3 at least one node's plan ended Failed or RolledBack.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the management cluster (default: $KUBECONFIG or ~/.kube/config)")
-	f.StringVar(&o.kubeContext, "context", "", "kubeconfig context to use")
-	f.StringVarP(&o.namespace, "namespace", "n", "", "namespace of the Cluster(s) (default: the context's namespace, else \"default\")")
+	o.kube = newKubeFlags(f)
 	f.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "show Clusters of every namespace")
-	f.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
+	addOutputFlag(f, &o.output)
 	f.BoolVarP(&o.watch, "watch", "w", false, "refresh until interrupted (Ctrl-C)")
 	f.DurationVar(&o.interval, "interval", 2*time.Second, "refresh interval for --watch")
 	return cmd
 }
 
 func (o *statusOptions) validate(cluster string) error {
-	if o.output != "table" && o.output != "json" {
-		return fmt.Errorf("--output must be table or json, not %q", o.output)
+	out, err := parseOutput(o.output)
+	if err != nil {
+		return err
 	}
+	o.output = out
 	if o.interval <= 0 {
 		return fmt.Errorf("--interval must be positive, not %s", o.interval)
 	}
@@ -134,7 +124,8 @@ func (o *statusOptions) run(ctx context.Context, out, errOut io.Writer, cluster 
 	var last *status.Report
 	tick := time.NewTicker(o.interval)
 	defer tick.Stop()
-	clearScreen := isTerminal(out) && o.output == "table"
+	table := o.output == OutputTable || o.output == OutputWide
+	clearScreen := isTerminal(out) && table
 	for {
 		r, err := look()
 		switch {
@@ -145,7 +136,7 @@ func (o *statusOptions) run(ctx context.Context, out, errOut io.Writer, cluster 
 			fmt.Fprintf(errOut, "%s: %v\n", time.Now().Format(time.TimeOnly), err)
 		default:
 			last = &r
-			if o.output == "table" {
+			if table {
 				if clearScreen {
 					fmt.Fprint(out, "\x1b[H\x1b[2J")
 				}
@@ -154,7 +145,7 @@ func (o *statusOptions) run(ctx context.Context, out, errOut io.Writer, cluster 
 			if err := o.render(out, r, false); err != nil {
 				return err
 			}
-			if o.output == "table" && !clearScreen {
+			if table && !clearScreen {
 				fmt.Fprintln(out)
 			}
 		}
@@ -169,21 +160,33 @@ func (o *statusOptions) run(ctx context.Context, out, errOut io.Writer, cluster 
 	}
 }
 
+// render writes one look; oneShot is false for the refreshes of --watch (compact
+// JSON, one document per line; YAML documents separated by "---").
 func (o *statusOptions) render(out io.Writer, r status.Report, oneShot bool) error {
-	if o.output == "json" {
+	switch o.output {
+	case OutputJSON:
 		return status.RenderJSON(out, r, oneShot)
+	case OutputYAML:
+		if !oneShot {
+			if _, err := io.WriteString(out, "---\n"); err != nil {
+				return fmt.Errorf("write status report: %w", err)
+			}
+		}
+		return status.RenderYAML(out, r)
+	case OutputWide:
+		return status.RenderWideTable(out, r)
 	}
 	return status.RenderTable(out, r)
 }
 
-// exitFor turns failed nodes into exitNodeFailed.
+// exitFor turns failed nodes into ExitNodeFailed.
 func exitFor(r status.Report) error {
 	failed := r.FailedMachines()
 	if len(failed) == 0 {
 		return nil
 	}
 	return &exitError{
-		code: exitNodeFailed,
+		code: ExitNodeFailed,
 		err:  fmt.Errorf("in-place update failed on %d machine(s): %s", len(failed), strings.Join(failed, ", ")),
 	}
 }
@@ -191,19 +194,13 @@ func exitFor(r status.Report) error {
 // gatherer connects to the management cluster the way kubectl does and returns the
 // namespace to look at.
 func (o *statusOptions) gatherer() (status.Gatherer, string, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = o.kubeconfig
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: o.kubeContext})
-	cfg, err := cc.ClientConfig()
+	cfg, err := o.kube.restConfig("capi-inplace-status")
 	if err != nil {
-		return status.Gatherer{}, "", fmt.Errorf("load kubeconfig of the management cluster: %w", err)
+		return status.Gatherer{}, "", err
 	}
-	cfg.UserAgent = "capi-inplace-status"
-	namespace := o.namespace
-	if namespace == "" {
-		if namespace, _, err = cc.Namespace(); err != nil {
-			return status.Gatherer{}, "", fmt.Errorf("namespace from kubeconfig: %w", err)
-		}
+	namespace, _, err := o.kube.namespace()
+	if err != nil {
+		return status.Gatherer{}, "", err
 	}
 	scheme := runtime.NewScheme()
 	if err := clusterv1.AddToScheme(scheme); err != nil {

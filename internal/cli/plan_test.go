@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -172,7 +172,7 @@ spec: {template: {spec: {infrastructureRef: {apiGroup: infrastructure.cluster.x-
 		out, err := run("demo", "-n", "fleet", "-f", twoMinors)
 		var coded interface{ ExitCode() int }
 		g.Expect(errors.As(err, &coded)).To(BeTrue(), "err: %v", err)
-		g.Expect(coded.ExitCode()).To(Equal(exitReplace))
+		g.Expect(coded.ExitCode()).To(Equal(ExitReplace))
 		g.Expect(err).To(MatchError(ContainSubstring("5 machine(s) would be replaced")))
 		for _, m := range append(cp, workers...) {
 			g.Expect(rows(out)).To(HaveKeyWithValue(m, "v1.35.0->v1.37.0 replace yes (by Cluster API) - -"))
@@ -202,7 +202,7 @@ spec: {template: {spec: {infrastructureRef: {apiGroup: infrastructure.cluster.x-
 		}
 		// Without the policy the image maps to no artifact: replaced, exit 2.
 		out, err = run("demo", "-n", "fleet", "-f", osImage)
-		g.Expect(exitCode(err)).To(Equal(exitReplace))
+		g.Expect(ExitCode(err)).To(Equal(ExitReplace))
 		g.Expect(out).To(ContainSubstring("is not mapped to a node-side OS artifact in the policy"))
 	})
 
@@ -236,11 +236,41 @@ spec: {template: {spec: {infrastructureRef: {apiGroup: infrastructure.cluster.x-
 		}
 	})
 
+	t.Run("yaml output parses back to the json document", func(t *testing.T) {
+		g := NewWithT(t)
+		out, err := run("demo", "-n", "fleet", "-f", twoMinors, "-o", "yaml")
+		g.Expect(ExitCode(err)).To(Equal(ExitReplace), "exit 2 whatever the format")
+		var fromYAML preview.Report
+		g.Expect(sigsyaml.UnmarshalStrict([]byte(out), &fromYAML)).To(Succeed(), out)
+		g.Expect(fromYAML.Kind).To(Equal(preview.ReportKind))
+		g.Expect(fromYAML.Summary).To(Equal(preview.Summary{Machines: 5, Replace: 5}))
+		jsonOut, _ := run("demo", "-n", "fleet", "-f", twoMinors, "-o", "json")
+		var fromJSON preview.Report
+		g.Expect(json.Unmarshal([]byte(jsonOut), &fromJSON)).To(Succeed())
+		g.Expect(fromYAML).To(Equal(fromJSON))
+	})
+
+	t.Run("wide output adds NODE and PATH", func(t *testing.T) {
+		g := NewWithT(t)
+		out, err := run("demo", "-n", "fleet", "-f", files, "-o", "wide")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(out).To(MatchRegexp(`(?m)^MACHINE\s+ROLE\s+OWNER\s+VERSION\s+VERDICT\s+DRAIN\s+REBOOT\s+BACKEND\s+NODE\s+PATH$`))
+		for _, m := range workers {
+			g.Expect(out).To(MatchRegexp(`(?m)^` + m + `\s+worker\s+.*\s+in-place\s+yes\s+no\s+none\s+` + m + `\s+MachineDeployment: CanUpdateMachineSet$`))
+		}
+		for _, m := range cp {
+			g.Expect(out).To(MatchRegexp(`(?m)^` + m + `\s+control-plane\s+.*\s+unchanged\s+-\s+-\s+-\s+` + m + `\s+\S.*$`))
+		}
+		_, err = run("demo", "-n", "fleet", "-o", "xml")
+		g.Expect(err).To(MatchError(ContainSubstring("--output must be one of table, wide, json, yaml")))
+		g.Expect(ExitCode(err)).To(Equal(ExitError))
+	})
+
 	t.Run("unknown cluster: exit 1", func(t *testing.T) {
 		g := NewWithT(t)
 		_, err := run("nope", "-n", "fleet")
 		g.Expect(err).To(MatchError(preview.ErrClusterNotFound))
-		g.Expect(exitCode(err)).To(Equal(1))
+		g.Expect(ExitCode(err)).To(Equal(1))
 	})
 
 	t.Run("no writes", func(t *testing.T) {
@@ -252,7 +282,7 @@ spec: {template: {spec: {infrastructureRef: {apiGroup: infrastructure.cluster.x-
 
 // runPlan runs the plan command in-process and returns what it printed.
 func runPlan(ctx context.Context, newClient newManagementClient, stdin string, args ...string) (string, error) {
-	cmd := newPlanCommandWith(newClient)
+	cmd := newPlanCommandWith("capi-inplace", newClient)
 	var out, errOut bytes.Buffer
 	cmd.SetIn(strings.NewReader(stdin))
 	cmd.SetOut(&out)

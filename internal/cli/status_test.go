@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -26,7 +26,7 @@ import (
 	"github.com/capi-inplace/capi-inplace/internal/status"
 )
 
-// TestStatusCommand runs `capi-inplace status` in-process against a real kube-apiserver
+// TestStatusCommand runs `capi-inplace status` (and so `kubectl inplace status`) in-process against a real kube-apiserver
 // that plays both the management cluster (Clusters, Machines, kubeconfig Secrets) and
 // the workload clusters (Nodes with capi-inplace's annotations): each Cluster's
 // "<cluster>-kubeconfig" Secret points back at the same API server, except for the
@@ -93,12 +93,13 @@ func TestStatusCommand(t *testing.T) {
 	mk.machine("mixed", "edge", "edge-cp-0", true, "v1.36.0", "edge-cp-0", metav1.ConditionTrue)
 
 	run := func(ctx context.Context, args ...string) (string, error) {
-		root := newRootCommand()
+		cmd := NewStatusCommand("capi-inplace")
 		var out, errOut bytes.Buffer
-		root.SetOut(&out)
-		root.SetErr(&errOut)
-		root.SetArgs(append([]string{"status", "--kubeconfig", kubeconfigPath}, args...))
-		err := root.ExecuteContext(ctx)
+		cmd.SetOut(&out)
+		cmd.SetErr(&errOut)
+		cmd.SilenceUsage, cmd.SilenceErrors = true, true
+		cmd.SetArgs(append([]string{"--kubeconfig", kubeconfigPath}, args...))
+		err := cmd.ExecuteContext(ctx)
 		return out.String(), err
 	}
 
@@ -147,8 +148,8 @@ func TestStatusCommand(t *testing.T) {
 		out, err := run(ctx, "-n", "mixed")
 		var coded interface{ ExitCode() int }
 		g.Expect(errors.As(err, &coded)).To(BeTrue(), "error %v carries an exit code", err)
-		g.Expect(coded.ExitCode()).To(Equal(exitNodeFailed))
-		g.Expect(exitCode(err)).To(Equal(3), "main exits with it")
+		g.Expect(coded.ExitCode()).To(Equal(ExitNodeFailed))
+		g.Expect(ExitCode(err)).To(Equal(3), "main exits with it")
 		g.Expect(err.Error()).To(Equal("in-place update failed on 1 machine(s): mixed/broken-md-0 (RolledBack)"))
 		g.Expect(out).To(MatchRegexp(`(?m)^broken-md-0\s+worker\s+v1\.36\.0\s+v1\.35\.0\s+RolledBack\s+\[######----\] 4/6\s+-\s+2m00s\s+True\s+-\s+HealthGateFailed: kubelet did not become Ready$`))
 		g.Expect(out).To(MatchRegexp(`(?m)^CLUSTER mixed/edge\n  workload cluster unreachable, showing management-side data only: .*127\.0\.0\.1:1.*$`))
@@ -193,13 +194,13 @@ func TestStatusCommand(t *testing.T) {
 		g.Expect(err).To(MatchError(status.ErrClusterNotFound))
 		var coded interface{ ExitCode() int }
 		g.Expect(errors.As(err, &coded)).To(BeFalse(), "exit code 1, not the failed-node code")
-		g.Expect(exitCode(err)).To(Equal(1))
+		g.Expect(ExitCode(err)).To(Equal(1))
 	})
 
 	t.Run("bad flags are refused before any API call", func(t *testing.T) {
 		g := NewWithT(t)
-		_, err := run(ctx, "-o", "yaml")
-		g.Expect(err).To(MatchError(ContainSubstring("--output must be table or json")))
+		_, err := run(ctx, "-o", "xml")
+		g.Expect(err).To(MatchError(ContainSubstring("--output must be one of table, wide, json, yaml")))
 		_, err = run(ctx, "demo", "-A")
 		g.Expect(err).To(MatchError(ContainSubstring("--all-namespaces cannot be used with a cluster name")))
 	})
