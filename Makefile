@@ -53,6 +53,22 @@ tools: ## Build kube-apiserver, etcd and kubectl into bin/ (only when missing).
 tools-capi: tools ## Build the upstream Cluster API managers into bin/ (only when missing).
 	hack/tools/build.sh capi
 
+.PHONY: tools-clusterctl
+tools-clusterctl: ## Build bin/clusterctl (Cluster API's, at go.mod's version) for the clusterctl round trip test (only when missing).
+	hack/tools/build.sh clusterctl
+
+# clusterctl's provider contract (hack/release, docs/install.md): the components YAML
+# (config/release rendered, images and settings as ${VAR:=default} variables) and
+# metadata.yaml, in _artifacts/release/runtime-extension-capi-inplace/<version>/ (the
+# layout of a clusterctl local repository; the two files are a GitHub release's assets).
+# RELEASE_VERSION defaults to the tag at HEAD, else a 0.1 development version.
+RELEASE_VERSION ?= $(shell git describe --tags --exact-match --match 'v*' 2>/dev/null || echo v0.1.0-dev)
+RELEASE_REGISTRY ?= ghcr.io/capi-inplace
+
+.PHONY: release-manifests
+release-manifests: ## Write the clusterctl release artifacts for RELEASE_VERSION to _artifacts/release/.
+	$(GO) run ./hack/release/cmd/release-manifests -config config -version $(RELEASE_VERSION) -registry $(RELEASE_REGISTRY) -out $(ROOT)/_artifacts/release
+
 .PHONY: deps
 deps: ## Install the Debian packages the backend tests use (ostree, rauc, ...).
 	hack/install-deps.sh
@@ -65,7 +81,7 @@ lint: ## golangci-lint (.golangci.yml: import rules, aliases, vet, staticcheck, 
 	hack/check-doc-links.sh
 
 .PHONY: test
-test: tools deps lint ## Unit and integration tests (real kube-apiserver and etcd via envtest).
+test: tools tools-clusterctl deps lint ## Unit and integration tests (real kube-apiserver and etcd via envtest; clusterctl round trip).
 	$(GO) test $(TEST_FLAGS) ./...
 	@# The image builder is its own module: reproducible digests, push/pull by digest.
 	cd hack/tools/images && $(GO) test $(TEST_FLAGS) ./...
