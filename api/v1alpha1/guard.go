@@ -8,11 +8,12 @@ const (
 	// KubeadmControlPlane, MachineDeployment, MachineSet or template) to a value of the
 	// operator's choice (a ticket, a reason), lets through the one write that sets or
 	// changes it even though it replaces Machines; the guard records an Event with the
-	// value and what is replaced. The same value never admits a second change: the
-	// next replacement needs a new value. On a Cluster it also admits the writes the
-	// topology controller derives for that Cluster (its KubeadmControlPlane,
-	// MachineDeployments, MachineSets and templates) while it stays on the Cluster;
-	// remove it once the rollout is done.
+	// value, the user and what is replaced. The same value never admits a second
+	// change: the next replacement needs a new value. On a Cluster it also admits the
+	// writes the topology controller derives from the topology it was set with (its
+	// KubeadmControlPlane, MachineDeployments and templates) until the Cluster reports
+	// that topology reconciled; a later spec.topology write that keeps the value is
+	// refused until it removes it or sets a new one.
 	AllowReplaceAnnotation = GroupName + "/allow-replace"
 
 	// GuardAnnotation on a Cluster set to GuardDisabled turns the guard off for that

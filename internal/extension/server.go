@@ -9,6 +9,8 @@ import (
 	runtimecatalog "sigs.k8s.io/cluster-api/api/runtime/catalog"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/cluster-api/exp/runtime/server"
+
+	"github.com/capi-inplace/capi-inplace/internal/planner"
 )
 
 // Handler names, as they appear in discovery and in the ExtensionConfig's status.
@@ -19,7 +21,7 @@ const (
 	// HandlerGenerateUpgradePlan is what a ClusterClass names in
 	// spec.upgrade.external.generateUpgradePlanExtension, with the ExtensionConfig's
 	// name: "generate-upgrade-plan.<ExtensionConfig>".
-	HandlerGenerateUpgradePlan = "generate-upgrade-plan"
+	HandlerGenerateUpgradePlan = planner.UpgradePlanHandler
 )
 
 // updateMachineTimeoutSeconds is UpdateMachine's timeout: the coordinator talks to

@@ -122,15 +122,10 @@ func (h *Handlers) computeGenerateUpgradePlan(ctx context.Context, req *runtimeh
 	if err != nil {
 		return planner.UpgradePlan{}, false, err
 	}
-	stepped := uc.OptedIn && !planner.InPlaceDisabled(req.GetSettings())
-	plan, err := h.planner.UpgradePlan(planner.UpgradePlanInput{
-		FromControlPlane: req.FromControlPlaneKubernetesVersion,
-		FromWorkers:      req.FromWorkersKubernetesVersion,
-		To:               req.ToKubernetesVersion,
-		Versions:         uc.ClassVersions,
-		StepWorkers:      stepped,
-	})
-	return plan, stepped, err
+	in := planner.ChainedUpgradeInput(req.FromControlPlaneKubernetesVersion, req.FromWorkersKubernetesVersion, req.ToKubernetesVersion,
+		uc.ClassVersions, uc.OptedIn, req.GetSettings())
+	plan, err := h.planner.UpgradePlan(in)
+	return plan, in.StepWorkers, err
 }
 
 func upgradeSteps(versions []string) []runtimehooksv1.UpgradeStep {

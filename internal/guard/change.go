@@ -4,6 +4,8 @@ import (
 	"reflect"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/capi-inplace/capi-inplace/internal/preview"
 )
 
 // Change returns the write as a change for preview.Apply: a JSON merge patch (RFC
@@ -12,38 +14,12 @@ import (
 // (fields the write drops become null and are deleted). apiVersion, kind, name and
 // namespace are the written object's.
 func Change(old, written *unstructured.Unstructured) *unstructured.Unstructured {
-	patch := mergePatch(old.Object, written.Object)
-	u := &unstructured.Unstructured{Object: patch}
+	u := &unstructured.Unstructured{Object: preview.MergePatch(old.Object, written.Object)}
 	u.SetAPIVersion(written.GetAPIVersion())
 	u.SetKind(written.GetKind())
 	u.SetName(written.GetName())
 	u.SetNamespace(written.GetNamespace())
 	return u
-}
-
-// mergePatch is the merge patch that turns old into new: new's value where it
-// differs, a nested patch where both are maps, null where new has no key.
-func mergePatch(old, new map[string]any) map[string]any {
-	out := map[string]any{}
-	for k, nv := range new {
-		ov, inOld := old[k]
-		if inOld && reflect.DeepEqual(ov, nv) {
-			continue
-		}
-		om, oldIsMap := ov.(map[string]any)
-		nm, newIsMap := nv.(map[string]any)
-		if inOld && oldIsMap && newIsMap {
-			out[k] = mergePatch(om, nm)
-			continue
-		}
-		out[k] = nv
-	}
-	for k := range old {
-		if _, inNew := new[k]; !inNew {
-			out[k] = nil
-		}
-	}
-	return out
 }
 
 // specChanged reports whether a write changes anything that can make Cluster API

@@ -52,6 +52,9 @@ type Verdict struct {
 	Before *preview.Report
 	// Override is the AllowReplaceAnnotation value that admitted Refusals.
 	Override string
+	// Warnings are for the writer (admission warnings, which kubectl prints): a
+	// topology write judged by its version alone.
+	Warnings []string
 }
 
 // Refusal is one reason one Machine would be replaced.

@@ -324,7 +324,7 @@ func TestMergePatch(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			NewWithT(t).Expect(mergePatch(tt.old, tt.new)).To(Equal(tt.want))
+			NewWithT(t).Expect(preview.MergePatch(tt.old, tt.new)).To(Equal(tt.want))
 		})
 	}
 }

@@ -16,16 +16,17 @@
 //	                   it, unless the write carries a new allow-replace value
 //	metrics.go         refusals by cause kind (preview.CauseKind: a fixed set), writes
 //	                   by kind and result, latency
-//	topology.go        a Cluster.spec.topology write: the desired KubeadmControlPlane,
-//	                   MachineDeployments and templates of the stored and the written
-//	                   Cluster, computed by Cluster API's desired-state generator
-//	                   (exp/topology/desiredstate, read-only), become the changes the
-//	                   topology controller would derive, planned with the write
+//	                   A Cluster.spec.topology write brings the writes the topology
+//	                   controller derives from it (preview's topology.go: Cluster API's
+//	                   desired-state generator, read-only; a chained upgrade through
+//	                   this extension's GenerateUpgradePlan hook by its first step, with
+//	                   the hook's planner), planned with the write
 //
 // Covered writes: Cluster.spec.topology (version, variables, class, control plane,
 // machine deployments: judged at the Cluster write from the derived desired state; when
-// it cannot be computed, by the version alone, and the derived writes are judged when
-// the topology controller makes them), KubeadmControlPlane, MachineDeployment,
+// it cannot be computed, by the version alone with an admission warning, and the
+// derived writes are judged when the topology controller makes them),
+// KubeadmControlPlane, MachineDeployment,
 // KubeadmConfigTemplate and infrastructure machine templates (changed under their name:
 // planned as if rotated, like plan does), MachineSet deletion. Machine deletes are not
 // guarded (docs/guard.md: most are Cluster API's own).
@@ -42,7 +43,6 @@
 //     changes its value, and is recorded in an Event on the object (not on dry runs).
 //
 // Imports: api/v1alpha1, internal/preview, internal/planner, internal/policy,
-// internal/extsettings, Cluster API API types and its exp/topology desiredstate and
-// scope, apimachinery, client-go events, controller-runtime's client and
-// admission, prometheus, internal/metrics (Register).
+// internal/extsettings, Cluster API API types, apimachinery, client-go events,
+// controller-runtime's client and admission, prometheus, internal/metrics (Register).
 package guard

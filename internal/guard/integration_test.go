@@ -355,6 +355,163 @@ func TestGuardAgainstAPIServer(t *testing.T) {
 		out, err := apply(variable(`[{path: /etc/motd, content: "new\n"}]`))
 		g.Expect(err).NotTo(HaveOccurred(), out)
 	})
+	// classCluster creates namespace ns with previewtest's cluster of the ClusterClass
+	// classDocs (adjusted by editClass), its files variable set, then opts ns in.
+	classCluster := func(t *testing.T, ns string, editClass func(*clusterv1.ClusterClass)) {
+		t.Helper()
+		g := NewWithT(t)
+		fx := previewtest.Default()
+		fx.Namespace = ns
+		g.Expect(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fx.Namespace}})).To(Succeed())
+		createFixture(ctx, t, admin, fx)
+		for _, doc := range strings.Split(classDocs, "---\n") {
+			u := &unstructured.Unstructured{}
+			g.Expect(sigsyaml.Unmarshal([]byte(doc), &u.Object)).To(Succeed())
+			u.SetNamespace(fx.Namespace)
+			g.Expect(admin.Create(ctx, u)).To(Succeed(), u.GetKind())
+		}
+		class := &clusterv1.ClusterClass{}
+		g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: fx.Namespace, Name: "in-place"}, class)).To(Succeed())
+		if editClass != nil {
+			editClass(class)
+			g.Expect(admin.Update(ctx, class)).To(Succeed())
+		}
+		class.Status.Variables = []clusterv1.ClusterClassStatusVariable{{Name: "files", Definitions: []clusterv1.ClusterClassStatusVariableDefinition{{
+			From: clusterv1.VariableDefinitionFromInline, Required: ptr.To(true), Schema: class.Spec.Variables[0].Schema,
+		}}}}
+		g.Expect(admin.Status().Update(ctx, class)).To(Succeed())
+		cluster := &clusterv1.Cluster{}
+		g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: fx.Namespace, Name: fx.Cluster}, cluster)).To(Succeed())
+		cluster.Spec.Topology.Variables = []clusterv1.ClusterVariable{{Name: "files", Value: apiextensionsv1.JSON{Raw: []byte(`[{"path":"/etc/motd","content":"control plane\n"}]`)}}}
+		g.Expect(admin.Update(ctx, cluster)).To(Succeed())
+		md := &clusterv1.MachineDeployment{}
+		g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: fx.Namespace, Name: fx.MDName()}, md)).To(Succeed())
+		md.Labels[clusterv1.ClusterTopologyMachineDeploymentNameLabel] = "md-0"
+		g.Expect(admin.Update(ctx, md)).To(Succeed())
+		nsObj := &corev1.Namespace{}
+		g.Expect(admin.Get(ctx, client.ObjectKey{Name: fx.Namespace}, nsObj)).To(Succeed())
+		nsObj.Labels = map[string]string{inplacev1.NamespaceEnabledLabel: "true"}
+		g.Expect(admin.Update(ctx, nsObj)).To(Succeed())
+		// The guard reads through the cache: wait until it holds what was just written.
+		g.Eventually(func(g Gomega) {
+			c, m, cc := &clusterv1.ClusterClass{}, &clusterv1.MachineDeployment{}, &clusterv1.Cluster{}
+			g.Expect(cached.Get(ctx, client.ObjectKey{Namespace: ns, Name: "in-place"}, c)).To(Succeed())
+			g.Expect(c.Status.Variables).NotTo(BeEmpty())
+			g.Expect(cached.Get(ctx, client.ObjectKey{Namespace: ns, Name: fx.MDName()}, m)).To(Succeed())
+			g.Expect(m.Labels).To(HaveKey(clusterv1.ClusterTopologyMachineDeploymentNameLabel))
+			g.Expect(cached.Get(ctx, client.ObjectKey{Namespace: ns, Name: fx.Cluster}, cc)).To(Succeed())
+			g.Expect(cc.Spec.Topology.Variables).NotTo(BeEmpty())
+		}, 20*time.Second, 100*time.Millisecond).Should(Succeed())
+	}
+	t.Run("ClusterClass: a chained upgrade through our GenerateUpgradePlan hook is judged by its first step", func(t *testing.T) {
+		g := NewWithT(t)
+		classCluster(t, "chained", func(c *clusterv1.ClusterClass) {
+			c.Spec.KubernetesVersions = []string{"v1.35.0", "v1.36.0", "v1.36.2", "v1.37.0", "v1.38.0"}
+			c.Spec.Upgrade.External.GenerateUpgradePlanExtension = "generate-upgrade-plan.capi-inplace"
+		})
+		write := func(version, files string) string {
+			return "apiVersion: cluster.x-k8s.io/v1beta2\nkind: Cluster\nmetadata: {name: demo, namespace: chained}\n" +
+				"spec: {topology: {version: " + version + ", variables: [{name: files, value: " + files + "}]}}\n"
+		}
+		// v1.35.0 -> v1.38.0: Cluster API first writes the control plane at v1.36.2 (the
+		// hook's first step; the workers wait), which is in place. The old guard moved
+		// every Machine to v1.38.0 and refused three minors.
+		before := resourceVersions(ctx, t, admin, "chained")
+		out, err := apply(write("v1.38.0", `[{path: /etc/motd, content: "control plane\n"}]`))
+		g.Expect(err).NotTo(HaveOccurred(), out)
+		g.Expect(out).NotTo(ContainSubstring("Warning"), "the desired state was computed, not judged by the version alone")
+		// The derived writes are the topology controller's, which this test does not
+		// run: only the Cluster changed.
+		after := resourceVersions(ctx, t, admin, "chained")
+		for k, rv := range before {
+			if !strings.HasPrefix(k, "Cluster/") {
+				g.Expect(after[k]).To(Equal(rv), k)
+			}
+		}
+		// A genuinely replacing change in the same setup is still refused: the file
+		// moves to another path on the control plane, which is mid-chain (Cluster at
+		// v1.38.0, control plane at v1.35.0).
+		refused(t, "chained", write("v1.38.0", `[{path: /etc/issue, content: "control plane\n"}]`),
+			"Cluster chained/demo", "files /etc/motd are removed", "demo-cp-0")
+	})
+	t.Run("ClusterClass: a topology write judged by its version alone says so in a warning", func(t *testing.T) {
+		g := NewWithT(t)
+		// Another extension's upgrade plan: only Cluster API's RuntimeSDK can ask it.
+		classCluster(t, "external", func(c *clusterv1.ClusterClass) {
+			c.Spec.KubernetesVersions = []string{"v1.35.0", "v1.35.1"}
+			c.Spec.Upgrade.External.GenerateUpgradePlanExtension = "plan.someone-else"
+		})
+		var out string
+		g.Eventually(func() string {
+			out, _ = apply("apiVersion: cluster.x-k8s.io/v1beta2\nkind: Cluster\nmetadata: {name: demo, namespace: external}\nspec: {topology: {version: v1.35.1}}\n")
+			return out
+		}, 20*time.Second, 250*time.Millisecond).Should(ContainSubstring("Warning: capi-inplace guard"))
+		g.Expect(out).To(ContainSubstring(`names the GenerateUpgradePlan extension "plan.someone-else"`))
+		g.Expect(out).To(ContainSubstring("planned by its topology version alone"))
+		cluster := &clusterv1.Cluster{}
+		g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: "external", Name: "demo"}, cluster)).To(Succeed())
+		g.Expect(cluster.Spec.Topology.Version).To(Equal("v1.35.1"), "an in-place change judged by its version goes through")
+	})
+	t.Run("a Cluster's allow-replace admits one change: its write and its derived writes until reconciled", func(t *testing.T) {
+		g := NewWithT(t)
+		classCluster(t, "override", nil)
+		write := func(annotation, files string) string {
+			ann := ""
+			if annotation != "" {
+				ann = ", annotations: {" + inplacev1.AllowReplaceAnnotation + ": " + annotation + "}"
+			}
+			return "apiVersion: cluster.x-k8s.io/v1beta2\nkind: Cluster\nmetadata: {name: demo, namespace: override" + ann + "}\n" +
+				"spec: {topology: {variables: [{name: files, value: " + files + "}]}}\n"
+		}
+		// The replacing change with a new value goes through, recorded with the user.
+		out, err := apply(write("CHG-1", `[{path: /etc/issue, content: "control plane\n"}]`))
+		g.Expect(err).NotTo(HaveOccurred(), out)
+		g.Eventually(func() []string {
+			list := &eventsv1.EventList{}
+			g.Expect(admin.List(ctx, list, client.InNamespace("override"))).To(Succeed())
+			var notes []string
+			for _, e := range list.Items {
+				if e.Reason == inplacev1.EventGuardOverridden && e.Regarding.Kind == "Cluster" {
+					notes = append(notes, e.Note)
+				}
+			}
+			return notes
+		}, 20*time.Second, 250*time.Millisecond).Should(ContainElement(And(ContainSubstring(`"CHG-1"`), ContainSubstring("by operator"), ContainSubstring("demo-cp-0"))))
+
+		// A derived write (the topology controller's MachineDeployment) is admitted by
+		// the Cluster's value until the topology it was set with is reconciled.
+		h, err := guard.NewHandler(guard.Options{Reader: admin, Planner: pl, Policy: policy.Builtin(), Recorder: mgr.GetEventRecorder("test")})
+		g.Expect(err).NotTo(HaveOccurred())
+		fx := previewtest.Default()
+		md := &clusterv1.MachineDeployment{}
+		g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: "override", Name: fx.MDName()}, md)).To(Succeed())
+		replacing := md.DeepCopy()
+		replacing.Spec.Template.Spec.Version = "v1.37.0"
+		req := updateRequest(t, clusterv1.GroupVersion.WithKind("MachineDeployment"), "machinedeployments", md, replacing)
+		resp := h.Handle(ctx, req)
+		g.Expect(resp.Allowed).To(BeTrue(), "%+v", resp.Result)
+		cluster := &clusterv1.Cluster{}
+		g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: "override", Name: "demo"}, cluster)).To(Succeed())
+		cluster.Status.Conditions = []metav1.Condition{{
+			Type: clusterv1.ClusterTopologyReconciledCondition, Status: metav1.ConditionTrue, Reason: "ReconcileSucceeded",
+			ObservedGeneration: cluster.Generation, LastTransitionTime: metav1.Now(),
+		}}
+		g.Expect(admin.Status().Update(ctx, cluster)).To(Succeed())
+		resp = h.Handle(ctx, req)
+		g.Expect(resp.Allowed).To(BeFalse(), "the value is spent once its topology is reconciled")
+		g.Expect(resp.Result.Message).To(ContainSubstring("skips a minor"))
+
+		// A later topology change that keeps the value is refused until it removes it
+		// (back to the file the KubeadmControlPlane holds: in place).
+		back := `[{path: /etc/motd, content: "control plane\n"}]`
+		out, err = apply(write("CHG-1", back))
+		g.Expect(err).To(HaveOccurred(), out)
+		g.Expect(out).To(ContainSubstring("keeps annotation " + inplacev1.AllowReplaceAnnotation + `="CHG-1"`))
+		out, err = kubectl("", "annotate", "cluster", "-n", "override", "demo", inplacev1.AllowReplaceAnnotation+"-")
+		g.Expect(err).NotTo(HaveOccurred(), out)
+		out, err = apply(write("", back))
+		g.Expect(err).NotTo(HaveOccurred(), out)
+	})
 	t.Run("refusals are counted by reason", func(t *testing.T) {
 		g := NewWithT(t)
 		counts := refusalCounts(t, reg)

@@ -211,6 +211,10 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 		// MachineDeployment, which the guard judges at its own write.
 		return admission.Allowed(""), ResultAllowed, nil
 	}
+	if staleOverride(old, written) {
+		object := written.GetKind() + " " + written.GetNamespace() + "/" + written.GetName()
+		return admission.Denied(staleOverrideMessage(object, old.GetAnnotations()[inplacev1.AllowReplaceAnnotation])), ResultRefused, []preview.CauseKind{CauseStaleOverride}
+	}
 	clusters, err := h.clustersOf(ctx, written)
 	if err != nil {
 		return errored(http.StatusServiceUnavailable, err)
@@ -221,6 +225,7 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 	}
 	object := written.GetKind() + " " + written.GetNamespace() + "/" + written.GetName()
 	result := ResultAllowed
+	var warnings []string
 	for _, cluster := range clusters {
 		v, found, err := h.decide(ctx, h.opts.Reader, settings, object, cluster, old, written)
 		if err == nil && found && missingObject(v) && h.opts.LiveReader != nil {
@@ -234,35 +239,45 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 		case !found:
 			continue
 		}
+		warnings = append(warnings, v.Warnings...)
 		switch {
 		case v.Disabled:
 			result = ResultDisabled
 		case !v.Allowed:
 			log.V(1).Info("Guard refused a write that replaces Machines", "cluster", cluster, "machines", v.Machines())
-			return admission.Denied(v.Message(object, cluster)), ResultRefused, v.Kinds()
+			return admission.Denied(v.Message(object, cluster)).WithWarnings(warnings...), ResultRefused, v.Kinds()
 		case v.Override != "":
 			result = ResultOverridden
 			if !ptr.Deref(req.DryRun, false) {
 				h.opts.Recorder.Eventf(written, nil, corev1.EventTypeWarning, inplacev1.EventGuardOverridden, "AllowReplace",
-					"%s=%q let through a change that replaces Machine(s) %v of Cluster %s: %s",
-					inplacev1.AllowReplaceAnnotation, v.Override, v.Machines(), cluster, v.Refusals[0].Message)
+					"%s=%q let a change by %s through that replaces Machine(s) %v of Cluster %s: %s",
+					inplacev1.AllowReplaceAnnotation, v.Override, req.UserInfo.Username, v.Machines(), cluster, v.Refusals[0].Message)
 			}
-			log.Info("Guard let a replacing write through on an override", "cluster", cluster, "override", v.Override, "machines", v.Machines())
+			log.Info("Guard let a replacing write through on an override", "cluster", cluster, "override", v.Override, "user", req.UserInfo.Username, "machines", v.Machines())
 		}
 	}
-	return admission.Allowed(""), result, nil
+	return admission.Allowed("").WithWarnings(warnings...), result, nil
+}
+
+// fallbackWarning is the admission warning (kubectl prints it) for a topology write
+// judged by its version alone.
+func fallbackWarning(f *preview.TopologyFallbackError) string {
+	return "capi-inplace guard: " + f.Error() + "; the KubeadmControlPlane, MachineDeployment and template writes the topology controller then makes are judged at their own write"
 }
 
 // decide reads one Cluster through reader and decides the write. found is false when
 // the Cluster does not exist or is being deleted (nothing to guard).
 func (h *Handler) decide(ctx context.Context, reader client.Reader, settings map[string]string, object, cluster string, old, written *unstructured.Unstructured) (Verdict, bool, error) {
-	live, proposed, found, err := h.snapshots(ctx, reader, written.GetNamespace(), cluster, old, written)
+	live, proposed, fallback, found, err := h.snapshots(ctx, reader, settings, written.GetNamespace(), cluster, old, written)
 	if err != nil || !found || !live.Cluster.DeletionTimestamp.IsZero() {
 		return Verdict{}, false, err
 	}
+	if fallback != nil {
+		ctrl.LoggerFrom(ctx).Info("Guard judged a topology write by its version only", "cluster", live.Cluster.Namespace+"/"+live.Cluster.Name, "reason", fallback.Err.Error())
+	}
 	override := OverrideOf(old.GetAnnotations(), written.GetAnnotations())
 	if override == "" && written.GetKind() != "Cluster" && derivedFromTopology(written) {
-		override = live.Cluster.Annotations[inplacev1.AllowReplaceAnnotation]
+		override = clusterOverride(live.Cluster)
 	}
 	in := Input{
 		Object: object, Live: live, Proposed: proposed, Planner: h.opts.Planner, Policy: h.opts.Policy,
@@ -278,6 +293,9 @@ func (h *Handler) decide(ctx context.Context, reader client.Reader, settings map
 	v, err := Decide(in)
 	if err != nil {
 		return Verdict{}, false, fmt.Errorf("%w: %w", errPlan, err)
+	}
+	if fallback != nil && !v.Disabled {
+		v.Warnings = append(v.Warnings, fallbackWarning(fallback))
 	}
 	return v, true, nil
 }
@@ -373,31 +391,37 @@ func missingObject(v Verdict) bool {
 }
 
 // snapshots reads the Cluster as stored and applies the write to it, as `capi-inplace
-// plan -f` does; a write of a Cluster's topology also brings the changes the topology
-// controller derives from it (topologyChanges). found is false when the Cluster does
-// not exist.
-func (h *Handler) snapshots(ctx context.Context, reader client.Reader, namespace, cluster string, old, written *unstructured.Unstructured) (live, proposed preview.Snapshot, found bool, err error) {
-	g := preview.Gatherer{Reader: reader}
+// plan -f` does (preview.Gatherer.ProposeChange: a write of a Cluster's topology also
+// brings the writes the topology controller derives from it). found is false when the
+// Cluster does not exist. fallback, when set, says why a topology write is judged by
+// its version alone.
+func (h *Handler) snapshots(ctx context.Context, reader client.Reader, settings map[string]string, namespace, cluster string, old, written *unstructured.Unstructured) (live, proposed preview.Snapshot, fallback *preview.TopologyFallbackError, found bool, err error) {
+	g := preview.Gatherer{Reader: reader, Upgrades: h.upgrades(settings)}
 	live, _, err = g.Gather(ctx, namespace, cluster)
 	if errors.Is(err, preview.ErrClusterNotFound) {
-		return preview.Snapshot{}, preview.Snapshot{}, false, nil
+		return preview.Snapshot{}, preview.Snapshot{}, nil, false, nil
 	}
 	if err != nil {
-		return preview.Snapshot{}, preview.Snapshot{}, false, err
+		return preview.Snapshot{}, preview.Snapshot{}, nil, false, err
 	}
-	changes := []*unstructured.Unstructured{Change(old, written)}
-	if written.GetKind() == "Cluster" {
-		derived, err := h.derived(ctx, reader, live, old, written)
-		if err != nil {
-			return preview.Snapshot{}, preview.Snapshot{}, false, err
-		}
-		changes = append(changes, derived...)
-	}
-	proposed, _, err = g.Propose(ctx, &live, changes)
+	p, err := g.ProposeChange(ctx, &live, []*unstructured.Unstructured{Change(old, written)})
 	if err != nil {
-		return preview.Snapshot{}, preview.Snapshot{}, false, err
+		return preview.Snapshot{}, preview.Snapshot{}, nil, false, err
 	}
-	return live, proposed, true, nil
+	return live, p.Snapshot, p.TopologyFallback, true, nil
+}
+
+// upgrades is how the preview answers a ClusterClass that names this extension's
+// GenerateUpgradePlan hook: with the hook's own planner and the settings Cluster API
+// calls it with; the namespace opted in (only such namespaces reach the guard).
+func (h *Handler) upgrades(settings map[string]string) *preview.ChainedUpgrades {
+	if h.opts.ExtensionConfig == "" {
+		return nil
+	}
+	return &preview.ChainedUpgrades{
+		Planner: h.opts.Planner, Extension: planner.UpgradePlanHandler + "." + h.opts.ExtensionConfig,
+		Settings: settings, AssumeOptedIn: true,
+	}
 }
 
 // clustersOf returns the Clusters whose Machines a write can roll out: the Cluster

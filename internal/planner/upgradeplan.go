@@ -14,6 +14,11 @@ import (
 // the control plane, or a minor with no version to step through.
 var ErrUpgradePlan = errors.New("cannot plan the chained upgrade")
 
+// UpgradePlanHandler is the extension's GenerateUpgradePlan handler name: a
+// ClusterClass names it in spec.upgrade.external.generateUpgradePlanExtension as
+// "generate-upgrade-plan.<ExtensionConfig name>".
+const UpgradePlanHandler = "generate-upgrade-plan"
+
 // maxCandidateVersions bounds the version list a plan is chosen from (the
 // ClusterClass allows 100 kubernetesVersions; the policy adds its own).
 const maxCandidateVersions = 1000
@@ -81,6 +86,19 @@ func (p *Planner) UpgradePlan(in UpgradePlanInput) (UpgradePlan, error) {
 		}
 	}
 	return plan, nil
+}
+
+// ChainedUpgradeInput is the UpgradePlanInput of a GenerateUpgradePlan request:
+// the versions Cluster API sends (the control plane's, the lowest of the workers',
+// the target), the ClusterClass's kubernetesVersions, and whether the workers step at
+// every minor: only for a Cluster whose namespace opted in and whose ExtensionConfig
+// settings do not disable in-place updates. The hook and the guard's preview of the
+// topology controller's writes build their input here, so they plan alike.
+func ChainedUpgradeInput(fromControlPlane, fromWorkers, to string, classVersions []string, optedIn bool, settings map[string]string) UpgradePlanInput {
+	return UpgradePlanInput{
+		FromControlPlane: fromControlPlane, FromWorkers: fromWorkers, To: to,
+		Versions: classVersions, StepWorkers: optedIn && !disabled(settings),
+	}
 }
 
 // InPlaceDisabled reports whether an ExtensionConfig's settings turn in-place

@@ -87,9 +87,17 @@ func isKind(u *unstructured.Unstructured, group, kind string) bool {
 //
 // A Cluster whose spec.topology.version changes moves the version of the Cluster's
 // KubeadmControlPlane and of its topology-owned MachineDeployments, as the topology
-// controller does. Other topology changes are derived from the ClusterClass by the
-// topology controller, which plan does not run: they are reported in a note.
+// controller eventually does. Other topology changes are derived from the ClusterClass
+// by the topology controller, which Apply does not run: they are reported in a note.
+// Gatherer.ProposeChange runs Cluster API's generator instead where it can.
 func Apply(live Snapshot, change []*unstructured.Unstructured) (Snapshot, []string, error) {
+	return apply(live, change, false)
+}
+
+// apply is Apply; with derivedTopology the change already holds the topology
+// controller's writes (Gatherer.ProposeChange), so the Cluster's topology version moves
+// nothing by itself.
+func apply(live Snapshot, change []*unstructured.Unstructured, derivedTopology bool) (Snapshot, []string, error) {
 	out := live.DeepCopy()
 	var notes []string
 	ns := live.Cluster.Namespace
@@ -110,7 +118,7 @@ func Apply(live Snapshot, change []*unstructured.Unstructured) (Snapshot, []stri
 		)
 		switch {
 		case isKind(obj, clusterv1.GroupVersion.Group, "Cluster"):
-			n, err = out.applyCluster(obj)
+			n, err = out.applyCluster(obj, derivedTopology)
 		case isKind(obj, controlplanev1.GroupVersion.Group, "KubeadmControlPlane"):
 			n, err = out.applyControlPlane(obj)
 		case isKind(obj, clusterv1.GroupVersion.Group, "MachineDeployment"):
@@ -145,7 +153,7 @@ func mergeTyped(obj any, live *unstructured.Unstructured, change *unstructured.U
 	return fromUnstructured(&unstructured.Unstructured{Object: merged}, obj)
 }
 
-func (s *Snapshot) applyCluster(change *unstructured.Unstructured) ([]string, error) {
+func (s *Snapshot) applyCluster(change *unstructured.Unstructured, derivedTopology bool) ([]string, error) {
 	if change.GetName() != s.Cluster.Name {
 		return nil, fmt.Errorf("%w: the change names Cluster %s, the plan is for Cluster %s", ErrInvalidChange, change.GetName(), s.Cluster.Name)
 	}
@@ -166,6 +174,13 @@ func (s *Snapshot) applyCluster(change *unstructured.Unstructured) ([]string, er
 		if newTopo.IsDefined() {
 			notes = append(notes, "the Cluster has no spec.topology (it is not a ClusterClass cluster): spec.topology changes nothing here; "+
 				"change the KubeadmControlPlane and MachineDeployments instead")
+		}
+		return notes, nil
+	}
+	if derivedTopology {
+		if !reflect.DeepEqual(oldTopo, newTopo) {
+			notes = append(notes, "Cluster spec.topology: planned with the writes Cluster API's topology controller derives from it (its desired-state generator; "+
+				"for a chained upgrade, the first step: each later step is its own write)")
 		}
 		return notes, nil
 	}

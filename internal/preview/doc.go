@@ -11,7 +11,13 @@
 //	                                     bootstrap / infrastructure objects and templates
 //	                                     they reference, through a client.Reader only
 //	Apply (pure)   -> Snapshot (proposed) change.go: a proposed change (YAML objects)
-//	                                     merged over the live objects
+//	                                     merged over the live objects; Gatherer.ProposeChange
+//	                                     adds, for a Cluster.spec.topology change, the writes
+//	                                     the topology controller derives (topology.go: Cluster
+//	                                     API's desired-state generator over a read-only
+//	                                     client; a class naming capi-inplace's
+//	                                     GenerateUpgradePlan hook is planned with the hook's
+//	                                     planner.UpgradePlan, by the first step)
 //	Build (pure)   -> Report              build.go: per Machine, the same comparison Cluster
 //	                                     API makes (KCP: CanUpdateMachine on the Machine,
 //	                                     its KubeadmConfig and InfraMachine against KCP's
@@ -43,6 +49,8 @@
 //     the CLI turns a non-zero count into its own exit code.
 //
 // Imports: api/v1alpha1, internal/planner, internal/policy, internal/backend (for
-// Capabilities only), Cluster API API types and KCP's public desired-state package,
-// apimachinery; controller-runtime's client only in gather.go.
+// Capabilities only), Cluster API API types, KCP's public desired-state package and
+// the topology desired-state generator (exp/topology desiredstate and scope, in
+// topology.go), apimachinery, k8s.io/api core (namespaces); controller-runtime's client
+// only in gather.go and topology.go.
 package preview

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -22,6 +24,10 @@ var ErrClusterNotFound = errors.New("cluster not found")
 // v1beta2 types (bootstrap and infrastructure objects are read unstructured).
 type Gatherer struct {
 	Reader client.Reader
+	// Upgrades answers a ClusterClass's GenerateUpgradePlan extension when it is
+	// capi-inplace's own (a chained upgrade); nil: a class that names one is planned
+	// by the topology version alone.
+	Upgrades *ChainedUpgrades
 }
 
 // Gather reads the live Snapshot of a Cluster: its KubeadmControlPlane,
@@ -119,13 +125,52 @@ func (g Gatherer) Fetch(ctx context.Context, s *Snapshot, keys []ObjectKey) erro
 	return nil
 }
 
-// Propose applies a change to a live Snapshot, first reading (into live) the objects
-// the changed owners reference that neither the live Snapshot nor the change holds,
-// e.g. an existing template a MachineDeployment now points at.
+// Proposal is a change applied to a live Snapshot.
+type Proposal struct {
+	Snapshot Snapshot
+	// Notes are for the operator.
+	Notes []string
+	// TopologyFallback, when set, says why a Cluster.spec.topology change could not be
+	// turned into the topology controller's writes: the change is planned by its
+	// topology version alone (set on the KubeadmControlPlane and MachineDeployments).
+	TopologyFallback *TopologyFallbackError
+}
+
+// Propose applies a change to a live Snapshot (ProposeChange without the fallback).
 func (g Gatherer) Propose(ctx context.Context, live *Snapshot, change []*unstructured.Unstructured) (Snapshot, []string, error) {
+	p, err := g.ProposeChange(ctx, live, change)
+	return p.Snapshot, p.Notes, err
+}
+
+// ProposeChange applies a change to a live Snapshot, first reading (into live) the
+// objects the changed owners reference that neither the live Snapshot nor the change
+// holds, e.g. an existing template a MachineDeployment now points at. A change of a
+// ClusterClass Cluster's spec.topology brings the writes the topology controller
+// derives from it (topologyChanges: Cluster API's desired-state generator, read-only);
+// when they cannot be computed, the topology version alone moves the
+// KubeadmControlPlane's and MachineDeployments' versions, and TopologyFallback says why.
+func (g Gatherer) ProposeChange(ctx context.Context, live *Snapshot, change []*unstructured.Unstructured) (Proposal, error) {
 	proposed, notes, err := Apply(*live, change)
 	if err != nil {
-		return Snapshot{}, nil, err
+		return Proposal{}, err
+	}
+	var (
+		fallback *TopologyFallbackError
+		derived  bool
+	)
+	if changesTopology(live, proposed, change) {
+		changes, ok, err := g.topologyChanges(ctx, *live, live.Cluster, proposed.Cluster)
+		switch {
+		case err != nil:
+			fallback = &TopologyFallbackError{Err: err}
+			notes = append(notes, fallback.Error())
+		case ok:
+			derived = true
+			change = withDerived(change, changes)
+			if proposed, notes, err = apply(*live, change, true); err != nil {
+				return Proposal{}, err
+			}
+		}
 	}
 	var missing []ObjectKey
 	for _, k := range proposed.Refs() {
@@ -136,10 +181,42 @@ func (g Gatherer) Propose(ctx context.Context, live *Snapshot, change []*unstruc
 	if len(missing) == 0 {
 		// Nothing to read: the first merge is the answer (the guard proposes on every
 		// admission request; a second merge is a second copy of the whole Snapshot).
-		return proposed, notes, nil
+		return Proposal{Snapshot: proposed, Notes: notes, TopologyFallback: fallback}, nil
 	}
 	if err := g.Fetch(ctx, live, missing); err != nil {
-		return Snapshot{}, nil, err
+		return Proposal{}, err
 	}
-	return Apply(*live, change)
+	proposed, notes2, err := apply(*live, change, derived)
+	if err != nil {
+		return Proposal{}, err
+	}
+	if fallback != nil {
+		notes2 = append(notes2, fallback.Error())
+	}
+	return Proposal{Snapshot: proposed, Notes: notes2, TopologyFallback: fallback}, nil
+}
+
+// changesTopology reports whether change holds the Cluster and changes its
+// spec.topology.
+func changesTopology(live *Snapshot, proposed Snapshot, change []*unstructured.Unstructured) bool {
+	if live.Cluster == nil || proposed.Cluster == nil || !slices.ContainsFunc(change, func(u *unstructured.Unstructured) bool {
+		return isKind(u, clusterv1.GroupVersion.Group, "Cluster")
+	}) {
+		return false
+	}
+	return !reflect.DeepEqual(live.Cluster.Spec.Topology, proposed.Cluster.Spec.Topology)
+}
+
+// withDerived places the topology controller's writes after the Cluster and before
+// the change's other objects, so that an object named in the change wins.
+func withDerived(change, derived []*unstructured.Unstructured) []*unstructured.Unstructured {
+	var clusters, rest []*unstructured.Unstructured
+	for _, u := range change {
+		if isKind(u, clusterv1.GroupVersion.Group, "Cluster") {
+			clusters = append(clusters, u)
+		} else {
+			rest = append(rest, u)
+		}
+	}
+	return slices.Concat(clusters, derived, rest)
 }

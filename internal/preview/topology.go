@@ -1,15 +1,16 @@
-package guard
+package preview
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
@@ -18,47 +19,83 @@ import (
 	"sigs.k8s.io/cluster-api/exp/topology/desiredstate"
 	"sigs.k8s.io/cluster-api/exp/topology/scope"
 
-	"github.com/capi-inplace/capi-inplace/internal/preview"
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/planner"
 )
 
 // errReadOnly is what the desired-state generator gets if it ever tries to write: the
-// guard only computes, and Cluster API's RuntimeSDK paths (lifecycle hooks, which
+// preview only computes, and Cluster API's RuntimeSDK paths (lifecycle hooks, which
 // write their pending marks on the Cluster) are off in this process.
-var errReadOnly = errors.New("capi-inplace guard: the topology desired state is computed read-only")
+var errReadOnly = errors.New("capi-inplace preview: the topology desired state is computed read-only")
 
-// topologyChanges returns the writes the topology controller derives from a write of
+// ChainedUpgrades answers, in process, the GenerateUpgradePlan runtime extension that a
+// ClusterClass names (spec.upgrade.external.generateUpgradePlanExtension) when it is
+// capi-inplace's own: the same planner.UpgradePlan the hook answers Cluster API with,
+// so the preview steps through the versions Cluster API will write.
+type ChainedUpgrades struct {
+	// Planner is the extension's planner (its policy's kubernetesBinaries join the
+	// class's versions, as in the hook). Required.
+	Planner *planner.Planner
+	// Extension is the name a ClusterClass gives the hook: "<handler>.<ExtensionConfig
+	// name>" (generate-upgrade-plan.capi-inplace with the shipped manifests).
+	Extension string
+	// Settings are the ExtensionConfig settings Cluster API passes the hooks
+	// (disableInPlaceUpdates leaves the workers' plan to Cluster API).
+	Settings map[string]string
+	// AssumeOptedIn skips reading the Cluster's namespace: the admission guard is only
+	// sent writes of namespaces labelled inplace.capi-inplace.dev/enabled=true.
+	AssumeOptedIn bool
+}
+
+// TopologyFallbackError is why the topology controller's writes could not be derived
+// from a Cluster.spec.topology change (external patches or another GenerateUpgradePlan
+// extension, which need Cluster API's RuntimeSDK; a ClusterClass or template that
+// cannot be read; MachinePools): the change is then planned by its version alone.
+type TopologyFallbackError struct{ Err error }
+
+func (e *TopologyFallbackError) Error() string {
+	return "the topology controller's writes could not be computed (" + e.Err.Error() + "): the Cluster change is planned by its topology version alone"
+}
+
+func (e *TopologyFallbackError) Unwrap() error { return e.Err }
+
+// topologyChanges returns the writes the topology controller derives from a change of
 // Cluster.spec.topology: for the Cluster's KubeadmControlPlane, its infrastructure
 // machine template and each topology-owned MachineDeployment with its bootstrap and
 // infrastructure templates, a merge patch of spec from the desired state of the stored
-// Cluster to the desired state of the written one. Both are computed by Cluster API's
+// Cluster to the desired state of the changed one. Both are computed by Cluster API's
 // own desired-state generator (exp/topology/desiredstate, the code of the topology
-// controller: ClusterClass templates, variables and inline patches) over the same
-// current objects, so the patches hold exactly what the write changes. Templates keep
-// their current names: preview.Apply plans a template changed under its name as
-// rotated, which is what the topology controller then does.
+// controller: ClusterClass templates, variables, inline patches and the upgrade plan)
+// over the same current objects, so the patches hold exactly what the topology
+// controller's next write changes: for a chained upgrade, its first step (each later
+// step is its own write of the KubeadmControlPlane or MachineDeployment). Templates keep
+// their current names: Apply plans a template changed under its name as rotated, which
+// is what the topology controller then does.
 //
-// It returns no changes for a Cluster without a ClusterClass. An error means the
-// desired state could not be computed (a ClusterClass or template that cannot be read,
-// external patches, which need the RuntimeSDK this process does not run).
-func topologyChanges(ctx context.Context, reader client.Reader, live preview.Snapshot, old, written *clusterv1.Cluster) ([]*unstructured.Unstructured, error) {
-	if !written.Spec.Topology.IsDefined() || !old.Spec.Topology.IsDefined() {
-		return nil, nil
+// derived is false for a Cluster without a ClusterClass on either side. An error means
+// the desired state could not be computed.
+func (g Gatherer) topologyChanges(ctx context.Context, live Snapshot, old, changed *clusterv1.Cluster) (changes []*unstructured.Unstructured, derived bool, err error) {
+	if !changed.Spec.Topology.IsDefined() || !old.Spec.Topology.IsDefined() {
+		return nil, false, nil
 	}
-	c, ok := reader.(client.Client)
+	c, ok := g.Reader.(client.Client)
 	if !ok {
-		return nil, errors.New("the guard's reader is not a client.Client, which Cluster API's desired-state generator needs")
+		return nil, false, errors.New("the reader is not a client.Client, which Cluster API's desired-state generator needs")
 	}
 	gen, err := desiredstate.NewGenerator(readOnly(c), noClusterCache{}, nil, nil, nil)
 	if err != nil {
-		return nil, fmt.Errorf("topology desired-state generator: %w", err)
+		return nil, false, fmt.Errorf("topology desired-state generator: %w", err)
 	}
 	current, err := currentState(live)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	desired := func(cluster *clusterv1.Cluster) (*scope.ClusterState, error) {
-		bp, err := blueprint(ctx, reader, cluster)
+		bp, err := blueprint(ctx, g.Reader, cluster)
 		if err != nil {
+			return nil, err
+		}
+		if bp.ClusterClass, err = g.upgradePlanClass(ctx, cluster, bp, current); err != nil {
 			return nil, err
 		}
 		s := scope.New(cluster.DeepCopy())
@@ -72,17 +109,17 @@ func topologyChanges(ctx context.Context, reader client.Reader, live preview.Sna
 	}
 	before, err := desired(old)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	after, err := desired(written)
+	after, err := desired(changed)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 
 	var out []*unstructured.Unstructured
 	add := func(b, a *unstructured.Unstructured) {
 		if a == nil || b == nil {
-			// A MachineDeployment the write adds or removes: a new one has no Machines
+			// A MachineDeployment the change adds or removes: a new one has no Machines
 			// to replace, a removed one deletes its Machines (not a replacement).
 			return
 		}
@@ -101,41 +138,112 @@ func topologyChanges(ctx context.Context, reader client.Reader, live preview.Sna
 		}
 		bm, err := toUnstructured(b.Object, clusterv1.GroupVersion.WithKind("MachineDeployment"))
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		am, err := toUnstructured(a.Object, clusterv1.GroupVersion.WithKind("MachineDeployment"))
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		add(bm, am)
 		add(b.BootstrapTemplate, a.BootstrapTemplate)
 		add(b.InfrastructureMachineTemplate, a.InfrastructureMachineTemplate)
 	}
+	return out, true, nil
+}
+
+// upgradePlanClass returns the ClusterClass the generator is given. A class that names
+// a GenerateUpgradePlan extension makes the generator call it through the RuntimeSDK,
+// which this process does not run; when the extension is capi-inplace's own, its plan
+// is computed here (desiredstate.ComputeUpgradePlan with ChainedUpgrades, the inputs
+// Cluster API passes the hook, and Cluster API's own validation of the answer) and the
+// generator gets a copy of the class that lists the control plane's plan as its
+// kubernetesVersions: Cluster API then steps the control plane through exactly those
+// versions. The workers' plan is then Cluster API's default, which moves workers the
+// same way unless they lag behind the control plane when the change is written (the
+// topology controller's MachineDeployment writes are judged at their own write).
+func (g Gatherer) upgradePlanClass(ctx context.Context, cluster *clusterv1.Cluster, bp *scope.ClusterBlueprint, current clusterState) (*clusterv1.ClusterClass, error) {
+	class := bp.ClusterClass
+	ext := class.Spec.Upgrade.External.GenerateUpgradePlanExtension
+	if ext == "" {
+		return class, nil
+	}
+	if g.Upgrades == nil || g.Upgrades.Planner == nil || ext != g.Upgrades.Extension {
+		return nil, fmt.Errorf("ClusterClass %s names the GenerateUpgradePlan extension %q, which only Cluster API's RuntimeSDK can call", client.ObjectKeyFromObject(class), ext)
+	}
+	optedIn := g.Upgrades.AssumeOptedIn
+	if !optedIn {
+		ns := &corev1.Namespace{}
+		if err := g.Reader.Get(ctx, client.ObjectKey{Name: cluster.Namespace}, ns); err != nil {
+			return nil, fmt.Errorf("read namespace %s for the upgrade plan: %w", cluster.Namespace, err)
+		}
+		optedIn = ns.Labels[inplacev1.NamespaceEnabledLabel] == "true"
+	}
+	s := scope.New(cluster.DeepCopy())
+	s.Blueprint = bp
+	s.Current = current.deepCopy(s.Current.Cluster)
+	plan := func(_ context.Context, desired, controlPlane, minWorkers string) ([]string, []string, error) {
+		p, err := g.Upgrades.Planner.UpgradePlan(planner.ChainedUpgradeInput(controlPlane, minWorkers, desired, class.Spec.KubernetesVersions, optedIn, g.Upgrades.Settings))
+		if err != nil {
+			return nil, nil, fmt.Errorf("GenerateUpgradePlan %s: %w", ext, err)
+		}
+		return p.ControlPlane, p.Workers, nil
+	}
+	if err := desiredstate.ComputeUpgradePlan(ctx, s, plan); err != nil {
+		return nil, err
+	}
+	out := class.DeepCopy()
+	out.Spec.Upgrade.External.GenerateUpgradePlanExtension = ""
+	out.Spec.KubernetesVersions = slices.Clone(s.UpgradeTracker.ControlPlane.UpgradePlan)
 	return out, nil
 }
 
-// specPatch is the change for preview.Apply that turns before's spec into after's,
-// named as after; nil when the spec does not change.
+// specPatch is the change for Apply that turns before's spec into after's, named as
+// after; nil when the spec does not change.
 func specPatch(before, after *unstructured.Unstructured) *unstructured.Unstructured {
 	bs, _, _ := unstructured.NestedFieldNoCopy(before.Object, "spec")
 	as, _, _ := unstructured.NestedFieldNoCopy(after.Object, "spec")
 	if reflect.DeepEqual(bs, as) {
 		return nil
 	}
-	b := &unstructured.Unstructured{Object: map[string]any{"spec": bs}}
-	a := &unstructured.Unstructured{Object: map[string]any{"spec": as}}
+	b := map[string]any{"spec": bs}
 	if bs == nil {
-		b.Object = map[string]any{}
+		b = map[string]any{}
 	}
-	a.SetAPIVersion(after.GetAPIVersion())
-	a.SetKind(after.GetKind())
-	a.SetName(after.GetName())
-	a.SetNamespace(after.GetNamespace())
-	return Change(b, a)
+	u := &unstructured.Unstructured{Object: MergePatch(b, map[string]any{"spec": as})}
+	u.SetAPIVersion(after.GetAPIVersion())
+	u.SetKind(after.GetKind())
+	u.SetName(after.GetName())
+	u.SetNamespace(after.GetNamespace())
+	return u
+}
+
+// MergePatch is the JSON merge patch (RFC 7386) that turns old into new: new's value
+// where it differs, a nested patch where both are maps, null where new has no key.
+func MergePatch(old, new map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, nv := range new {
+		ov, inOld := old[k]
+		if inOld && reflect.DeepEqual(ov, nv) {
+			continue
+		}
+		om, oldIsMap := ov.(map[string]any)
+		nm, newIsMap := nv.(map[string]any)
+		if inOld && oldIsMap && newIsMap {
+			out[k] = MergePatch(om, nm)
+			continue
+		}
+		out[k] = nv
+	}
+	for k := range old {
+		if _, inNew := new[k]; !inNew {
+			out[k] = nil
+		}
+	}
+	return out
 }
 
 // clusterState is the current state the generator starts from, read once and copied
-// for each of the two computations (the generator may change what it is given).
+// for each computation (the generator may change what it is given).
 type clusterState struct {
 	controlPlane       *scope.ControlPlaneState
 	machineDeployments scope.MachineDeploymentsStateMap
@@ -167,14 +275,14 @@ func (c clusterState) deepCopy(cluster *clusterv1.Cluster) *scope.ClusterState {
 // MachineDeployments and their templates. The InfrastructureCluster is left out: the
 // generator uses the current one only to carry its owner references over, which roll
 // no Machine out.
-func currentState(live preview.Snapshot) (clusterState, error) {
+func currentState(live Snapshot) (clusterState, error) {
 	var out clusterState
 	if kcp := live.ControlPlane; kcp != nil {
 		u, err := toUnstructured(kcp, controlplanev1.GroupVersion.WithKind("KubeadmControlPlane"))
 		if err != nil {
 			return clusterState{}, err
 		}
-		out.controlPlane = &scope.ControlPlaneState{Object: u, InfrastructureMachineTemplate: live.Objects[preview.RefKey(kcp.Spec.MachineTemplate.Spec.InfrastructureRef)]}
+		out.controlPlane = &scope.ControlPlaneState{Object: u, InfrastructureMachineTemplate: live.Objects[RefKey(kcp.Spec.MachineTemplate.Spec.InfrastructureRef)]}
 	}
 	out.machineDeployments = scope.MachineDeploymentsStateMap{}
 	for i := range live.MachineDeployments {
@@ -185,8 +293,8 @@ func currentState(live preview.Snapshot) (clusterState, error) {
 		}
 		out.machineDeployments[name] = &scope.MachineDeploymentState{
 			Object:                        md,
-			BootstrapTemplate:             live.Objects[preview.RefKey(md.Spec.Template.Spec.Bootstrap.ConfigRef)],
-			InfrastructureMachineTemplate: live.Objects[preview.RefKey(md.Spec.Template.Spec.InfrastructureRef)],
+			BootstrapTemplate:             live.Objects[RefKey(md.Spec.Template.Spec.Bootstrap.ConfigRef)],
+			InfrastructureMachineTemplate: live.Objects[RefKey(md.Spec.Template.Spec.InfrastructureRef)],
 		}
 	}
 	return out, nil
@@ -239,13 +347,13 @@ func blueprint(ctx context.Context, reader client.Reader, cluster *clusterv1.Clu
 		bp.MachineDeployments[mdc.Class] = b
 	}
 	if len(class.Spec.Workers.MachinePools) > 0 {
-		return nil, fmt.Errorf("ClusterClass %s has MachinePools, which the guard does not plan", key)
+		return nil, fmt.Errorf("ClusterClass %s has MachinePools, which the preview does not plan", key)
 	}
 	return bp, nil
 }
 
-// readOnlyClient is the guard's reader with every write failing: the generator must
-// not change anything (its writes are only on RuntimeSDK paths, which are off here).
+// readOnlyClient is the reader with every write failing: the generator must not
+// change anything (its writes are only on RuntimeSDK paths, which are off here).
 type readOnlyClient struct{ client.Client }
 
 func readOnly(c client.Client) client.Client { return readOnlyClient{c} }
@@ -294,36 +402,5 @@ func (readOnlySubResource) Apply(context.Context, runtime.ApplyConfiguration, ..
 type noClusterCache struct{ clustercache.ClusterCache }
 
 func (noClusterCache) GetClient(context.Context, client.ObjectKey) (client.Client, error) {
-	return nil, errors.New("capi-inplace guard: no workload cluster access")
-}
-
-func toUnstructured(obj runtime.Object, gvk schema.GroupVersionKind) (*unstructured.Unstructured, error) {
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	if err != nil {
-		return nil, fmt.Errorf("convert %s: %w", gvk.Kind, err)
-	}
-	u := &unstructured.Unstructured{Object: m}
-	u.SetGroupVersionKind(gvk)
-	return u, nil
-}
-
-// derived returns topologyChanges for a write of a Cluster. A desired state that
-// cannot be computed falls back to the Cluster write alone (its topology version,
-// which preview.Apply moves to the KubeadmControlPlane and MachineDeployments): the
-// topology controller cannot compute it either, so it derives nothing from the write,
-// and what it derives later is judged at its own write of each object.
-func (h *Handler) derived(ctx context.Context, reader client.Reader, live preview.Snapshot, old, written *unstructured.Unstructured) ([]*unstructured.Unstructured, error) {
-	oc, wc := &clusterv1.Cluster{}, &clusterv1.Cluster{}
-	if err := fromUnstructured(old, oc); err != nil {
-		return nil, err
-	}
-	if err := fromUnstructured(written, wc); err != nil {
-		return nil, err
-	}
-	changes, err := topologyChanges(ctx, reader, live, oc, wc)
-	if err != nil {
-		ctrl.LoggerFrom(ctx).Info("Guard judged a topology write by its version only: the topology desired state could not be computed", "cluster", wc.Namespace+"/"+wc.Name, "reason", err.Error())
-		return nil, nil
-	}
-	return changes, nil
+	return nil, errors.New("capi-inplace preview: no workload cluster access")
 }
