@@ -324,10 +324,7 @@ func (a *Agent) defaultStager() {
 	k := a.Host
 	store := &artifact.Store{Root: k.Root}
 	a.Stager = &Stager{Store: store, Backends: a.Executor.Backends, Client: a.Client, NodeName: a.NodeName, Images: k, Log: a.Log.WithName("stage")}
-	if k.Downloads == nil {
-		k.Downloads = &kube.HTTPBinaries{}
-	}
-	if k.Downloads.Staged == nil {
-		k.Downloads.Staged = store.Open
+	if k.Store == nil {
+		k.Store = store // one store: the installer copies what staging fetched
 	}
 }

@@ -17,7 +17,8 @@ import (
 //	  v1.36.3:
 //	    linux/amd64:
 //	      kubeadm: {url: https://dl.k8s.io/v1.36.3/bin/linux/amd64/kubeadm, digest: "sha256:..."}
-//	      kubelet: {url: https://dl.k8s.io/v1.36.3/bin/linux/amd64/kubelet, digest: "sha256:..."}
+//	      kubelet: {url: https://dl.k8s.io/v1.36.3/bin/linux/amd64/kubelet, digest: "sha256:...",
+//	                mirrors: ["oci+http://mirror.site-a.local:5000/k8s/kubelet"]}
 //
 // A version without an entry is planned as before: the node's OS image (or package
 // source) must bring its binaries.
@@ -31,11 +32,20 @@ type BinariesConfig struct {
 
 // BinaryConfig is one executable: where to download it and its digest.
 type BinaryConfig struct {
-	// URL is an http or https URL; http is enough, the digest verifies the content.
+	// URL is an http(s) URL or an OCI repository (oci://, oci+http://) whose blob
+	// of Digest is the file; http is enough, the digest verifies the content.
 	URL string `json:"url"`
 	// Digest is "sha256:<64 lowercase hex>" of the file (the hex is what
 	// `sha256sum` prints and what dl.k8s.io serves as <binary>.sha256).
 	Digest string `json:"digest"`
+	// Mirrors are other sources of the same file (air-gapped sites), tried in
+	// order before URL.
+	Mirrors []string `json:"mirrors,omitempty"`
+}
+
+// artifact is the plan's form of the binary.
+func (b BinaryConfig) artifact() protocol.BinaryArtifact {
+	return protocol.BinaryArtifact{URL: b.URL, Digest: b.Digest, Mirrors: slices.Clone(b.Mirrors)}
 }
 
 // ErrNoBinariesForPlatform is returned by KubernetesBinaries when the policy lists
@@ -62,8 +72,8 @@ func compileBinaries(cfg KubernetesBinariesConfig) (map[string]map[string]protoc
 			b := platforms[platform]
 			entry := protocol.KubernetesBinaries{
 				Platform: platform,
-				Kubeadm:  protocol.BinaryArtifact{URL: b.Kubeadm.URL, Digest: b.Kubeadm.Digest},
-				Kubelet:  protocol.BinaryArtifact{URL: b.Kubelet.URL, Digest: b.Kubelet.Digest},
+				Kubeadm:  b.Kubeadm.artifact(),
+				Kubelet:  b.Kubelet.artifact(),
 			}
 			if err := entry.Validate(); err != nil {
 				errs = append(errs, fmt.Errorf("kubernetesBinaries[%q][%q]: %w", version, platform, err))

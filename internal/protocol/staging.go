@@ -175,7 +175,11 @@ func DecodeStagingStatus(value string) (StagingStatus, error) {
 func (s StagingStatus) Progress() string {
 	mib := func(n int64) string { return fmt.Sprintf("%.1f", float64(n)/(1<<20)) }
 	var b strings.Builder
-	if s.Item != "" && s.Phase == StagePhaseStaging {
+	switch {
+	case s.Item == StageImages && s.Phase == StagePhaseStaging:
+		// Pulled by the container runtime, which reports no bytes to the agent.
+		b.WriteString("pulling control-plane images, ")
+	case s.Item != "" && s.Phase == StagePhaseStaging:
 		b.WriteString(string(s.Item) + " " + mib(s.Bytes))
 		if s.Size > 0 {
 			b.WriteString(" of " + mib(s.Size))

@@ -11,7 +11,8 @@
 // after the node was drained. A full disk is found before the download (free space
 // against the announced size) or while writing (ENOSPC), and leaves no partial file.
 //
-// Store.Open hands a staged file to the installer (internal/agent/kube), so the
+// The store is the agent's one download path: the installer (internal/agent/kube)
+// takes kubeadm and kubelet from it (Store.Fetch, a no-op for a staged file), so the
 // disruptive part of an update copies from local disk instead of downloading.
 //
 // Imports: the standard library, go-containerregistry (authn, name, remote) for OCI

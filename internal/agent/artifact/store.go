@@ -107,7 +107,10 @@ func (s *Store) reserve() int64 {
 	return s.ReserveBytes
 }
 
-func (s *Store) arch() string {
+func (s *Store) arch() string { return s.ArchName() }
+
+// ArchName is the node's GOARCH the store checks executables against.
+func (s *Store) ArchName() string {
 	if s.Arch != "" {
 		return s.Arch
 	}
@@ -122,21 +125,6 @@ func (s *Store) Has(digest string) bool {
 	}
 	got, err := fileSHA256(p)
 	return err == nil && "sha256:"+got == digest
-}
-
-// Open returns the staged file of the digest, re-verified (a file changed on disk
-// since it was staged is removed and reported missing); the caller hashes what it
-// copies anyway.
-func (s *Store) Open(digest string) (io.ReadCloser, error) {
-	p, err := s.Path(digest)
-	if err != nil {
-		return nil, err
-	}
-	if !s.Has(digest) {
-		_ = os.Remove(p)
-		return nil, fmt.Errorf("artifact %s is not staged: %w", digest, os.ErrNotExist)
-	}
-	return os.Open(p)
 }
 
 // Fetch makes sure the store holds item's file, verified; executables are checked

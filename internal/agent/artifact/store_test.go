@@ -165,7 +165,7 @@ func TestFetchHTTP(t *testing.T) {
 		})
 	}
 
-	// A staged artifact is not fetched again, and Open hands it out.
+	// A staged artifact is not fetched again.
 	s := &Store{Root: t.TempDir()}
 	_, err := s.Fetch(context.Background(), kubeadm, nil)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -173,14 +173,14 @@ func TestFetchHTTP(t *testing.T) {
 	_, err = s.Fetch(context.Background(), kubeadm, nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(fs.gets.Load()).To(Equal(before))
-	rc, err := s.Open(kubeadm.Artifact.Digest)
-	g.Expect(err).NotTo(HaveOccurred())
-	rc.Close()
-	// A staged file changed on disk is not handed out.
+	g.Expect(s.Has(kubeadm.Artifact.Digest)).To(BeTrue())
+	// A staged file changed on disk is not taken for staged: it is fetched again.
 	p, _ := s.Path(kubeadm.Artifact.Digest)
 	g.Expect(os.WriteFile(p, []byte("tampered"), 0o600)).To(Succeed())
-	_, err = s.Open(kubeadm.Artifact.Digest)
-	g.Expect(err).To(MatchError(os.ErrNotExist))
+	g.Expect(s.Has(kubeadm.Artifact.Digest)).To(BeFalse())
+	_, err = s.Fetch(context.Background(), kubeadm, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(fs.gets.Load()).To(Equal(before + 1))
 	// Prune keeps only the named digests.
 	_, err = s.Fetch(context.Background(), kubeadm, nil)
 	g.Expect(err).NotTo(HaveOccurred())

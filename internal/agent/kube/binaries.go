@@ -7,121 +7,57 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"time"
 
+	"github.com/capi-inplace/capi-inplace/internal/agent/artifact"
 	"github.com/capi-inplace/capi-inplace/internal/atomicfile"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
-// Bounds of one binary download. kubelet and kubeadm are 50-120 MiB; a body past
-// the size bound is refused before it fills the node's disk.
-const (
-	DefaultMaxBinaryBytes  int64 = 512 << 20
-	DefaultDownloadTimeout       = 10 * time.Minute
-	// stagingSuffix marks a download in progress beside its destination; a
-	// leftover of a killed agent is removed by the next Install.
-	stagingSuffix = ".capi-inplace-download"
-)
+// stagingSuffix marks a copy in progress beside its destination; a leftover of a
+// killed agent is removed by the next install.
+const stagingSuffix = ".capi-inplace-download"
 
-var (
-	// ErrDigestMismatch is wrapped (by *DigestMismatchError) when a downloaded
-	// binary does not hash to the plan's digest: nothing is replaced.
-	ErrDigestMismatch = errors.New("downloaded binary does not match its digest")
-	// ErrBinaryTooLarge is wrapped when a download exceeds HTTPBinaries.MaxBytes.
-	ErrBinaryTooLarge = errors.New("download exceeds the size limit")
-	// ErrWrongPlatform is wrapped when the plan's binaries are for another
-	// platform than the agent's.
-	ErrWrongPlatform = errors.New("binaries are for another platform")
-	// ErrDownload is wrapped when a binary cannot be fetched (unreachable server,
-	// HTTP error status, interrupted body).
-	ErrDownload = errors.New("download failed")
-)
+// ErrWrongPlatform is wrapped when the plan's binaries are for another platform
+// than the node's.
+var ErrWrongPlatform = errors.New("binaries are for another platform")
 
-// DigestMismatchError reports a binary whose content is not what the plan names.
-type DigestMismatchError struct {
-	Binary string
-	URL    string
-	Want   string
-	Got    string
-}
-
-func (e *DigestMismatchError) Error() string {
-	return fmt.Sprintf("%s from %s has digest %s, the plan requires %s", e.Binary, e.URL, e.Got, e.Want)
-}
-
-// Is makes errors.Is(err, ErrDigestMismatch) hold.
-func (e *DigestMismatchError) Is(target error) bool { return target == ErrDigestMismatch }
-
-// HTTPBinaries puts the plan's kubeadm and kubelet on the host from their http(s)
-// URLs, each verified by its sha256 digest. The zero value is ready to use.
-//
-// Both binaries are staged first (downloaded beside their destination, hashed while
-// written, size-bounded, fsynced, 0755) and only then renamed into place, so a
-// failure of either replaces neither; a binary that already has its digest is left
-// alone, which makes Install idempotent. The rename replaces the directory entry,
-// never the file in use: a running kubelet keeps its old inode until its restart,
-// and the caller's backup (taken before) restores the old binaries on rollback.
-type HTTPBinaries struct {
-	// Client fetches the URLs; nil means a client with the system's trust roots,
-	// the proxy from the environment and Timeout.
-	Client *http.Client
-	// MaxBytes bounds one binary; 0 means DefaultMaxBinaryBytes.
-	MaxBytes int64
-	// Timeout bounds one download when Client is nil; 0 means DefaultDownloadTimeout.
-	Timeout time.Duration
-	// Platform is the agent's "<os>/<arch>"; "" means runtime.GOOS/runtime.GOARCH.
-	Platform string
-	// Staged opens the file of a digest that the agent fetched before the node was
-	// cordoned (artifact.Store.Open); nil, or an error from it, means download.
-	// What it yields is hashed like a download.
-	Staged func(digest string) (io.ReadCloser, error)
-}
-
-func (b *HTTPBinaries) client() *http.Client {
-	if b.Client != nil {
-		return b.Client
+// store is the host's artifact store, where staging put the plan's kubeadm and
+// kubelet.
+func (h *Host) store() *artifact.Store {
+	if h.Store != nil {
+		return h.Store
 	}
-	timeout := b.Timeout
-	if timeout == 0 {
-		timeout = DefaultDownloadTimeout
-	}
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.ResponseHeaderTimeout = 30 * time.Second
-	return &http.Client{Transport: t, Timeout: timeout}
+	return &artifact.Store{Root: h.Root}
 }
 
-func (b *HTTPBinaries) maxBytes() int64 {
-	if b.MaxBytes > 0 {
-		return b.MaxBytes
-	}
-	return DefaultMaxBinaryBytes
-}
+func (h *Host) platform() string { return runtime.GOOS + "/" + h.store().ArchName() }
 
-func (b *HTTPBinaries) platform() string {
-	if b.Platform != "" {
-		return b.Platform
-	}
-	return runtime.GOOS + "/" + runtime.GOARCH
-}
-
-// staged is one verified download waiting to be renamed into place.
+// staged is one verified copy waiting to be renamed into place.
 type staged struct{ tmp, dest string }
 
-// Install puts kubeadm and kubelet of bins under the host root.
-func (b *HTTPBinaries) Install(ctx context.Context, root string, bins *protocol.KubernetesBinaries) error {
-	if bins == nil {
-		return nil
-	}
+// installFromStore puts kubeadm and kubelet of bins under the host root from the
+// artifact store: the one download path (artifact.Store.Fetch: sources and
+// mirrors, size bound, digest, architecture) runs during staging, before the node
+// was cordoned; a plan whose files are not in the store (an agent restarted with an
+// emptied store) fetches them the same way here.
+//
+// Both binaries are copied first (beside their destination, hashed while written
+// against the plan's digest, fsynced, 0755) and only then renamed into place, so a
+// failure of either replaces neither; a binary that already has its digest is left
+// alone, which makes the install idempotent. The rename replaces the directory
+// entry, never the file in use: a running kubelet keeps its old inode until its
+// restart, and the caller's backup (taken before) restores the old binaries on
+// rollback.
+func (h *Host) installFromStore(ctx context.Context, bins *protocol.KubernetesBinaries) error {
 	if err := bins.Validate(); err != nil {
 		return fmt.Errorf("kubernetes binaries: %w", err)
 	}
-	if bins.Platform != b.platform() {
-		return fmt.Errorf("%w: the plan's kubeadm and kubelet are for %s, this node is %s", ErrWrongPlatform, bins.Platform, b.platform())
+	if bins.Platform != h.platform() {
+		return fmt.Errorf("%w: the plan's kubeadm and kubelet are for %s, this node is %s", ErrWrongPlatform, bins.Platform, h.platform())
 	}
 	var ready []staged
 	cleanup := func() {
@@ -131,9 +67,10 @@ func (b *HTTPBinaries) Install(ctx context.Context, root string, bins *protocol.
 	}
 	for _, item := range []struct {
 		hostPath string
+		name     protocol.StageItemName
 		artifact protocol.BinaryArtifact
-	}{{KubeadmBinary, bins.Kubeadm}, {KubeletBinary, bins.Kubelet}} {
-		s, err := b.stage(ctx, root, item.hostPath, item.artifact)
+	}{{KubeadmBinary, protocol.StageKubeadm, bins.Kubeadm}, {KubeletBinary, protocol.StageKubelet, bins.Kubelet}} {
+		s, err := h.stageBinary(ctx, item.hostPath, protocol.StageItem{Name: item.name, Artifact: item.artifact, Executable: true})
 		if err != nil {
 			cleanup()
 			return err
@@ -162,16 +99,16 @@ func (b *HTTPBinaries) Install(ctx context.Context, root string, bins *protocol.
 	return nil
 }
 
-// stage downloads one binary into a temporary file in its destination's directory
-// (a rename across file systems would fail) and verifies it. It returns a zero
-// staged when the destination already has the digest.
-func (b *HTTPBinaries) stage(ctx context.Context, root, hostPath string, a protocol.BinaryArtifact) (staged, error) {
+// stageBinary copies one binary from the store into a temporary file in its
+// destination's directory (a rename across file systems would fail) and verifies
+// the copy. It returns a zero staged when the destination already has the digest.
+func (h *Host) stageBinary(ctx context.Context, hostPath string, item protocol.StageItem) (staged, error) {
 	name := filepath.Base(hostPath)
-	wantHex, err := protocol.DigestHex(a.Digest)
+	wantHex, err := protocol.DigestHex(item.Artifact.Digest)
 	if err != nil {
 		return staged{}, fmt.Errorf("%s: %w", name, err)
 	}
-	dir, err := realDir(root, filepath.Dir(hostPath))
+	dir, err := realDir(h.Root, filepath.Dir(hostPath))
 	if err != nil {
 		return staged{}, fmt.Errorf("%s: %w", name, err)
 	}
@@ -183,6 +120,15 @@ func (b *HTTPBinaries) stage(ctx context.Context, root, hostPath string, a proto
 		return staged{}, nil
 	}
 	removeLeftovers(dir, name)
+	src, err := h.store().Fetch(ctx, item, nil)
+	if err != nil {
+		return staged{}, err
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return staged{}, fmt.Errorf("%s: open the staged file: %w", name, err)
+	}
+	defer in.Close()
 
 	tmp, err := os.CreateTemp(dir, "."+name+".*"+stagingSuffix)
 	if err != nil {
@@ -195,12 +141,14 @@ func (b *HTTPBinaries) stage(ctx context.Context, root, hostPath string, a proto
 			_ = os.Remove(tmp.Name())
 		}
 	}()
-	h := sha256.New()
-	if err := b.fetch(ctx, name, a, io.MultiWriter(tmp, h)); err != nil {
-		return staged{}, err
+	hash := sha256.New()
+	if _, err := io.Copy(io.MultiWriter(tmp, hash), in); err != nil {
+		return staged{}, fmt.Errorf("%s: copy the staged file: %w", name, err)
 	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != wantHex {
-		return staged{}, fmt.Errorf("%s: %w", name, &DigestMismatchError{Binary: name, URL: a.URL, Want: a.Digest, Got: "sha256:" + got})
+	// The store verified the file; it is hashed again as copied, so a file changed
+	// on disk since is never installed.
+	if got := hex.EncodeToString(hash.Sum(nil)); got != wantHex {
+		return staged{}, fmt.Errorf("%s: %w: the staged copy has digest sha256:%s, the plan requires %s", name, artifact.ErrDigestMismatch, got, item.Artifact.Digest)
 	}
 	if err := tmp.Chmod(0o755); err != nil {
 		return staged{}, fmt.Errorf("%s: chmod staging file: %w", name, err)
@@ -213,56 +161,6 @@ func (b *HTTPBinaries) stage(ctx context.Context, root, hostPath string, a proto
 	}
 	ok = true
 	return staged{tmp: tmp.Name(), dest: dest}, nil
-}
-
-// fetch writes the artifact to w: from the staged copy when there is one,
-// otherwise downloaded from its first http(s) source.
-func (b *HTTPBinaries) fetch(ctx context.Context, name string, a protocol.BinaryArtifact, w io.Writer) error {
-	if b.Staged != nil {
-		if rc, err := b.Staged(a.Digest); err == nil {
-			defer rc.Close()
-			if _, err := io.Copy(w, io.LimitReader(rc, b.maxBytes()+1)); err != nil {
-				return fmt.Errorf("%s: copy the staged file: %w", name, err)
-			}
-			return nil
-		}
-	}
-	// One source only: w may hold part of a failed body, which only a fresh
-	// start could verify. Fallback across mirrors is the stager's.
-	for _, src := range a.Sources() {
-		if strings.HasPrefix(src, "http://") || strings.HasPrefix(src, "https://") {
-			return b.download(ctx, name, src, w)
-		}
-	}
-	return fmt.Errorf("%s: %w: nothing staged and no http(s) source (an OCI source is fetched while the node stages the plan, before it is cordoned)", name, ErrDownload)
-}
-
-// download writes the body of url to w, at most maxBytes of it.
-func (b *HTTPBinaries) download(ctx context.Context, name, url string, w io.Writer) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return fmt.Errorf("%s: %w: %w", name, ErrDownload, err)
-	}
-	resp, err := b.client().Do(req)
-	if err != nil {
-		return fmt.Errorf("%s: %w: %w", name, ErrDownload, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %w: GET %s: %s", name, ErrDownload, url, resp.Status)
-	}
-	limit := b.maxBytes()
-	if resp.ContentLength > limit {
-		return fmt.Errorf("%s: %w: %s announces %d bytes, more than %d", name, ErrBinaryTooLarge, url, resp.ContentLength, limit)
-	}
-	n, err := io.Copy(w, io.LimitReader(resp.Body, limit+1))
-	if err != nil {
-		return fmt.Errorf("%s: %w: read %s: %w", name, ErrDownload, url, err)
-	}
-	if n > limit {
-		return fmt.Errorf("%s: %w: %s is more than %d bytes", name, ErrBinaryTooLarge, url, limit)
-	}
-	return nil
 }
 
 // realDir returns the agent's path of a host directory whose every component
@@ -315,17 +213,13 @@ func removeLeftovers(dir, name string) {
 }
 
 // InstallKubernetesBinaries makes sure kubeadm and kubelet of the plan's version
-// are on the node: downloaded and verified when the plan carries them, otherwise
+// are on the node: from the artifact store when the plan carries them, otherwise
 // from the host's BinarySource or the OS image; then kubeadm's version is checked.
 func (h *Host) InstallKubernetesBinaries(ctx context.Context, k protocol.KubernetesPlan) error {
 	if k.Binaries == nil {
 		return h.InstallBinaries(ctx, k.Version)
 	}
-	d := h.Downloads
-	if d == nil {
-		d = &HTTPBinaries{}
-	}
-	if err := d.Install(ctx, h.Root, k.Binaries); err != nil {
+	if err := h.installFromStore(ctx, k.Binaries); err != nil {
 		return fmt.Errorf("install kubeadm and kubelet %s: %w", k.Version, err)
 	}
 	return h.checkKubeadmVersion(ctx, k.Version)

@@ -3,13 +3,14 @@ package kube
 import (
 	"context"
 	"crypto/sha256"
+	"debug/elf"
+	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -19,18 +20,34 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	"github.com/capi-inplace/capi-inplace/internal/agent/artifact"
 	"github.com/capi-inplace/capi-inplace/internal/backend/backendtest"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
-// Real executables, so the test can run what it installed.
-const (
-	newKubeadm = "#!/bin/sh\necho v1.36.3\n"
-	newKubelet = "#!/bin/sh\necho Kubernetes v1.36.3\n"
-	oldKubeadm = "#!/bin/sh\necho v1.35.4\n"
-	oldKubelet = "#!/bin/sh\necho Kubernetes v1.35.4\n"
-	testPlat   = "linux/amd64"
+// Tiny ELF files for the node's architecture (the artifact store refuses an
+// executable built for another one), told apart by their payload.
+var (
+	newKubeadm = elfFile("kubeadm v1.36.3")
+	newKubelet = elfFile("kubelet v1.36.3")
+	oldKubeadm = elfFile("kubeadm v1.35.4")
+	oldKubelet = elfFile("kubelet v1.35.4")
+	testPlat   = runtime.GOOS + "/" + runtime.GOARCH
 )
+
+// elfFile is an ELF64 header of an executable for runtime.GOARCH, followed by
+// payload: what debug/elf reads to tell the architecture.
+func elfFile(payload string) string {
+	machines := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64, "ppc64le": elf.EM_PPC64, "riscv64": elf.EM_RISCV}
+	h := make([]byte, 64)
+	copy(h, elf.ELFMAG)
+	h[elf.EI_CLASS], h[elf.EI_DATA], h[elf.EI_VERSION] = byte(elf.ELFCLASS64), byte(elf.ELFDATA2LSB), byte(elf.EV_CURRENT)
+	binary.LittleEndian.PutUint16(h[16:], uint16(elf.ET_EXEC))
+	binary.LittleEndian.PutUint16(h[18:], uint16(machines[runtime.GOARCH]))
+	binary.LittleEndian.PutUint32(h[20:], uint32(elf.EV_CURRENT))
+	binary.LittleEndian.PutUint16(h[52:], 64)
+	return string(h) + payload
+}
 
 func sha(s string) string {
 	sum := sha256.Sum256([]byte(s))
@@ -89,6 +106,9 @@ func inode(g *WithT, p string) uint64 {
 	return fi.Sys().(*syscall.Stat_t).Ino
 }
 
+// TestInstallKubernetesBinariesFromHTTP: nothing staged (an agent whose store was
+// emptied): the install fetches through the artifact store, the one download path,
+// and keeps the files there.
 func TestInstallKubernetesBinariesFromHTTP(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -100,7 +120,7 @@ func TestInstallKubernetesBinariesFromHTTP(t *testing.T) {
 	// A staging file a killed agent left behind is cleaned up.
 	write(t, root, "/usr/bin/.kubelet.123"+stagingSuffix, "partial", 0o600)
 	r := (&backendtest.Runner{}).On("kubeadm version", "v1.36.3\n", nil)
-	h := &Host{Root: root, Runner: r, Downloads: &HTTPBinaries{Platform: testPlat}}
+	h := &Host{Root: root, Runner: r}
 	p := protocol.NewPlan("n1")
 	p.Kubernetes = protocol.KubernetesPlan{Role: protocol.RoleWorker, Version: "v1.36.3", Action: protocol.KubeadmUpgradeNode, Binaries: binariesFor(ts.URL)}
 
@@ -117,11 +137,9 @@ func TestInstallKubernetesBinariesFromHTTP(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(fi.Mode().Perm()).To(Equal(os.FileMode(0o755)))
 	}
-	out, err := exec.Command(filepath.Join(root, KubeadmBinary)).Output()
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(string(out)).To(Equal("v1.36.3\n"))
 	g.Expect(r.Calls()).To(Equal([]string{"kubeadm version -o short"}))
 	g.Expect(srv.requests.Load()).To(Equal(int32(2)))
+	g.Expect((&artifact.Store{Root: root}).Has(sha(newKubelet))).To(BeTrue(), "fetched into the store")
 	entries, _ := os.ReadDir(filepath.Join(root, "/usr/bin"))
 	g.Expect(entries).To(HaveLen(2), "no staging file is left")
 
@@ -147,13 +165,13 @@ func TestInstallKubernetesBinariesOverHTTPS(t *testing.T) {
 	// The default client trusts the system's roots only: the test server's own CA
 	// is refused, and nothing is replaced.
 	root := oldHost(t)
-	err := (&HTTPBinaries{Platform: testPlat}).Install(context.Background(), root, binariesFor(ts.URL))
-	g.Expect(err).To(MatchError(ErrDownload))
+	err := (&Host{Root: root}).installFromStore(context.Background(), binariesFor(ts.URL))
+	g.Expect(err).To(MatchError(artifact.ErrUnreachable))
 	g.Expect(err.Error()).To(ContainSubstring("certificate"))
 	expectUntouched(g, t, root)
 
 	// A client that trusts the server's CA downloads over TLS.
-	g.Expect((&HTTPBinaries{Client: ts.Client(), Platform: testPlat}).Install(context.Background(), root, binariesFor(ts.URL))).To(Succeed())
+	g.Expect((&Host{Root: root, Store: &artifact.Store{Root: root, Client: ts.Client()}}).installFromStore(context.Background(), binariesFor(ts.URL))).To(Succeed())
 	g.Expect(read(t, root, KubeletBinary)).To(Equal(newKubelet))
 }
 
@@ -164,7 +182,7 @@ func TestInstallKubernetesBinariesRefusals(t *testing.T) {
 		files    map[string]string
 		handler  http.HandlerFunc
 		bins     func(base string) *protocol.KubernetesBinaries
-		d        HTTPBinaries
+		store    artifact.Store
 		closed   bool
 		wantErr  error
 		wantText string
@@ -172,26 +190,26 @@ func TestInstallKubernetesBinariesRefusals(t *testing.T) {
 		{
 			name:     "corrupted kubelet: refused, kubeadm not replaced either",
 			files:    map[string]string{"/v1.36.3/kubeadm": newKubeadm, "/v1.36.3/kubelet": newKubelet + "tampered"},
-			wantErr:  ErrDigestMismatch,
-			wantText: "kubelet from http://",
+			wantErr:  artifact.ErrDigestMismatch,
+			wantText: "kubelet: content does not match its digest: http://",
 		},
 		{
 			name:     "missing file",
 			files:    map[string]string{"/v1.36.3/kubeadm": newKubeadm},
-			wantErr:  ErrDownload,
+			wantErr:  artifact.ErrUnreachable,
 			wantText: "404 Not Found",
 		},
 		{
 			name:     "unreachable server",
 			closed:   true,
-			wantErr:  ErrDownload,
+			wantErr:  artifact.ErrUnreachable,
 			wantText: "connection refused",
 		},
 		{
 			name:     "oversized body announced by Content-Length",
 			files:    map[string]string{"/v1.36.3/kubeadm": big, "/v1.36.3/kubelet": big},
-			d:        HTTPBinaries{MaxBytes: 1024},
-			wantErr:  ErrBinaryTooLarge,
+			store:    artifact.Store{MaxBytes: 1024},
+			wantErr:  artifact.ErrTooLarge,
 			wantText: "announces 4096 bytes, more than 1024",
 		},
 		{
@@ -202,8 +220,8 @@ func TestInstallKubernetesBinariesRefusals(t *testing.T) {
 					w.(http.Flusher).Flush()
 				}
 			},
-			d:        HTTPBinaries{MaxBytes: 1024},
-			wantErr:  ErrBinaryTooLarge,
+			store:    artifact.Store{MaxBytes: 1024},
+			wantErr:  artifact.ErrTooLarge,
 			wantText: "is more than 1024 bytes",
 		},
 		{
@@ -215,8 +233,8 @@ func TestInstallKubernetesBinariesRefusals(t *testing.T) {
 				case <-time.After(5 * time.Second):
 				}
 			},
-			d:        HTTPBinaries{Timeout: 300 * time.Millisecond},
-			wantErr:  ErrDownload,
+			store:    artifact.Store{Timeout: 300 * time.Millisecond},
+			wantErr:  artifact.ErrUnreachable,
 			wantText: "Client.Timeout",
 		},
 		{
@@ -224,11 +242,17 @@ func TestInstallKubernetesBinariesRefusals(t *testing.T) {
 			files: map[string]string{"/v1.36.3/kubeadm": newKubeadm, "/v1.36.3/kubelet": newKubelet},
 			bins: func(base string) *protocol.KubernetesBinaries {
 				b := binariesFor(base)
-				b.Platform = "linux/arm64"
+				b.Platform = "linux/s390x"
 				return b
 			},
 			wantErr:  ErrWrongPlatform,
-			wantText: "are for linux/arm64, this node is linux/amd64",
+			wantText: "are for linux/s390x, this node is " + testPlat,
+		},
+		{
+			name:     "kubelet is no executable of this architecture (a shell script)",
+			files:    map[string]string{"/v1.36.3/kubeadm": newKubeadm, "/v1.36.3/kubelet": "#!/bin/sh\necho v1.36.3\n"},
+			wantErr:  artifact.ErrWrongArchitecture,
+			wantText: "kubelet: executable is for another architecture: not an ELF executable",
 		},
 	}
 	for _, tt := range tests {
@@ -248,9 +272,9 @@ func TestInstallKubernetesBinariesRefusals(t *testing.T) {
 				bins = tt.bins(ts.URL)
 			}
 			root := oldHost(t)
-			d := tt.d
-			d.Platform = testPlat
-			err := d.Install(context.Background(), root, bins)
+			store := tt.store
+			store.Root = root
+			err := (&Host{Root: root, Store: &store}).installFromStore(context.Background(), bins)
 			g.Expect(err).To(MatchError(tt.wantErr))
 			g.Expect(err.Error()).To(ContainSubstring(tt.wantText))
 			expectUntouched(g, t, root)
@@ -258,19 +282,41 @@ func TestInstallKubernetesBinariesRefusals(t *testing.T) {
 	}
 }
 
-func TestDigestMismatchError(t *testing.T) {
+// TestInstallKubernetesBinariesFromTheStagedStore: staging fetched kubeadm and
+// kubelet into the store before the cordon; the install copies them from there and
+// downloads nothing (the source is gone by then). A staged file altered on disk
+// since is not installed: the store re-verifies it and fetches again, and with the
+// source gone the install fails with nothing replaced.
+func TestInstallKubernetesBinariesFromTheStagedStore(t *testing.T) {
 	g := NewWithT(t)
-	ts := httptest.NewServer(&artifactServer{files: map[string]string{"/v1.36.3/kubeadm": "evil", "/v1.36.3/kubelet": newKubelet}})
-	defer ts.Close()
+	ctx := context.Background()
+	srv := &artifactServer{files: map[string]string{"/v1.36.3/kubeadm": newKubeadm, "/v1.36.3/kubelet": newKubelet}}
+	ts := httptest.NewServer(srv)
 	root := oldHost(t)
-	h := &Host{Root: root, Runner: &backendtest.Runner{}, Downloads: &HTTPBinaries{Platform: testPlat}}
-	err := h.InstallKubernetesBinaries(context.Background(), protocol.KubernetesPlan{Version: "v1.36.3", Binaries: binariesFor(ts.URL)})
-	var mismatch *DigestMismatchError
-	g.Expect(errors.As(err, &mismatch)).To(BeTrue(), "%v", err)
-	g.Expect(mismatch.Binary).To(Equal("kubeadm"))
-	g.Expect(mismatch.Got).To(Equal(sha("evil")))
-	g.Expect(mismatch.Want).To(Equal(sha(newKubeadm)))
+	store := &artifact.Store{Root: root}
+	bins := binariesFor(ts.URL)
+	for _, it := range []protocol.StageItem{{Name: protocol.StageKubeadm, Artifact: bins.Kubeadm, Executable: true}, {Name: protocol.StageKubelet, Artifact: bins.Kubelet, Executable: true}} {
+		_, err := store.Fetch(ctx, it, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	ts.Close()
+	g.Expect(srv.requests.Load()).To(Equal(int32(2)))
+
+	// Altered in the store: refused, nothing replaced.
+	p, err := store.Path(bins.Kubelet.Digest)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(os.WriteFile(p, []byte(elfFile("evil")), 0o755)).To(Succeed())
+	h := &Host{Root: root, Runner: (&backendtest.Runner{}).On("kubeadm version", "v1.36.3\n", nil), Store: store}
+	err = h.InstallKubernetesBinaries(ctx, protocol.KubernetesPlan{Version: "v1.36.3", Binaries: bins})
+	g.Expect(err).To(MatchError(artifact.ErrUnreachable))
 	expectUntouched(g, t, root)
+
+	// Staged intact: installed from the store alone.
+	g.Expect(os.WriteFile(p, []byte(newKubelet), 0o600)).To(Succeed())
+	g.Expect(h.InstallKubernetesBinaries(ctx, protocol.KubernetesPlan{Version: "v1.36.3", Binaries: bins})).To(Succeed())
+	g.Expect(read(t, root, KubeadmBinary)).To(Equal(newKubeadm))
+	g.Expect(read(t, root, KubeletBinary)).To(Equal(newKubelet))
+	g.Expect(srv.requests.Load()).To(Equal(int32(2)), "nothing downloaded at install")
 }
 
 func TestInstallKubernetesBinariesWithoutArtifacts(t *testing.T) {
@@ -293,7 +339,7 @@ func TestInstallKubernetesBinariesStaysInsideTheRoot(t *testing.T) {
 	root, outside := t.TempDir(), t.TempDir()
 	g.Expect(os.MkdirAll(filepath.Join(root, "usr"), 0o755)).To(Succeed())
 	g.Expect(os.Symlink(outside, filepath.Join(root, "usr", "bin"))).To(Succeed())
-	err := (&HTTPBinaries{Platform: testPlat}).Install(context.Background(), root, binariesFor(ts.URL))
+	err := (&Host{Root: root}).installFromStore(context.Background(), binariesFor(ts.URL))
 	g.Expect(err).To(MatchError(ContainSubstring("/usr/bin is not a directory (a symlink is refused)")))
 	entries, _ := os.ReadDir(outside)
 	g.Expect(entries).To(BeEmpty())

@@ -16,7 +16,8 @@
 // Imports: internal/backend, internal/protocol, internal/agent/etcd,
 // internal/agent/service, internal/atomicfile, golang.org/x/sys/unix,
 // filepath-securejoin (every host path resolved inside the host root, hostfs.go),
-// sigs.k8s.io/yaml (the kube-apiserver manifest's port, apiserver.go)
-// and the standard library (net/http for the binaries a plan names by URL and digest,
-// binaries.go).
+// sigs.k8s.io/yaml (the kube-apiserver manifest's port and image, the kubelet's CRI
+// socket: apiserver.go, images.go),
+// internal/agent/artifact (the store the plan's kubeadm and kubelet are installed
+// from, binaries.go) and the standard library.
 package kube

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/capi-inplace/capi-inplace/internal/agent/artifact"
 	"github.com/capi-inplace/capi-inplace/internal/agent/etcd"
 	"github.com/capi-inplace/capi-inplace/internal/agent/service"
 	"github.com/capi-inplace/capi-inplace/internal/backend"
@@ -49,9 +50,9 @@ type Host struct {
 	Runner backend.Runner
 	// Binaries installs kubeadm and kubelet; nil to only check them.
 	Binaries BinarySource
-	// Downloads fetches the binaries a plan names by URL and digest; nil means
-	// an HTTPBinaries with its defaults.
-	Downloads *HTTPBinaries
+	// Store is the host's artifact store, where staging put the kubeadm and kubelet
+	// a plan names by source and digest; nil means artifact.Store{Root: Root}.
+	Store *artifact.Store
 	// Etcd is the node's local etcd member (etcd.KubeadmLocal on a control-plane
 	// node, the simulated host's fake); nil on a node without etcd.
 	Etcd etcd.Member
