@@ -388,7 +388,7 @@ func TestRenderedObjects(t *testing.T) {
 			"/secrets":                                                   {"get", "list", "watch"},
 			"apiextensions.k8s.io/customresourcedefinitions":             {"get", "list", "watch"},
 			"runtime.cluster.x-k8s.io/extensionconfigs":                  {"get", "list", "watch"},
-			"/namespaces":                               {"get"},
+			"/namespaces":                               {"get", "list", "watch"},
 			"/events":                                   {"create", "patch"},
 			"events.k8s.io/events":                      {"create", "patch"},
 			"authentication.k8s.io/tokenreviews":        {"create"},

@@ -125,6 +125,7 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        "capi-inplace-extension",
 		LeaderElectionNamespace: o.leaderElectNamespace,
+		Cache:                   managerCacheOptions(),
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
@@ -139,19 +140,23 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 		return err
 	}
 
-	// The coordinator reads through an uncached client: a cache would hold every
-	// Secret of the management cluster in memory, and each hook call reads only a few.
+	// The coordinator writes, and decides every answer but "in progress", through an
+	// uncached client; its steady-state calls answer from informers (caches, scoped
+	// by managerCacheOptions) and the kubeconfig of a workload cluster is re-read only
+	// when its Secret's resourceVersion changes.
 	direct, err := client.New(mgr.GetConfig(), client.Options{Scheme: scheme, Mapper: mgr.GetRESTMapper()})
 	if err != nil {
 		return fmt.Errorf("create management client: %w", err)
 	}
-	clusters, err := coordinator.NewKubeconfigClusters(direct, scheme, 4*time.Second)
+	caches, secrets := coordinatorCaches(mgr.GetCache(), direct, scheme)
+	clusters, err := coordinator.NewKubeconfigClusters(secrets, scheme, 4*time.Second)
 	if err != nil {
 		return fmt.Errorf("create workload cluster clients: %w", err)
 	}
 	updater, err := coordinator.New(coordinator.Options{
 		Client:              direct,
 		Clusters:            clusters,
+		Caches:              caches,
 		OSImages:            coordinator.OSImagesFromPolicy(pol),
 		Binaries:            pol,
 		Preflight:           pol,
