@@ -2,10 +2,11 @@ package backend
 
 import (
 	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 // FileDigest returns the "sha256:<hex>" digest of a file's content.
@@ -19,7 +20,7 @@ func FileDigest(path string) (string, error) {
 	if _, err := io.Copy(h, f); err != nil {
 		return "", fmt.Errorf("read %s: %w", path, err)
 	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+	return protocol.DigestFromSum(h.Sum(nil)), nil
 }
 
 // VerifyFile checks that the file at path is the artifact: its sha256 must equal

@@ -1,6 +1,8 @@
 package protocol
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
@@ -71,6 +73,23 @@ func DigestHex(digest string) (string, error) {
 
 // ValidDigest reports whether digest is "sha256:<64 lowercase hex>".
 func ValidDigest(digest string) bool { return digestRE.MatchString(digest) }
+
+// digestAlgorithm prefixes every artifact digest (digestRE's rule).
+const digestAlgorithm = "sha256:"
+
+// DigestFromHex returns the digest whose hex part is hexSum (a hex-encoded
+// SHA-256 sum, as DigestHex returns it): the one place the digest string is
+// built, so that a computed digest always compares equal to a valid plan's.
+func DigestFromHex(hexSum string) string { return digestAlgorithm + hexSum }
+
+// DigestFromSum returns the digest of a SHA-256 sum (hash.Hash.Sum's bytes).
+func DigestFromSum(sum []byte) string { return DigestFromHex(hex.EncodeToString(sum)) }
+
+// DigestOf returns the digest of content.
+func DigestOf(content []byte) string {
+	sum := sha256.Sum256(content)
+	return DigestFromSum(sum[:])
+}
 
 // ValidateDownloadURL checks that raw is an absolute http, https, oci or oci+http
 // URL with a host and no user information (a password in a URL would travel in

@@ -90,3 +90,23 @@ func TestDigestHex(t *testing.T) {
 		g.Expect(errors.Is(err, ErrInvalidDigest)).To(BeTrue(), bad)
 	}
 }
+
+// TestDigestOf: the digest the agent and the backends compute is the one a plan
+// carries (valid, round-trips through DigestHex) and is the known SHA-256.
+func TestDigestOf(t *testing.T) {
+	for _, tc := range []struct {
+		content string
+		want    string
+	}{
+		{"", "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+		{"abc", "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+	} {
+		g := NewWithT(t)
+		got := DigestOf([]byte(tc.content))
+		g.Expect(got).To(Equal(tc.want), tc.content)
+		g.Expect(ValidDigest(got)).To(BeTrue())
+		h, err := DigestHex(got)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(DigestFromHex(h)).To(Equal(got))
+	}
+}

@@ -1,12 +1,12 @@
 package packages
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 // Pins maps a package name to its exact version.
@@ -60,8 +60,7 @@ func Digest(ref string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256([]byte(p.String()))
-	return "sha256:" + hex.EncodeToString(sum[:]), nil
+	return protocol.DigestOf([]byte(p.String())), nil
 }
 
 // parseInstalled reads "name=version" lines (dpkg-query or rpm -q with a

@@ -17,5 +17,5 @@
 // The reboot itself is the simulated host's (internal/agent/simhost), which calls
 // Boot; every other method is idempotent, as the backend contract requires.
 //
-// Imports: internal/backend and the standard library.
+// Imports: internal/backend, internal/protocol and the standard library.
 package simulated

@@ -2,8 +2,6 @@ package simulated
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -67,10 +65,7 @@ func other(slot string) string {
 }
 
 // DigestOf returns the digest the simulated backend expects for a "sim:" ref.
-func DigestOf(content []byte) string {
-	sum := sha256.Sum256(content)
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
+func DigestOf(content []byte) string { return protocol.DigestOf(content) }
 
 // load reads the store, initialising it with slot a booting InitialRef.
 func (b *Backend) load() (store, error) {
