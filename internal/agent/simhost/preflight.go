@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/blang/semver/v4"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 // Preflight checks the simulated kubeadm can be told to fail, as they fail on
@@ -68,7 +68,7 @@ func preflightMessage(name string) string {
 // hasInstanceConfig reports whether kubeadm of the version writes the kubelet's
 // instance-config.yaml (1.35 and newer).
 func hasInstanceConfig(version string) bool {
-	v, err := semver.ParseTolerant(version)
+	v, err := protocol.ParseVersion(version)
 	return err == nil && (v.Major > 1 || v.Minor >= 35)
 }
 

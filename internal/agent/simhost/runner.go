@@ -10,9 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/blang/semver/v4"
-
 	"github.com/capi-inplace/capi-inplace/internal/backend"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 // Runner returns the backend.Runner of the simulated host: kubeadm, systemctl and
@@ -81,11 +80,11 @@ func (h *Host) kubeadm(ctx context.Context, args []string) (string, error) {
 		if !h.ControlPlane() {
 			return "", errors.New("[upgrade/config] FATAL: this node is not a control-plane node")
 		}
-		want, err := semver.ParseTolerant(args[2])
+		want, err := protocol.ParseVersion(args[2])
 		if err != nil {
-			return "", fmt.Errorf("[upgrade/version] FATAL: %q is not a version", args[2])
+			return "", fmt.Errorf("[upgrade/version] FATAL: %q is not a version: %w", args[2], err)
 		}
-		have, err := semver.ParseTolerant(kubeadmVersion)
+		have, err := protocol.ParseVersion(kubeadmVersion)
 		if err != nil || have.LT(want) {
 			return "", fmt.Errorf("[upgrade/version] FATAL: the --version argument is invalid due to these errors:\n\n\t- Specified version to upgrade to %q is higher than the kubeadm version %q", args[2], kubeadmVersion)
 		}
