@@ -93,12 +93,12 @@ func (s *Stack) StartAgents(ctx context.Context, namespace, cluster string, opts
 	var proxy *apiProxy
 	if !s.opts.DirectWorkloadAPI {
 		var err error
-		if proxy, agentKC, err = writeProxyKubeconfig(kc, dir, cluster+".agents.kubeconfig"); err != nil {
+		if proxy, agentKC, err = writeProxyKubeconfig(kc, client.ObjectKey{Namespace: namespace, Name: cluster}, dir, cluster+".agents.kubeconfig"); err != nil {
 			return nil, err
 		}
 		s.logf("agents of %s/%s reach the in-memory API server through the gap-filling proxy %s", namespace, cluster, proxy.addr)
 	}
-	marker, err := newStaticPodMarker(kc)
+	marker, err := newStaticPodMarker(kc, client.ObjectKey{Namespace: namespace, Name: cluster})
 	if err != nil {
 		if proxy != nil {
 			proxy.close()

@@ -18,7 +18,9 @@ import (
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/capi-inplace/capi-inplace/internal/workload"
 )
 
 // apiProxy sits between the simulated agents and an in-memory workload API server
@@ -49,10 +51,10 @@ type apiProxy struct {
 }
 
 // startAPIProxy starts a proxy for the workload cluster reached by kubeconfig.
-func startAPIProxy(kubeconfig []byte) (*apiProxy, error) {
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+func startAPIProxy(kubeconfig []byte, cluster client.ObjectKey) (*apiProxy, error) {
+	cfg, err := workload.RESTConfig(kubeconfig, cluster, workload.Options{UserAgent: "capi-inplace-localstack-proxy"})
 	if err != nil {
-		return nil, fmt.Errorf("workload kubeconfig: %w", err)
+		return nil, err
 	}
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
@@ -354,8 +356,8 @@ func copyHeader(w http.ResponseWriter, resp *http.Response) {
 
 // writeProxyKubeconfig starts a proxy for the workload kubeconfig kc and writes a
 // kubeconfig for it into dir.
-func writeProxyKubeconfig(kc []byte, dir, name string) (*apiProxy, string, error) {
-	p, err := startAPIProxy(kc)
+func writeProxyKubeconfig(kc []byte, cluster client.ObjectKey, dir, name string) (*apiProxy, string, error) {
+	p, err := startAPIProxy(kc, cluster)
 	if err != nil {
 		return nil, "", err
 	}

@@ -27,7 +27,8 @@
 //
 // Allowed imports: standard library, controller-runtime (client, envtest), k8s.io/*,
 // sigs.k8s.io/cluster-api/api types, cluster-api's util/secret and util/certs (the
-// certificates of an external etcd, externaletcd.go), api/v1alpha1. Never the extension, coordinator or
+// certificates of an external etcd, externaletcd.go), api/v1alpha1, internal/workload (the one
+// kubeconfig-to-client, for the API proxy and the static pod marker). Never the extension, coordinator or
 // agent packages: the stack runs them as binaries (bin/capi-inplace for the extension,
 // bin/capi-inplace-dev agent --simulate for the agents).
 //

@@ -5,8 +5,9 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/capi-inplace/capi-inplace/internal/workload"
 )
 
 // mirrorAnnotation is what a real kubelet puts on the API copy (mirror pod) of a
@@ -25,10 +26,10 @@ type staticPodMarker struct {
 	done   map[string]bool
 }
 
-func newStaticPodMarker(kubeconfig []byte) (*staticPodMarker, error) {
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+func newStaticPodMarker(kubeconfig []byte, cluster client.ObjectKey) (*staticPodMarker, error) {
+	cfg, err := workload.RESTConfig(kubeconfig, cluster, workload.Options{UserAgent: "capi-inplace-localstack-marker"})
 	if err != nil {
-		return nil, fmt.Errorf("workload kubeconfig: %w", err)
+		return nil, err
 	}
 	c, err := client.New(cfg, client.Options{})
 	if err != nil {
