@@ -121,7 +121,10 @@ func (o *planOptions) run(ctx context.Context, out io.Writer, in io.Reader, clus
 		return err
 	}
 
-	g := preview.Gatherer{Reader: c}
+	// A ClusterClass naming the extension's GenerateUpgradePlan hook (shipped
+	// ExtensionConfig name capi-inplace) is planned with the hook's own plan, as the
+	// guard does: the first step of a chained upgrade.
+	g := preview.Gatherer{Reader: c, Upgrades: &preview.ChainedUpgrades{Planner: pl, Extension: planner.UpgradePlanHandler + ".capi-inplace"}}
 	live, notes, err := g.Gather(ctx, namespace, cluster)
 	if err != nil {
 		return err

@@ -90,28 +90,34 @@ func (g Gatherer) topologyChanges(ctx context.Context, live Snapshot, old, chang
 	if err != nil {
 		return nil, false, err
 	}
-	desired := func(cluster *clusterv1.Cluster) (*scope.ClusterState, error) {
+	// desired returns the desired state and the workers' upgrade plan.
+	desired := func(cluster *clusterv1.Cluster) (*scope.ClusterState, []string, error) {
 		bp, err := blueprint(ctx, g.Reader, cluster)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		if bp.ClusterClass, err = g.upgradePlanClass(ctx, cluster, bp, current); err != nil {
-			return nil, err
+		var workers []string
+		hook := bp.ClusterClass.Spec.Upgrade.External.GenerateUpgradePlanExtension != ""
+		if bp.ClusterClass, workers, err = g.upgradePlanClass(ctx, cluster, bp, current); err != nil {
+			return nil, nil, err
 		}
 		s := scope.New(cluster.DeepCopy())
 		s.Blueprint = bp
 		s.Current = current.deepCopy(s.Current.Cluster)
 		d, err := gen.Generate(ctx, s)
 		if err != nil {
-			return nil, fmt.Errorf("compute the topology desired state of Cluster %s/%s (class %s): %w", cluster.Namespace, cluster.Name, cluster.GetClassKey(), err)
+			return nil, nil, fmt.Errorf("compute the topology desired state of Cluster %s/%s (class %s): %w", cluster.Namespace, cluster.Name, cluster.GetClassKey(), err)
 		}
-		return d, nil
+		if !hook {
+			workers = s.UpgradeTracker.MachineDeployments.UpgradePlan
+		}
+		return d, workers, nil
 	}
-	before, err := desired(old)
+	before, _, err := desired(old)
 	if err != nil {
 		return nil, false, err
 	}
-	after, err := desired(changed)
+	after, workersPlan, err := desired(changed)
 	if err != nil {
 		return nil, false, err
 	}
@@ -147,6 +153,17 @@ func (g Gatherer) topologyChanges(ctx context.Context, live Snapshot, old, chang
 		add(bm, am)
 		add(b.BootstrapTemplate, a.BootstrapTemplate)
 		add(b.InfrastructureMachineTemplate, a.InfrastructureMachineTemplate)
+		// A MachineDeployment waits for the control plane: the topology controller
+		// writes its first step of the workers' plan later, at the Cluster's change;
+		// judge that step now, at the write that causes it.
+		if cur := a.Object.Spec.Template.Spec.Version; len(workersPlan) > 0 && cur == b.Object.Spec.Template.Spec.Version &&
+			cur != workersPlan[0] && cur != changed.Spec.Topology.Version {
+			step := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"template": map[string]any{"spec": map[string]any{"version": workersPlan[0]}}}}}
+			step.SetGroupVersionKind(clusterv1.GroupVersion.WithKind("MachineDeployment"))
+			step.SetName(a.Object.Name)
+			step.SetNamespace(a.Object.Namespace)
+			out = append(out, step)
+		}
 	}
 	return out, true, nil
 }
@@ -158,23 +175,24 @@ func (g Gatherer) topologyChanges(ctx context.Context, live Snapshot, old, chang
 // Cluster API passes the hook, and Cluster API's own validation of the answer) and the
 // generator gets a copy of the class that lists the control plane's plan as its
 // kubernetesVersions: Cluster API then steps the control plane through exactly those
-// versions. The workers' plan is then Cluster API's default, which moves workers the
-// same way unless they lag behind the control plane when the change is written (the
-// topology controller's MachineDeployment writes are judged at their own write).
-func (g Gatherer) upgradePlanClass(ctx context.Context, cluster *clusterv1.Cluster, bp *scope.ClusterBlueprint, current clusterState) (*clusterv1.ClusterClass, error) {
+// versions. It also returns the hook's workers' plan (the generator itself gets Cluster
+// API's default, which moves workers the same way unless they lag behind the control
+// plane when the change is written; those MachineDeployment writes are judged at their
+// own write).
+func (g Gatherer) upgradePlanClass(ctx context.Context, cluster *clusterv1.Cluster, bp *scope.ClusterBlueprint, current clusterState) (*clusterv1.ClusterClass, []string, error) {
 	class := bp.ClusterClass
 	ext := class.Spec.Upgrade.External.GenerateUpgradePlanExtension
 	if ext == "" {
-		return class, nil
+		return class, nil, nil
 	}
 	if g.Upgrades == nil || g.Upgrades.Planner == nil || ext != g.Upgrades.Extension {
-		return nil, fmt.Errorf("ClusterClass %s names the GenerateUpgradePlan extension %q, which only Cluster API's RuntimeSDK can call", client.ObjectKeyFromObject(class), ext)
+		return nil, nil, fmt.Errorf("ClusterClass %s names the GenerateUpgradePlan extension %q, which only Cluster API's RuntimeSDK can call", client.ObjectKeyFromObject(class), ext)
 	}
 	optedIn := g.Upgrades.AssumeOptedIn
 	if !optedIn {
 		ns := &corev1.Namespace{}
 		if err := g.Reader.Get(ctx, client.ObjectKey{Name: cluster.Namespace}, ns); err != nil {
-			return nil, fmt.Errorf("read namespace %s for the upgrade plan: %w", cluster.Namespace, err)
+			return nil, nil, fmt.Errorf("read namespace %s for the upgrade plan: %w", cluster.Namespace, err)
 		}
 		optedIn = ns.Labels[inplacev1.NamespaceEnabledLabel] == "true"
 	}
@@ -189,12 +207,12 @@ func (g Gatherer) upgradePlanClass(ctx context.Context, cluster *clusterv1.Clust
 		return p.ControlPlane, p.Workers, nil
 	}
 	if err := desiredstate.ComputeUpgradePlan(ctx, s, plan); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := class.DeepCopy()
 	out.Spec.Upgrade.External.GenerateUpgradePlanExtension = ""
 	out.Spec.KubernetesVersions = slices.Clone(s.UpgradeTracker.ControlPlane.UpgradePlan)
-	return out, nil
+	return out, s.UpgradeTracker.MachineDeployments.UpgradePlan, nil
 }
 
 // specPatch is the change for Apply that turns before's spec into after's, named as
