@@ -56,7 +56,7 @@ func TestDrainMachineVerdict(t *testing.T) {
 		{name: "volumes past the policy timeout fail", res: done, volumes: vols, after: 11 * time.Minute, policy: 10 * time.Minute, action: ActReportFailure,
 			msg: "volumes did not detach within 10m0s"},
 		{name: "the Machine's volume timeout: wait before it", md: MachineDrain{VolumeDetachTimeout: time.Hour}, res: done, volumes: vols, after: 11 * time.Minute, policy: 10 * time.Minute, action: ActWait},
-		{name: "the Machine's volume timeout passed: go on", md: MachineDrain{VolumeDetachTimeout: time.Minute}, res: done, volumes: vols, after: 2 * time.Minute, policy: 10 * time.Minute, ok: true},
+		{name: "the Machine's volume timeout passed: go on", md: MachineDrain{VolumeDetachTimeout: time.Minute}, res: done, volumes: vols, drained: time.Minute, after: 2 * time.Minute, policy: 10 * time.Minute, ok: true},
 		// Cluster API counts nodeVolumeDetachTimeoutSeconds from the drain's end: a
 		// long drain does not eat the volumes' time.
 		{name: "the Machine's volume timeout counts from the drain's end", md: MachineDrain{VolumeDetachTimeout: 10 * time.Minute}, res: done, volumes: vols,
