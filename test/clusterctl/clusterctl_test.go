@@ -374,8 +374,8 @@ func requireTools(t *testing.T) (clusterctl, kubectl string) {
 func TestClusterctlPinsAgree(t *testing.T) {
 	g := NewWithT(t)
 	for path, re := range map[string]string{
-		"../../go.mod":                           `(?m)^\s*sigs\.k8s\.io/cluster-api (v\S+)`,
-		"../../hack/tools/clusterctl/go.mod":     `(?m)^\s*sigs\.k8s\.io/cluster-api (v\S+)`,
+		"../../go.mod":                           `(?m)^(?:require)?\s*sigs\.k8s\.io/cluster-api (v\S+)`,
+		"../../hack/tools/clusterctl/go.mod":     `(?m)^(?:require)?\s*sigs\.k8s\.io/cluster-api (v\S+)`,
 		"../../hack/tools/clusterctl/go.mod#api": `(?m)^\s*sigs\.k8s\.io/cluster-api/api (v\S+)`,
 		"../../hack/tools/build.sh":              `(?m)^capi_version=(v\S+)$`,
 	} {
