@@ -31,10 +31,18 @@ var chainVersions = []string{"v1.33.0", "v1.34.0", "v1.35.0", "v1.36.0"}
 // hook, the control plane and the worker take every minor, each in place. Asserted:
 // each Machine's spec.version went through every minor in order, every Machine
 // keeps its name and UID, no Machine is created or deleted (watched), every Node
-// reports v1.36.0 and both Machines are up to date.
+// reports v1.36.0 and both Machines are up to date. The namespace is guarded by the
+// in-place-only guard, which lets every step through.
 func TestChainedUpgradeInPlace(t *testing.T) {
 	ext := ourExtension(t)
 	s := newScenario(t, "chained", extOurs)
+	// Guarded: the in-place-only guard judges the topology write (by the hook's first
+	// step) and every KubeadmControlPlane and MachineDeployment write the topology
+	// controller makes for the later steps; a refusal would stop the chain.
+	registerGuardWebhook(s.ctx, t, s.stack, ext)
+	if err := s.stack.CreateNamespace(s.ctx, s.ns, map[string]string{guardLabel: "true"}); err != nil {
+		t.Fatal(err)
+	}
 	const class, cluster = "chain", "chain"
 	if err := s.stack.CreateClusterClass(s.ctx, s.ns, class); err != nil {
 		t.Fatal(err)
