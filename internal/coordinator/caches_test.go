@@ -102,7 +102,7 @@ func TestSteadyStateCallsAnswerFromCaches(t *testing.T) {
 	}}})
 	agent := func(o *Options) { o.ManageAgents = true; o.AgentImage = "registry.example/capi-inplace:test" }
 	live := f.coordinator(agent)
-	resp := callUntil(t, live, req, "pick up plan", 5)
+	callUntil(t, live, req, "pick up plan", 5)
 	hash := f.getNode("cache-w1").Annotations[inplacev1.DesiredPlanAnnotation]
 	f.agentReports("cache-w1", protocol.NodeStatus{PlanHash: hash, Phase: protocol.PhaseApplying, Step: 1, Steps: 2, Action: "files"}, false)
 	want := call(live, req)
@@ -110,7 +110,7 @@ func TestSteadyStateCallsAnswerFromCaches(t *testing.T) {
 
 	n := &requests{}
 	cached := f.cachedCoordinator(n, agent)
-	resp = steady(t, cached, n, req)
+	resp := steady(t, cached, n, req)
 	g.Expect(resp).To(Equal(want))
 	before := n.n.Load()
 	for range 20 {

@@ -300,14 +300,14 @@ func TestToUnstructuredIsTheJSONEncoding(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			obj := tt.obj
-			switch {
-			case tt.name == "Machine" || tt.name == "empty Machine":
+			switch tt.name {
+			case "Machine", "empty Machine":
 				m := &runtimehooksv1.CanUpdateMachineRequestObjects{}
 				if err := json.Unmarshal([]byte(tt.doc), &m.Machine); err != nil {
 					t.Fatal(err)
 				}
 				obj = &m.Machine
-			case tt.name == "MachineSet":
+			case "MachineSet":
 				m := &runtimehooksv1.CanUpdateMachineSetRequestObjects{}
 				if err := json.Unmarshal([]byte(tt.doc), &m.MachineSet); err != nil {
 					t.Fatal(err)

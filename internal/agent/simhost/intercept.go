@@ -38,7 +38,7 @@ func (j pausingJournal) Save(e journal.Entry) error {
 	if e.InFlight != "" {
 		// The save that begins an action counts one more run of it than the
 		// journal holds; the saves after (a reboot's) do not pause again.
-		if prev, err := j.Journal.Load(); err == nil && e.Runs[e.InFlight] > prev.Runs[e.InFlight] {
+		if prev, err := j.Load(); err == nil && e.Runs[e.InFlight] > prev.Runs[e.InFlight] {
 			if err := j.h.pauseBefore(j.ctx, e.InFlight); err != nil {
 				return err
 			}
