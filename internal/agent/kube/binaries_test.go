@@ -177,6 +177,7 @@ func TestInstallKubernetesBinariesOverHTTPS(t *testing.T) {
 
 func TestInstallKubernetesBinariesRefusals(t *testing.T) {
 	big := strings.Repeat("x", 4096)
+	const shellKubelet = "#!/bin/sh\necho v1.36.3\n"
 	tests := []struct {
 		name     string
 		files    map[string]string
@@ -249,8 +250,13 @@ func TestInstallKubernetesBinariesRefusals(t *testing.T) {
 			wantText: "are for linux/s390x, this node is " + testPlat,
 		},
 		{
-			name:     "kubelet is no executable of this architecture (a shell script)",
-			files:    map[string]string{"/v1.36.3/kubeadm": newKubeadm, "/v1.36.3/kubelet": "#!/bin/sh\necho v1.36.3\n"},
+			name:  "kubelet is no executable of this architecture (a shell script)",
+			files: map[string]string{"/v1.36.3/kubeadm": newKubeadm, "/v1.36.3/kubelet": shellKubelet},
+			bins: func(base string) *protocol.KubernetesBinaries {
+				b := binariesFor(base)
+				b.Kubelet.Digest = sha(shellKubelet)
+				return b
+			},
 			wantErr:  artifact.ErrWrongArchitecture,
 			wantText: "kubelet: executable is for another architecture: not an ELF executable",
 		},
