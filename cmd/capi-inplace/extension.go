@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -25,6 +24,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/capi-inplace/capi-inplace/internal/cli"
 	"github.com/capi-inplace/capi-inplace/internal/coordinator"
 	"github.com/capi-inplace/capi-inplace/internal/extension"
 	"github.com/capi-inplace/capi-inplace/internal/guard"
@@ -95,7 +95,7 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 	ctrl.SetLogger(logger)
 	log := logger.WithName("extension")
 
-	pol, err := loadPolicy(o.policyFile)
+	pol, err := cli.LoadPolicy(o.policyFile)
 	if err != nil {
 		return err
 	}
@@ -246,21 +246,6 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 		return fmt.Errorf("run manager: %w", err)
 	}
 	return nil
-}
-
-func loadPolicy(path string) (*policy.Policy, error) {
-	if path == "" {
-		return policy.Builtin(), nil
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read policy file: %w", err)
-	}
-	p, err := policy.Parse(data)
-	if err != nil {
-		return nil, fmt.Errorf("policy file %s: %w", path, err)
-	}
-	return p, nil
 }
 
 func loadRESTConfig(kubeconfig string) (*rest.Config, error) {
