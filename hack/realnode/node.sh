@@ -256,6 +256,19 @@ cgroupDriver: cgroupfs
 failCgroupV1: false
 containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
 resolvConf: /etc/resolv.conf
+# The lane's nodes share the build machine's disk, whose fullness is not theirs: at the
+# default 85% the kubelet's image GC deleted a worker's preloaded images, the sandbox
+# image too (containerd 1.6 does not pin it), and kubeadm's upgrade health-check Job
+# could not start there (seen 2026-12-01 on a machine with 15% of its disk available).
+# A node with a disk of its own keeps them; so do the lane's: no image GC, evictions
+# only when the disk is really full.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: 1%
+  nodefs.inodesFree: 1%
+  imagefs.available: 1%
 EOF
 	in_node "$n" kubeadm init --config /etc/kubernetes/lane-init.yaml
 }
