@@ -52,9 +52,11 @@ type Stager struct {
 }
 
 // ImagePuller pulls the control-plane images the plan's kubeadm needs onto the
-// node, running kubeadm from its host path; it returns the images pulled.
+// node, running kubeadm from its host path; it returns the images pulled. The
+// plan is whole because the images depend on more than its Kubernetes part: its
+// ClusterConfiguration's image repository and etcd image overrides.
 type ImagePuller interface {
-	PullControlPlaneImages(ctx context.Context, kubeadm string, k protocol.KubernetesPlan) ([]string, error)
+	PullControlPlaneImages(ctx context.Context, kubeadm string, plan *protocol.NodePlan) ([]string, error)
 }
 
 func (s *Stager) platform() string {
@@ -181,7 +183,7 @@ func (s *Stager) stage(ctx context.Context, plan *protocol.NodePlan, rep *stageR
 		// After the files: the new kubeadm is in the store by now, verified.
 		rep.st.Item, rep.st.Bytes, rep.st.Size = protocol.StageImages, 0, 0
 		rep.send(ctx, true)
-		pulled, err := s.Images.PullControlPlaneImages(ctx, protocol.ArtifactPath(plan.Kubernetes.Binaries.Kubeadm.Digest), plan.Kubernetes)
+		pulled, err := s.Images.PullControlPlaneImages(ctx, protocol.ArtifactPath(plan.Kubernetes.Binaries.Kubeadm.Digest), plan)
 		if err != nil {
 			reason := protocol.StageReasonImagePull
 			if ctx.Err() != nil {

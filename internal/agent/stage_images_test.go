@@ -4,8 +4,7 @@ import (
 	"context"
 	"crypto/ecdh"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -75,8 +74,7 @@ func TestStagerPullsControlPlaneImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := sha256.Sum256(exe)
-	digest := "sha256:" + hex.EncodeToString(sum[:])
+	digest := protocol.DigestOf(exe)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(exe) }))
 	defer srv.Close()
 	const manifest = "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: kube-apiserver\n    image: registry.example.com/k8s/kube-apiserver:v1.35.4\n"
@@ -89,11 +87,20 @@ func TestStagerPullsControlPlaneImages(t *testing.T) {
 		pullErr   error
 		wantPhase protocol.StagePhase
 		wantPull  bool
+		// clusterConfig is the plan's ClusterConfiguration; wantCfg what the pull's
+		// configuration then says besides the version and CRI socket.
+		clusterConfig string
+		wantCfg       []string
 	}{
-		{"control plane, images pulled", "si-pulled", protocol.RoleControlPlane, protocol.KubeadmUpgradeApply, nil, protocol.StagePhaseStaged, true},
+		{"control plane, images pulled", "si-pulled", protocol.RoleControlPlane, protocol.KubeadmUpgradeApply, nil, protocol.StagePhaseStaged, true,
+			"", []string{`imageRepository: "registry.example.com/k8s"`}},
+		{"control plane, the plan's image overrides", "si-overrides", protocol.RoleControlPlane, protocol.KubeadmUpgradeApply, nil, protocol.StagePhaseStaged, true,
+			`{"imageRepository":"mirror.example.com/k8s","etcd":{"local":{"imageRepository":"etcd.example.com/etcd-io","imageTag":"3.5.21-0"}}}`,
+			[]string{`imageRepository: "mirror.example.com/k8s"`, "etcd:\n  local:\n    imageRepository: \"etcd.example.com/etcd-io\"\n    imageTag: \"3.5.21-0\"\n"}},
 		{"control plane, an image cannot be pulled", "si-unpullable", protocol.RoleControlPlane, protocol.KubeadmUpgradeNode,
-			errors.New(`failed to pull image registry.example.com/k8s/kube-apiserver:v1.36.3: not found`), protocol.StagePhaseFailed, true},
-		{"worker: no control-plane images", "si-worker", protocol.RoleWorker, protocol.KubeadmUpgradeNode, nil, protocol.StagePhaseStaged, false},
+			errors.New(`failed to pull image registry.example.com/k8s/kube-apiserver:v1.36.3: not found`), protocol.StagePhaseFailed, true,
+			"", []string{`imageRepository: "registry.example.com/k8s"`}},
+		{"worker: no control-plane images", "si-worker", protocol.RoleWorker, protocol.KubeadmUpgradeNode, nil, protocol.StagePhaseStaged, false, "", nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
@@ -116,6 +123,9 @@ func TestStagerPullsControlPlaneImages(t *testing.T) {
 				Binaries: &protocol.KubernetesBinaries{Platform: runtime.GOOS + "/" + runtime.GOARCH,
 					Kubeadm: protocol.BinaryArtifact{URL: srv.URL + "/kubeadm", Digest: digest},
 					Kubelet: protocol.BinaryArtifact{URL: srv.URL + "/kubelet", Digest: digest}}}
+			if tt.clusterConfig != "" {
+				p.ClusterConfiguration = json.RawMessage(tt.clusterConfig)
+			}
 			g.Expect(p.Validate()).To(Succeed())
 			hash, err := p.Hash()
 			g.Expect(err).NotTo(HaveOccurred())
@@ -148,7 +158,9 @@ func TestStagerPullsControlPlaneImages(t *testing.T) {
 				"the staged (new) kubeadm pulls, not the node's")
 			cfg := runner.cfgs[0]
 			g.Expect(cfg).To(ContainSubstring(`kubernetesVersion: "v1.36.3"`))
-			g.Expect(cfg).To(ContainSubstring(`imageRepository: "registry.example.com/k8s"`))
+			for _, want := range tt.wantCfg {
+				g.Expect(cfg).To(ContainSubstring(want))
+			}
 			g.Expect(cfg).To(ContainSubstring(`criSocket: "unix:///run/containerd/containerd.sock"`))
 			g.Expect(cfg).To(ContainSubstring("dns:\n  disabled: true\nproxy:\n  disabled: true"))
 			g.Expect(st.Items).To(Equal(3), "kubeadm, kubelet, the images")

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
@@ -28,26 +29,29 @@ func NeedsControlPlaneImages(k protocol.KubernetesPlan) bool {
 	return k.Role == protocol.RoleControlPlane && (k.Action == protocol.KubeadmUpgradeApply || k.Action == protocol.KubeadmUpgradeNode)
 }
 
-// PullControlPlaneImages makes sure the images of k.Version's control-plane static
-// pods are in the node's container runtime, pulled by the new release's kubeadm
-// (kubeadm, its host path: the staged copy in the artifact store) while the node
-// still serves, so that the `kubeadm upgrade` after the cordon finds them present
-// (its ImagePull preflight pulls only what is missing). kubeadm names the images:
-// `kubeadm config images pull` for the target version, the image repository the
-// node's kube-apiserver manifest runs from (kubeadm's imageRepository), the node's
-// CRI socket (the kubelet's containerRuntimeEndpoint), and etcd only for a stacked
-// member; CoreDNS and kube-proxy are not static pods of the node and are left to
-// their DaemonSet and Deployment. It returns the images kubeadm pulled (or found).
-// Repeatable: images present are not pulled again.
-func (h *Host) PullControlPlaneImages(ctx context.Context, kubeadm string, k protocol.KubernetesPlan) ([]string, error) {
+// PullControlPlaneImages makes sure the images of plan's control-plane static pods
+// at the new version are in the node's container runtime, pulled by the new
+// release's kubeadm (kubeadm, its host path: the staged copy in the artifact store)
+// while the node still serves, so that the `kubeadm upgrade` after the cordon finds
+// them present (its ImagePull preflight pulls only what is missing). kubeadm names
+// the images: `kubeadm config images pull` for the target version, the image
+// settings `kubeadm upgrade` renders the static pods from (see imageSettings: the
+// plan's ClusterConfiguration, the one the workload cluster's kubeadm-config holds
+// by then, with the node's kube-apiserver manifest for a repository it leaves
+// unset), the node's CRI socket (the kubelet's containerRuntimeEndpoint), and etcd
+// only for a stacked member; CoreDNS and kube-proxy are not static pods of the
+// node and are left to their DaemonSet and Deployment. It returns the images
+// kubeadm pulled (or found). Repeatable: images present are not pulled again.
+func (h *Host) PullControlPlaneImages(ctx context.Context, kubeadm string, plan *protocol.NodePlan) ([]string, error) {
+	k := plan.Kubernetes
 	if !NeedsControlPlaneImages(k) {
 		return nil, nil
 	}
-	repo, err := h.imageRepository()
+	img, err := h.imageSettings(plan.ClusterConfiguration)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrImagePull, err)
 	}
-	cfg := imagesConfig(k, repo, h.criSocket())
+	cfg := imagesConfig(k, img, h.criSocket())
 	if err := h.writeHostFile(ImagesConfig, cfg, 0o600, -1, -1); err != nil {
 		return nil, fmt.Errorf("%w: write %s: %w", ErrImagePull, ImagesConfig, err)
 	}
@@ -66,8 +70,48 @@ func (h *Host) PullControlPlaneImages(ctx context.Context, kubeadm string, k pro
 	return pulled, nil
 }
 
+// imageSettings are the fields of a kubeadm ClusterConfiguration that name the
+// control-plane images (kubeadm's images.GetKubernetesImage and GetEtcdImage):
+// imageRepository for every image, etcd.local.imageRepository and imageTag for
+// etcd's. The JSON paths are those of Cluster API's ClusterConfiguration (the
+// plan's) and of kubeadm's v1beta4 alike. dns.imageRepository/imageTag are not
+// here: the pre-pull leaves CoreDNS to its Deployment (dns.disabled).
+type imageSettings struct {
+	ImageRepository string `json:"imageRepository,omitempty"`
+	Etcd            struct {
+		Local struct {
+			ImageRepository string `json:"imageRepository,omitempty"`
+			ImageTag        string `json:"imageTag,omitempty"`
+		} `json:"local"`
+	} `json:"etcd"`
+}
+
+// imageSettings returns the image settings `kubeadm upgrade` will render this
+// node's static pods from: those of the plan's ClusterConfiguration (Cluster API
+// writes them to the workload cluster's kubeadm-config before the machine is
+// updated, and kubeadm upgrade reads them there), with the repository the node's
+// kube-apiserver runs from when the plan sets none (kubeadm-config then keeps the
+// cluster's repository: KCP writes imageRepository only when it is set). Without
+// a ClusterConfiguration in the plan the etcd image takes kubeadm's defaults.
+func (h *Host) imageSettings(clusterConfiguration json.RawMessage) (imageSettings, error) {
+	var img imageSettings
+	if len(clusterConfiguration) > 0 {
+		if err := json.Unmarshal(clusterConfiguration, &img); err != nil {
+			return imageSettings{}, fmt.Errorf("the plan's clusterConfiguration: %w", err)
+		}
+	}
+	if img.ImageRepository == "" {
+		repo, err := h.imageRepository()
+		if err != nil {
+			return imageSettings{}, err
+		}
+		img.ImageRepository = repo
+	}
+	return img, nil
+}
+
 // imagesConfig is the kubeadm v1beta4 configuration naming what the pre-pull needs.
-func imagesConfig(k protocol.KubernetesPlan, repo, criSocket string) []byte {
+func imagesConfig(k protocol.KubernetesPlan, img imageSettings, criSocket string) []byte {
 	var b strings.Builder
 	b.WriteString("apiVersion: kubeadm.k8s.io/v1beta4\nkind: InitConfiguration\n")
 	if criSocket != "" {
@@ -75,14 +119,26 @@ func imagesConfig(k protocol.KubernetesPlan, repo, criSocket string) []byte {
 	}
 	b.WriteString("---\napiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\n")
 	fmt.Fprintf(&b, "kubernetesVersion: %q\n", k.Version)
-	if repo != "" {
-		fmt.Fprintf(&b, "imageRepository: %q\n", repo)
+	if img.ImageRepository != "" {
+		fmt.Fprintf(&b, "imageRepository: %q\n", img.ImageRepository)
 	}
 	b.WriteString("dns:\n  disabled: true\nproxy:\n  disabled: true\n")
-	if k.ExternalEtcd {
+	local := img.Etcd.Local
+	switch {
+	case k.ExternalEtcd:
 		// No local member: kubeadm names no etcd image for an external etcd (the
 		// endpoint is never contacted by `config images pull`).
 		b.WriteString("etcd:\n  external:\n    endpoints: [\"https://127.0.0.1:2379\"]\n")
+	case local.ImageRepository != "" || local.ImageTag != "":
+		// A pinned etcd (imageTag: kubeadm upgrade keeps it) or one from its own
+		// registry: the member kubeadm upgrade starts runs that image.
+		b.WriteString("etcd:\n  local:\n")
+		if local.ImageRepository != "" {
+			fmt.Fprintf(&b, "    imageRepository: %q\n", local.ImageRepository)
+		}
+		if local.ImageTag != "" {
+			fmt.Fprintf(&b, "    imageTag: %q\n", local.ImageTag)
+		}
 	}
 	return []byte(b.String())
 }
