@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"debug/elf"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -123,8 +122,8 @@ func (s *Store) Has(digest string) bool {
 	if err != nil {
 		return false
 	}
-	got, err := fileSHA256(p)
-	return err == nil && "sha256:"+got == digest
+	got, err := FileDigest(p)
+	return err == nil && got == digest
 }
 
 // Fetch makes sure the store holds item's file, verified; executables are checked
@@ -211,8 +210,8 @@ func (s *Store) fetchFrom(ctx context.Context, item protocol.StageItem, src, des
 	if n > limit {
 		return fmt.Errorf("%s: %w: %s is more than %d bytes", item.Name, ErrTooLarge, src, limit)
 	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != wantHex {
-		return fmt.Errorf("%s: %w: %s served content with digest sha256:%s, the plan requires %s", item.Name, ErrDigestMismatch, src, got, item.Artifact.Digest)
+	if got := protocol.DigestFromSum(h.Sum(nil)); got != item.Artifact.Digest {
+		return fmt.Errorf("%s: %w: %s served content with digest %s, the plan requires %s", item.Name, ErrDigestMismatch, src, got, item.Artifact.Digest)
 	}
 	if err := tmp.Sync(); err != nil {
 		return s.diskErr(item, fmt.Errorf("fsync: %w", err))
@@ -338,7 +337,10 @@ func removePartials(dir, hex string) {
 	}
 }
 
-func fileSHA256(p string) (string, error) {
+// FileDigest returns the digest ("sha256:<hex>", protocol.DigestFromSum) of a
+// regular file's content; a symlink is not followed (an error), so a path the
+// agent checks is the file it will use, not one a link points to.
+func FileDigest(p string) (string, error) {
 	fi, err := os.Lstat(p)
 	if err != nil {
 		return "", err
@@ -355,7 +357,7 @@ func fileSHA256(p string) (string, error) {
 	if _, err := io.Copy(h, f); err != nil {
 		return "", err
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return protocol.DigestFromSum(h.Sum(nil)), nil
 }
 
 // counter reports progress at most every progressStep bytes.

@@ -3,7 +3,6 @@ package kube
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -104,8 +103,7 @@ func (h *Host) installFromStore(ctx context.Context, bins *protocol.KubernetesBi
 // the copy. It returns a zero staged when the destination already has the digest.
 func (h *Host) stageBinary(ctx context.Context, hostPath string, item protocol.StageItem) (staged, error) {
 	name := filepath.Base(hostPath)
-	wantHex, err := protocol.DigestHex(item.Artifact.Digest)
-	if err != nil {
+	if _, err := protocol.DigestHex(item.Artifact.Digest); err != nil {
 		return staged{}, fmt.Errorf("%s: %w", name, err)
 	}
 	dir, err := realDir(h.Root, filepath.Dir(hostPath))
@@ -113,7 +111,7 @@ func (h *Host) stageBinary(ctx context.Context, hostPath string, item protocol.S
 		return staged{}, fmt.Errorf("%s: %w", name, err)
 	}
 	dest := filepath.Join(dir, name)
-	if got, err := regularFileSHA256(dest); err == nil && got == wantHex {
+	if got, err := artifact.FileDigest(dest); err == nil && got == item.Artifact.Digest {
 		if err := os.Chmod(dest, 0o755); err != nil {
 			return staged{}, fmt.Errorf("%s: chmod %s: %w", name, hostPath, err)
 		}
@@ -147,8 +145,8 @@ func (h *Host) stageBinary(ctx context.Context, hostPath string, item protocol.S
 	}
 	// The store verified the file; it is hashed again as copied, so a file changed
 	// on disk since is never installed.
-	if got := hex.EncodeToString(hash.Sum(nil)); got != wantHex {
-		return staged{}, fmt.Errorf("%s: %w: the staged copy has digest sha256:%s, the plan requires %s", name, artifact.ErrDigestMismatch, got, item.Artifact.Digest)
+	if got := protocol.DigestFromSum(hash.Sum(nil)); got != item.Artifact.Digest {
+		return staged{}, fmt.Errorf("%s: %w: the staged copy has digest %s, the plan requires %s", name, artifact.ErrDigestMismatch, got, item.Artifact.Digest)
 	}
 	if err := tmp.Chmod(0o755); err != nil {
 		return staged{}, fmt.Errorf("%s: chmod staging file: %w", name, err)
@@ -180,28 +178,6 @@ func realDir(root, hostDir string) (string, error) {
 		}
 	}
 	return p, nil
-}
-
-// regularFileSHA256 returns the hex sha256 of a regular file (not followed if a
-// symlink).
-func regularFileSHA256(p string) (string, error) {
-	fi, err := os.Lstat(p)
-	if err != nil {
-		return "", err
-	}
-	if !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("%s is not a regular file", p)
-	}
-	f, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // removeLeftovers removes staging files of name that a killed agent left behind.
