@@ -59,3 +59,21 @@ const EventUpdateRefused = "InPlaceUpdateRefused"
 // Cluster no longer opts in or the control plane has three or more replicas;
 // KubeadmControlPlane's own behaviour applies from here.
 const ReasonReleased = "InPlaceUpdateHandedBack"
+
+// SingleNodeOptedIn reports whether a control plane of fewer than three replicas is
+// opted into capi-inplace's own in-place path: any of the given annotation sets (the
+// Cluster's and its KubeadmControlPlane's) carries SingleNodeControlPlaneAnnotation
+// with value "true". The KubeadmControlPlane's own annotation counts alone: for a
+// ClusterClass cluster the topology controller puts
+// spec.topology.controlPlane.metadata.annotations there, and Cluster API can drop a
+// Cluster's annotations (the single-node controller copies the Cluster's opt-in onto
+// the KubeadmControlPlane once for that reason). The single-node path, the admission
+// guard and `capi-inplace plan` all decide by this one rule.
+func SingleNodeOptedIn(annotations ...map[string]string) bool {
+	for _, a := range annotations {
+		if a[SingleNodeControlPlaneAnnotation] == "true" {
+			return true
+		}
+	}
+	return false
+}

@@ -232,11 +232,68 @@ func TestBuild(t *testing.T) {
 			name: "single control-plane node without the opt-in: replaced", opts: with(func(o *previewtest.Options) { o.CPReplicas = 1 }), change: topologyVersion("v1.36.0"),
 			verdicts: map[string]preview.Verdict{"demo-cp-0": preview.VerdictReplace, workers[0]: preview.VerdictInPlace, workers[1]: preview.VerdictInPlace},
 			check: func(g *WithT, r preview.Report) {
-				g.Expect(machine(t, r, "demo-cp-0").Reasons).To(ContainElement(ContainSubstring(inplacev1.SingleNodeControlPlaneAnnotation + "=true")))
+				m := machine(t, r, "demo-cp-0")
+				g.Expect(m.Causes).To(HaveExactElements(And(HaveField("Kind", preview.CauseRollout),
+					HaveField("Message", ContainSubstring("1 replica(s)")), HaveField("Message", ContainSubstring(inplacev1.SingleNodeControlPlaneAnnotation+"=true")))))
 			},
 		},
 		{
-			name: "single control-plane node with the opt-in: our path, drained (other nodes exist)",
+			name: "single control-plane node with an opt-in value other than true on both: replaced",
+			opts: with(func(o *previewtest.Options) {
+				o.CPReplicas = 1
+				o.ClusterAnnotations = map[string]string{inplacev1.SingleNodeControlPlaneAnnotation: "false"}
+				o.KCPAnnotations = map[string]string{inplacev1.SingleNodeControlPlaneAnnotation: "yes"}
+			}),
+			change:   topologyVersion("v1.36.0"),
+			verdicts: map[string]preview.Verdict{"demo-cp-0": preview.VerdictReplace, workers[0]: preview.VerdictInPlace, workers[1]: preview.VerdictInPlace},
+			check: func(g *WithT, r preview.Report) {
+				g.Expect(machine(t, r, "demo-cp-0").Causes).To(ContainElement(HaveField("Kind", preview.CauseRollout)))
+			},
+		},
+		{
+			// What the topology controller does with spec.topology.controlPlane.metadata.annotations
+			// (merged with the ClusterClass's controlPlane.metadata into the KCP's metadata,
+			// server-side applied), and what the single-node controller's copy leaves when
+			// Cluster API drops the Cluster's annotations: the KCP carries the opt-in, the
+			// Cluster does not. internal/singlenode takes its path for it (KCPOptedIn).
+			name: "single control-plane node opted in on the KubeadmControlPlane alone: our path",
+			opts: with(func(o *previewtest.Options) {
+				o.CPReplicas = 1
+				o.KCPAnnotations = map[string]string{inplacev1.SingleNodeControlPlaneAnnotation: "true"}
+			}),
+			change:   topologyVersion("v1.36.0"),
+			verdicts: map[string]preview.Verdict{"demo-cp-0": preview.VerdictInPlace, workers[0]: preview.VerdictInPlace, workers[1]: preview.VerdictInPlace},
+			check: func(g *WithT, r preview.Report) {
+				m := machine(t, r, "demo-cp-0")
+				g.Expect(m.Path).To(Equal(preview.PathSingleNode))
+				g.Expect(m.Causes).To(BeEmpty())
+			},
+		},
+		{
+			name: "single control-plane node opted in by the KubeadmControlPlane write itself: our path",
+			opts: with(func(o *previewtest.Options) { o.CPReplicas = 1 }),
+			change: "apiVersion: controlplane.cluster.x-k8s.io/v1beta2\nkind: KubeadmControlPlane\n" +
+				"metadata: {name: demo-cp, annotations: {" + inplacev1.SingleNodeControlPlaneAnnotation + ": \"true\"}}\nspec: {version: v1.36.0}\n",
+			verdicts: map[string]preview.Verdict{"demo-cp-0": preview.VerdictInPlace, workers[0]: preview.VerdictUnchanged, workers[1]: preview.VerdictUnchanged},
+			check: func(g *WithT, r preview.Report) {
+				g.Expect(machine(t, r, "demo-cp-0").Path).To(Equal(preview.PathSingleNode))
+			},
+		},
+		{
+			name: "single control-plane node whose KubeadmControlPlane write removes its only opt-in: replaced",
+			opts: with(func(o *previewtest.Options) {
+				o.CPReplicas = 1
+				o.KCPAnnotations = map[string]string{inplacev1.SingleNodeControlPlaneAnnotation: "true"}
+			}),
+			change: "apiVersion: controlplane.cluster.x-k8s.io/v1beta2\nkind: KubeadmControlPlane\n" +
+				"metadata: {name: demo-cp, annotations: {" + inplacev1.SingleNodeControlPlaneAnnotation + ": null}}\nspec: {version: v1.36.0}\n",
+			verdicts: map[string]preview.Verdict{"demo-cp-0": preview.VerdictReplace, workers[0]: preview.VerdictUnchanged, workers[1]: preview.VerdictUnchanged},
+			check: func(g *WithT, r preview.Report) {
+				g.Expect(machine(t, r, "demo-cp-0").Causes).To(ContainElement(HaveField("Kind", preview.CauseRollout)))
+			},
+		},
+		{
+			name: "single control-plane node opted in on the Cluster alone: our path, drained (other nodes exist)",
 			opts: with(func(o *previewtest.Options) {
 				o.CPReplicas = 1
 				o.ClusterAnnotations = map[string]string{inplacev1.SingleNodeControlPlaneAnnotation: "true"}

@@ -47,7 +47,7 @@ func compareControlPlaneMachine(in Input, m *clusterv1.Machine, kcpName string) 
 	c.ownerAnnotations = des.Annotations
 	c.desiredVersion = des.Spec.Version
 	c.rollout = append(eligibility(m), controlPlaneRollout(in, m)...)
-	if ptr.Deref(des.Spec.Replicas, 1) < kcpMinReplicasForMaxSurge0 && optedIn(in.Proposed.Cluster) {
+	if ptr.Deref(des.Spec.Replicas, 1) < kcpMinReplicasForMaxSurge0 && optedIn(in.Proposed.Cluster, des) {
 		c.path = PathSingleNode
 	}
 
@@ -134,9 +134,9 @@ func controlPlaneRollout(in Input, m *clusterv1.Machine) []Cause {
 	}
 	replicas := ptr.Deref(kcp.Spec.Replicas, 1)
 	if replicas < kcpMinReplicasForMaxSurge0 {
-		if !optedIn(in.Proposed.Cluster) {
+		if !optedIn(in.Proposed.Cluster, kcp) {
 			rollout("KubeadmControlPlane %s has %d replica(s): KCP allows maxSurge 0 only from %d replicas, so it creates a new control-plane Machine first; "+
-				"annotate the Cluster with %s=true to update it in place", kcp.Name, replicas, kcpMinReplicasForMaxSurge0, inplacev1.SingleNodeControlPlaneAnnotation)
+				"annotate the Cluster or the KubeadmControlPlane with %s=true to update it in place", kcp.Name, replicas, kcpMinReplicasForMaxSurge0, inplacev1.SingleNodeControlPlaneAnnotation)
 		}
 	} else if surge := kcpMaxSurge(kcp.Spec.Rollout.Strategy.RollingUpdate.MaxSurge); surge != 0 {
 		rollout("KubeadmControlPlane %s has rollout.strategy.rollingUpdate.maxSurge %d: KCP creates a new control-plane Machine before it considers in-place updates; set maxSurge: 0",
@@ -181,10 +181,17 @@ var controlPlaneComponentConditions = []string{
 	controlplanev1.KubeadmControlPlaneMachineEtcdMemberHealthyCondition,
 }
 
-// optedIn reports whether a Cluster opted into capi-inplace's single-node
-// control-plane path (the same test as internal/singlenode.OptedIn).
-func optedIn(c *clusterv1.Cluster) bool {
-	return c.Annotations[inplacev1.SingleNodeControlPlaneAnnotation] == "true"
+// optedIn reports whether a control plane opted into capi-inplace's single-node
+// path, on the Cluster or on the KubeadmControlPlane itself (inplacev1.SingleNodeOptedIn:
+// the rule of internal/singlenode, whose hold webhook and controller take the path).
+// Both are the proposed objects: a write that adds or removes the opt-in is judged with
+// it.
+func optedIn(c *clusterv1.Cluster, kcp *controlplanev1.KubeadmControlPlane) bool {
+	var kcpAnnotations map[string]string
+	if kcp != nil {
+		kcpAnnotations = kcp.Annotations
+	}
+	return inplacev1.SingleNodeOptedIn(c.Annotations, kcpAnnotations)
 }
 
 // kcpMaxSurge is KCP's maxSurge: 0 or 1, default 1.

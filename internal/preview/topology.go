@@ -129,7 +129,7 @@ func (g Gatherer) topologyChanges(ctx context.Context, live Snapshot, old, chang
 			// to replace, a removed one deletes its Machines (not a replacement).
 			return
 		}
-		if ch := specPatch(b, a); ch != nil {
+		if ch := desiredPatch(b, a); ch != nil {
 			out = append(out, ch)
 		}
 	}
@@ -215,24 +215,46 @@ func (g Gatherer) upgradePlanClass(ctx context.Context, cluster *clusterv1.Clust
 	return out, s.UpgradeTracker.MachineDeployments.UpgradePlan, nil
 }
 
-// specPatch is the change for Apply that turns before's spec into after's, named as
-// after; nil when the spec does not change.
-func specPatch(before, after *unstructured.Unstructured) *unstructured.Unstructured {
-	bs, _, _ := unstructured.NestedFieldNoCopy(before.Object, "spec")
-	as, _, _ := unstructured.NestedFieldNoCopy(after.Object, "spec")
-	if reflect.DeepEqual(bs, as) {
+// desiredPatch is the change for Apply that turns before's desired state into
+// after's, named as after: the spec, and the labels and annotations the generator
+// sets (for the KubeadmControlPlane, spec.topology.controlPlane.metadata merged with
+// the ClusterClass's controlPlane.metadata, applied in the same server-side apply as
+// the spec: a single-node opt-in written there arrives on the KubeadmControlPlane with
+// the version change). Labels and annotations are patched key by key, so that those
+// other writers set on the live object stay, as they do under server-side apply. nil
+// when nothing changes.
+func desiredPatch(before, after *unstructured.Unstructured) *unstructured.Unstructured {
+	b, a := desiredFields(before), desiredFields(after)
+	if reflect.DeepEqual(b, a) {
 		return nil
 	}
-	b := map[string]any{"spec": bs}
-	if bs == nil {
-		b = map[string]any{}
-	}
-	u := &unstructured.Unstructured{Object: MergePatch(b, map[string]any{"spec": as})}
+	u := &unstructured.Unstructured{Object: MergePatch(b, a)}
 	u.SetAPIVersion(after.GetAPIVersion())
 	u.SetKind(after.GetKind())
 	u.SetName(after.GetName())
 	u.SetNamespace(after.GetNamespace())
 	return u
+}
+
+// desiredFields are the parts of a desired object desiredPatch compares: spec (when
+// set) and metadata labels and annotations (always maps, possibly empty, so that the
+// merge patch removes single keys and never a whole map).
+func desiredFields(u *unstructured.Unstructured) map[string]any {
+	out := map[string]any{}
+	if spec, ok, _ := unstructured.NestedFieldNoCopy(u.Object, "spec"); ok && spec != nil {
+		out["spec"] = spec
+	}
+	meta := map[string]any{}
+	for _, k := range []string{"labels", "annotations"} {
+		m, _, _ := unstructured.NestedFieldNoCopy(u.Object, "metadata", k)
+		if m, ok := m.(map[string]any); ok {
+			meta[k] = m
+		} else {
+			meta[k] = map[string]any{}
+		}
+	}
+	out["metadata"] = meta
+	return out
 }
 
 // MergePatch is the JSON merge patch (RFC 7386) that turns old into new: new's value

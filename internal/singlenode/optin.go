@@ -37,6 +37,31 @@ func CopyOptIn(cluster *clusterv1.Cluster, kcp *controlplanev1.KubeadmControlPla
 	}
 }
 
+// OptedIn reports whether a Cluster opted into the single-node control-plane path
+// (inplacev1.SingleNodeOptedIn, the rule the admission guard and `capi-inplace plan`
+// apply too, with OptedIn || KCPOptedIn).
+func OptedIn(cluster *clusterv1.Cluster) bool {
+	return cluster != nil && inplacev1.SingleNodeOptedIn(cluster.Annotations)
+}
+
+// KCPOptedIn reports whether the KubeadmControlPlane itself carries the opt-in (for a
+// ClusterClass cluster: spec.topology.controlPlane.metadata.annotations, which the
+// topology controller applies to the KCP in the same write as a version change).
+//
+// Why a second place (the cause as read from the code and the run's timeline):
+// Cluster API v1.14's hooks.MarkAsDone deletes every annotation of
+// the Cluster when the hook it marks done is the only annotation of its cached copy:
+// removing it empties the map, and the merge patch from that copy is
+// {"metadata":{"annotations":null}}, which also deletes an opt-in added after the
+// cache read (seen in the late opt-in end-to-end run, annotation patched 1.3 s before
+// spec.topology.version, right after the control plane initialized: KCP surged unheld;
+// docs/single-node.md has the timeline and reproduction). The KCP's metadata is applied
+// by the topology controller with server-side apply, which keeps fields other managers
+// own.
+func KCPOptedIn(kcp *controlplanev1.KubeadmControlPlane) bool {
+	return kcp != nil && inplacev1.SingleNodeOptedIn(kcp.Annotations)
+}
+
 // optInSettled reports whether the KCP needs no copy whatever its Cluster says: it
 // has an opt-in value of its own, or the copy was made before.
 func optInSettled(kcp *controlplanev1.KubeadmControlPlane) bool {

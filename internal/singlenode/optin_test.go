@@ -182,3 +182,31 @@ func TestUpstreamMarkAsDonePatchDropsConcurrentAnnotations(t *testing.T) {
 	g.Expect(f.getCluster(ctx, g).Annotations).NotTo(HaveKey(inplacev1.SingleNodeControlPlaneAnnotation),
 		"the upstream patch deletes the opt-in added after the cache read")
 }
+
+// TestOptedIn pins the one opt-in rule (inplacev1.SingleNodeOptedIn) that the
+// single-node path shares with the admission guard and `capi-inplace plan`: the
+// Cluster's or the KubeadmControlPlane's annotation, value "true", each alone enough.
+func TestOptedIn(t *testing.T) {
+	const optIn = inplacev1.SingleNodeControlPlaneAnnotation
+	for _, tc := range []struct {
+		name         string
+		cluster, kcp map[string]string
+		want         bool
+	}{
+		{"neither", nil, nil, false},
+		{"the Cluster alone", map[string]string{optIn: "true"}, nil, true},
+		{"the KubeadmControlPlane alone", nil, map[string]string{optIn: "true"}, true},
+		{"both", map[string]string{optIn: "true"}, map[string]string{optIn: "true"}, true},
+		{"values other than true", map[string]string{optIn: "yes"}, map[string]string{optIn: "false"}, false},
+		{"the KubeadmControlPlane says false, the Cluster true", map[string]string{optIn: "true"}, map[string]string{optIn: "false"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Annotations: tc.cluster}}
+			kcp := &controlplanev1.KubeadmControlPlane{ObjectMeta: metav1.ObjectMeta{Annotations: tc.kcp}}
+			g.Expect(OptedIn(cluster) || KCPOptedIn(kcp)).To(Equal(tc.want))
+			g.Expect(inplacev1.SingleNodeOptedIn(tc.cluster, tc.kcp)).To(Equal(tc.want))
+		})
+	}
+	NewWithT(t).Expect(OptedIn(nil) || KCPOptedIn(nil)).To(BeFalse())
+}

@@ -48,8 +48,10 @@ type Options struct {
 	// Topology makes the Cluster a ClusterClass cluster at Version, and the
 	// MachineDeployment topology-owned.
 	Topology bool
-	// ClusterAnnotations are set on the Cluster.
+	// ClusterAnnotations are set on the Cluster; KCPAnnotations on the
+	// KubeadmControlPlane.
 	ClusterAnnotations map[string]string
+	KCPAnnotations     map[string]string
 	// InitKubeletArg, when set, is the init configuration's eviction-hard kubelet
 	// argument, so that KCP's init and join configurations differ.
 	InitKubeletArg string
@@ -105,7 +107,7 @@ func (o Options) Objects() ([]client.Object, error) {
 
 	kcp := &controlplanev1.KubeadmControlPlane{
 		TypeMeta:   metav1.TypeMeta{APIVersion: controlplanev1.GroupVersion.String(), Kind: "KubeadmControlPlane"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: o.Namespace, Name: o.KCPName(), UID: uid("KubeadmControlPlane", o.KCPName()), Labels: labels()},
+		ObjectMeta: metav1.ObjectMeta{Namespace: o.Namespace, Name: o.KCPName(), UID: uid("KubeadmControlPlane", o.KCPName()), Labels: labels(), Annotations: o.KCPAnnotations},
 		Spec: controlplanev1.KubeadmControlPlaneSpec{
 			Replicas: ptr.To(o.CPReplicas),
 			Version:  o.Version,

@@ -1,0 +1,4 @@
+package preview
+
+// DesiredPatch is desiredPatch, for the external tests.
+var DesiredPatch = desiredPatch
