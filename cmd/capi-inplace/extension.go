@@ -118,15 +118,7 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 	// upstream Cluster API's managers.
 	http1Only := func(c *tls.Config) { c.NextProtos = []string{"http/1.1"}; c.MinVersion = tls.VersionTLS12 }
 	metricsOpts.TLSOpts = []func(*tls.Config){http1Only}
-	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
-		Scheme:                  scheme,
-		Metrics:                 metricsOpts,
-		HealthProbeBindAddress:  o.healthAddr,
-		LeaderElection:          o.leaderElect,
-		LeaderElectionID:        "capi-inplace-extension",
-		LeaderElectionNamespace: o.leaderElectNamespace,
-		Cache:                   managerCacheOptions(),
-	})
+	mgr, err := ctrl.NewManager(restConfig, managerOptions(o, scheme, metricsOpts))
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
@@ -242,10 +234,46 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 
 	log.Info("Starting extension", "webhookPort", o.webhookPort, "certDir", o.webhookCertDir,
 		"policyFile", o.policyFile, "manageAgents", o.manageAgents)
+	// Start returns once ctx ends (SIGTERM, SIGINT), the runnables stopped (at most
+	// shutdownTimeout) and the leader released its Lease (managerOptions). Nothing
+	// runs after it: this returns and main exits at once, which is what makes the
+	// release safe (controller-runtime's LeaderElectionReleaseOnCancel contract: a
+	// process still working after it would be a second writer beside the new leader).
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("run manager: %w", err)
 	}
 	return nil
+}
+
+// leaderElectionID names the Lease the replicas elect the single-node
+// controller's leader with (in the pod's namespace or --leader-elect-namespace).
+const leaderElectionID = "capi-inplace-extension"
+
+// shutdownTimeout bounds how long the manager waits, once ctx ends, for its
+// runnables (hook calls and reconciles in flight) before it releases the Lease
+// and Start returns: below the pod's terminationGracePeriodSeconds (the default
+// 30 s, config/manager), so that the release happens before the kubelet's SIGKILL.
+// A cut hook call is retried by Cluster API; every step is idempotent.
+const shutdownTimeout = 20 * time.Second
+
+// managerOptions are the controller-runtime manager's options of `capi-inplace
+// extension`. A leader that stops (SIGTERM: a rollout, a drain, a scale-down)
+// releases its Lease (LeaderElectionReleaseOnCancel), so the other replica
+// leads within its next retry (2 s) instead of after the lease expires (15 s);
+// a SIGKILLed or partitioned leader still holds it until expiry.
+func managerOptions(o extensionOptions, scheme *runtime.Scheme, metrics metricsserver.Options) ctrl.Options {
+	shutdown := shutdownTimeout
+	return ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metrics,
+		HealthProbeBindAddress:        o.healthAddr,
+		LeaderElection:                o.leaderElect,
+		LeaderElectionID:              leaderElectionID,
+		LeaderElectionNamespace:       o.leaderElectNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		GracefulShutdownTimeout:       &shutdown,
+		Cache:                         managerCacheOptions(),
+	}
 }
 
 func loadRESTConfig(kubeconfig string) (*rest.Config, error) {
