@@ -25,6 +25,9 @@ type statusOptions struct {
 	output        string
 	watch         bool
 	interval      time.Duration
+	// policyFile is the extension's policy file; set, status adds a line per
+	// fleet pool of each Cluster (budget, windows) resolved from it.
+	policyFile string
 }
 
 // NewStatusCommand is `<prog> status`; prog is how the user typed the CLI
@@ -38,8 +41,13 @@ func NewStatusCommand(prog string) *cobra.Command {
 namespace), its role, desired Kubernetes version and its node's kubelet version, the
 node agent's phase and step with a progress bar, the node's drain state, the elapsed
 time, Cluster API's Updating and UpToDate conditions, and why an update failed; per
-Cluster, the fleet controls (guard, failure budget per pool, maintenance windows,
-paused, halted, cancelled).
+Cluster, the fleet controls (guard, failures recorded against the budget, maintenance
+windows, paused, halted, cancelled).
+
+With --policy-file (the extension's policy file), status also prints one line per
+fleet pool of each Cluster, as the policy defines the pools: the pool's name and
+Machines, its failure budget ("budget 1 of 1 spent, halted"), whether its
+maintenance window is open, and the next opening when it is not.
 
 Machines and Clusters are read from the management cluster (--kubeconfig, --context);
 Nodes from each workload cluster through Cluster API's "<cluster>-kubeconfig" Secret.
@@ -47,16 +55,19 @@ When a workload cluster cannot be reached, its machines are still shown from the
 management cluster's data, and the header says so.
 
 -o wide adds the node, Cluster API's machine phase, the desired plan and when the
-agent last reported. -o json and -o yaml print one document (apiVersion
+agent last reported; on pool lines, the windows, the expected update length, the
+soak and the Machines. -o json and -o yaml print one document (apiVersion
 status.inplace.capi-inplace.dev/v1alpha1, kind InPlaceStatus; see docs/status.md);
 with --watch, json prints one compact document per line and yaml one document per
 refresh, each starting with "---".
 
 Exit codes: 0 no node failed; 1 the command failed (flags, management cluster,
-unknown Cluster); 3 at least one node's plan ended Failed or RolledBack.`,
+unknown Cluster, unreadable policy file); 3 at least one node's plan ended Failed
+or RolledBack.`,
 		Example: strings.NewReplacer("PROG", prog).Replace(`  PROG status my-cluster -n clusters
   PROG status -A -o wide
   PROG status -n clusters -w
+  PROG status my-cluster -n clusters --policy-file policy.yaml
   PROG status my-cluster -o json | jq '.clusters[].machines[] | {name, phase}'`),
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -73,6 +84,7 @@ unknown Cluster); 3 at least one node's plan ended Failed or RolledBack.`,
 	addOutputFlag(f, &o.output)
 	f.BoolVarP(&o.watch, "watch", "w", false, "refresh until interrupted (Ctrl-C)")
 	f.DurationVar(&o.interval, "interval", 2*time.Second, "refresh interval for --watch")
+	f.StringVar(&o.policyFile, "policy-file", "", "the extension's policy file: adds a line per fleet pool of each Cluster (failure budget, maintenance windows)")
 	return cmd
 }
 
@@ -95,6 +107,15 @@ func (o *statusOptions) run(ctx context.Context, out, errOut io.Writer, cluster 
 	if err := o.validate(cluster); err != nil {
 		return err
 	}
+	// Read once, before any API call: the extension reads its policy once too.
+	var pools status.PoolResolver
+	if o.policyFile != "" {
+		pol, err := LoadPolicy(o.policyFile)
+		if err != nil {
+			return err
+		}
+		pools = pol
+	}
 	g, namespace, err := o.gatherer()
 	if err != nil {
 		return err
@@ -107,7 +128,7 @@ func (o *statusOptions) run(ctx context.Context, out, errOut io.Writer, cluster 
 		if err != nil {
 			return status.Report{}, err
 		}
-		return status.Build(snap, time.Now()), nil
+		return status.BuildWithPools(snap, time.Now(), pools), nil
 	}
 
 	if !o.watch {

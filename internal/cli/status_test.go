@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/fleet"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 	"github.com/capi-inplace/capi-inplace/internal/status"
 )
@@ -91,6 +93,32 @@ func TestStatusCommand(t *testing.T) {
 	})
 	mk.cluster("mixed", "edge", unreachable)
 	mk.machine("mixed", "edge", "edge-cp-0", true, "v1.36.0", "edge-cp-0", metav1.ConditionTrue)
+
+	// pools/fleet: a workers pool (the policy file below) whose budget is spent and
+	// whose only window opens the day after tomorrow; the control plane is in the
+	// default pool.
+	mk.namespace("pools")
+	mk.cluster("pools", "fleet", env.KubeConfig)
+	mk.machine("pools", "fleet", "fleet-cp-0", true, "v1.36.0", "fleet-cp-0", metav1.ConditionFalse)
+	mk.machine("pools", "fleet", "fleet-md-0", false, "v1.36.0", "fleet-md-0", metav1.ConditionFalse)
+	mk.machine("pools", "fleet", "fleet-md-1", false, "v1.36.0", "fleet-md-1", metav1.ConditionFalse)
+	for _, n := range []string{"fleet-cp-0", "fleet-md-0", "fleet-md-1"} {
+		mk.node(n, "v1.36.0", false, nil)
+	}
+	record := fleet.State{Failures: []fleet.Failure{{Machine: "fleet-md-0", Node: "fleet-md-0", Pool: "workers",
+		Cause: "RolledBack: GateFailed", Plan: planA, At: now}}}
+	mk.annotateCluster("pools", "fleet", map[string]string{inplacev1.FleetStateAnnotation: record.Encode()})
+	windowDay := now.AddDate(0, 0, 2)
+	nextOpening := time.Date(windowDay.Year(), windowDay.Month(), windowDay.Day(), 10, 0, 0, 0, time.UTC)
+	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
+	g.Expect(os.WriteFile(policyFile, []byte(`fleet:
+- name: workers
+  cluster: pools/fleet
+  machineSelector:
+    matchExpressions: [{key: cluster.x-k8s.io/control-plane, operator: DoesNotExist}]
+  maintenanceWindows: ["`+windowDay.Weekday().String()[:3]+` 10:00-12:00 UTC"]
+  expectedDurationSeconds: 900
+`), 0o600)).To(Succeed())
 
 	run := func(ctx context.Context, args ...string) (string, error) {
 		cmd := NewStatusCommand("capi-inplace")
@@ -184,8 +212,63 @@ func TestStatusCommand(t *testing.T) {
 		for _, c := range r.Clusters {
 			names = append(names, c.Namespace+"/"+c.Name)
 		}
-		g.Expect(names).To(Equal([]string{"healthy/demo", "mixed/broken", "mixed/edge"}))
+		g.Expect(names).To(Equal([]string{"healthy/demo", "mixed/broken", "mixed/edge", "pools/fleet"}))
 		g.Expect(r.Namespace).To(BeEmpty())
+	})
+
+	t.Run("--policy-file: a pool line per fleet pool, budget and window, exit 0", func(t *testing.T) {
+		g := NewWithT(t)
+		out, err := run(ctx, "fleet", "-n", "pools", "--policy-file", policyFile)
+		g.Expect(err).NotTo(HaveOccurred(), "a spent budget is not a failed node: exit 0")
+		g.Expect(out).To(ContainSubstring("\n  pool (default): 1 machine; budget 0 of 1 spent; window always open\n"))
+		g.Expect(out).To(ContainSubstring("\n  pool workers: 2 machines; budget 1 of 1 spent, halted (annotate the Cluster with inplace.capi-inplace.dev/resume to continue); " +
+			"window closed, next opening " + nextOpening.Format(time.RFC3339) + "\n"))
+
+		out, err = run(ctx, "fleet", "-n", "pools", "--policy-file", policyFile, "-o", "wide")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(out).To(MatchRegexp(`(?m)^  pool workers: 2 machines; .*; windows \(policy\) "[A-Z][a-z]{2} 10:00-12:00 UTC"; expected 15m00s; fleet-md-0, fleet-md-1$`))
+
+		out, err = run(ctx, "fleet", "-n", "pools", "--policy-file", policyFile, "-o", "json")
+		g.Expect(err).NotTo(HaveOccurred())
+		var r status.Report
+		g.Expect(json.Unmarshal([]byte(out), &r)).To(Succeed())
+		g.Expect(r.Clusters).To(HaveLen(1))
+		g.Expect(r.Clusters[0].Pools).To(Equal([]status.PoolView{
+			{Name: "", Machines: []string{"fleet-cp-0"}, FailureBudget: 1, WindowOpen: true, ExpectedSeconds: 1800},
+			{Name: "workers", Machines: []string{"fleet-md-0", "fleet-md-1"}, FailureBudget: 1, Failures: 1, BudgetSpent: true,
+				Windows: []string{windowDay.Weekday().String()[:3] + " 10:00-12:00 UTC"}, WindowsSource: status.WindowsFromPolicy,
+				NextOpening: &nextOpening, ExpectedSeconds: 900},
+		}))
+
+		out, err = run(ctx, "fleet", "-n", "pools", "--policy-file", policyFile, "-o", "yaml")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(out).To(ContainSubstring("budgetSpent: true"))
+		g.Expect(out).To(MatchRegexp(`nextOpening: "?` + regexp.QuoteMeta(nextOpening.Format(time.RFC3339)) + `"?\n`))
+
+		out, err = run(ctx, "fleet", "-n", "pools")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(out).NotTo(ContainSubstring("  pool "), "without --policy-file the output is as before")
+		out, err = run(ctx, "fleet", "-n", "pools", "-o", "json")
+		g.Expect(err).NotTo(HaveOccurred())
+		var doc struct {
+			Clusters []map[string]json.RawMessage `json:"clusters"`
+		}
+		g.Expect(json.Unmarshal([]byte(out), &doc)).To(Succeed())
+		g.Expect(doc.Clusters).To(HaveLen(1))
+		g.Expect(doc.Clusters[0]).To(HaveKey("fleet"))
+		g.Expect(doc.Clusters[0]).NotTo(HaveKey("pools"), "no pools field without --policy-file")
+	})
+
+	t.Run("an unreadable policy file is an ordinary error", func(t *testing.T) {
+		g := NewWithT(t)
+		_, err := run(ctx, "fleet", "-n", "pools", "--policy-file", filepath.Join(t.TempDir(), "missing.yaml"))
+		g.Expect(err).To(MatchError(ContainSubstring("read policy file")))
+		g.Expect(ExitCode(err)).To(Equal(1))
+		bad := filepath.Join(t.TempDir(), "bad.yaml")
+		g.Expect(os.WriteFile(bad, []byte("fleet:\n- name: \"\"\n"), 0o600)).To(Succeed())
+		_, err = run(ctx, "fleet", "-n", "pools", "--policy-file", bad)
+		g.Expect(err).To(MatchError(ContainSubstring("fleet[0].name is empty")))
+		g.Expect(ExitCode(err)).To(Equal(1))
 	})
 
 	t.Run("an unknown cluster is an ordinary error", func(t *testing.T) {
@@ -238,6 +321,25 @@ func (f fixtures) create(obj client.Object) {
 	f.t.Helper()
 	if err := f.c.Create(f.ctx, obj); err != nil {
 		f.t.Fatalf("create %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+// annotateCluster adds annotations to a Cluster.
+func (f fixtures) annotateCluster(ns, name string, annotations map[string]string) {
+	f.t.Helper()
+	c := &clusterv1.Cluster{}
+	if err := f.c.Get(f.ctx, client.ObjectKey{Namespace: ns, Name: name}, c); err != nil {
+		f.t.Fatalf("get cluster %s/%s: %v", ns, name, err)
+	}
+	before := c.DeepCopy()
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	for k, v := range annotations {
+		c.Annotations[k] = v
+	}
+	if err := f.c.Patch(f.ctx, c, client.MergeFrom(before)); err != nil {
+		f.t.Fatalf("annotate cluster %s/%s: %v", ns, name, err)
 	}
 }
 

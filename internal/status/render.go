@@ -104,6 +104,7 @@ func renderCluster(buf *bytes.Buffer, c ClusterView, wide bool) {
 		fmt.Fprintf(buf, "  InPlaceUpdate=%s: %s\n", ip.Status, joinNonEmpty(ip.Reason, ip.Message))
 	}
 	renderFleet(buf, c.Fleet)
+	renderPools(buf, c.Pools, wide)
 	if !c.WorkloadReachable {
 		fmt.Fprintf(buf, "  workload cluster unreachable, showing management-side data only: %s\n", c.WorkloadError)
 	}

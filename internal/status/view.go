@@ -82,6 +82,9 @@ type ClusterView struct {
 	Machines      []MachineView `json:"machines"`
 	// Fleet is the cluster's fleet controls (docs/fleet-controls.md).
 	Fleet FleetView `json:"fleet"`
+	// Pools are the cluster's fleet pools, one per pool its Machines fall in,
+	// when status was given the policy (status --policy-file); absent without.
+	Pools []PoolView `json:"pools,omitempty"`
 }
 
 // Role values of MachineView.Role.

@@ -1,0 +1,220 @@
+package status
+
+import (
+	"bytes"
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/fleet"
+)
+
+// PoolResolver returns the fleet controls of a Machine's pool by the Machine's
+// namespace and labels; *policy.Policy implements it (the extension's policy
+// file, loaded by cli.LoadPolicy, so status and the coordinator resolve alike).
+type PoolResolver interface {
+	FleetPool(namespace string, machineLabels map[string]string) fleet.Pool
+}
+
+// Sources of PoolView.WindowsSource.
+const (
+	WindowsFromPolicy     = "policy"
+	WindowsFromAnnotation = "annotation"
+)
+
+// PoolView is one fleet pool of a Cluster (docs/fleet-controls.md): the policy's
+// budget and windows for the pool, with the failures the Cluster's fleet record
+// holds against it. It decides as the coordinator's gate does before a node of
+// the pool starts (fleet.Gate), except for two things status cannot see: a
+// failure whose owner's spec changed since it was recorded still shows here (the
+// coordinator stops counting it), and a node's own failure does not hold that
+// node.
+type PoolView struct {
+	// Name is the policy's fleet entry; "" is the pool of the Machines no entry
+	// selects (budget 1, no windows, no soak).
+	Name string `json:"name"`
+	// Machines are the Cluster's Machines in the pool, sorted.
+	Machines []string `json:"machines"`
+	// FailureBudget is how many failed nodes halt the pool; 0: no budget.
+	FailureBudget int `json:"failureBudget"`
+	// Failures is how many failed nodes the Cluster's fleet record holds against
+	// the pool; BudgetSpent is true when they reach a non-zero FailureBudget: new
+	// node updates of the pool halt until the Cluster is annotated with resume.
+	Failures    int  `json:"failures"`
+	BudgetSpent bool `json:"budgetSpent"`
+	// Windows are the pool's maintenance windows: the Cluster's annotation when it
+	// has one (WindowsSource "annotation"), else the policy's ("policy"); empty:
+	// always open.
+	Windows       []string `json:"windows,omitempty"`
+	WindowsSource string   `json:"windowsSource,omitempty"`
+	// WindowOpen: a node update of ExpectedSeconds may start now (a window is open
+	// and lasts long enough, or there are no windows). WindowCloses is when the
+	// open window closes; NextOpening the start of the next opening long enough
+	// (nil when WindowOpen, or when none within a week is). WindowError: the
+	// windows do not parse, and the coordinator holds every node of the pool.
+	WindowOpen   bool       `json:"windowOpen"`
+	WindowCloses *time.Time `json:"windowCloses,omitempty"`
+	NextOpening  *time.Time `json:"nextOpening,omitempty"`
+	WindowError  string     `json:"windowError,omitempty"`
+	// ExpectedSeconds is the expected length of the pool's next node update: the
+	// longest measured on the Cluster, or the policy's expectedDurationSeconds.
+	ExpectedSeconds int64 `json:"expectedSeconds"`
+	// SoakSeconds is the policy's soak between nodes of the pool.
+	SoakSeconds int64 `json:"soakSeconds,omitempty"`
+}
+
+// BuildWithPools is Build with a pool line per fleet pool of each Cluster
+// (ClusterView.Pools), resolved from the policy. Build alone leaves Pools nil.
+func BuildWithPools(s Snapshot, now time.Time, pools PoolResolver) Report {
+	r := Build(s, now)
+	if pools == nil {
+		return r
+	}
+	byKey := make(map[string]*ClusterSnapshot, len(s.Clusters))
+	for i := range s.Clusters {
+		c := &s.Clusters[i].Cluster
+		byKey[c.Namespace+"/"+c.Name] = &s.Clusters[i]
+	}
+	for i := range r.Clusters {
+		cv := &r.Clusters[i]
+		if cs, ok := byKey[cv.Namespace+"/"+cv.Name]; ok {
+			cv.Pools = buildPools(&cs.Cluster, cs.Machines, pools, now)
+		}
+	}
+	return r
+}
+
+// buildPools groups the Cluster's Machines by fleet pool and judges each pool.
+// The result is never nil, so that -o json shows "pools": [] with a policy.
+func buildPools(c *clusterv1.Cluster, machines []clusterv1.Machine, pools PoolResolver, now time.Time) []PoolView {
+	st, _ := fleet.Decode(c.Annotations[inplacev1.FleetStateAnnotation]) // a corrupt record shows as FleetView.RecordError
+	type group struct {
+		pool     fleet.Pool
+		machines []string
+	}
+	groups := map[string]*group{}
+	for _, m := range machines {
+		p := pools.FleetPool(m.Namespace, m.Labels)
+		g, ok := groups[p.Name]
+		if !ok {
+			g = &group{pool: p}
+			groups[p.Name] = g
+		}
+		g.machines = append(g.machines, m.Name)
+	}
+	out := make([]PoolView, 0, len(groups))
+	for _, g := range groups {
+		slices.Sort(g.machines)
+		out = append(out, poolView(c, st, g.pool, g.machines, now))
+	}
+	slices.SortFunc(out, func(a, b PoolView) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+func poolView(c *clusterv1.Cluster, st fleet.State, p fleet.Pool, machines []string, now time.Time) PoolView {
+	expected := st.ExpectedDuration(p.ExpectedDuration)
+	pv := PoolView{
+		Name:            p.Name,
+		Machines:        machines,
+		FailureBudget:   max(int(p.Budget), 0),
+		ExpectedSeconds: seconds(expected),
+		SoakSeconds:     seconds(p.Soak),
+	}
+	for _, f := range st.Failures {
+		if f.Pool == p.Name {
+			pv.Failures++
+		}
+	}
+	pv.BudgetSpent = pv.FailureBudget > 0 && pv.Failures >= pv.FailureBudget
+
+	// As the coordinator's gate: the Cluster's annotation replaces the policy's windows.
+	sched := p.Windows
+	if len(sched) > 0 {
+		pv.WindowsSource = WindowsFromPolicy
+	}
+	if v, ok := c.Annotations[inplacev1.MaintenanceWindowsAnnotation]; ok {
+		pv.WindowsSource = WindowsFromAnnotation
+		var err error
+		if sched, err = fleet.ParseWindows(v); err != nil {
+			pv.Windows, pv.WindowError = []string{v}, err.Error()
+			return pv
+		}
+	}
+	for _, w := range sched {
+		pv.Windows = append(pv.Windows, w.String())
+	}
+	v := sched.At(now, expected)
+	pv.WindowOpen = v.Start
+	if v.Open && len(sched) > 0 {
+		closes := v.Closes.UTC()
+		pv.WindowCloses = &closes
+	}
+	if !v.Start && !v.NextOpening.IsZero() {
+		next := v.NextOpening.UTC()
+		pv.NextOpening = &next
+	}
+	return pv
+}
+
+// renderPools writes one line per fleet pool; wide adds the windows, the
+// expected duration, the soak and the pool's Machines.
+func renderPools(buf *bytes.Buffer, pools []PoolView, wide bool) {
+	for _, p := range pools {
+		name := p.Name
+		if name == "" {
+			name = "(default)"
+		}
+		n := "machines"
+		if len(p.Machines) == 1 {
+			n = "machine"
+		}
+		fmt.Fprintf(buf, "  pool %s: %d %s; %s; %s", name, len(p.Machines), n, budgetCell(p), windowCell(p))
+		if wide {
+			if len(p.Windows) > 0 {
+				fmt.Fprintf(buf, "; windows (%s) %q", p.WindowsSource, strings.Join(p.Windows, "; "))
+			}
+			fmt.Fprintf(buf, "; expected %s", FormatSeconds(p.ExpectedSeconds))
+			if p.SoakSeconds > 0 {
+				fmt.Fprintf(buf, "; soak %s", FormatSeconds(p.SoakSeconds))
+			}
+			fmt.Fprintf(buf, "; %s", strings.Join(p.Machines, ", "))
+		}
+		buf.WriteByte('\n')
+	}
+}
+
+func budgetCell(p PoolView) string {
+	if p.FailureBudget == 0 {
+		return fmt.Sprintf("no failure budget (%d failure(s) recorded)", p.Failures)
+	}
+	s := fmt.Sprintf("budget %d of %d spent", p.Failures, p.FailureBudget)
+	if p.BudgetSpent {
+		s += ", halted (annotate the Cluster with " + inplacev1.ResumeAnnotation + " to continue)"
+	}
+	return s
+}
+
+func windowCell(p PoolView) string {
+	expected := FormatSeconds(p.ExpectedSeconds)
+	switch {
+	case p.WindowError != "":
+		return "windows invalid, every node held: " + p.WindowError
+	case len(p.Windows) == 0:
+		return "window always open"
+	case p.WindowOpen:
+		return "window open, closes " + p.WindowCloses.Format(time.RFC3339)
+	}
+	s := "window closed"
+	if p.WindowCloses != nil {
+		s = fmt.Sprintf("window open but closes %s, before the expected %s would end", p.WindowCloses.Format(time.RFC3339), expected)
+	}
+	if p.NextOpening != nil {
+		return s + ", next opening " + p.NextOpening.Format(time.RFC3339)
+	}
+	return s + ", no opening within a week is long enough for the expected " + expected
+}
