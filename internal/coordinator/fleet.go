@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -337,7 +339,35 @@ func (c *Coordinator) recordFinished(ctx context.Context, s *scope, o Observatio
 // patchClusterState applies mutate to the Cluster's fleet record (and its
 // annotations) and writes it when anything changed, with an optimistic lock: two
 // calls never lose each other's entries. A corrupt record is replaced.
+//
+// Every node update of a cluster writes this one object (a finished node's
+// duration, a failure), so concurrent calls for the nodes of a pool conflict here
+// as a matter of course: a conflict re-reads the Cluster and applies mutate again
+// within the call (fleetRecordBackoff) instead of answering "in progress" and
+// costing the node a whole retry interval. mutate must therefore be a pure
+// function of the record it is given.
 func (c *Coordinator) patchClusterState(ctx context.Context, s *scope, mutate func(*fleet.State, map[string]string)) error {
+	first := true
+	return retry.RetryOnConflict(fleetRecordBackoff, func() error {
+		if !first {
+			fresh := &clusterv1.Cluster{}
+			if err := c.opts.Client.Get(ctx, s.clusterKey, fresh); err != nil {
+				return fmt.Errorf("read Cluster %s to write its fleet record again: %w", s.clusterKey, err)
+			}
+			*s.cluster = *fresh
+		}
+		first = false
+		return c.patchClusterStateOnce(ctx, s, mutate)
+	})
+}
+
+// fleetRecordBackoff bounds the in-call retries of a conflicting fleet record
+// write: up to 6 attempts within about a third of a second, enough for the
+// maxUnavailable nodes of a pool finishing at once; beyond it the call answers
+// "in progress" and CAPI calls again.
+var fleetRecordBackoff = wait.Backoff{Steps: 6, Duration: 10 * time.Millisecond, Factor: 2, Jitter: 0.5}
+
+func (c *Coordinator) patchClusterStateOnce(ctx context.Context, s *scope, mutate func(*fleet.State, map[string]string)) error {
 	before := s.cluster.DeepCopy()
 	ann := s.cluster.GetAnnotations()
 	if ann == nil {

@@ -352,3 +352,31 @@ func TestCancelLosesToAPickUp(t *testing.T) {
 	g.Expect(resp.Message).To(ContainSubstring("to apply plan"))
 	g.Expect(f.getNode("cr-w1").Spec.Unschedulable).To(BeTrue())
 }
+
+// TestFleetRecordWriteRetriesAConflict: nodes of a pool finish at once and all write
+// the Cluster's fleet record; a write that lost the optimistic lock re-reads the
+// Cluster and applies its entry again within the call (it used to answer "in
+// progress" and cost the node a retry interval), keeping what the winner wrote.
+func TestFleetRecordWriteRetriesAConflict(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t, nil)
+	c := f.coordinator()
+	stale := f.cluster()
+	staleRV := stale.ResourceVersion
+	// Another call's write lands between this call's read and its write.
+	winner := &scope{cluster: f.cluster(), clusterKey: client.ObjectKeyFromObject(stale)}
+	g.Expect(c.patchClusterState(f.ctx, winner, func(st *fleet.State, _ map[string]string) {
+		st.RecordFinished("workers", "w1", "plan-1", time.Now().Truncate(time.Second), time.Minute)
+	})).To(Succeed())
+	loser := &scope{cluster: stale, clusterKey: client.ObjectKeyFromObject(stale)}
+	applied := 0
+	g.Expect(c.patchClusterState(f.ctx, loser, func(st *fleet.State, _ map[string]string) {
+		applied++
+		st.RecordFinished("workers", "w2", "plan-2", time.Now().Truncate(time.Second), 2*time.Minute)
+	})).To(Succeed())
+	g.Expect(applied).To(Equal(2), "the first write conflicted and the entry was applied again to the fresh record")
+	g.Expect(loser.cluster.ResourceVersion).NotTo(Equal(staleRV), "the scope holds the Cluster as written")
+	st := f.fleetState()
+	g.Expect(st.DurationsSeconds).To(ConsistOf(int64(60), int64(120)), "both calls' durations are on the record")
+	g.Expect(f.cluster().Annotations[inplacev1.FleetStateAnnotation]).To(And(ContainSubstring("w2"), ContainSubstring("plan-2")))
+}
