@@ -55,7 +55,7 @@ func measure(ctx context.Context, s *Server, run func(Request) Result, calls []C
 	if err != nil {
 		return sample{}, err
 	}
-	m0, err := ScrapeCounter(ctx, s.MetricsURL, "go_memstats_mallocs_total")
+	m0, err := ScrapeSum(ctx, s.MetricsURL, "go_memstats_mallocs_total")
 	if err != nil {
 		return sample{}, err
 	}
@@ -64,7 +64,7 @@ func measure(ctx context.Context, s *Server, run func(Request) Result, calls []C
 		return sample{}, err
 	}
 	res := run(do)
-	m1, err := ScrapeCounter(ctx, s.MetricsURL, "go_memstats_mallocs_total")
+	m1, err := ScrapeSum(ctx, s.MetricsURL, "go_memstats_mallocs_total")
 	if err != nil {
 		return sample{}, err
 	}

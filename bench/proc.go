@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -10,6 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // ProcStat is a process's memory and CPU time, from /proc.
@@ -91,43 +93,9 @@ func parseStatCPU(stat string) (time.Duration, error) {
 // MiB formats bytes as MiB.
 func MiB(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 
-// ScrapeCounter reads one unlabelled counter or gauge from a Prometheus text
-// endpoint (url is http://host:port/metrics).
-func ScrapeCounter(ctx context.Context, url, name string) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, fmt.Errorf("scrape %s: %w", url, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	return findMetric(resp.Body, name)
-}
-
-func findMetric(r io.Reader, name string) (float64, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name+" ") {
-			continue
-		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(line, name)), 64)
-		if err != nil {
-			return 0, fmt.Errorf("parse %s: %w", name, err)
-		}
-		return v, nil
-	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	return 0, fmt.Errorf("metric %s not found", name)
-}
-
-// ScrapeSum adds up every series of a counter (all label sets) from a Prometheus
-// text endpoint; a counter with no series yet is 0.
+// ScrapeSum adds up every series of a counter or gauge (all label sets) from a
+// Prometheus text endpoint (url is http://host:port/metrics); a metric with no
+// series yet is 0. The exposition is parsed by Prometheus's own text parser.
 func ScrapeSum(ctx context.Context, url, name string) (float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -138,24 +106,29 @@ func ScrapeSum(ctx context.Context, url, name string) (float64, error) {
 		return 0, fmt.Errorf("scrape %s: %w", url, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("scrape %s: %s", url, resp.Status)
+	}
 	return sumMetric(resp.Body, name)
 }
 
+// sumMetric sums the series of the metric family name in a text exposition.
 func sumMetric(r io.Reader, name string) (float64, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
-	sum := 0.0
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			return 0, fmt.Errorf("parse %s: %w", name, err)
-		}
-		sum += v
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(r)
+	if err != nil {
+		return 0, fmt.Errorf("parse metrics: %w", err)
 	}
-	return sum, sc.Err()
+	sum := 0.0
+	for _, m := range families[name].GetMetric() {
+		switch {
+		case m.Counter != nil:
+			sum += m.GetCounter().GetValue()
+		case m.Gauge != nil:
+			sum += m.GetGauge().GetValue()
+		case m.Untyped != nil:
+			sum += m.GetUntyped().GetValue()
+		}
+	}
+	return sum, nil
 }

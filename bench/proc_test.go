@@ -44,12 +44,20 @@ func TestReadProcSelf(t *testing.T) {
 	g.Expect(s.Anon).To(BeNumerically(">", 0))
 }
 
-func TestFindMetric(t *testing.T) {
+func TestSumMetric(t *testing.T) {
 	g := NewWithT(t)
-	text := "# HELP go_memstats_mallocs_total x\n# TYPE go_memstats_mallocs_total counter\ngo_memstats_mallocs_total_extra 1\ngo_memstats_mallocs_total 1.234e+06\n"
-	v, err := findMetric(strings.NewReader(text), "go_memstats_mallocs_total")
+	text := "# HELP go_memstats_mallocs_total x\n# TYPE go_memstats_mallocs_total counter\ngo_memstats_mallocs_total 1.234e+06\n" +
+		"# TYPE go_memstats_mallocs_total_extra counter\ngo_memstats_mallocs_total_extra 1\n" +
+		"# TYPE rest_client_requests_total counter\nrest_client_requests_total{code=\"200\",method=\"GET\"} 3\nrest_client_requests_total{code=\"404\",method=\"GET\"} 2\n"
+	v, err := sumMetric(strings.NewReader(text), "go_memstats_mallocs_total")
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(v).To(Equal(1.234e6))
-	_, err = findMetric(strings.NewReader(text), "missing_total")
-	g.Expect(err).To(MatchError(ContainSubstring("not found")))
+	g.Expect(v).To(Equal(1.234e6), "a name that prefixes another family is not summed with it")
+	v, err = sumMetric(strings.NewReader(text), "rest_client_requests_total")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(v).To(Equal(5.0), "every label set is summed")
+	v, err = sumMetric(strings.NewReader(text), "missing_total")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(v).To(BeZero())
+	_, err = sumMetric(strings.NewReader("not a metric line {\n"), "x")
+	g.Expect(err).To(HaveOccurred())
 }

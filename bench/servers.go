@@ -98,7 +98,7 @@ func StartServer(ctx context.Context, spec ServerSpec, dir, logDir string) (*Ser
 		if err := tlsDial(addr); err != nil {
 			return err
 		}
-		_, err := ScrapeCounter(ctx, s.MetricsURL, "go_memstats_mallocs_total")
+		_, err := ScrapeSum(ctx, s.MetricsURL, "go_memstats_mallocs_total")
 		return err
 	}); err != nil {
 		p.Stop(5 * time.Second)

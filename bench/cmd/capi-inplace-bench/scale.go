@@ -30,7 +30,7 @@ func (r *runner) scale(ctx context.Context) error {
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	primer, err := bench.StartInProcess(sctx, "capi-inplace in-process, unthrottled", h, r.tmp)
+	primer, err := bench.StartInProcess(sctx, inProcessLive, h, r.tmp)
 	if err != nil {
 		return err
 	}
@@ -108,9 +108,15 @@ func (r *runner) scale(ctx context.Context) error {
 		if load.s.Proc != nil {
 			ours += fmt.Sprintf(" (%.2f API requests per call)", res[0].RequestsPerReq)
 		}
-		r.rows = append(r.rows, bench.Row{Section: "4",
+		row := bench.Row{Section: "4",
 			Measurement: fmt.Sprintf("%s p50 / p99 at %.0f req/s, %s (%s, n=%d)", load.name, load.rate, label, load.s.Name, m.Count),
-			Ours:        ours, Target: "p99 < 10.00 ms", Verdict: bench.Verdict(m.P99 < p99Target)})
+			Ours:        ours, Target: "p99 < 10.00 ms", Verdict: bench.Verdict(m.P99 < p99Target)}
+		if load.s == primer {
+			// The in-process server has no caches: every call reads live, as a call
+			// that writes or decides does. The target is the steady state's.
+			row.Target, row.Verdict = liveReadsTarget, ""
+		}
+		r.rows = append(r.rows, row)
 	}
 	after, err := bench.ReadProc(r.ours.Proc.Pid())
 	if err != nil {
