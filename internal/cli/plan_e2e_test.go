@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/collections"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/capi-inplace/capi-inplace/internal/localstack"
@@ -61,6 +62,13 @@ func TestPlanOnLocalStack(t *testing.T) {
 		for _, m := range ms.Items {
 			if !m.Status.NodeRef.IsDefined() {
 				return fmt.Errorf("machine %s has no node", m.Name)
+			}
+			// KCP replaces a control-plane Machine whose components are not yet
+			// healthy, and plan says so (the guard's rule): wait for KCP's own
+			// health filter to pass on every control-plane Machine, or the in-place
+			// previews below race the cluster coming up.
+			if _, cp := m.Labels[clusterv1.MachineControlPlaneLabel]; cp && collections.HasUnhealthyControlPlaneComponents(true)(&m) {
+				return fmt.Errorf("control-plane machine %s is not healthy yet", m.Name)
 			}
 		}
 		return nil

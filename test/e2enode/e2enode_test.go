@@ -303,7 +303,7 @@ func TestAgentUpgradesRealNodes(t *testing.T) {
 			fmt.Sprintf("%s, %s, %d", down.Round(100*time.Millisecond), longest.Round(100*time.Millisecond), windows))
 		node, err := wc.Client.CoreV1().Nodes().Get(ctx, cpNode.Name, metav1.GetOptions{})
 		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(node.Spec.Unschedulable).To(BeFalse(), "a rolled back node is put back in service")
+		g.Expect(node.Spec.Unschedulable).To(BeFalse(), "a rolled back node is put back in service; %s", nodeWriters(node))
 		st, err := protocol.DecodeStatus(node.Annotations[inplacev1.StatusAnnotation])
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(st.Phase).To(Equal(protocol.PhaseRolledBack))
@@ -657,4 +657,19 @@ func setAPIServerArg(ctx context.Context, cs kubernetes.Interface, name, value s
 	cm.Data["ClusterConfiguration"] = cc
 	_, err = cs.CoreV1().ConfigMaps(metav1.NamespaceSystem).Update(ctx, cm, metav1.UpdateOptions{})
 	return err
+}
+
+// nodeWriters says who last wrote a Node's fields and what its annotations are, for
+// a failure message about its schedulability.
+func nodeWriters(n *corev1.Node) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "annotations %v; managed fields:", n.Annotations)
+	for _, f := range n.ManagedFields {
+		fields := ""
+		if f.FieldsV1 != nil {
+			fields = f.FieldsV1.GetRawString()
+		}
+		fmt.Fprintf(&b, "\n  %s %s %s at %s: %s", f.Manager, f.Operation, f.Subresource, f.Time, fields)
+	}
+	return b.String()
 }
