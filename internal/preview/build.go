@@ -38,6 +38,9 @@ type Input struct {
 	// Change names the change file, if any; Notes come from Apply.
 	Change string
 	Notes  []string
+
+	// memo is Build's own, for one plan.
+	memo *planMemo
 }
 
 // comparison is what one Machine is compared with, and the result.
@@ -65,6 +68,7 @@ func Build(in Input) (Report, error) {
 	if in.Planner == nil || in.Policy == nil {
 		return Report{}, errors.New("build plan: planner and policy are required")
 	}
+	in.memo = newPlanMemo()
 	r := Report{
 		APIVersion: ReportAPIVersion, Kind: ReportKind,
 		Namespace: in.Live.Cluster.Namespace, Cluster: in.Live.Cluster.Name,

@@ -2,6 +2,7 @@ package preview
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -72,7 +73,7 @@ func compareControlPlaneMachine(in Input, m *clusterv1.Machine, kcpName string) 
 	}
 
 	curKC := &bootstrapv1.KubeadmConfig{}
-	if err := fromUnstructured(curKCU, curKC); err != nil {
+	if err := fromUnstructured(&unstructured.Unstructured{Object: forComparison(curKCU.Object)}, curKC); err != nil {
 		return c, err
 	}
 	desKC, err := desiredstate.ComputeDesiredKubeadmConfig(des, in.Proposed.Cluster, true, curKC.Name, curKC)
@@ -93,14 +94,22 @@ func compareControlPlaneMachine(in Input, m *clusterv1.Machine, kcpName string) 
 	c.curInfra = curInfra
 	c.desInfra = desiredInfraMachine(curInfra, clonedFrom(in.Live, curInfra), newTmpl)
 
-	curMachine, err := toUnstructured(m, clusterv1.GroupVersion.WithKind("Machine"))
+	// The planner compares specs: the Machine is converted without its status and
+	// managed fields, and the desired one shares everything but spec.version.
+	meta := m.ObjectMeta
+	meta.ManagedFields = nil
+	curMachine, err := toUnstructured(&clusterv1.Machine{ObjectMeta: meta, Spec: m.Spec}, clusterv1.GroupVersion.WithKind("Machine"))
 	if err != nil {
 		return c, err
 	}
-	desMachine := curMachine.DeepCopy()
-	if err := unstructured.SetNestedField(desMachine.Object, des.Spec.Version, "spec", "version"); err != nil {
-		return c, fmt.Errorf("set desired version: %w", err)
+	desMachine := &unstructured.Unstructured{Object: maps.Clone(curMachine.Object)}
+	desSpec, ok := curMachine.Object["spec"].(map[string]any)
+	if !ok {
+		return c, fmt.Errorf("machine %s has no spec", m.Name)
 	}
+	desSpec = maps.Clone(desSpec)
+	desSpec["version"] = des.Spec.Version
+	desMachine.Object["spec"] = desSpec
 
 	res, err := in.Planner.CanUpdateMachine(in.Settings,
 		planner.Objects{Machine: curMachine, Infrastructure: curInfra, Bootstrap: curBoot},
@@ -264,16 +273,10 @@ func compareWorkerMachine(in Input, m *clusterv1.Machine, msName string) (compar
 		return c, nil
 	}
 
-	curMS, err := toUnstructured(ms, clusterv1.GroupVersion.WithKind("MachineSet"))
+	curMS, desMS, err := in.memo.machineSetPair(ms, md)
 	if err != nil {
 		return c, err
 	}
-	mdU, err := toUnstructured(md, clusterv1.GroupVersion.WithKind("MachineDeployment"))
-	if err != nil {
-		return c, err
-	}
-	desMS := curMS.DeepCopy()
-	desMS.Object["spec"].(map[string]any)["template"] = runtime.DeepCopyJSONValue(mdU.Object["spec"].(map[string]any)["template"])
 
 	res, err := in.Planner.CanUpdateMachineSet(in.Settings,
 		planner.Objects{Machine: curMS, Infrastructure: c.curInfra, Bootstrap: curBoot},
@@ -284,6 +287,42 @@ func compareWorkerMachine(in Input, m *clusterv1.Machine, msName string) (compar
 	c.result = res
 	c.rollout = machineDeploymentRollout(md, m)
 	return c, nil
+}
+
+// planMemo holds what one Build converts once and compares for several Machines: a
+// MachineSet's Machines share its comparison objects. The planner only reads the
+// objects it is given (preview hands it the snapshot's own objects too), so one copy
+// serves every Machine.
+type planMemo struct {
+	machineSets map[string][2]*unstructured.Unstructured
+}
+
+func newPlanMemo() *planMemo {
+	return &planMemo{machineSets: map[string][2]*unstructured.Unstructured{}}
+}
+
+// machineSetPair returns the MachineSet as CanUpdateMachineSet's current object and
+// the desired one: the MachineSet with the MachineDeployment's template.
+func (pm *planMemo) machineSetPair(ms *clusterv1.MachineSet, md *clusterv1.MachineDeployment) (cur, des *unstructured.Unstructured, err error) {
+	key := ms.Name + "/" + md.Name
+	if p, ok := pm.machineSets[key]; ok {
+		return p[0], p[1], nil
+	}
+	// Without status and managed fields, which no comparison reads.
+	meta := ms.ObjectMeta
+	meta.ManagedFields = nil
+	if cur, err = toUnstructured(&clusterv1.MachineSet{ObjectMeta: meta, Spec: ms.Spec}, clusterv1.GroupVersion.WithKind("MachineSet")); err != nil {
+		return nil, nil, err
+	}
+	// Only the template is taken from the MachineDeployment: convert just that.
+	tmpl, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&md.Spec.Template)
+	if err != nil {
+		return nil, nil, fmt.Errorf("convert MachineDeployment %s template to unstructured: %w", md.Name, err)
+	}
+	des = cur.DeepCopy()
+	des.Object["spec"].(map[string]any)["template"] = tmpl
+	pm.machineSets[key] = [2]*unstructured.Unstructured{cur, des}
+	return cur, des, nil
 }
 
 // machineDeploymentRollout returns the MachineDeployment settings (and Machine
@@ -335,19 +374,44 @@ func clonedFrom(s Snapshot, infra *unstructured.Unstructured) *unstructured.Unst
 // issue): the current object with the new template's spec merged over it, minus the
 // fields the old template set and the new one does not. Fields set by the provider's
 // controller (providerID, ...) stay, as they do under server-side apply.
+//
+// Only spec is copied (and changed); the rest is shared with cur, less its status and
+// managed fields, which no comparison reads.
 func desiredInfraMachine(cur, oldTmpl, newTmpl *unstructured.Unstructured) *unstructured.Unstructured {
-	out := cur.DeepCopy()
-	spec, _ := out.Object["spec"].(map[string]any)
+	out := &unstructured.Unstructured{Object: forComparison(cur.Object)}
+	spec, _ := runtime.DeepCopyJSONValue(cur.Object["spec"]).(map[string]any)
 	if spec == nil {
 		spec = map[string]any{}
-		out.Object["spec"] = spec
 	}
+	out.Object["spec"] = spec
 	newSpec, _, _ := unstructured.NestedMap(newTmpl.Object, "spec", "template", "spec")
 	if oldTmpl != nil {
 		oldSpec, _, _ := unstructured.NestedMap(oldTmpl.Object, "spec", "template", "spec")
 		removeDropped(spec, oldSpec, newSpec)
 	}
 	mergeInto(spec, newSpec)
+	return out
+}
+
+// forComparison returns a shallow copy of obj without status and
+// metadata.managedFields: the planner compares specs, and KCP's desired-state
+// functions read a KubeadmConfig's name, UID and owner references. Objects read from
+// an API server carry both (the guard's cache too); converting or copying them is work
+// that informs no decision.
+func forComparison(obj map[string]any) map[string]any {
+	out := make(map[string]any, len(obj))
+	for k, v := range obj {
+		if k != "status" {
+			out[k] = v
+		}
+	}
+	if meta, ok := obj["metadata"].(map[string]any); ok {
+		if _, has := meta["managedFields"]; has {
+			meta = maps.Clone(meta)
+			delete(meta, "managedFields")
+			out["metadata"] = meta
+		}
+	}
 	return out
 }
 

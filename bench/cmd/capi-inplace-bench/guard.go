@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/capi-inplace/capi-inplace/bench"
@@ -16,10 +19,26 @@ const guardP99Target = 20 * time.Millisecond
 // low enough that the 2 shared cores measure the guard's latency, not a queue.
 const guardRate = 10
 
+// guardProfileEnv names a file that receives a CPU profile of this process during the
+// guard section (the guard handler, its cache and the client run in process; the API
+// server does not): `go tool pprof bin/capi-inplace-bench <file>`.
+const guardProfileEnv = "CAPI_INPLACE_BENCH_GUARD_CPUPROFILE"
+
 // guard: section 5, the in-place-only admission guard's latency.
 func (r *runner) guard(ctx context.Context) error {
 	if err := r.ensureEnv(); err != nil {
 		return err
+	}
+	if path := os.Getenv(guardProfileEnv); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return fmt.Errorf("guard profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("guard profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	m, err := bench.MeasureGuard(ctx, r.env, guardRate, r.o.duration)
 	if err != nil {
