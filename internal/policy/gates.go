@@ -131,3 +131,22 @@ func copyGate(g protocol.Gate) protocol.Gate {
 	}
 	return g
 }
+
+// CELGates reports whether a gates entry that may select a Machine of the Cluster
+// namespace/name has a CEL gate: the agent installed in that cluster then needs
+// to list pods (agentinstall.Config.CELGates). Machine selectors are not
+// evaluated: the agent's permissions are one set per cluster, and the Machines a
+// selector picks come and go.
+func (p *Policy) CELGates(namespace, cluster string) bool {
+	for _, gp := range p.gatePools {
+		if gp.pool.cluster != "" && (gp.pool.namespace != namespace || gp.pool.cluster != cluster) {
+			continue
+		}
+		for _, g := range gp.gates {
+			if g.CEL != nil {
+				return true
+			}
+		}
+	}
+	return false
+}

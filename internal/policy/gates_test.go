@@ -169,3 +169,39 @@ func TestGatesPolicyValidation(t *testing.T) {
 		})
 	}
 }
+
+func TestCELGatesPerCluster(t *testing.T) {
+	p, err := Parse([]byte(laneGatesYAML + `
+- cluster: edge/store-1
+  machineSelector: {matchLabels: {role: db}}
+  gates:
+  - name: pods-ready
+    cel: {expression: "pods.size() > 0"}
+`))
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	everywhere, err := Parse([]byte(`
+gates:
+- machineSelector: {matchLabels: {role: db}}
+  gates:
+  - name: pods-ready
+    cel: {expression: "pods.size() > 0"}
+`))
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	tests := []struct {
+		name               string
+		p                  *Policy
+		namespace, cluster string
+		want               bool
+	}{
+		{"command gates only", p, "realnode", "realnode", false},
+		{"a CEL gate of the cluster, whatever its machine selector", p, "edge", "store-1", true},
+		{"same cluster name in another namespace", p, "lab", "store-1", false},
+		{"a CEL gate of every cluster", everywhere, "any", "thing", true},
+		{"built-in policy", Builtin(), "edge", "store-1", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			NewWithT(t).Expect(tt.p.CELGates(tt.namespace, tt.cluster)).To(Equal(tt.want))
+		})
+	}
+}

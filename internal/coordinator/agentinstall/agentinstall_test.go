@@ -3,6 +3,7 @@ package agentinstall
 import (
 	"context"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -34,6 +36,7 @@ func TestObjectsHashFollowsImage(t *testing.T) {
 		{"same config", Config{Image: "agent:v1"}, Config{Image: "agent:v1"}, true},
 		{"new image", Config{Image: "agent:v1"}, Config{Image: "agent:v2"}, false},
 		{"new args", Config{Image: "agent:v1"}, Config{Image: "agent:v1", Args: []string{"agent", "-v=1"}}, false},
+		{"a CEL gate appears", Config{Image: "agent:v1"}, Config{Image: "agent:v1", CELGates: true}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -183,7 +186,7 @@ func TestAgentConfinedToOwnNode(t *testing.T) {
 		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
 	})
 
-	t.Run("pods: control-plane mirror pods readable for the static-pod gate, pods listable for CEL gates, nothing more", func(t *testing.T) {
+	t.Run("pods: control-plane mirror pods readable for the static-pod gate, nothing more without CEL gates", func(t *testing.T) {
 		g := NewWithT(t)
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "kube-apiserver-node-a"},
@@ -192,12 +195,8 @@ func TestAgentConfinedToOwnNode(t *testing.T) {
 		g.Expect(client.IgnoreAlreadyExists(c.Create(ctx, pod))).To(Succeed())
 		_, err := agentA.CoreV1().Pods(metav1.NamespaceSystem).Get(ctx, pod.Name, metav1.GetOptions{})
 		g.Expect(err).NotTo(HaveOccurred())
-		// CEL gates list the node's pods (RBAC cannot require the field selector).
-		list, err := agentA.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=node-a"})
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(list.Items).NotTo(BeEmpty())
-		_, err = agentA.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=node-a"})
-		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
+		_, err = agentA.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=node-a"})
+		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "no CEL gate, no list: got %v", err)
 		_, err = agentA.CoreV1().Pods("elsewhere").Get(ctx, "p", metav1.GetOptions{})
 		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
 		err = agentA.CoreV1().Pods(metav1.NamespaceSystem).Delete(ctx, pod.Name, metav1.DeleteOptions{})
@@ -205,4 +204,64 @@ func TestAgentConfinedToOwnNode(t *testing.T) {
 		_, err = agentA.CoreV1().Pods(metav1.NamespaceSystem).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
 		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
 	})
+}
+
+// TestEnsureGrantsPodListForCELGatesOnly: the agent may list pods (what a CEL gate
+// reads) only while the cluster's policy has a CEL gate, and Ensure re-applies the
+// ClusterRole when that changes, both ways.
+func TestEnsureGrantsPodListForCELGatesOnly(t *testing.T) {
+	g := NewWithT(t)
+	cfg := testEnv.Require(t)
+	ctx := context.Background()
+	c, err := client.New(cfg, client.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	agent := agentClient(t, cfg, "node-cel")
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: "app-node-cel"},
+		Spec:       corev1.PodSpec{NodeName: "node-cel", Containers: []corev1.Container{{Name: "c", Image: "registry.example/app:v1"}}},
+	}
+	g.Expect(client.IgnoreAlreadyExists(c.Create(ctx, pod))).To(Succeed())
+	listPods := func() error {
+		_, err := agent.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=node-cel"})
+		return err
+	}
+	podRules := func(g Gomega) []rbacv1.PolicyRule {
+		role := &rbacv1.ClusterRole{}
+		g.Expect(c.Get(ctx, client.ObjectKey{Name: AgentName}, role)).To(Succeed())
+		var out []rbacv1.PolicyRule
+		for _, r := range role.Rules {
+			if slices.Contains(r.Resources, "pods") {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	forbidden := func(err error) bool { return apierrors.IsForbidden(err) }
+
+	for _, step := range []struct {
+		name     string
+		celGates bool
+	}{{"no CEL gate", false}, {"the policy gains a CEL gate", true}, {"the CEL gate is gone", false}} {
+		t.Run(step.name, func(t *testing.T) {
+			g := NewWithT(t)
+			_, err := Ensure(ctx, c, Config{Image: "registry.example/capi-inplace:cel", CELGates: step.celGates})
+			g.Expect(err).NotTo(HaveOccurred())
+			// Up to date now: a second call applies nothing.
+			applied, err := Ensure(ctx, c, Config{Image: "registry.example/capi-inplace:cel", CELGates: step.celGates})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(applied).To(BeFalse())
+			if !step.celGates {
+				g.Expect(podRules(g)).To(BeEmpty())
+				// RBAC reaches the authorizer through an informer: wait for it.
+				g.Eventually(listPods, 10*time.Second, 100*time.Millisecond).Should(Satisfy(forbidden))
+				return
+			}
+			g.Expect(podRules(g)).To(Equal([]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}}}))
+			g.Eventually(listPods, 10*time.Second, 100*time.Millisecond).Should(Succeed())
+			_, err = agent.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=node-cel"})
+			g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "list only, no watch: got %v", err)
+			_, err = agent.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, pod.Name, metav1.GetOptions{})
+			g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "list only, no get: got %v", err)
+		})
+	}
 }

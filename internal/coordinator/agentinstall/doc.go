@@ -8,9 +8,11 @@
 // annotation on the DaemonSet: one GET per call when nothing changed.
 //
 // Least privilege, and how plans stay node-private: RBAC lets the agent read Secrets
-// in capi-inplace-system only and get/list/watch/patch Nodes. Admission (the policy
-// here) then refuses any Node write by the agent's service account unless the Node
-// is the one named by the token's node-name claim
+// in capi-inplace-system only, get/list/watch/patch Nodes, get kube-system's
+// pods (the control-plane mirror pods), and list pods only when the cluster has
+// a CEL gate (Config.CELGates, set by the coordinator from the policy).
+// Admission (the policy here) then refuses any Node write by the agent's service
+// account unless the Node is the one named by the token's node-name claim
 // (userInfo.extra["authentication.kubernetes.io/node-name"], set for pod-bound
 // service account tokens) and unless the only change is to the agent's own
 // annotations (current-plan, state, status, agent-key).

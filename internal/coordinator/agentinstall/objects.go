@@ -47,6 +47,15 @@ type Config struct {
 	// upgrade apply replaces kube-proxy), nor on a cluster that runs without them.
 	APIServerHost string
 	APIServerPort int32
+	// CELGates grants the agent `list pods` across the cluster, which CEL gates
+	// need: they see the pods bound to the agent's node, listed with the field
+	// selector spec.nodeName=<node>, which RBAC cannot require, so the grant reads
+	// every pod's spec and status (never Secrets; no get, watch or write). Set it
+	// only when the policy gives a Machine of the cluster a CEL gate; off (the
+	// default), the agent reads no pod but kube-system's control-plane mirror pods.
+	// The ClusterRole is part of the manifest hash, so turning it on or off
+	// re-applies the objects (docs/gates.md).
+	CELGates bool
 }
 
 // ServiceAccountUsername is the user name the agent authenticates as.
@@ -93,16 +102,7 @@ func Objects(cfg Config) ([]client.Object, error) {
 		&rbacv1.ClusterRole{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
 			ObjectMeta: meta(AgentName, ""),
-			Rules: []rbacv1.PolicyRule{{
-				// patch is confined to the agent's own Node and annotations by PolicyName.
-				APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch"},
-			}, {
-				// CEL gates see the pods bound to the agent's node: the agent lists
-				// them with the field selector spec.nodeName=<node>, which RBAC cannot
-				// require, so this reads every pod's spec and status (never Secrets;
-				// no get, watch or write). docs/gates.md says so.
-				APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"},
-			}},
+			Rules:      clusterRules(cfg.CELGates),
 		},
 		&rbacv1.ClusterRoleBinding{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
@@ -159,6 +159,21 @@ func Objects(cfg Config) ([]client.Object, error) {
 	}
 	ds.Annotations = map[string]string{ManifestHashAnnotation: hash}
 	return append(objs, ds), nil
+}
+
+// clusterRules are the agent's cluster-wide permissions. ClusterRole rules are an
+// atomic list for server-side apply, so a rule dropped here is removed from the
+// installed role on the next apply.
+func clusterRules(celGates bool) []rbacv1.PolicyRule {
+	rules := []rbacv1.PolicyRule{{
+		// patch is confined to the agent's own Node and annotations by PolicyName.
+		APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch"},
+	}}
+	if celGates {
+		// CEL gates see the pods bound to the agent's node (Config.CELGates).
+		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}})
+	}
+	return rules
 }
 
 func mergeLabels(a, b map[string]string) map[string]string {
