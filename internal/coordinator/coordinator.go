@@ -352,10 +352,20 @@ func (c *Coordinator) drainOptions() drain.Options {
 	return drain.Options{Budget: c.opts.Drain.AttemptBudget, Force: c.opts.Drain.Force}
 }
 
+// CELGatesResolver says whether the policy gives a Machine of a cluster a CEL
+// gate; Options.Gates implements it when it is a *policy.Policy. The agent
+// installed in the cluster may list pods only then (agentinstall.Config.CELGates).
+type CELGatesResolver interface {
+	CELGates(namespace, cluster string) bool
+}
+
 func (c *Coordinator) agentConfig(cluster *clusterv1.Cluster) agentinstall.Config {
 	cfg := agentinstall.Config{Image: c.opts.AgentImage, Args: c.opts.AgentArgs}
 	if cluster != nil && cluster.Spec.ControlPlaneEndpoint.IsValid() {
 		cfg.APIServerHost, cfg.APIServerPort = cluster.Spec.ControlPlaneEndpoint.Host, cluster.Spec.ControlPlaneEndpoint.Port
+	}
+	if r, ok := c.opts.Gates.(CELGatesResolver); ok && cluster != nil {
+		cfg.CELGates = r.CELGates(cluster.Namespace, cluster.Name)
 	}
 	return cfg
 }

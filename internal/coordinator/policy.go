@@ -137,6 +137,7 @@ type GatesResolver interface {
 }
 
 var _ GatesResolver = (*policy.Policy)(nil)
+var _ CELGatesResolver = (*policy.Policy)(nil)
 
 // userGates resolves the gates the Machine's plan carries. Pools whose gates
 // clash for this Machine are an input error: the operator must say which one runs.
