@@ -2,12 +2,15 @@ package coordinator
 
 import (
 	"context"
+	"io"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -308,4 +311,45 @@ func TestWorkloadCachesAreBounded(t *testing.T) {
 	// Until its watches synced, a cluster's caches are not served.
 	_, _, ok := w.For(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "c5"}, f.wc)
 	g.Expect(ok).To(BeFalse())
+}
+
+// TestWorkloadCachesServeNodesWithoutDaemonSets: a workload API server that does not
+// serve DaemonSets to us (Cluster API's in-memory one has no apps group; a cluster
+// may deny the list) still gets its Nodes and plan Secrets served from the caches,
+// and a DaemonSet read answers errNotSynced (the call reads live) instead of waiting
+// for a sync that never comes. Before, the one unsynced informer kept every call of
+// such a cluster on live reads and the linger on its 250 ms poll.
+func TestWorkloadCachesServeNodesWithoutDaemonSets(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t, nil)
+	cfg := rest.CopyConfig(f.wc.Config)
+	cfg.BearerToken = "no-daemonsets" // an endpoint of its own
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if strings.Contains(r.URL.Path, "/daemonsets") {
+				return &http.Response{StatusCode: http.StatusInternalServerError, Body: io.NopCloser(strings.NewReader("unknown")),
+					Header: http.Header{}, Request: r}, nil
+			}
+			return rt.RoundTrip(r)
+		})
+	})
+	wc := &WorkloadCluster{Client: f.wc.Client, Clientset: f.wc.Clientset, Config: cfg}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: f.ns + "-node"}}
+	g.Expect(f.wl.Create(f.ctx, node)).To(Succeed())
+	t.Cleanup(func() { _ = f.wl.Delete(context.Background(), node) })
+
+	w := NewInformerWorkloadCaches(f.scheme, WorkloadCacheOptions{})
+	defer w.Stop()
+	key := client.ObjectKey{Namespace: f.ns, Name: "c"}
+	var cached *WorkloadCluster
+	g.Eventually(func() bool {
+		var ok bool
+		cached, _, ok = w.For(f.ctx, key, wc)
+		return ok
+	}).WithTimeout(10*time.Second).Should(BeTrue(), "Nodes and plan Secrets are served although DaemonSets never sync")
+	g.Expect(cached.Client.Get(f.ctx, client.ObjectKeyFromObject(node), &corev1.Node{})).To(Succeed())
+	ctx, cancel := context.WithTimeout(f.ctx, 2*time.Second)
+	defer cancel()
+	err := cached.Client.Get(ctx, client.ObjectKey{Namespace: inplacev1.AgentNamespace, Name: "capi-inplace-agent"}, &appsv1.DaemonSet{})
+	g.Expect(err).To(MatchError(errNotSynced), "a DaemonSet read does not wait for its informer")
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,7 +35,11 @@ import (
 // clusters, which all point at one API server) share one set of watches: they are one
 // cluster as far as the caches are concerned. A cache that is not synced yet, or whose watch failed in
 // the last WatchErrorGrace, is not served: the call reads live (and learns whether
-// the cluster answers).
+// the cluster answers). The DaemonSet is judged apart from Nodes and plan Secrets:
+// only a coordinator that manages agents reads it, and a cluster that does not
+// serve DaemonSets to us (no RBAC for them, or Cluster API's in-memory workload
+// API server, which has no apps group) must not keep the Nodes and plan Secrets
+// from being served; a DaemonSet read answers errNotSynced then (the call reads live).
 //
 // Cluster API's clustercache (sigs.k8s.io/cluster-api/controllers/clustercache) is
 // not used: it connects to every Cluster of the management cluster (not only those
@@ -83,9 +88,13 @@ type WorkloadCacheOptions struct {
 type workloadCache struct {
 	cached   *WorkloadCluster
 	cancel   context.CancelFunc
-	synced   atomic.Bool
-	watchErr atomic.Int64 // unix nanoseconds of the last watch error
-	lastUsed time.Time
+	synced   atomic.Bool  // the Node and plan Secret informers
+	watchErr atomic.Int64 // unix nanoseconds of the last watch error of Nodes or plan Secrets
+	// daemonSet is the DaemonSet informer once started; dsWatchErr its last
+	// watch error (unix nanoseconds).
+	daemonSet  atomic.Pointer[cache.Informer]
+	dsWatchErr atomic.Int64
+	lastUsed   time.Time
 
 	mu      sync.Mutex
 	changed chan struct{}
@@ -216,7 +225,11 @@ func (w *InformerWorkloadCaches) start(wc *WorkloadCluster) (*workloadCache, err
 		// call reads live) instead of starting a watch.
 		ReaderFailOnMissingInformer: true,
 		DefaultWatchErrorHandler: func(ctx context.Context, r *toolscache.Reflector, err error) {
-			e.watchErr.Store(w.opts.Now().UnixNano())
+			if r.TypeDescription() == daemonSetType {
+				e.dsWatchErr.Store(w.opts.Now().UnixNano())
+			} else {
+				e.watchErr.Store(w.opts.Now().UnixNano())
+			}
 			toolscache.DefaultWatchErrorHandler(ctx, r, err)
 		},
 		ByObject: map[client.Object]cache.ByObject{
@@ -228,7 +241,11 @@ func (w *InformerWorkloadCaches) start(wc *WorkloadCluster) (*workloadCache, err
 	if err != nil {
 		return nil, fmt.Errorf("workload cache: %w", err)
 	}
-	reads, err := client.New(wc.Config, client.Options{Scheme: w.scheme, Mapper: wc.Client.RESTMapper(), Cache: &client.CacheOptions{Reader: c}})
+	guarded := daemonSetGuard{Reader: c, ready: func() bool {
+		inf := e.daemonSet.Load()
+		return inf != nil && (*inf).HasSynced() && w.opts.Now().Sub(time.Unix(0, e.dsWatchErr.Load())) >= w.opts.WatchErrorGrace
+	}}
+	reads, err := client.New(wc.Config, client.Options{Scheme: w.scheme, Mapper: wc.Client.RESTMapper(), Cache: &client.CacheOptions{Reader: guarded}})
 	if err != nil {
 		return nil, fmt.Errorf("workload cache client: %w", err)
 	}
@@ -236,25 +253,57 @@ func (w *InformerWorkloadCaches) start(wc *WorkloadCluster) (*workloadCache, err
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
 	go func() {
+		var served []toolscache.InformerSynced // Nodes and plan Secrets
 		for _, obj := range []client.Object{&corev1.Node{}, &corev1.Secret{}, &appsv1.DaemonSet{}} {
 			inf, err := c.GetInformer(ctx, obj, cache.BlockUntilSynced(false))
 			if err != nil {
 				cancel()
 				return
 			}
-			if _, isNode := obj.(*corev1.Node); isNode {
+			switch obj.(type) {
+			case *corev1.Node:
 				notify := func(any) { e.notify() }
 				_, _ = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 					AddFunc: notify, UpdateFunc: func(_, o any) { notify(o) }, DeleteFunc: notify,
 				})
+				served = append(served, inf.HasSynced)
+			case *appsv1.DaemonSet:
+				e.daemonSet.Store(&inf)
+			default:
+				served = append(served, inf.HasSynced)
 			}
 		}
 		go func() { _ = c.Start(ctx) }()
-		if c.WaitForCacheSync(ctx) {
+		if toolscache.WaitForCacheSync(ctx.Done(), served...) {
 			e.synced.Store(true)
 		}
 	}()
 	return e, nil
+}
+
+// daemonSetType is the reflector's TypeDescription of the DaemonSet informer.
+var daemonSetType = reflect.TypeOf(&appsv1.DaemonSet{}).String()
+
+// daemonSetGuard answers errNotSynced for DaemonSet reads while the DaemonSet
+// informer is not synced or its watch failed recently: the cache's own read would
+// wait for a sync that may never come. Other reads go to the cache.
+type daemonSetGuard struct {
+	client.Reader
+	ready func() bool
+}
+
+func (g daemonSetGuard) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*appsv1.DaemonSet); ok && !g.ready() {
+		return errNotSynced
+	}
+	return g.Reader.Get(ctx, key, obj, opts...)
+}
+
+func (g daemonSetGuard) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if _, ok := list.(*appsv1.DaemonSetList); ok && !g.ready() {
+		return errNotSynced
+	}
+	return g.Reader.List(ctx, list, opts...)
 }
 
 // changes is closed at the next event of a Node.
