@@ -26,6 +26,7 @@ var harness = []string{
 	module + "/internal/coordinator/coordinatortest",
 	module + "/internal/extension/extensiontest",
 	module + "/internal/preview/previewtest",
+	module + "/internal/testenv",
 	"sigs.k8s.io/controller-runtime/pkg/envtest",
 	"github.com/onsi/ginkgo",
 }
