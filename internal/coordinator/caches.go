@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -184,18 +185,23 @@ func alreadyPublished(s *scope) bool {
 
 // lingerCached is lingerUpdate for a coordinator with caches: each check is a call
 // (from the caches when quiet), and between checks it waits for a change of a Node
-// of the cluster (a watch event) instead of a fixed pause; without one (a live
-// answer) it pauses lingerPoll. A missed event only ends the linger at its deadline
-// with the same "in progress" answer.
+// of the cluster (a watch event) instead of a fixed pause. After a cached answer the
+// channel was taken before the cache was read, so no change is missed and the wait
+// lasts until the linger's deadline. After a live answer (the call cordoned and
+// published, or the caches could not answer) the channel is taken once the call is
+// over: a change between its live reads and then is in the caches but closes nothing,
+// so that wait is capped at lingerPoll, the pause of a call without caches. Either
+// way a missed event only delays the next check, never changes its answer.
 func (c *Coordinator) lingerCached(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest) Outcome {
 	deadline := time.Now().Add(c.opts.Linger)
 	for {
-		out, changed := c.call(ctx, req)
+		out, changed, live := c.call(ctx, req)
 		if out.Kind != OutcomeInProgress || out.RetryAfterSeconds != waitRetry(0) || !time.Now().Add(lingerPoll).Before(deadline) {
 			return out
 		}
 		wait := time.NewTimer(lingerPoll)
-		if changed != nil {
+		untilDeadline := changed != nil && !live
+		if untilDeadline {
 			wait.Reset(time.Until(deadline))
 		}
 		select {
@@ -205,7 +211,7 @@ func (c *Coordinator) lingerCached(ctx context.Context, req *runtimehooksv1.Upda
 		case <-changed:
 			wait.Stop()
 		case <-wait.C:
-			if changed != nil {
+			if untilDeadline {
 				return out
 			}
 		}
@@ -213,15 +219,36 @@ func (c *Coordinator) lingerCached(ctx context.Context, req *runtimehooksv1.Upda
 }
 
 // call is one check of a call with caches: from the caches when quiet, else live.
-func (c *Coordinator) call(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest) (Outcome, <-chan struct{}) {
+// changed is closed at the next change of a Node of the Machine's cluster: taken
+// before the cached reads of a cached answer, after a live one (live).
+func (c *Coordinator) call(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest) (out Outcome, changed <-chan struct{}, live bool) {
 	if out, changed, ok := c.fromCaches(ctx, req); ok {
-		return out, changed
+		return out, changed, false
 	}
 	d, out, ok := c.readStored(ctx, req)
 	if !ok {
-		return out, nil
+		return out, nil, true
 	}
-	return c.update(ctx, d), nil
+	out = c.update(ctx, d)
+	if out.Kind != OutcomeInProgress || out.RetryAfterSeconds != waitRetry(0) {
+		return out, nil, true
+	}
+	return out, c.nodeChanges(ctx, d.stored), true
+}
+
+// nodeChanges is the channel closed at the next change of a Node of the cluster of
+// the stored Machine m, nil when its caches are not served.
+func (c *Coordinator) nodeChanges(ctx context.Context, m *clusterv1.Machine) <-chan struct{} {
+	key := client.ObjectKey{Namespace: m.Namespace, Name: clusterNameOf(m)}
+	wc, err := c.opts.Clusters.Get(ctx, key)
+	if err != nil {
+		return nil
+	}
+	_, changed, ok := c.opts.Caches.Workloads.For(ctx, key, wc)
+	if !ok {
+		return nil
+	}
+	return changed
 }
 
 func isSecret(obj client.Object) bool {
