@@ -37,10 +37,15 @@ func (c *Coordinator) loadScope(ctx context.Context, desired desiredObjects) (*s
 		return nil, retryable(CauseInvalidInput, fmt.Sprintf("Machine %s names no Cluster", mkey)), false
 	}
 	s.clusterKey = client.ObjectKey{Namespace: mkey.Namespace, Name: clusterName}
-	s.cluster = &clusterv1.Cluster{}
-	if err := c.opts.Client.Get(ctx, s.clusterKey, s.cluster); err != nil {
+	read := desired.cluster
+	if read == nil || read.cluster == nil {
+		read = &clusterRead{cluster: &clusterv1.Cluster{}}
+		read.err = c.opts.Client.Get(ctx, s.clusterKey, read.cluster)
+	}
+	if err := read.err; err != nil {
 		return nil, retryable(CauseManagementAPI, fmt.Sprintf("read Cluster %s: %v", s.clusterKey, err)), false
 	}
+	s.cluster = read.cluster
 
 	wc, err := c.opts.Clusters.Get(ctx, s.clusterKey)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -43,6 +44,8 @@ type desiredObjects struct {
 	// machine; nil when the Machine has none (or, for bootstrap, not a KubeadmConfig).
 	bootstrap *unstructured.Unstructured
 	infra     *unstructured.Unstructured
+	// cluster is the stored Machine's Cluster read with them; nil: loadScope reads it.
+	cluster *clusterRead
 }
 
 // markedForInPlaceUpdate reports whether Cluster API's owner controller marked the
@@ -74,12 +77,18 @@ func (c *Coordinator) readStored(ctx context.Context, req *runtimehooksv1.Update
 		return desiredObjects{}, rejected("the request names no Machine"), false
 	}
 	key := client.ObjectKeyFromObject(m)
+	// Independent reads run side by side (each is a round trip on a live call); their
+	// answers are judged in the order of the checks, as if read one after the other.
+	var nsOut Outcome
+	var nsOK bool
+	parallel := runParallel(func() { nsOut, nsOK = c.checkOptedIn(ctx, key.Namespace) })
 	stored, out, ok := c.readMachine(ctx, key)
+	parallel.Wait()
 	if !ok {
 		return desiredObjects{}, out, false
 	}
-	if out, ok := c.checkOptedIn(ctx, key.Namespace); !ok {
-		return desiredObjects{}, out, false
+	if !nsOK {
+		return desiredObjects{}, nsOut, false
 	}
 	if !markedForInPlaceUpdate(stored) {
 		return desiredObjects{}, rejected(fmt.Sprintf("Machine %s is not marked for an in-place update by Cluster API (annotation %s and %s in %s): nothing was done",
@@ -93,13 +102,50 @@ func (c *Coordinator) readStored(ctx context.Context, req *runtimehooksv1.Update
 	}
 
 	d := desiredObjects{stored: stored, machine: stored}
-	if d.bootstrap, out, ok = c.readReferenced(ctx, stored, "bootstrap config", stored.Spec.Bootstrap.ConfigRef, req.Desired.BootstrapConfig); !ok {
+	var infraOut Outcome
+	var infraOK bool
+	parallel = runParallel(
+		func() {
+			d.infra, infraOut, infraOK = c.readReferenced(ctx, stored, "infrastructure machine", stored.Spec.InfrastructureRef, req.Desired.InfrastructureMachine)
+		},
+		func() { d.cluster = c.prefetchCluster(ctx, stored) },
+	)
+	d.bootstrap, out, ok = c.readReferenced(ctx, stored, "bootstrap config", stored.Spec.Bootstrap.ConfigRef, req.Desired.BootstrapConfig)
+	parallel.Wait()
+	if !ok {
 		return desiredObjects{}, out, false
 	}
-	if d.infra, out, ok = c.readReferenced(ctx, stored, "infrastructure machine", stored.Spec.InfrastructureRef, req.Desired.InfrastructureMachine); !ok {
-		return desiredObjects{}, out, false
+	if !infraOK {
+		return desiredObjects{}, infraOut, false
 	}
 	return d, Outcome{}, true
+}
+
+// runParallel runs each fn in a goroutine of its own; Wait waits for them all.
+func runParallel(fns ...func()) *sync.WaitGroup {
+	wg := &sync.WaitGroup{}
+	for _, fn := range fns {
+		wg.Go(fn)
+	}
+	return wg
+}
+
+// clusterRead is the Cluster of a stored Machine as read alongside its references
+// (loadScope judges it; nil: not read, loadScope reads it).
+type clusterRead struct {
+	cluster *clusterv1.Cluster
+	err     error
+}
+
+// prefetchCluster reads the Cluster the stored Machine names, nil when it names none.
+func (c *Coordinator) prefetchCluster(ctx context.Context, m *clusterv1.Machine) *clusterRead {
+	name := clusterNameOf(m)
+	if name == "" {
+		return nil
+	}
+	r := &clusterRead{cluster: &clusterv1.Cluster{}}
+	r.err = c.opts.Client.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: name}, r.cluster)
+	return r
 }
 
 func (c *Coordinator) readMachine(ctx context.Context, key client.ObjectKey) (*clusterv1.Machine, Outcome, bool) {
