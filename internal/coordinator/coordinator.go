@@ -202,6 +202,7 @@ func (c *Coordinator) Update(ctx context.Context, req *runtimehooksv1.UpdateMach
 	ctx, cancel := context.WithTimeout(ctx, c.opts.CallTimeout)
 	defer cancel()
 	ctx = c.withMachineLogger(ctx, &req.Desired.Machine)
+	ctx, trace := withCallTrace(ctx)
 	out := func() Outcome {
 		if c.opts.Caches != nil {
 			return c.lingerCached(ctx, req)
@@ -212,6 +213,7 @@ func (c *Coordinator) Update(ctx context.Context, req *runtimehooksv1.UpdateMach
 		}
 		return c.lingerUpdate(ctx, d)
 	}()
+	trace.log(ctx, out)
 	logOutcome(ctx, out)
 	return out
 }

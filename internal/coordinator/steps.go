@@ -62,7 +62,9 @@ func (c *Coordinator) drain(ctx context.Context, s *scope) (Outcome, bool) {
 		// causes an outage, and PDBs would block forever.
 		return Outcome{}, true
 	}
+	mark(ctx, "drainNodes")
 	res, err := c.attemptDrain(ctx, s)
+	mark(ctx, "evict")
 	if err != nil {
 		return c.workloadFailure(s, stepDrain, err), false
 	}

@@ -42,9 +42,11 @@ type scope struct {
 
 func (c *Coordinator) update(ctx context.Context, desired desiredObjects) Outcome {
 	s, out, ok := c.loadScope(ctx, desired)
+	mark(ctx, "read")
 	if !ok {
 		return out
 	}
+	defer mark(ctx, "act")
 	return c.act(ctx, s)
 }
 
@@ -67,6 +69,7 @@ func (c *Coordinator) act(ctx context.Context, s *scope) (out Outcome) {
 	if out, held := c.fleetCheck(ctx, s, o, d); held {
 		return out
 	}
+	mark(ctx, "fleet")
 	switch d.Action {
 	case ActWait:
 		return inProgress(d.RetryAfterSeconds, d.Message)
@@ -92,10 +95,13 @@ func (c *Coordinator) act(ctx context.Context, s *scope) (out Outcome) {
 		if err := c.finish(ctx, s); err != nil {
 			return c.workloadFailure(s, stepVerify, err)
 		}
+		mark(ctx, "finish")
 		if out, ok := c.liftRemediationHold(ctx, s); !ok {
 			return out
 		}
+		mark(ctx, "liftHold")
 		c.report(ctx, s, d)
+		mark(ctx, "report")
 		if d.Action == ActFail {
 			return final(d.Cause, d.Message)
 		}
@@ -127,22 +133,28 @@ func (c *Coordinator) start(ctx context.Context, s *scope) Outcome {
 	if out, ok := c.ensureAgent(ctx, s, stepAgent); !ok {
 		return out
 	}
+	mark(ctx, "ensureAgent")
 	if out, ok := c.awaitAgentKey(s); !ok {
 		return out
 	}
 	if out, ok := c.stage(ctx, s); !ok {
 		return out
 	}
+	mark(ctx, "stage")
 	if err := c.protectFromRemediation(ctx, s); err != nil {
 		return retryable(CauseManagementAPI, stepMsg(stepCordon, "%v", err))
 	}
+	mark(ctx, "protect")
 	if err := c.cordon(ctx, s); err != nil {
 		return c.workloadFailure(s, stepCordon, err)
 	}
+	mark(ctx, "cordon")
 	if out, ok := c.drain(ctx, s); !ok {
 		return out
 	}
+	mark(ctx, "drain")
 	written, err := c.publish(ctx, s)
+	mark(ctx, "publish")
 	if err != nil {
 		return c.workloadFailure(s, stepPublish, err)
 	}
