@@ -2,9 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -447,16 +444,15 @@ func (c *Coordinator) setFleetCondition(ctx context.Context, s *scope, reason, e
 type owner struct{ name, spec string }
 
 // ownerOf finds the MachineDeployment or control plane whose spec the Machine
-// follows (by CAPI's labels) and keys that spec; a Machine without either has
-// no owner (its failures reset only on resume).
+// follows (fleet.OwnerOf, by CAPI's labels) and keys that spec; a Machine without
+// either has no owner (its failures reset only on resume).
 func (c *Coordinator) ownerOf(ctx context.Context, cluster *clusterv1.Cluster, m *clusterv1.Machine) (owner, error) {
-	var name string
-	switch {
-	case m.Labels[clusterv1.MachineDeploymentNameLabel] != "":
-		name = "MachineDeployment/" + m.Labels[clusterv1.MachineDeploymentNameLabel]
-	case m.Labels[clusterv1.MachineControlPlaneNameLabel] != "" && cluster.Spec.ControlPlaneRef.IsDefined():
-		name = cluster.Spec.ControlPlaneRef.Kind + "/" + cluster.Spec.ControlPlaneRef.Name
-	default:
+	var cpKind, cpName string
+	if cluster.Spec.ControlPlaneRef.IsDefined() {
+		cpKind, cpName = cluster.Spec.ControlPlaneRef.Kind, cluster.Spec.ControlPlaneRef.Name
+	}
+	name := fleet.OwnerOf(m.Labels[clusterv1.MachineDeploymentNameLabel], m.Labels[clusterv1.MachineControlPlaneNameLabel], cpKind, cpName)
+	if name == "" {
 		return owner{}, nil
 	}
 	spec, ok, err := c.ownerSpec(ctx, cluster, name)
@@ -466,16 +462,13 @@ func (c *Coordinator) ownerOf(ctx context.Context, cluster *clusterv1.Cluster, m
 	return owner{name: name, spec: spec}, nil
 }
 
-// ownerSpec keys the desired spec of an owner "Kind/name": a MachineDeployment's
-// spec.template, a control plane's spec without replicas and rollout settings
-// (scaling is not a new spec). ok false: the owner is gone.
+// ownerSpec reads an owner "Kind/name" of the Cluster and keys its desired spec
+// (fleet.OwnerSpecKey). ok false: the owner is gone. internal/status's Gather
+// reads owners alike (ownerSpecs in gather.go).
 func (c *Coordinator) ownerSpec(ctx context.Context, cluster *clusterv1.Cluster, name string) (string, bool, error) {
-	if name == "" {
-		return "", true, nil
-	}
-	kind, objName, _ := cutOwner(name)
+	kind, objName := fleet.SplitOwner(name)
 	gk := schema.GroupKind{Group: clusterv1.GroupVersion.Group, Kind: kind}
-	if kind != "MachineDeployment" {
+	if kind != fleet.KindMachineDeployment {
 		gk.Group = cluster.Spec.ControlPlaneRef.APIGroup
 	}
 	mapping, err := c.opts.Client.RESTMapper().RESTMapping(gk)
@@ -491,62 +484,31 @@ func (c *Coordinator) ownerSpec(ctx context.Context, cluster *clusterv1.Cluster,
 		return "", false, fmt.Errorf("read %s: %w", name, err)
 	}
 	spec, _ := u.Object["spec"].(map[string]any)
-	var keyed any
-	if kind == "MachineDeployment" {
-		keyed = spec["template"]
-	} else {
-		trimmed := map[string]any{}
-		for k, v := range spec {
-			switch k {
-			case "replicas", "rollout", "remediation", "machineNaming":
-			default:
-				trimmed[k] = v
-			}
-		}
-		keyed = trimmed
-	}
-	b, err := json.Marshal(keyed)
+	key, err := fleet.OwnerSpecKey(kind, spec)
 	if err != nil {
-		return "", false, fmt.Errorf("key the spec of %s: %w", name, err)
+		return "", false, fmt.Errorf("%s: %w", name, err)
 	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:8]), true, nil
+	return key, true, nil
 }
 
-func cutOwner(name string) (kind, objName string, ok bool) {
-	for i := range len(name) {
-		if name[i] == '/' {
-			return name[:i], name[i+1:], true
-		}
-	}
-	return name, "", false
-}
-
-// countedFailures keeps the failures of pool whose owner's spec has not changed.
+// countedFailures keeps the failures of pool that count against its budget
+// (fleet.Counted), reading the owners they name.
 func (c *Coordinator) countedFailures(ctx context.Context, s *scope, failures []fleet.Failure, pool string) ([]fleet.Failure, error) {
-	specs := map[string]struct {
-		spec string
-		ok   bool
-	}{}
-	var lookupErr error
+	var inPool []fleet.Failure
 	for _, f := range failures {
-		if f.Pool != pool {
-			continue
+		if f.Pool == pool {
+			inPool = append(inPool, f)
 		}
-		if _, done := specs[f.Owner]; done {
-			continue
-		}
-		spec, ok, err := c.ownerSpec(ctx, s.cluster, f.Owner)
+	}
+	specs := map[string]string{}
+	for _, o := range fleet.Owners(inPool) {
+		spec, ok, err := c.ownerSpec(ctx, s.cluster, o)
 		if err != nil {
-			lookupErr = err
+			return nil, err
 		}
-		specs[f.Owner] = struct {
-			spec string
-			ok   bool
-		}{spec, ok}
+		if ok {
+			specs[o] = spec
+		}
 	}
-	if lookupErr != nil {
-		return nil, lookupErr
-	}
-	return fleet.Counted(failures, pool, func(o string) (string, bool) { v := specs[o]; return v.spec, v.ok }), nil
+	return fleet.Counted(inPool, pool, func(o string) (string, bool) { v, ok := specs[o]; return v, ok }), nil
 }

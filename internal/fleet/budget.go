@@ -9,16 +9,21 @@ import (
 // ok false when the owner no longer exists.
 type SpecLookup func(owner string) (spec string, ok bool)
 
-// Counted returns the failures of pool that still count: those whose owner's
-// spec is the one they failed with (a changed spec resets the budget).
+// Counted returns the failures of pool that still count against its budget:
+// those without an owner (they count until resume), and those whose owner
+// exists with the spec key it had when the failure was recorded. A changed spec
+// or a deleted owner resets the budget. current is asked only about the owners
+// of pool's failures (Owners).
 func Counted(failures []Failure, pool string, current SpecLookup) []Failure {
 	var out []Failure
 	for _, f := range failures {
 		if f.Pool != pool {
 			continue
 		}
-		if spec, ok := current(f.Owner); !ok || spec != f.Spec {
-			continue
+		if f.Owner != "" {
+			if spec, ok := current(f.Owner); !ok || spec != f.Spec {
+				continue
+			}
 		}
 		out = append(out, f)
 	}

@@ -8,11 +8,16 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/fleet"
 	"github.com/capi-inplace/capi-inplace/internal/workload"
 )
 
@@ -23,10 +28,14 @@ type Workload interface {
 
 // Gatherer reads a Snapshot: Clusters and Machines from the management cluster
 // (Management, with Cluster API's core v1beta2 types in its scheme) and Nodes from each
-// workload cluster (Workload).
+// workload cluster (Workload); and, read-only as the coordinator does, the
+// MachineDeployments and control planes that the Clusters' fleet records name.
 type Gatherer struct {
 	Management client.Reader
 	Workload   Workload
+	// Mapper maps an owner's kind to the version to read it at (the coordinator
+	// uses its client's); nil: Management's own when it has one (a client.Client).
+	Mapper meta.RESTMapper
 }
 
 // ErrClusterNotFound is returned by Gather when the named Cluster does not exist.
@@ -62,7 +71,11 @@ func (g Gatherer) Gather(ctx context.Context, namespace, cluster string) (Snapsh
 			client.MatchingLabels{clusterv1.ClusterNameLabel: c.Name}); err != nil {
 			return Snapshot{}, fmt.Errorf("list machines of cluster %s/%s: %w", c.Namespace, c.Name, err)
 		}
-		cs := ClusterSnapshot{Cluster: c, Machines: machines.Items}
+		owners, err := g.ownerSpecs(ctx, &c)
+		if err != nil {
+			return Snapshot{}, err
+		}
+		cs := ClusterSnapshot{Cluster: c, Machines: machines.Items, OwnerSpecs: owners}
 		if anyNodeRef(machines.Items) {
 			nodes, err := g.Workload.Nodes(ctx, client.ObjectKeyFromObject(&c))
 			if err != nil {
@@ -80,6 +93,54 @@ func (g Gatherer) Gather(ctx context.Context, namespace, cluster string) (Snapsh
 		s.Clusters = append(s.Clusters, cs)
 	}
 	return s, nil
+}
+
+// ownerSpecs reads the owners the Cluster's fleet record names and keys their
+// specs (fleet.OwnerSpecKey), as the coordinator's ownerSpec does: the same
+// objects, at the version the RESTMapper prefers, read as unstructured. An owner
+// that is gone is left out. A corrupt record names none (FleetView says why).
+func (g Gatherer) ownerSpecs(ctx context.Context, c *clusterv1.Cluster) (map[string]string, error) {
+	st, _ := fleet.Decode(c.Annotations[inplacev1.FleetStateAnnotation])
+	names := fleet.Owners(st.Failures)
+	specs := make(map[string]string, len(names))
+	if len(names) == 0 {
+		return specs, nil
+	}
+	mapper := g.Mapper
+	if mapper == nil {
+		if m, ok := g.Management.(interface{ RESTMapper() meta.RESTMapper }); ok {
+			mapper = m.RESTMapper()
+		}
+	}
+	if mapper == nil {
+		return nil, errors.New("read the owners of failed Machines: no RESTMapper (set Gatherer.Mapper)")
+	}
+	for _, name := range names {
+		kind, objName := fleet.SplitOwner(name)
+		gk := schema.GroupKind{Group: clusterv1.GroupVersion.Group, Kind: kind}
+		if kind != fleet.KindMachineDeployment {
+			gk.Group = c.Spec.ControlPlaneRef.APIGroup
+		}
+		mapping, err := mapper.RESTMapping(gk)
+		if err != nil {
+			return nil, fmt.Errorf("read %s of cluster %s/%s: map kind %s: %w", name, c.Namespace, c.Name, kind, err)
+		}
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(mapping.GroupVersionKind)
+		if err := g.Management.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: objName}, u); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return nil, fmt.Errorf("read %s of cluster %s/%s: %w", name, c.Namespace, c.Name, err)
+		}
+		spec, _ := u.Object["spec"].(map[string]any)
+		key, err := fleet.OwnerSpecKey(kind, spec)
+		if err != nil {
+			return nil, fmt.Errorf("%s of cluster %s/%s: %w", name, c.Namespace, c.Name, err)
+		}
+		specs[name] = key
+	}
+	return specs, nil
 }
 
 func anyNodeRef(machines []clusterv1.Machine) bool {

@@ -30,10 +30,9 @@ const (
 // PoolView is one fleet pool of a Cluster (docs/fleet-controls.md): the policy's
 // budget and windows for the pool, with the failures the Cluster's fleet record
 // holds against it. It decides as the coordinator's gate does before a node of
-// the pool starts (fleet.Gate), except for two things status cannot see: a
-// failure whose owner's spec changed since it was recorded still shows here (the
-// coordinator stops counting it), and a node's own failure does not hold that
-// node.
+// the pool starts (fleet.Gate, with the failures fleet.Counted keeps: not those
+// whose owner's spec changed since), except that a node's own failure does not
+// hold that node, which a per-pool line cannot show.
 type PoolView struct {
 	// Name is the policy's fleet entry; "" is the pool of the Machines no entry
 	// selects (budget 1, no windows, no soak).
@@ -43,8 +42,11 @@ type PoolView struct {
 	// FailureBudget is how many failed nodes halt the pool; 0: no budget.
 	FailureBudget int `json:"failureBudget"`
 	// Failures is how many failed nodes the Cluster's fleet record holds against
-	// the pool; BudgetSpent is true when they reach a non-zero FailureBudget: new
-	// node updates of the pool halt until the Cluster is annotated with resume.
+	// the pool that still count (fleet.Counted: a failure stops counting once its
+	// Machine's MachineDeployment or control plane has a new spec, or is gone);
+	// BudgetSpent is true when they reach a non-zero FailureBudget: new node
+	// updates of the pool halt until the Cluster is annotated with resume or the
+	// spec changes.
 	Failures    int  `json:"failures"`
 	BudgetSpent bool `json:"budgetSpent"`
 	// Windows are the pool's maintenance windows: the Cluster's annotation when it
@@ -83,7 +85,7 @@ func BuildWithPools(s Snapshot, now time.Time, pools PoolResolver) Report {
 	for i := range r.Clusters {
 		cv := &r.Clusters[i]
 		if cs, ok := byKey[cv.Namespace+"/"+cv.Name]; ok {
-			cv.Pools = buildPools(&cs.Cluster, cs.Machines, pools, now)
+			cv.Pools = buildPools(&cs.Cluster, cs.Machines, cs.OwnerSpecs, pools, now)
 		}
 	}
 	return r
@@ -91,7 +93,7 @@ func BuildWithPools(s Snapshot, now time.Time, pools PoolResolver) Report {
 
 // buildPools groups the Cluster's Machines by fleet pool and judges each pool.
 // The result is never nil, so that -o json shows "pools": [] with a policy.
-func buildPools(c *clusterv1.Cluster, machines []clusterv1.Machine, pools PoolResolver, now time.Time) []PoolView {
+func buildPools(c *clusterv1.Cluster, machines []clusterv1.Machine, owners map[string]string, pools PoolResolver, now time.Time) []PoolView {
 	st, _ := fleet.Decode(c.Annotations[inplacev1.FleetStateAnnotation]) // a corrupt record shows as FleetView.RecordError
 	type group struct {
 		pool     fleet.Pool
@@ -110,13 +112,13 @@ func buildPools(c *clusterv1.Cluster, machines []clusterv1.Machine, pools PoolRe
 	out := make([]PoolView, 0, len(groups))
 	for _, g := range groups {
 		slices.Sort(g.machines)
-		out = append(out, poolView(c, st, g.pool, g.machines, now))
+		out = append(out, poolView(c, st, owners, g.pool, g.machines, now))
 	}
 	slices.SortFunc(out, func(a, b PoolView) int { return cmp.Compare(a.Name, b.Name) })
 	return out
 }
 
-func poolView(c *clusterv1.Cluster, st fleet.State, p fleet.Pool, machines []string, now time.Time) PoolView {
+func poolView(c *clusterv1.Cluster, st fleet.State, owners map[string]string, p fleet.Pool, machines []string, now time.Time) PoolView {
 	expected := st.ExpectedDuration(p.ExpectedDuration)
 	pv := PoolView{
 		Name:            p.Name,
@@ -125,11 +127,8 @@ func poolView(c *clusterv1.Cluster, st fleet.State, p fleet.Pool, machines []str
 		ExpectedSeconds: seconds(expected),
 		SoakSeconds:     seconds(p.Soak),
 	}
-	for _, f := range st.Failures {
-		if f.Pool == p.Name {
-			pv.Failures++
-		}
-	}
+	// The coordinator's rule (fleet.Counted): a failure stops counting once its owner's spec changed.
+	pv.Failures = len(fleet.Counted(st.Failures, p.Name, func(o string) (string, bool) { v, ok := owners[o]; return v, ok }))
 	pv.BudgetSpent = pv.FailureBudget > 0 && pv.Failures >= pv.FailureBudget
 
 	// As the coordinator's gate: the Cluster's annotation replaces the policy's windows.

@@ -36,6 +36,11 @@ type ClusterSnapshot struct {
 	Nodes map[string]*corev1.Node
 	// WorkloadErr is why the workload cluster could not be read, if it could not.
 	WorkloadErr error
+	// OwnerSpecs are the current spec keys (fleet.OwnerSpecKey) of the owners the
+	// Cluster's fleet record names (fleet.Owners), by owner ("MachineDeployment/md-0"):
+	// an owner absent here is gone. BuildWithPools counts a recorded failure as the
+	// coordinator does (fleet.Counted): not once its owner's spec changed.
+	OwnerSpecs map[string]string
 }
 
 // Report is the whole status, the document behind both the table and `-o json`.
