@@ -32,7 +32,6 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
@@ -40,6 +39,7 @@ import (
 	"github.com/capi-inplace/capi-inplace/internal/guard"
 	"github.com/capi-inplace/capi-inplace/internal/policy"
 	"github.com/capi-inplace/capi-inplace/internal/singlenode"
+	"github.com/capi-inplace/capi-inplace/internal/testenv"
 )
 
 // Names that tie the manifests together. They are repeated here on purpose: a rename
@@ -473,31 +473,17 @@ func TestImageMatchesBuildAndManifests(t *testing.T) {
 // creates the RBAC objects and asks the API server's authorizer what the extension's
 // ServiceAccount can do.
 func TestManifestsApplyToAPIServer(t *testing.T) {
-	requireAssets(t)
+	testenv.RequireAssets(t)
 	g := NewWithT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	capiDir := moduleDir(t, "sigs.k8s.io/cluster-api", "")
 	certManagerDir := moduleDir(t, "github.com/cert-manager/cert-manager", certManagerVersion)
-	env := &envtest.Environment{
-		CRDInstallOptions: envtest.CRDInstallOptions{
-			Paths: []string{
-				filepath.Join(capiDir, "core", "config", "crd", "bases"), // also holds runtime.cluster.x-k8s.io ExtensionConfig
-				filepath.Join(capiDir, "controlplane", "kubeadm", "config", "crd", "bases"),
-				filepath.Join(capiDir, "bootstrap", "kubeadm", "config", "crd", "bases"),
-				filepath.Join(certManagerDir, "deploy", "crds"),
-			},
-			ErrorIfPathMissing: true,
-		},
-	}
-	cfg, err := env.Start()
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Logf("stop envtest: %v", err)
-		}
-	})
+	// CAPICore also holds runtime.cluster.x-k8s.io's ExtensionConfig.
+	cfg := testenv.StartT(t, testenv.Options{
+		CAPI:    []testenv.CRDSet{testenv.CAPICore, testenv.KubeadmControlPlane, testenv.KubeadmBootstrap},
+		CRDDirs: []string{filepath.Join(certManagerDir, "deploy", "crds")},
+	}).Config
 	c, err := client.New(cfg, client.Options{Scheme: clientgoscheme.Scheme})
 	g.Expect(err).NotTo(HaveOccurred())
 
@@ -594,24 +580,6 @@ func TestManifestsApplyToAPIServer(t *testing.T) {
 	}
 	for _, a := range denied {
 		g.Expect(can(a)).To(BeFalse(), "the extension must not be able to %+v", a)
-	}
-}
-
-// requireAssets fails (or, outside CI with no assets configured, skips) when envtest's
-// kube-apiserver and etcd are not available.
-func requireAssets(t *testing.T) {
-	t.Helper()
-	dir := os.Getenv("KUBEBUILDER_ASSETS")
-	if dir == "" {
-		if os.Getenv("CI") == "" {
-			t.Skip("KUBEBUILDER_ASSETS is unset: run `make test` (it builds bin/ and sets it)")
-		}
-		t.Fatal("KUBEBUILDER_ASSETS is unset in CI: run `make test`")
-	}
-	for _, b := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
-			t.Fatalf("envtest asset %s missing in KUBEBUILDER_ASSETS=%s (make tools builds it): %v", b, dir, err)
-		}
 	}
 }
 

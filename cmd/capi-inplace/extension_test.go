@@ -18,11 +18,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/capi-inplace/capi-inplace/internal/extension"
 	"github.com/capi-inplace/capi-inplace/internal/extension/extensiontest"
 	pt "github.com/capi-inplace/capi-inplace/internal/planner/plannertest"
+	"github.com/capi-inplace/capi-inplace/internal/testenv"
 )
 
 const (
@@ -309,29 +309,9 @@ func mustPath(t *testing.T, hook any, name string) string {
 // kubeconfig file for them. Skipped only outside CI when KUBEBUILDER_ASSETS is unset.
 func startExtensionEnvtest(t *testing.T) string {
 	t.Helper()
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		if os.Getenv("CI") == "" {
-			t.Skip("KUBEBUILDER_ASSETS is unset: run `make test` (it builds bin/ and sets it)")
-		}
-		t.Fatal("KUBEBUILDER_ASSETS is unset in CI: run `make test`")
-	}
-	for _, b := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(assets, b)); err != nil {
-			t.Fatalf("envtest asset %s missing in KUBEBUILDER_ASSETS=%s (make tools builds it): %v", b, assets, err)
-		}
-	}
-	env := &envtest.Environment{}
-	if _, err := env.Start(); err != nil {
-		t.Fatalf("start envtest: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Logf("stop envtest: %v", err)
-		}
-	})
+	env := testenv.StartT(t, testenv.Options{})
 	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(path, env.KubeConfig, 0o600); err != nil {
+	if err := os.WriteFile(path, env.Environment.KubeConfig, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path

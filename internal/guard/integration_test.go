@@ -1,7 +1,6 @@
 package guard_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -23,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
@@ -46,6 +44,7 @@ import (
 	"github.com/capi-inplace/capi-inplace/internal/planner"
 	"github.com/capi-inplace/capi-inplace/internal/policy"
 	"github.com/capi-inplace/capi-inplace/internal/preview/previewtest"
+	"github.com/capi-inplace/capi-inplace/internal/testenv"
 )
 
 // TestGuardAgainstAPIServer runs the guard behind a real kube-apiserver (envtest, with
@@ -55,12 +54,7 @@ import (
 // as an operator makes them: each refused write prints the planner's reason, and no
 // object in the namespace changes.
 func TestGuardAgainstAPIServer(t *testing.T) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("KUBEBUILDER_ASSETS is not set (make test sets it)")
-		}
-		t.Skip("KUBEBUILDER_ASSETS not set (run make test)")
-	}
+	testenv.RequireAssets(t)
 	g := NewWithT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -69,20 +63,15 @@ func TestGuardAgainstAPIServer(t *testing.T) {
 		Service: &admissionregistrationv1.ServiceReference{Namespace: "capi-inplace-system", Name: "capi-inplace", Path: ptr.To(guard.WebhookPath)},
 	})
 	hook.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{inplacev1.NamespaceEnabledLabel: "true"}}
-	env := &envtest.Environment{
-		CRDInstallOptions: envtest.CRDInstallOptions{CRDs: capiCRDs(t)},
-		WebhookInstallOptions: envtest.WebhookInstallOptions{ValidatingWebhooks: []*admissionregistrationv1.ValidatingWebhookConfiguration{{
+	te := testenv.StartT(t, testenv.Options{
+		CAPI:           []testenv.CRDSet{testenv.CAPICore, testenv.KubeadmControlPlane, testenv.KubeadmBootstrap, testenv.DockerInfra},
+		ContractLabels: true,
+		Webhooks: envtest.WebhookInstallOptions{ValidatingWebhooks: []*admissionregistrationv1.ValidatingWebhookConfiguration{{
 			ObjectMeta: metav1.ObjectMeta{Name: "capi-inplace-guard"},
 			Webhooks:   []admissionregistrationv1.ValidatingWebhook{hook},
 		}}},
-	}
-	cfg, err := env.Start()
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Logf("stop envtest: %v", err)
-		}
 	})
+	env, cfg := te.Environment, te.Config
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, clusterv1.AddToScheme, controlplanev1.AddToScheme, bootstrapv1.AddToScheme, apiextensionsv1.AddToScheme, runtimev1.AddToScheme} {
 		g.Expect(add(scheme)).To(Succeed())
@@ -613,64 +602,6 @@ func resourceVersions(ctx context.Context, t *testing.T, c client.Client, namesp
 	}
 	if len(out) < 20 {
 		t.Fatalf("expected the fixture's objects, found %d", len(out))
-	}
-	return out
-}
-
-// capiCRDs returns Cluster API's CRDs (core, KCP, kubeadm bootstrap) and the Dev
-// provider's from the module cache, with the contract labels clusterctl adds (the
-// same set cmd/capi-inplace's plan test installs).
-func capiCRDs(t *testing.T) []*apiextensionsv1.CustomResourceDefinition {
-	t.Helper()
-	modDir := func(dir, module string) string {
-		cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", module)
-		cmd.Dir = dir
-		out, err := cmd.Output()
-		if err != nil || strings.TrimSpace(string(out)) == "" {
-			t.Fatalf("locate %s (run make tools): %v", module, err)
-		}
-		return strings.TrimSpace(string(out))
-	}
-	capi := modDir(".", "sigs.k8s.io/cluster-api")
-	dirs := []string{
-		filepath.Join(capi, "core", "config", "crd", "bases"),
-		filepath.Join(capi, "controlplane", "kubeadm", "config", "crd", "bases"),
-		filepath.Join(capi, "bootstrap", "kubeadm", "config", "crd", "bases"),
-		filepath.Join(modDir(filepath.Join("..", "..", "hack", "tools", "capi"), "sigs.k8s.io/cluster-api/test"), "infrastructure", "docker", "config", "crd", "bases"),
-	}
-	var out []*apiextensionsv1.CustomResourceDefinition
-	for _, dir := range dirs {
-		paths, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
-		if err != nil || len(paths) == 0 {
-			t.Fatalf("no CRDs in %s: %v", dir, err)
-		}
-		for _, p := range paths {
-			data, err := os.ReadFile(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-			for {
-				var raw map[string]any
-				if err := dec.Decode(&raw); err != nil {
-					break
-				}
-				if raw["kind"] != "CustomResourceDefinition" {
-					continue
-				}
-				b, _ := sigsyaml.Marshal(raw)
-				crd := &apiextensionsv1.CustomResourceDefinition{}
-				if err := sigsyaml.Unmarshal(b, crd); err != nil {
-					t.Fatalf("decode CRD in %s: %v", p, err)
-				}
-				if crd.Labels == nil {
-					crd.Labels = map[string]string{}
-				}
-				crd.Labels["cluster.x-k8s.io/v1beta1"] = "v1beta1"
-				crd.Labels["cluster.x-k8s.io/v1beta2"] = "v1beta2"
-				out = append(out, crd)
-			}
-		}
 	}
 	return out
 }
