@@ -27,6 +27,35 @@ var testEnv *coordinatortest.Env
 
 func TestMain(m *testing.M) { os.Exit(coordinatortest.Main(m, false, &testEnv)) }
 
+// TestAgentServesMetrics: the installed agent serves its metrics by default, on
+// MetricsPort of its node (host network), declared on the container and
+// annotated for scraping; overridden arguments are taken as given.
+func TestAgentServesMetrics(t *testing.T) {
+	g := NewWithT(t)
+	daemonSetOf := func(cfg Config) *appsv1.DaemonSet {
+		objs, err := Objects(cfg)
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, o := range objs {
+			if ds, ok := o.(*appsv1.DaemonSet); ok {
+				return ds
+			}
+		}
+		t.Fatal("no DaemonSet")
+		return nil
+	}
+	ds := daemonSetOf(Config{Image: "agent:v1"})
+	pod := ds.Spec.Template
+	g.Expect(pod.Spec.HostNetwork).To(BeTrue(), "the port is the node's")
+	g.Expect(pod.Spec.Containers).To(HaveLen(1))
+	c := pod.Spec.Containers[0]
+	g.Expect(c.Args).To(ContainElement("--metrics-addr=:9442"))
+	g.Expect(c.Ports).To(Equal([]corev1.ContainerPort{{Name: "metrics", ContainerPort: 9442, HostPort: 9442, Protocol: corev1.ProtocolTCP}}))
+	g.Expect(pod.Annotations).To(Equal(map[string]string{"prometheus.io/scrape": "true", "prometheus.io/port": "9442", "prometheus.io/path": "/metrics"}))
+
+	custom := daemonSetOf(Config{Image: "agent:v1", Args: []string{"agent", "-v=1"}})
+	g.Expect(custom.Spec.Template.Spec.Containers[0].Args).To(Equal([]string{"agent", "-v=1"}), "overridden arguments are taken as given")
+}
+
 func TestObjectsHashFollowsImage(t *testing.T) {
 	tests := []struct {
 		name     string

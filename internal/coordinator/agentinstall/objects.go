@@ -31,14 +31,24 @@ const (
 	NodeNameExtra = "authentication.kubernetes.io/node-name"
 	// HostRoot is where the agent container sees the host's root file system.
 	HostRoot = "/host"
+	// MetricsPort is where the installed agent serves its Prometheus metrics
+	// (plain HTTP /metrics only, docs/metrics.md) on every address of its node:
+	// the agent runs in the host network, so Prometheus scrapes <node IP>:9442.
+	// Next to the agent's health port 9441; clear of the kubelet (10248, 10250),
+	// kube-proxy (10249, 10256), node-exporter (9100) and etcd (2379-2381).
+	MetricsPort int32 = 9442
+	// MetricsPortName names the container port, for a PodMonitor's endpoint.
+	MetricsPortName = "metrics"
 )
 
 // Config parameterises the agent's manifests.
 type Config struct {
 	// Image is the agent's container image.
 	Image string
-	// Args are the container's arguments; nil means ["agent", "--host-root=/host"]
-	// (the agent reads its node name from $NODE_NAME).
+	// Args are the container's arguments; nil means ["agent", "--host-root=/host",
+	// "--metrics-addr=:9442"] (the agent reads its node name from $NODE_NAME).
+	// Arguments given here replace those: pass --metrics-addr=:9442 to keep the
+	// metrics the DaemonSet declares (MetricsPort).
 	Args []string
 	// APIServerHost and APIServerPort, when set, are the workload cluster's
 	// control-plane endpoint (Cluster.spec.controlPlaneEndpoint). The agent then
@@ -84,7 +94,7 @@ func Objects(cfg Config) ([]client.Object, error) {
 	}
 	args := cfg.Args
 	if args == nil {
-		args = []string{"agent", "--host-root=" + HostRoot}
+		args = []string{"agent", "--host-root=" + HostRoot, fmt.Sprintf("--metrics-addr=:%d", MetricsPort)}
 	}
 	ns := inplacev1.AgentNamespace
 	objs := []client.Object{
@@ -266,7 +276,14 @@ func daemonSet(image string, args []string, extraEnv []corev1.EnvVar) *appsv1.Da
 				Type: appsv1.RollingUpdateDaemonSetStrategyType,
 			},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: mergeLabels(labels(), sel)},
+				// The prometheus.io annotations are the common scrape convention (a
+				// kubernetes_sd "pod" job keeping annotated pods); a PodMonitor selects
+				// the label and the "metrics" port instead (docs/metrics.md).
+				ObjectMeta: metav1.ObjectMeta{Labels: mergeLabels(labels(), sel), Annotations: map[string]string{
+					"prometheus.io/scrape": "true",
+					"prometheus.io/port":   fmt.Sprint(MetricsPort),
+					"prometheus.io/path":   "/metrics",
+				}},
 				Spec: corev1.PodSpec{
 					ServiceAccountName: AgentName,
 					// The agent must keep working while the CNI or the node's own API
@@ -286,6 +303,10 @@ func daemonSet(image string, args []string, extraEnv []corev1.EnvVar) *appsv1.Da
 						Image:           image,
 						ImagePullPolicy: corev1.PullIfNotPresent,
 						Args:            args,
+						// In the host network the port is the node's: hostPort equal to
+						// containerPort (what the API server defaults it to), so the
+						// scheduler knows the node's port is taken.
+						Ports: []corev1.ContainerPort{{Name: MetricsPortName, ContainerPort: MetricsPort, HostPort: MetricsPort, Protocol: corev1.ProtocolTCP}},
 						Env: append([]corev1.EnvVar{
 							{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "spec.nodeName"}}},
 						}, extraEnv...),
