@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -18,23 +17,21 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/capi-inplace/capi-inplace/internal/preview"
 	"github.com/capi-inplace/capi-inplace/internal/preview/previewtest"
+	"github.com/capi-inplace/capi-inplace/internal/testenv"
 )
 
 // TestPlanCommand runs `capi-inplace plan` in-process against a real kube-apiserver
@@ -44,19 +41,15 @@ import (
 // templates. Every write through the command's client fails the test, and no
 // object's resourceVersion may move.
 func TestPlanCommand(t *testing.T) {
-	requireEnvtestAssets(t)
 	g := NewWithT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	env := &envtest.Environment{CRDInstallOptions: envtest.CRDInstallOptions{CRDs: planCRDs(t)}}
-	cfg, err := env.Start()
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Logf("stop envtest: %v", err)
-		}
+	te := testenv.StartT(t, testenv.Options{
+		CAPI:           []testenv.CRDSet{testenv.CAPICore, testenv.KubeadmControlPlane, testenv.KubeadmBootstrap, testenv.DockerInfra},
+		ContractLabels: true,
 	})
+	env, cfg := te.Environment, te.Config
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, clusterv1.AddToScheme, controlplanev1.AddToScheme, bootstrapv1.AddToScheme} {
 		g.Expect(add(scheme)).To(Succeed())
@@ -442,66 +435,4 @@ func resourceVersions(ctx context.Context, t *testing.T, c client.Client, namesp
 		t.Fatalf("expected the fixture's objects, found %d", len(out))
 	}
 	return out
-}
-
-// planCRDs returns Cluster API's CRDs (core, KCP, kubeadm bootstrap) and the Dev
-// provider's, from the module cache, with the contract labels clusterctl adds: plan
-// finds a reference's served version through them, as Cluster API does.
-func planCRDs(t *testing.T) []*apiextensionsv1.CustomResourceDefinition {
-	t.Helper()
-	capi := capiModuleDir(t)
-	dirs := []string{
-		filepath.Join(capi, "core", "config", "crd", "bases"),
-		filepath.Join(capi, "controlplane", "kubeadm", "config", "crd", "bases"),
-		filepath.Join(capi, "bootstrap", "kubeadm", "config", "crd", "bases"),
-		filepath.Join(capiTestModuleDir(t), "infrastructure", "docker", "config", "crd", "bases"),
-	}
-	var out []*apiextensionsv1.CustomResourceDefinition
-	for _, dir := range dirs {
-		paths, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
-		if err != nil || len(paths) == 0 {
-			t.Fatalf("no CRDs in %s: %v", dir, err)
-		}
-		for _, p := range paths {
-			data, err := os.ReadFile(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-			for {
-				var raw map[string]any
-				if err := dec.Decode(&raw); err != nil {
-					break
-				}
-				if raw["kind"] != "CustomResourceDefinition" {
-					continue
-				}
-				b, _ := sigsyaml.Marshal(raw)
-				crd := &apiextensionsv1.CustomResourceDefinition{}
-				if err := sigsyaml.Unmarshal(b, crd); err != nil {
-					t.Fatalf("decode CRD in %s: %v", p, err)
-				}
-				if crd.Labels == nil {
-					crd.Labels = map[string]string{}
-				}
-				crd.Labels["cluster.x-k8s.io/v1beta1"] = "v1beta1"
-				crd.Labels["cluster.x-k8s.io/v1beta2"] = "v1beta2"
-				out = append(out, crd)
-			}
-		}
-	}
-	return out
-}
-
-// capiTestModuleDir is Cluster API's test module (the Dev provider's CRDs), pinned by
-// hack/tools/capi/go.mod and present in the module cache once `make tools` ran.
-func capiTestModuleDir(t *testing.T) string {
-	t.Helper()
-	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/cluster-api/test")
-	cmd.Dir = filepath.Join("..", "..", "hack", "tools", "capi")
-	out, err := cmd.Output()
-	if err != nil || strings.TrimSpace(string(out)) == "" {
-		t.Fatalf("locate sigs.k8s.io/cluster-api/test (hack/tools/capi; run make tools): %v", err)
-	}
-	return strings.TrimSpace(string(out))
 }

@@ -20,12 +20,12 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 	"github.com/capi-inplace/capi-inplace/internal/status"
+	"github.com/capi-inplace/capi-inplace/internal/testenv"
 )
 
 // TestKubectlPlugin builds cmd/kubectl-inplace, puts it on PATH as kubectl-inplace
@@ -35,8 +35,7 @@ import (
 // kubectl's flags (--kubeconfig, --context, -n, -A, -o) and the documented exit codes
 // through kubectl (kubectl execs the plugin).
 func TestKubectlPlugin(t *testing.T) {
-	requireEnvtestAssets(t)
-	kubectl := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl")
+	kubectl := filepath.Join(testenv.RequireAssets(t), "kubectl")
 	if _, err := os.Stat(kubectl); err != nil {
 		t.Fatalf("kubectl missing in KUBEBUILDER_ASSETS (make tools builds it): %v", err)
 	}
@@ -50,19 +49,8 @@ func TestKubectlPlugin(t *testing.T) {
 		t.Fatalf("go build kubectl-inplace: %v\n%s", err, out)
 	}
 
-	env := &envtest.Environment{
-		CRDInstallOptions: envtest.CRDInstallOptions{
-			Paths:              []string{filepath.Join(capiModuleDir(t), "core", "config", "crd", "bases")},
-			ErrorIfPathMissing: true,
-		},
-	}
-	cfg, err := env.Start()
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Logf("stop envtest: %v", err)
-		}
-	})
+	te := testenv.StartT(t, testenv.Options{CAPI: []testenv.CRDSet{testenv.CAPICore}})
+	env, cfg := te.Environment, te.Config
 	scheme := runtime.NewScheme()
 	g.Expect(clusterv1.AddToScheme(scheme)).To(Succeed())
 	g.Expect(corev1.AddToScheme(scheme)).To(Succeed())
