@@ -22,7 +22,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/agent/journal"
@@ -30,6 +29,7 @@ import (
 	"github.com/capi-inplace/capi-inplace/internal/backend/simulated"
 	"github.com/capi-inplace/capi-inplace/internal/coordinator/nodeplan"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
+	"github.com/capi-inplace/capi-inplace/internal/testenv"
 )
 
 // The suite runs the real agent (`capi-inplace-dev agent --simulate`) against a real
@@ -45,13 +45,14 @@ func TestMain(m *testing.M) {
 }
 
 func runSuite(m *testing.M) int {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		if os.Getenv("CI") == "" {
-			fmt.Println("skipping agent integration tests: KUBEBUILDER_ASSETS is not set (make test sets it to ./bin)")
-			return m.Run() // unit tests still run; newNode skips
-		}
-		fmt.Println("KUBEBUILDER_ASSETS is not set: run `make tools` and `make test`")
+	_, skip, err := testenv.Assets()
+	if err != nil {
+		fmt.Println(err)
 		return 1
+	}
+	if skip != "" {
+		fmt.Println("skipping agent integration tests:", skip)
+		return m.Run() // unit tests still run; newNode skips
 	}
 	tmp, err := os.MkdirTemp("", "agent-it-")
 	if err != nil {
@@ -68,13 +69,13 @@ func runSuite(m *testing.M) int {
 		fmt.Printf("build capi-inplace-dev: %v\n%s\n", err, out)
 		return 1
 	}
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
+	env, err := testenv.Start(testenv.Options{})
 	if err != nil {
-		fmt.Printf("start envtest (KUBEBUILDER_ASSETS=%s): %v\n", os.Getenv("KUBEBUILDER_ASSETS"), err)
+		fmt.Println(err)
 		return 1
 	}
 	defer func() { _ = env.Stop() }()
+	cfg := env.Config
 	client = kubernetes.NewForConfigOrDie(cfg)
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}

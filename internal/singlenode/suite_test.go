@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 
@@ -31,6 +29,7 @@ import (
 	"github.com/capi-inplace/capi-inplace/internal/coordinator"
 	"github.com/capi-inplace/capi-inplace/internal/planner"
 	"github.com/capi-inplace/capi-inplace/internal/policy"
+	"github.com/capi-inplace/capi-inplace/internal/testenv"
 )
 
 // suite is the envtest environment shared by the integration tests: a real
@@ -55,50 +54,40 @@ func TestMain(m *testing.M) {
 }
 
 func runSuite(m *testing.M) int {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		if os.Getenv("CI") != "" {
-			fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run `make test` (it points it at bin/, built by `make tools`)")
-			return 1
-		}
-		env.skip = "KUBEBUILDER_ASSETS not set (run make test)"
+	_, skip, err := testenv.Assets()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if skip != "" {
+		env.skip = skip
 		return m.Run()
 	}
 	ctrl.SetLogger(funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{Verbosity: logVerbosity()}))
 
-	capi, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/cluster-api").Output()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "locate sigs.k8s.io/cluster-api in the module cache: %v\n", err)
-		return 1
-	}
-	root := strings.TrimSpace(string(capi))
 	hook := MutatingWebhook(admissionregistrationv1.WebhookClientConfig{
 		Service: &admissionregistrationv1.ServiceReference{Namespace: "capi-inplace-system", Name: "capi-inplace", Path: ptr.To(DefaultWebhookPath)},
 	})
-	testEnv := &envtest.Environment{
-		ErrorIfCRDPathMissing: true,
-		CRDDirectoryPaths: []string{
-			filepath.Join(root, "core", "config", "crd", "bases"),
-			filepath.Join(root, "controlplane", "kubeadm", "config", "crd", "bases"),
-			filepath.Join(root, "bootstrap", "kubeadm", "config", "crd", "bases"),
-			filepath.Join("testdata", "infra-crds.yaml"),
-		},
-		WebhookInstallOptions: envtest.WebhookInstallOptions{
+	te, err := testenv.Start(testenv.Options{
+		CAPI:    []testenv.CRDSet{testenv.CAPICore, testenv.KubeadmControlPlane, testenv.KubeadmBootstrap},
+		CRDDirs: []string{filepath.Join("testdata", "infra-crds.yaml")},
+		Webhooks: envtest.WebhookInstallOptions{
 			MutatingWebhooks: []*admissionregistrationv1.MutatingWebhookConfiguration{{
 				ObjectMeta: metav1.ObjectMeta{Name: "capi-inplace-single-node"},
 				Webhooks:   []admissionregistrationv1.MutatingWebhook{hook},
 			}},
 		},
-	}
-	cfg, err := testEnv.Start()
+	})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "start envtest (KUBEBUILDER_ASSETS=%s): %v\n", os.Getenv("KUBEBUILDER_ASSETS"), err)
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer func() {
-		if err := testEnv.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "stop envtest: %v\n", err)
+		if err := te.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 		}
 	}()
+	testEnv, cfg := te.Environment, te.Config
 
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, clusterv1.AddToScheme, controlplanev1.AddToScheme, bootstrapv1.AddToScheme} {
