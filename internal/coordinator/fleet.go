@@ -325,12 +325,28 @@ func failureCause(s *scope, d Decision) string {
 
 // recordFinished notes the pool's last finished node and the update's duration,
 // before finish clears the start marker the duration is measured from.
+//
+// Only the fleet gate reads them: the durations for maintenance windows, the last
+// finished node for the soak. A pool with neither (no windows in the policy or on
+// the Cluster, no soak) skips the write: it is one write of the Cluster per node,
+// which the maxUnavailable nodes of a pool make at once (the bench's 3 + 30 rollout).
+// Windows added later start from the pool's conservative expected duration.
 func (c *Coordinator) recordFinished(ctx context.Context, s *scope, o Observation) error {
 	pool := c.fleetPool(s)
+	if !recordsFinished(pool, s.cluster) {
+		return nil
+	}
 	now := c.opts.Now()
 	return c.patchClusterState(ctx, s, func(st *fleet.State, _ map[string]string) {
 		st.RecordFinished(pool.Name, s.node.Name, s.planHash, now.Truncate(time.Second), o.Elapsed)
 	})
+}
+
+// recordsFinished reports whether the fleet gate of pool reads finished nodes:
+// it has a soak, or maintenance windows (the policy's or the Cluster's annotation).
+func recordsFinished(pool fleet.Pool, cluster *clusterv1.Cluster) bool {
+	_, annotated := cluster.Annotations[inplacev1.MaintenanceWindowsAnnotation]
+	return pool.Soak > 0 || len(pool.Windows) > 0 || annotated
 }
 
 // patchClusterState applies mutate to the Cluster's fleet record (and its

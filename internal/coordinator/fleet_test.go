@@ -380,3 +380,27 @@ func TestFleetRecordWriteRetriesAConflict(t *testing.T) {
 	g.Expect(st.DurationsSeconds).To(ConsistOf(int64(60), int64(120)), "both calls' durations are on the record")
 	g.Expect(f.cluster().Annotations[inplacev1.FleetStateAnnotation]).To(And(ContainSubstring("w2"), ContainSubstring("plan-2")))
 }
+
+// TestRecordsFinished: a finished node is recorded on the Cluster only where the fleet
+// gate reads it (maintenance windows for the durations, a soak for the last node).
+func TestRecordsFinished(t *testing.T) {
+	windows, err := fleet.ParseWindows("Mon 08:00-10:00 UTC")
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	annotated := &clusterv1.Cluster{}
+	annotated.Annotations = map[string]string{inplacev1.MaintenanceWindowsAnnotation: "Mon 08:00-10:00 UTC"}
+	for _, tt := range []struct {
+		name    string
+		pool    fleet.Pool
+		cluster *clusterv1.Cluster
+		want    bool
+	}{
+		{"default pool, no windows, no soak", fleet.DefaultPool(), &clusterv1.Cluster{}, false},
+		{"soak", fleet.Pool{Soak: time.Minute}, &clusterv1.Cluster{}, true},
+		{"policy windows", fleet.Pool{Windows: windows}, &clusterv1.Cluster{}, true},
+		{"the Cluster's windows annotation", fleet.DefaultPool(), annotated, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			NewWithT(t).Expect(recordsFinished(tt.pool, tt.cluster)).To(Equal(tt.want))
+		})
+	}
+}
