@@ -19,6 +19,7 @@ import (
 	"github.com/capi-inplace/capi-inplace/internal/coordinator"
 	"github.com/capi-inplace/capi-inplace/internal/extension"
 	"github.com/capi-inplace/capi-inplace/internal/guard"
+	"github.com/capi-inplace/capi-inplace/internal/testenv"
 )
 
 // promtool finds promtool (Debian's package, hack/install-deps.sh); without it
@@ -27,10 +28,7 @@ func promtool(t *testing.T) string {
 	t.Helper()
 	path, err := exec.LookPath("promtool")
 	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("promtool is not installed: run hack/install-deps.sh (Debian package prometheus)")
-		}
-		t.Skip("promtool is not installed (hack/install-deps.sh installs it)")
+		testenv.Unavailable(t, "promtool is not installed: run hack/install-deps.sh (Debian package prometheus)")
 	}
 	return path
 }

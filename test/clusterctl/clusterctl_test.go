@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/capi-inplace/capi-inplace/hack/release"
+	"github.com/capi-inplace/capi-inplace/internal/testenv"
 )
 
 const (
@@ -53,15 +54,9 @@ func TestClusterctlRoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	repo := newLocalRepository(t, filepath.Join(dir, "repository"), from, to)
 
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Logf("stop envtest: %v", err)
-		}
-	})
-	admin, err := env.AddUser(envtest.User{Name: "clusterctl", Groups: []string{"system:masters"}}, nil)
+	te := testenv.StartT(t, testenv.Options{})
+	cfg := te.Config
+	admin, err := te.Environment.AddUser(envtest.User{Name: "clusterctl", Groups: []string{"system:masters"}}, nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	kubeconfig, err := admin.KubeConfig()
 	g.Expect(err).NotTo(HaveOccurred())
@@ -330,21 +325,8 @@ func inventory(ctx context.Context, t *testing.T, c client.Client) map[string]st
 // them).
 func requireTools(t *testing.T) (clusterctl, kubectl string) {
 	t.Helper()
-	missing := func(what string) {
-		if os.Getenv("CI") == "" {
-			t.Skipf("%s: run `make test` (it builds bin/)", what)
-		}
-		t.Fatalf("%s in CI: `make test` builds it", what)
-	}
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		missing("KUBEBUILDER_ASSETS is unset")
-	}
-	for _, b := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(assets, b)); err != nil {
-			missing("envtest asset " + b + " is missing")
-		}
-	}
+	missing := func(what string) { testenv.Unavailable(t, "%s: `make test` builds it", what) }
+	testenv.RequireAssets(t)
 	bin, err := filepath.Abs("../../bin")
 	if err != nil {
 		t.Fatal(err)
