@@ -17,7 +17,7 @@
 //
 // Imports: internal/extension (+extensiontest), internal/planner(+plannertest),
 // internal/policy, internal/protocol, internal/workload, internal/coordinator/nodeplan (sealing a plan
-// to the agent's key), internal/localstack (process handling, the
+// to the agent's key), internal/testenv (envtest), internal/localstack (process handling, the
 // stack), api/v1alpha1, Cluster API types, controller-runtime, client-go, Prometheus's text
 // parser (prometheus/common/expfmt). Never
 // imported by the product.

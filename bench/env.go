@@ -12,7 +12,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/capi-inplace/capi-inplace/internal/testenv"
 )
 
 // Env is a management cluster for the benchmarks: envtest's kube-apiserver and etcd
@@ -25,7 +26,7 @@ type Env struct {
 	// KubeconfigData is the same kubeconfig, for <cluster>-kubeconfig Secrets.
 	KubeconfigData []byte
 	Scheme         *runtime.Scheme
-	env            *envtest.Environment
+	env            *testenv.Env
 }
 
 // StartEnv starts the API server (binaries from binDir) with the CRDs under
@@ -40,16 +41,13 @@ func StartEnv(binDir, dir string) (*Env, error) {
 
 // StartEnvWithCRDs is StartEnv with the CRD directories given.
 func StartEnvWithCRDs(binDir string, crds []string, dir string) (*Env, error) {
-	e := &Env{env: &envtest.Environment{
-		BinaryAssetsDirectory: binDir,
-		CRDDirectoryPaths:     crds,
-		ErrorIfCRDPathMissing: true,
-	}}
-	cfg, err := e.env.Start()
+	env, err := testenv.Start(testenv.Options{BinaryAssetsDirectory: binDir, CRDDirs: crds})
 	if err != nil {
 		return nil, fmt.Errorf("start envtest with binaries and CRDs from %s (make tools-capi builds them): %w", binDir, err)
 	}
 	// The driver creates hundreds of objects: no client-side throttling.
+	e := &Env{env: env}
+	cfg := env.Config
 	cfg.QPS, cfg.Burst = 1000, 2000
 	e.Config = cfg
 	kc := clientcmdapi.NewConfig()
@@ -78,7 +76,5 @@ func StartEnvWithCRDs(binDir string, crds []string, dir string) (*Env, error) {
 
 // Stop stops the API server and etcd.
 func (e *Env) Stop() {
-	if e.env != nil {
-		_ = e.env.Stop()
-	}
+	_ = e.env.Stop()
 }

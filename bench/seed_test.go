@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -17,8 +15,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
-	"github.com/capi-inplace/capi-inplace/internal/coordinator/coordinatortest"
 	"github.com/capi-inplace/capi-inplace/internal/extension"
+	"github.com/capi-inplace/capi-inplace/internal/testenv"
 )
 
 var testEnv *Env
@@ -29,20 +27,19 @@ func TestMain(m *testing.M) { os.Exit(runTests(m)) }
 // the module cache) for the tests that need an API server; without
 // KUBEBUILDER_ASSETS they skip locally and fail in CI.
 func runTests(m *testing.M) int {
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		if os.Getenv("CI") != "" {
-			fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run `make test` (it points it at bin/, built by `make tools`)")
-			return 1
-		}
-		return m.Run()
-	}
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/cluster-api").Output()
+	assets, skip, err := testenv.Assets()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "locate sigs.k8s.io/cluster-api:", err)
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	root := strings.TrimSpace(string(out))
+	if skip != "" {
+		return m.Run()
+	}
+	root, err := testenv.ModuleDir("", "sigs.k8s.io/cluster-api")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	dir, err := os.MkdirTemp("", "bench-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -52,7 +49,7 @@ func runTests(m *testing.M) int {
 	// The coordinator reads every Machine's infrastructure machine: a stand-in CRD
 	// for CAPD's DevMachine, whose CRD is in a module the tests do not download.
 	infraDir := filepath.Join(dir, "infra-crd")
-	crd, err := yaml.Marshal(coordinatortest.InfraMachineCRD())
+	crd, err := yaml.Marshal(testenv.InfraMachineCRD())
 	if err == nil {
 		err = os.MkdirAll(infraDir, 0o755)
 	}

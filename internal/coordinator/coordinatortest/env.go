@@ -2,8 +2,8 @@
 // internal/testenv: the real kube-apiserver and etcd, optionally with Cluster API's
 // CRDs (core and kubeadm bootstrap) from the module cache and the stand-in
 // infrastructure machine, so one API server can play both the management and the
-// workload cluster. It stays for its remaining users (agentinstall's and bench's
-// tests); new tests use internal/testenv.
+// workload cluster. It stays for its remaining users (the coordinator's, drain's and
+// agentinstall's tests); new tests use internal/testenv.
 //
 // Imports: internal/testenv; test support only.
 package coordinatortest
