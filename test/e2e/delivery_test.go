@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -26,6 +27,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	ggcrtypes "github.com/google/go-containerregistry/pkg/v1/types"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
@@ -396,28 +399,61 @@ func (n *nodeTimes) disruption() time.Duration {
 	return n.uncordoned.Sub(n.cordoned)
 }
 
+// recordNodes follows the workload cluster's Nodes by a watch (a list, then every
+// event from its resourceVersion; again after the watch ends), so a cordon and the
+// uncordon that follows a fraction of a second later are both seen: each is its own
+// write and its own event. (A 200 ms poll missed a worker cordoned and uncordoned
+// between two polls once the coordinator answered within one call.)
 func (s *scenario) recordNodes(kubeconfig string) *nodeRecorder {
-	wc := s.workloadClient(kubeconfig)
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: s.stack.Client.Scheme()})
+	if err != nil {
+		s.t.Fatal(err)
+	}
 	r := &nodeRecorder{nodes: map[string]*nodeTimes{}, done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(s.ctx)
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		for {
-			nodes := &corev1.NodeList{}
-			if err := wc.List(s.ctx, nodes); err == nil {
-				r.observe(nodes.Items, time.Now())
-			}
+		go func() {
 			select {
 			case <-r.done:
-				return
-			case <-s.ctx.Done():
-				return
+			case <-ctx.Done():
+			}
+			cancel()
+		}()
+		for ctx.Err() == nil {
+			r.follow(ctx, wc)
+			select {
+			case <-ctx.Done():
 			case <-time.After(200 * time.Millisecond):
 			}
 		}
 	}()
 	s.t.Cleanup(r.stop)
 	return r
+}
+
+// follow lists the Nodes, then observes every watch event until the watch ends.
+func (r *nodeRecorder) follow(ctx context.Context, wc client.WithWatch) {
+	nodes := &corev1.NodeList{}
+	if err := wc.List(ctx, nodes); err != nil {
+		return
+	}
+	r.observe(nodes.Items, time.Now())
+	w, err := wc.Watch(ctx, &corev1.NodeList{}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: nodes.ResourceVersion}})
+	if err != nil {
+		return
+	}
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		if n, ok := ev.Object.(*corev1.Node); ok {
+			r.observe([]corev1.Node{*n}, time.Now())
+		}
+	}
 }
 
 func (r *nodeRecorder) observe(nodes []corev1.Node, now time.Time) {
