@@ -28,6 +28,7 @@ import (
 	ggcrtypes "github.com/google/go-containerregistry/pkg/v1/types"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apiwatch "k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/clientcmd"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
@@ -450,7 +451,8 @@ func (r *nodeRecorder) follow(ctx context.Context, wc client.WithWatch) {
 	}
 	defer w.Stop()
 	for ev := range w.ResultChan() {
-		if n, ok := ev.Object.(*corev1.Node); ok {
+		// Bookmarks carry a Node with only a resourceVersion; errors a Status.
+		if n, ok := ev.Object.(*corev1.Node); ok && n.Name != "" && (ev.Type == apiwatch.Added || ev.Type == apiwatch.Modified) {
 			r.observe([]corev1.Node{*n}, time.Now())
 		}
 	}
