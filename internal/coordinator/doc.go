@@ -59,6 +59,6 @@
 // "in progress" answers come from caches; every other answer and every write is
 // decided on live reads, so a stale cache can delay an answer, never change it.
 //
-// Imports: api/v1alpha1, internal/protocol, internal/fleet, internal/policy, its own subpackages, Cluster API types,
+// Imports: api/v1alpha1, internal/protocol, internal/fleet (+ownerread), internal/policy, its own subpackages, Cluster API types,
 // controller-runtime's client and cache, client-go, prometheus and internal/metrics (updatemetrics.go). Not internal/extension (which calls us).
 package coordinator

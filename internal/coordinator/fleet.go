@@ -9,8 +9,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -19,6 +17,7 @@ import (
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/fleet"
+	"github.com/capi-inplace/capi-inplace/internal/fleet/ownerread"
 	"github.com/capi-inplace/capi-inplace/internal/policy"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
@@ -479,32 +478,10 @@ func (c *Coordinator) ownerOf(ctx context.Context, cluster *clusterv1.Cluster, m
 }
 
 // ownerSpec reads an owner "Kind/name" of the Cluster and keys its desired spec
-// (fleet.OwnerSpecKey). ok false: the owner is gone. internal/status's Gather
-// reads owners alike (ownerSpecs in gather.go).
+// (ownerread.SpecKey, which internal/status's Gather uses too). ok false: the
+// owner is gone.
 func (c *Coordinator) ownerSpec(ctx context.Context, cluster *clusterv1.Cluster, name string) (string, bool, error) {
-	kind, objName := fleet.SplitOwner(name)
-	gk := schema.GroupKind{Group: clusterv1.GroupVersion.Group, Kind: kind}
-	if kind != fleet.KindMachineDeployment {
-		gk.Group = cluster.Spec.ControlPlaneRef.APIGroup
-	}
-	mapping, err := c.opts.Client.RESTMapper().RESTMapping(gk)
-	if err != nil {
-		return "", false, fmt.Errorf("map kind %s: %w", kind, err)
-	}
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(mapping.GroupVersionKind)
-	if err := c.opts.Client.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: objName}, u); err != nil {
-		if apierrors.IsNotFound(err) {
-			return "", false, nil
-		}
-		return "", false, fmt.Errorf("read %s: %w", name, err)
-	}
-	spec, _ := u.Object["spec"].(map[string]any)
-	key, err := fleet.OwnerSpecKey(kind, spec)
-	if err != nil {
-		return "", false, fmt.Errorf("%s: %w", name, err)
-	}
-	return key, true, nil
+	return ownerread.SpecKey(ctx, c.opts.Client, c.opts.Client.RESTMapper(), cluster, name)
 }
 
 // countedFailures keeps the failures of pool that count against its budget

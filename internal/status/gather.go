@@ -10,14 +10,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/fleet"
+	"github.com/capi-inplace/capi-inplace/internal/fleet/ownerread"
 	"github.com/capi-inplace/capi-inplace/internal/workload"
 )
 
@@ -96,8 +95,7 @@ func (g Gatherer) Gather(ctx context.Context, namespace, cluster string) (Snapsh
 }
 
 // ownerSpecs reads the owners the Cluster's fleet record names and keys their
-// specs (fleet.OwnerSpecKey), as the coordinator's ownerSpec does: the same
-// objects, at the version the RESTMapper prefers, read as unstructured. An owner
+// specs with ownerread.SpecKey, as the coordinator does. An owner
 // that is gone is left out. A corrupt record names none (FleetView says why).
 func (g Gatherer) ownerSpecs(ctx context.Context, c *clusterv1.Cluster) (map[string]string, error) {
 	st, _ := fleet.Decode(c.Annotations[inplacev1.FleetStateAnnotation])
@@ -116,27 +114,12 @@ func (g Gatherer) ownerSpecs(ctx context.Context, c *clusterv1.Cluster) (map[str
 		return nil, errors.New("read the owners of failed Machines: no RESTMapper (set Gatherer.Mapper)")
 	}
 	for _, name := range names {
-		kind, objName := fleet.SplitOwner(name)
-		gk := schema.GroupKind{Group: clusterv1.GroupVersion.Group, Kind: kind}
-		if kind != fleet.KindMachineDeployment {
-			gk.Group = c.Spec.ControlPlaneRef.APIGroup
-		}
-		mapping, err := mapper.RESTMapping(gk)
+		key, found, err := ownerread.SpecKey(ctx, g.Management, mapper, c, name)
 		if err != nil {
-			return nil, fmt.Errorf("read %s of cluster %s/%s: map kind %s: %w", name, c.Namespace, c.Name, kind, err)
+			return nil, fmt.Errorf("cluster %s/%s: %w", c.Namespace, c.Name, err)
 		}
-		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(mapping.GroupVersionKind)
-		if err := g.Management.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: objName}, u); err != nil {
-			if apierrors.IsNotFound(err) {
-				continue
-			}
-			return nil, fmt.Errorf("read %s of cluster %s/%s: %w", name, c.Namespace, c.Name, err)
-		}
-		spec, _ := u.Object["spec"].(map[string]any)
-		key, err := fleet.OwnerSpecKey(kind, spec)
-		if err != nil {
-			return nil, fmt.Errorf("%s of cluster %s/%s: %w", name, c.Namespace, c.Name, err)
+		if !found {
+			continue
 		}
 		specs[name] = key
 	}
