@@ -8,6 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
@@ -29,9 +30,23 @@ const claimTimeout = 10 * time.Second
 
 // claimPlan reports whether the agent may start plan hash (claimed now, or
 // already by an earlier claim); false, nil: the coordinator withdrew it.
-func (a *Agent) claimPlan(ctx context.Context, hash string) (bool, error) {
+//
+// A conflict (another writer changed the Node between the read and the claim: the
+// coordinator publishing, the kubelet, a withdrawal) is retried at once with a fresh
+// read, which decides again; waiting for the next reconcile instead would stall the
+// update for the agent's error backoff.
+func (a *Agent) claimPlan(ctx context.Context, hash string) (claimed bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, claimTimeout)
 	defer cancel()
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		claimed, err = a.claimOnce(ctx, hash)
+		return err
+	})
+	return claimed, err
+}
+
+// claimOnce is one read and conditional write of the claim.
+func (a *Agent) claimOnce(ctx context.Context, hash string) (bool, error) {
 	nodes := a.Client.CoreV1().Nodes()
 	n, err := nodes.Get(ctx, a.NodeName, metav1.GetOptions{})
 	if err != nil {
@@ -59,7 +74,6 @@ func (a *Agent) claimPlan(ctx context.Context, hash string) (bool, error) {
 		return false, fmt.Errorf("encode claim patch: %w", err)
 	}
 	if _, err := nodes.Patch(ctx, a.NodeName, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "capi-inplace-agent"}); err != nil {
-		// A conflict included: the next reconcile reads the Node again.
 		return false, fmt.Errorf("claim plan %s on node %s: %w", hash, a.NodeName, err)
 	}
 	return true, nil

@@ -3,11 +3,14 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"sync/atomic"
 	"testing"
 
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/agent"
@@ -55,3 +58,40 @@ func TestWithdrawnPlanIsNotStarted(t *testing.T) {
 	g.Expect(st.PlanHash).To(Equal("plan-b"))
 	g.Expect(st.Phase).To(Equal(protocol.PhasePending))
 }
+
+// TestClaimConflictRetriedAtOnce: another writer changes the Node between the
+// claim's read and its conditional write (here, before the agent's first PATCH is
+// sent, so the real API server answers Conflict). The claim reads again and claims
+// within the same call: a conflict used to wait for the agent's 5-s error backoff.
+func TestClaimConflictRetriedAtOnce(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	n := newNode(t, "claim-conflict", "v1.35.0", false)
+	annotate(t, n.name, map[string]any{inplacev1.DesiredPlanAnnotation: "plan-c"})
+	var patches atomic.Int32
+	cfg := adminConfig(t)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if req.Method == http.MethodPatch && patches.Add(1) == 1 {
+				annotate(t, n.name, map[string]any{"example.com/other-writer": "1"})
+			}
+			return rt.RoundTrip(req)
+		})
+	}
+	a := &agent.Agent{Client: kubernetes.NewForConfigOrDie(cfg), NodeName: n.name}
+
+	ok, err := agent.ClaimPlan(ctx, a, "plan-c")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ok).To(BeTrue())
+	g.Expect(patches.Load()).To(BeNumerically("==", 2), "the first claim conflicted, the second landed")
+	stored, err := client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	st, err := protocol.DecodeStatus(stored.Annotations[inplacev1.StatusAnnotation])
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(st.PlanHash).To(Equal("plan-c"))
+	g.Expect(stored.Annotations).To(HaveKeyWithValue("example.com/other-writer", "1"), "the other write stays")
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
