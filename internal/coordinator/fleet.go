@@ -51,6 +51,10 @@ const CauseCancelled Cause = "Cancelled"
 // retryRetried is how soon CAPI calls again after a retry withdrew a failed plan.
 const retryRetried = 2
 
+// activeMessage is the Cluster's InPlaceUpdate condition message while no fleet
+// control holds a node.
+const activeMessage = "in-place updates proceed: no budget, window or soak holds a node"
+
 // fleetCheck runs the fleet controls around Decide's verdict d. held true: the
 // call answers out and the update goes no further now.
 func (c *Coordinator) fleetCheck(ctx context.Context, s *scope, o Observation, d Decision) (Outcome, bool) {
@@ -136,7 +140,11 @@ func (c *Coordinator) gateStart(ctx context.Context, s *scope) (Outcome, bool) {
 		reason, event = inplacev1.ReasonSoaking, inplacev1.EventSoaking
 	}
 	if hold.Reason == fleet.HoldNone {
-		c.setFleetCondition(ctx, s, reason, event, fmt.Sprintf("updating node %s", s.node.Name))
+		// The same message for every node, so that the condition is written once
+		// when updates become active, not once per node: ten nodes starting together
+		// would otherwise race on the Cluster's status (and wake Cluster API's
+		// Cluster controllers) for a message that names whichever node won.
+		c.setFleetCondition(ctx, s, reason, event, activeMessage)
 		return Outcome{}, false
 	}
 	c.setFleetCondition(ctx, s, reason, event, hold.Message)

@@ -119,7 +119,7 @@ func TestFailureBudgetHaltsAndResumes(t *testing.T) {
 	g.Expect(f.getNode("fb-w2").Spec.Unschedulable).To(BeTrue())
 	g.Expect(f.cluster().Annotations).NotTo(HaveKey(inplacev1.ResumeAnnotation))
 	g.Expect(f.fleetState().Failures).To(BeEmpty())
-	g.Expect(*f.clusterCondition()).To(Equal(inplacev1.ReasonActive + ": updating node fb-w2"))
+	g.Expect(*f.clusterCondition()).To(Equal(inplacev1.ReasonActive + ": " + activeMessage))
 	g.Expect(f.rec.reasons()).To(ContainElement(inplacev1.EventUpdatesResumed))
 }
 
