@@ -377,6 +377,7 @@ func TestRenderedObjects(t *testing.T) {
 			"cluster.x-k8s.io/clusterclasses":                            {"get", "list", "watch"},
 			"controlplane.cluster.x-k8s.io/kubeadmcontrolplanetemplates": {"get", "list", "watch"},
 			"cluster.x-k8s.io/machinedrainrules":                         {"get", "list", "watch"},
+			"cluster.x-k8s.io/machinehealthchecks":                       {"get", "list", "watch"},
 			"cluster.x-k8s.io/machines":                                  {"get", "list", "patch", "update", "watch"},
 			"cluster.x-k8s.io/machines/status":                           {"patch", "update"},
 			"cluster.x-k8s.io/clusters/status":                           {"patch", "update"},

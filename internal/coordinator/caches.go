@@ -3,9 +3,12 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"fmt"
+	"reflect"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -27,9 +30,15 @@ import (
 // only make a call answer "in progress" and be called again; it can never report done
 // for what was not applied, nor act on an old state. A cache that is ahead of the
 // truth does not exist: informers only ever hold what the API server sent.
+//
+// One read of every call, live or not, comes from a cache: the MachineHealthChecks
+// that decide whether the update needs a remediation hold (remediation.go). A cache
+// that is behind can miss one created a moment ago; the hold is checked again on
+// every call of the update, so it is set on the next one, seconds later.
 type Caches struct {
-	// Management reads Machines, Namespaces, Clusters and the objects Machines and
-	// Clusters reference, from informers (SyncedReader over the manager's cache).
+	// Management reads Machines, Namespaces, Clusters, MachineHealthChecks and the
+	// objects Machines and Clusters reference, from informers (SyncedReader over the
+	// manager's cache).
 	Management client.Reader
 	// Secrets reads management Secrets (SecretCache): the kubeconfigs of workload
 	// clusters and the Secrets KubeadmConfig files take their content from.
@@ -42,10 +51,10 @@ type Caches struct {
 // WorkloadCaches serves cached views of workload clusters.
 type WorkloadCaches interface {
 	// For returns a WorkloadCluster whose reads come from the cluster's caches (its
-	// writes go to wc), and a channel closed at the next change of one of its Nodes.
-	// ok is false while the caches are not synced or their watch failed recently:
-	// the caller reads live then.
-	For(ctx context.Context, cluster client.ObjectKey, wc *WorkloadCluster) (cached *WorkloadCluster, changed <-chan struct{}, ok bool)
+	// writes go to wc), and a channel closed at the next change of the Node named
+	// node. ok is false while the caches are not synced or their watch failed
+	// recently: the caller reads live then.
+	For(ctx context.Context, cluster client.ObjectKey, wc *WorkloadCluster, node string) (cached *WorkloadCluster, changed <-chan struct{}, ok bool)
 	// Forget drops the caches of a cluster (it did not answer, or its credentials
 	// changed).
 	Forget(cluster client.ObjectKey)
@@ -72,10 +81,39 @@ func (r SyncedReader) Get(ctx context.Context, key client.ObjectKey, obj client.
 	return r.Cache.Get(ctx, key, obj, opts...)
 }
 
-// List implements client.Reader: it answers errNotSynced, and the call reads live
-// (the steady state lists nothing in the management cluster).
-func (SyncedReader) List(context.Context, client.ObjectList, ...client.ListOption) error {
-	return errNotSynced
+// List implements client.Reader for typed lists, as Get does: from the cache once
+// the informer of the list's item kind has synced (the coordinator lists only
+// MachineHealthChecks this way, remediation.go).
+func (r SyncedReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	item, err := listItem(list)
+	if err != nil {
+		return errNotSynced
+	}
+	inf, err := r.Cache.GetInformer(ctx, item, cache.BlockUntilSynced(false))
+	if err != nil {
+		return err
+	}
+	if !inf.HasSynced() {
+		return errNotSynced
+	}
+	return r.Cache.List(ctx, list, opts...)
+}
+
+// listItem is a new object of the kind a typed list holds (*T for Items []T).
+func listItem(list client.ObjectList) (client.Object, error) {
+	items, err := meta.GetItemsPtr(list)
+	if err != nil {
+		return nil, err
+	}
+	t := reflect.TypeOf(items).Elem()
+	if t.Kind() != reflect.Slice {
+		return nil, fmt.Errorf("%T: items are not a slice", list)
+	}
+	obj, ok := reflect.New(t.Elem()).Interface().(client.Object)
+	if !ok {
+		return nil, fmt.Errorf("%T: items of %s are not objects", list, t.Elem())
+	}
+	return obj, nil
 }
 
 // cacheReads is the management client of a call served from caches: reads from
@@ -98,10 +136,12 @@ func (c cacheReads) List(ctx context.Context, list client.ObjectList, opts ...cl
 }
 
 // cachedClusters hands a call served from caches the cached view of its workload
-// cluster, and keeps the channel of its next Node change for the linger.
+// cluster, and keeps the channel of the next change of the call's Node (node) for
+// the linger.
 type cachedClusters struct {
 	live    WorkloadClusters
 	caches  WorkloadCaches
+	node    string
 	changed <-chan struct{}
 }
 
@@ -110,7 +150,7 @@ func (w *cachedClusters) Get(ctx context.Context, key client.ObjectKey) (*Worklo
 	if err != nil {
 		return nil, err
 	}
-	cached, changed, ok := w.caches.For(ctx, key, wc)
+	cached, changed, ok := w.caches.For(ctx, key, wc, w.node)
 	if !ok {
 		return nil, errNotSynced
 	}
@@ -122,8 +162,8 @@ func (w *cachedClusters) Get(ctx context.Context, key client.ObjectKey) (*Worklo
 func (*cachedClusters) Invalidate(client.ObjectKey) {}
 
 // fromCaches answers a call from the caches when it is quiet (see Caches); ok false
-// means the call must run on live reads. changed is closed at the next change of a
-// Node of the Machine's cluster (nil when unknown).
+// means the call must run on live reads. changed is closed at the next change of the
+// Machine's Node (nil when unknown).
 func (c *Coordinator) fromCaches(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest) (out Outcome, changed <-chan struct{}, ok bool) {
 	if c.opts.Caches == nil {
 		return Outcome{}, nil, false
@@ -137,6 +177,7 @@ func (c *Coordinator) fromCaches(ctx context.Context, req *runtimehooksv1.Update
 	if !ok {
 		return Outcome{}, nil, false
 	}
+	clusters.node = d.stored.Status.NodeRef.Name
 	s, _, ok := view.loadScope(ctx, d)
 	if !ok {
 		return Outcome{}, nil, false
@@ -219,7 +260,7 @@ func (c *Coordinator) lingerCached(ctx context.Context, req *runtimehooksv1.Upda
 }
 
 // call is one check of a call with caches: from the caches when quiet, else live.
-// changed is closed at the next change of a Node of the Machine's cluster: taken
+// changed is closed at the next change of the Machine's Node: taken
 // before the cached reads of a cached answer, after a live one (live).
 func (c *Coordinator) call(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest) (out Outcome, changed <-chan struct{}, live bool) {
 	if out, changed, ok := c.fromCaches(ctx, req); ok {
@@ -236,15 +277,15 @@ func (c *Coordinator) call(ctx context.Context, req *runtimehooksv1.UpdateMachin
 	return out, c.nodeChanges(ctx, d.stored), true
 }
 
-// nodeChanges is the channel closed at the next change of a Node of the cluster of
-// the stored Machine m, nil when its caches are not served.
+// nodeChanges is the channel closed at the next change of the Node of the stored
+// Machine m, nil when its cluster's caches are not served.
 func (c *Coordinator) nodeChanges(ctx context.Context, m *clusterv1.Machine) <-chan struct{} {
 	key := client.ObjectKey{Namespace: m.Namespace, Name: clusterNameOf(m)}
 	wc, err := c.opts.Clusters.Get(ctx, key)
 	if err != nil {
 		return nil
 	}
-	_, changed, ok := c.opts.Caches.Workloads.For(ctx, key, wc)
+	_, changed, ok := c.opts.Caches.Workloads.For(ctx, key, wc, m.Status.NodeRef.Name)
 	if !ok {
 		return nil
 	}

@@ -144,7 +144,7 @@ type aheadCaches struct {
 	node *corev1.Node
 }
 
-func (a aheadCaches) For(_ context.Context, _ client.ObjectKey, wc *WorkloadCluster) (*WorkloadCluster, <-chan struct{}, bool) {
+func (a aheadCaches) For(_ context.Context, _ client.ObjectKey, wc *WorkloadCluster, _ string) (*WorkloadCluster, <-chan struct{}, bool) {
 	return &WorkloadCluster{Client: nodeOverride{Client: wc.Client, node: a.node}, Clientset: wc.Clientset}, nil, true
 }
 func (aheadCaches) Forget(client.ObjectKey) {}
@@ -297,19 +297,19 @@ func TestWorkloadCachesAreBounded(t *testing.T) {
 		return &WorkloadCluster{Client: f.wc.Client, Clientset: f.wc.Clientset, Config: cfg}
 	}
 	for _, name := range []string{"c1", "c2", "c3"} {
-		w.For(f.ctx, client.ObjectKey{Namespace: f.ns, Name: name}, at(name))
+		w.For(f.ctx, client.ObjectKey{Namespace: f.ns, Name: name}, at(name), "")
 		now = now.Add(time.Second)
 	}
 	g.Expect(w.Len()).To(Equal(2))
-	w.For(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "c1-twin"}, at("c3"))
+	w.For(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "c1-twin"}, at("c3"), "")
 	g.Expect(w.Len()).To(Equal(2), "clusters at one endpoint share their watches")
 	now = now.Add(2 * time.Minute)
-	w.For(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "c4"}, at("c4"))
+	w.For(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "c4"}, at("c4"), "")
 	g.Expect(w.Len()).To(Equal(1))
 	w.Forget(client.ObjectKey{Namespace: f.ns, Name: "c4"})
 	g.Expect(w.Len()).To(BeZero())
 	// Until its watches synced, a cluster's caches are not served.
-	_, _, ok := w.For(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "c5"}, f.wc)
+	_, _, ok := w.For(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "c5"}, f.wc, "")
 	g.Expect(ok).To(BeFalse())
 }
 
@@ -344,7 +344,7 @@ func TestWorkloadCachesServeNodesWithoutDaemonSets(t *testing.T) {
 	var cached *WorkloadCluster
 	g.Eventually(func() bool {
 		var ok bool
-		cached, _, ok = w.For(f.ctx, key, wc)
+		cached, _, ok = w.For(f.ctx, key, wc, "")
 		return ok
 	}).WithTimeout(10*time.Second).Should(BeTrue(), "Nodes and plan Secrets are served although DaemonSets never sync")
 	g.Expect(cached.Client.Get(f.ctx, client.ObjectKeyFromObject(node), &corev1.Node{})).To(Succeed())
@@ -352,4 +352,39 @@ func TestWorkloadCachesServeNodesWithoutDaemonSets(t *testing.T) {
 	defer cancel()
 	err := cached.Client.Get(ctx, client.ObjectKey{Namespace: inplacev1.AgentNamespace, Name: "capi-inplace-agent"}, &appsv1.DaemonSet{})
 	g.Expect(err).To(MatchError(errNotSynced), "a DaemonSet read does not wait for its informer")
+}
+
+// TestNodeChangesArePerNode: a call waiting on its Node is woken by that Node's
+// events only, not by other Nodes' (ten agents writing their Nodes at once would
+// otherwise wake every waiting call at every write).
+func TestNodeChangesArePerNode(t *testing.T) {
+	e := &workloadCache{changed: map[string]chan struct{}{}}
+	a, b := e.changes("a"), e.changes("b")
+	if e.changes("a") != a {
+		t.Fatal("two waits on one Node got different channels")
+	}
+	e.notify("b")
+	e.notify("c") // nobody waits on c
+	select {
+	case <-a:
+		t.Fatal("node a's channel closed by an event of node b")
+	default:
+	}
+	select {
+	case <-b:
+	default:
+		t.Fatal("node b's channel not closed by its event")
+	}
+	e.notify("a")
+	select {
+	case <-a:
+	default:
+		t.Fatal("node a's channel not closed by its event")
+	}
+	if len(e.changed) != 0 {
+		t.Fatalf("closed channels kept: %v", e.changed)
+	}
+	if e.changes("a") == a {
+		t.Fatal("a closed channel handed out again")
+	}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -54,10 +56,64 @@ func releaseRemediation(ann map[string]string) bool {
 	return true
 }
 
-// protectFromRemediation holds MachineHealthCheck remediation off the Machine of s;
-// called before the node is cordoned, on every call until the plan is published.
-func (c *Coordinator) protectFromRemediation(ctx context.Context, s *scope) error {
-	return c.patchMachineAnnotations(ctx, s.stored, "hold remediation of", holdRemediation)
+// protectFromRemediation holds MachineHealthCheck remediation off the Machine of s
+// when a MachineHealthCheck selects it (healthChecked): a Machine no
+// MachineHealthCheck watches needs no hold, and skipping it saves a Machine write
+// at both ends of every node's update (each wakes Cluster API's Machine, MachineSet
+// and control-plane controllers). Called before the node is cordoned, and on every
+// later call until the update ends, so a MachineHealthCheck created during the
+// update (or not yet in the cache when the update started) gets the hold from the
+// next call, seconds later: long before any health check's timeout of a node
+// restarting in place.
+func (c *Coordinator) protectFromRemediation(ctx context.Context, s *scope, step int) (Outcome, bool) {
+	ann := maps.Clone(s.stored.GetAnnotations())
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	if !holdRemediation(ann) {
+		return Outcome{}, true // held already, or the operator's skip-remediation
+	}
+	watched, err := c.healthChecked(ctx, s.stored)
+	switch {
+	case err != nil && c.fromCache:
+		return needsLive(), false
+	case err != nil:
+		return retryable(CauseManagementAPI, stepMsg(step, "%v", err)), false
+	case !watched:
+		return Outcome{}, true
+	case c.fromCache:
+		return needsLive(), false
+	}
+	if err := c.patchMachineAnnotations(ctx, s.stored, "hold remediation of", holdRemediation); err != nil {
+		return retryable(CauseManagementAPI, stepMsg(step, "%v", err)), false
+	}
+	return Outcome{}, true
+}
+
+// healthChecked reports whether a MachineHealthCheck selects m, as upstream's
+// MachineHealthCheck selects its targets (its selector plus the cluster-name label,
+// in its namespace). MachineHealthChecks come from the manager's cache once its
+// informer has synced, else from a live list. A selector that does not parse counts
+// as selecting: the hold is the safe side.
+func (c *Coordinator) healthChecked(ctx context.Context, m *clusterv1.Machine) (bool, error) {
+	list := &clusterv1.MachineHealthCheckList{}
+	err := errNotSynced
+	if c.opts.Caches != nil {
+		err = c.opts.Caches.Management.List(ctx, list, client.InNamespace(m.Namespace))
+	}
+	if err != nil {
+		if err := c.opts.Client.List(ctx, list, client.InNamespace(m.Namespace)); err != nil {
+			return false, fmt.Errorf("list the MachineHealthChecks of namespace %s: %w", m.Namespace, err)
+		}
+	}
+	for i := range list.Items {
+		mhc := &list.Items[i]
+		sel, err := metav1.LabelSelectorAsSelector(metav1.CloneSelectorAndAddLabel(&mhc.Spec.Selector, clusterv1.ClusterNameLabel, mhc.Spec.ClusterName))
+		if err != nil || sel.Matches(labels.Set(m.Labels)) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // liftRemediationHold lifts the hold once the update no longer owns the node: done,

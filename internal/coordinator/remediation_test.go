@@ -6,6 +6,9 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
@@ -59,6 +62,28 @@ func TestRemediationHoldAnnotations(t *testing.T) {
 	}
 }
 
+// healthCheck creates a MachineHealthCheck of cluster c1 selecting the Machines
+// whose labels match (all of c1's Machines for nil).
+func (f *fixture) healthCheck(name string, match map[string]string) {
+	f.t.Helper()
+	mhc := &clusterv1.MachineHealthCheck{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name},
+		Spec: clusterv1.MachineHealthCheckSpec{
+			ClusterName: "c1",
+			Selector:    metav1.LabelSelector{MatchLabels: match},
+			Checks: clusterv1.MachineHealthCheckChecks{UnhealthyNodeConditions: []clusterv1.UnhealthyNodeCondition{
+				{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, TimeoutSeconds: ptr.To[int32](300)},
+			}},
+		},
+	}
+	if match == nil {
+		mhc.Spec.Selector.MatchLabels = map[string]string{clusterv1.ClusterNameLabel: "c1"}
+	}
+	if err := f.mgmt.Create(f.ctx, mhc); err != nil {
+		f.t.Fatalf("create MachineHealthCheck %s: %v", name, err)
+	}
+}
+
 // TestMHCHeldDuringUpdate: from the first call that cordons the
 // node until the update's end (success, rollback, Degraded, not picked up) the stored
 // Machine carries Cluster API's skip-remediation, and only then; an operator's own
@@ -90,6 +115,7 @@ func TestMHCHeldDuringUpdate(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				g := NewWithT(t)
 				f := newFixture(t, nil)
+				f.healthCheck("all", nil)
 				node := "mhc-" + map[string]string{"Succeeded": "ok", "RolledBack": "rb", "Degraded": "dg"}[e.name]
 				if operatorSkip {
 					node += "-op"
@@ -145,6 +171,7 @@ func TestMHCHeldDuringUpdate(t *testing.T) {
 func TestMHCNotHeldUnlessStarted(t *testing.T) {
 	g := NewWithT(t)
 	f := newFixture(t, nil)
+	f.healthCheck("all", nil)
 	f.node("mhc-pk", "v1.35.0", false)
 	f.node("mhc-pk-peer", "v1.35.0", false)
 	m := f.machine("m-mhc-pk", "mhc-pk", "v1.36.0", false)
@@ -177,5 +204,43 @@ func TestMHCNotHeldUnlessStarted(t *testing.T) {
 	g.Expect(call(c, req).Status).To(Equal(runtimehooksv1.ResponseStatusFailure))
 	g.Expect(f.getNode("mhc-pk").Spec.Unschedulable).To(BeFalse(), "plan withdrawn, node back in service")
 	g.Expect(machineAnn()).NotTo(HaveKey(skipKey), "and back under MachineHealthCheck")
+	g.Expect(machineAnn()).NotTo(HaveKey(heldKey))
+}
+
+// TestMHCHoldOnlyWhenWatched: a Machine no MachineHealthCheck selects is updated
+// without the hold (one of the namespace's health checks selects other Machines),
+// and a MachineHealthCheck created while the agent works puts the hold on at the
+// next call, which the update's end lifts.
+func TestMHCHoldOnlyWhenWatched(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t, nil)
+	f.healthCheck("other-pool", map[string]string{clusterv1.MachineDeploymentNameLabel: "md-other"})
+	f.node("mhc-w", "v1.35.0", false)
+	f.node("mhc-w-peer", "v1.35.0", false)
+	m := f.machine("m-mhc-w", "mhc-w", "v1.36.0", false)
+	machineAnn := func() map[string]string {
+		stored := &clusterv1.Machine{}
+		g.Expect(f.mgmt.Get(f.ctx, client.ObjectKeyFromObject(m), stored)).To(Succeed())
+		return stored.Annotations
+	}
+	req := f.request(m, &bootstrapv1.KubeadmConfig{})
+	c := f.coordinator()
+
+	call(c, req)
+	g.Expect(f.getNode("mhc-w").Spec.Unschedulable).To(BeTrue(), "the update started")
+	g.Expect(machineAnn()).NotTo(HaveKey(skipKey), "no MachineHealthCheck selects the Machine: no hold")
+	callUntil(t, c, req, "pick up plan", 3)
+	g.Expect(machineAnn()).NotTo(HaveKey(heldKey))
+
+	f.healthCheck("late", nil)
+	call(c, req)
+	g.Expect(machineAnn()).To(HaveKeyWithValue(skipKey, remediationHeldValue), "held from the call after the MachineHealthCheck appeared")
+	g.Expect(machineAnn()).To(HaveKeyWithValue(heldKey, remediationHeldValue))
+
+	hash := f.getNode("mhc-w").Annotations[inplacev1.DesiredPlanAnnotation]
+	f.agentReports("mhc-w", protocol.NodeStatus{PlanHash: hash, Phase: protocol.PhaseCommitted, Step: 1, Steps: 1}, true)
+	f.setKubelet("mhc-w", "v1.36.0")
+	g.Expect(call(c, req).Status).To(Equal(runtimehooksv1.ResponseStatusSuccess))
+	g.Expect(machineAnn()).NotTo(HaveKey(skipKey), "released when the update ends")
 	g.Expect(machineAnn()).NotTo(HaveKey(heldKey))
 }

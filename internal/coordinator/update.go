@@ -84,6 +84,9 @@ func (c *Coordinator) act(ctx context.Context, s *scope) (out Outcome) {
 		if out, ok := c.awaitAgentKey(s); !ok {
 			return out
 		}
+		if out, ok := c.protectFromRemediation(ctx, s, stepApply); !ok {
+			return out
+		}
 		if c.fromCache && !alreadyPublished(s) {
 			return needsLive()
 		}
@@ -141,8 +144,8 @@ func (c *Coordinator) start(ctx context.Context, s *scope) Outcome {
 		return out
 	}
 	mark(ctx, "stage")
-	if err := c.protectFromRemediation(ctx, s); err != nil {
-		return retryable(CauseManagementAPI, stepMsg(stepCordon, "%v", err))
+	if out, ok := c.protectFromRemediation(ctx, s, stepCordon); !ok {
+		return out
 	}
 	mark(ctx, "protect")
 	if err := c.cordon(ctx, s); err != nil {

@@ -96,8 +96,10 @@ type workloadCache struct {
 	dsWatchErr atomic.Int64
 	lastUsed   time.Time
 
-	mu      sync.Mutex
-	changed chan struct{}
+	mu sync.Mutex
+	// changed holds, per Node name, the channel closed at that Node's next
+	// event; made when a call first waits on the Node, removed when closed.
+	changed map[string]chan struct{}
 }
 
 // NewInformerWorkloadCaches returns empty caches; scheme must know the core and apps
@@ -120,7 +122,7 @@ func NewInformerWorkloadCaches(scheme *runtime.Scheme, o WorkloadCacheOptions) *
 
 // For implements WorkloadCaches. The first call for a cluster starts its watches and
 // answers ok false; later calls are served once they synced.
-func (w *InformerWorkloadCaches) For(_ context.Context, key client.ObjectKey, wc *WorkloadCluster) (*WorkloadCluster, <-chan struct{}, bool) {
+func (w *InformerWorkloadCaches) For(_ context.Context, key client.ObjectKey, wc *WorkloadCluster, node string) (*WorkloadCluster, <-chan struct{}, bool) {
 	if wc == nil || wc.Config == nil {
 		return nil, nil, false
 	}
@@ -144,7 +146,7 @@ func (w *InformerWorkloadCaches) For(_ context.Context, key client.ObjectKey, wc
 	if !e.synced.Load() || now.Sub(time.Unix(0, e.watchErr.Load())) < w.opts.WatchErrorGrace {
 		return nil, nil, false
 	}
-	return e.cached, e.changes(), true
+	return e.cached, e.changes(node), true
 }
 
 // Forget implements WorkloadCaches.
@@ -209,7 +211,7 @@ func (w *InformerWorkloadCaches) evictLocked(now time.Time) {
 
 // start builds the cluster's caches and starts their watches in the background.
 func (w *InformerWorkloadCaches) start(wc *WorkloadCluster) (*workloadCache, error) {
-	e := &workloadCache{changed: make(chan struct{}), lastUsed: w.opts.Now()}
+	e := &workloadCache{changed: map[string]chan struct{}{}, lastUsed: w.opts.Now()}
 	cfg := rest.CopyConfig(wc.Config)
 	// The request timeout of the call clients would end every watch.
 	cfg.Timeout = 0
@@ -262,7 +264,11 @@ func (w *InformerWorkloadCaches) start(wc *WorkloadCluster) (*workloadCache, err
 			}
 			switch obj.(type) {
 			case *corev1.Node:
-				notify := func(any) { e.notify() }
+				notify := func(obj any) {
+					if name, err := toolscache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+						e.notify(name) // a Node's key is its name
+					}
+				}
 				_, _ = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 					AddFunc: notify, UpdateFunc: func(_, o any) { notify(o) }, DeleteFunc: notify,
 				})
@@ -306,18 +312,27 @@ func (g daemonSetGuard) List(ctx context.Context, list client.ObjectList, opts .
 	return g.Reader.List(ctx, list, opts...)
 }
 
-// changes is closed at the next event of a Node.
-func (e *workloadCache) changes() <-chan struct{} {
+// changes is closed at the next event of the Node named node. Each Node has its
+// own channel: ten nodes updating at once (or, in the bench, every cluster behind
+// one API server) would otherwise wake every waiting call at every agent's write.
+func (e *workloadCache) changes(node string) <-chan struct{} {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.changed
+	ch, ok := e.changed[node]
+	if !ok {
+		ch = make(chan struct{})
+		e.changed[node] = ch
+	}
+	return ch
 }
 
-func (e *workloadCache) notify() {
+func (e *workloadCache) notify(node string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	close(e.changed)
-	e.changed = make(chan struct{})
+	if ch, ok := e.changed[node]; ok {
+		close(ch)
+		delete(e.changed, node)
+	}
 }
 
 // stripNode drops what a steady-state call never reads of a Node and what makes
