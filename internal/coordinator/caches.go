@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -163,10 +164,11 @@ func (*cachedClusters) Invalidate(client.ObjectKey) {}
 
 // fromCaches answers a call from the caches when it is quiet (see Caches); ok false
 // means the call must run on live reads. changed is closed at the next change of the
-// Machine's Node (nil when unknown).
-func (c *Coordinator) fromCaches(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest) (out Outcome, changed <-chan struct{}, ok bool) {
+// Machine's Node (nil when unknown). seen is the management objects as the caches
+// hold them (nil when they could not be read), for reusedRead.
+func (c *Coordinator) fromCaches(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest) (out Outcome, changed <-chan struct{}, seen *desiredObjects, ok bool) {
 	if c.opts.Caches == nil {
-		return Outcome{}, nil, false
+		return Outcome{}, nil, nil, false
 	}
 	clusters := &cachedClusters{live: c.opts.Clusters, caches: c.opts.Caches.Workloads}
 	view := &Coordinator{opts: c.opts, fromCache: true}
@@ -175,19 +177,55 @@ func (c *Coordinator) fromCaches(ctx context.Context, req *runtimehooksv1.Update
 	// Any refusal or failure read from a cache is checked again live.
 	d, _, ok := view.readStored(ctx, req)
 	if !ok {
-		return Outcome{}, nil, false
+		return Outcome{}, nil, nil, false
 	}
+	seen = &desiredObjects{stored: d.stored, bootstrap: d.bootstrap, infra: d.infra, cluster: d.cluster}
 	clusters.node = d.stored.Status.NodeRef.Name
 	s, _, ok := view.loadScope(ctx, d)
 	if !ok {
-		return Outcome{}, nil, false
+		return Outcome{}, nil, seen, false
 	}
 	// The same decisions and steps as a live call (act), answering needsLive for
 	// anything that is not a quiet "in progress" (act, alreadyPublished, workloadFailure).
 	if out = view.act(ctx, s); out.live || out.Kind != OutcomeInProgress {
-		return Outcome{}, nil, false
+		return Outcome{}, nil, seen, false
 	}
-	return out, clusters.changed, true
+	return out, clusters.changed, seen, true
+}
+
+// reusedRead reports whether a live check may reuse prev, the management objects
+// this call read live before (the Machine, its bootstrap config and infrastructure
+// machine, the Cluster), instead of reading them again: only while the caches
+// (seen) hold every one of them at the resourceVersion prev has, i.e. nothing but
+// this call changed them since (its own writes update prev's copies; a cache that
+// has not caught up with them only costs a live read). A lingering call's live
+// checks are mostly the one at the agent's finish, where the workload side (Node,
+// plan Secret) changed and is read live again anyway; the management side of a
+// call holding Cluster API's worker rarely changes within the linger.
+func reusedRead(prev, seen *desiredObjects) bool {
+	if prev == nil || seen == nil || prev.stored == nil || seen.stored == nil {
+		return false
+	}
+	objRV := func(u *unstructured.Unstructured) string {
+		if u == nil {
+			return ""
+		}
+		return u.GetResourceVersion()
+	}
+	clusterRV := func(r *clusterRead) (string, bool) {
+		if r == nil {
+			return "", true
+		}
+		if r.err != nil || r.cluster == nil {
+			return "", false
+		}
+		return r.cluster.ResourceVersion, true
+	}
+	prevCluster, okPrev := clusterRV(prev.cluster)
+	seenCluster, okSeen := clusterRV(seen.cluster)
+	return prev.stored.ResourceVersion == seen.stored.ResourceVersion &&
+		objRV(prev.bootstrap) == objRV(seen.bootstrap) && objRV(prev.infra) == objRV(seen.infra) &&
+		okPrev && okSeen && prevCluster == seenCluster
 }
 
 // quiet reports whether update would answer d with nothing written of its own: the
@@ -235,8 +273,9 @@ func alreadyPublished(s *scope) bool {
 // way a missed event only delays the next check, never changes its answer.
 func (c *Coordinator) lingerCached(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest) Outcome {
 	deadline := time.Now().Add(c.opts.Linger)
+	var read *desiredObjects // this call's live read of the management objects
 	for {
-		out, changed, live := c.call(ctx, req)
+		out, changed, live := c.call(ctx, req, &read)
 		if out.Kind != OutcomeInProgress || out.RetryAfterSeconds != waitRetry(0) || !time.Now().Add(lingerPoll).Before(deadline) {
 			return out
 		}
@@ -256,20 +295,37 @@ func (c *Coordinator) lingerCached(ctx context.Context, req *runtimehooksv1.Upda
 				return out
 			}
 		}
+		mark(ctx, "wait")
 	}
 }
 
 // call is one check of a call with caches: from the caches when quiet, else live.
 // changed is closed at the next change of the Machine's Node: taken
-// before the cached reads of a cached answer, after a live one (live).
-func (c *Coordinator) call(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest) (out Outcome, changed <-chan struct{}, live bool) {
-	if out, changed, ok := c.fromCaches(ctx, req); ok {
+// before the cached reads of a cached answer, after a live one (live). read is the
+// call's live read of the management objects, made by the first live check and
+// reused by later ones while the caches show them unchanged (reusedRead).
+func (c *Coordinator) call(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest, read **desiredObjects) (out Outcome, changed <-chan struct{}, live bool) {
+	out, changed, seen, ok := c.fromCaches(ctx, req)
+	mark(ctx, "cached")
+	if ok {
 		return out, changed, false
 	}
-	d, out, ok := c.readStored(ctx, req)
-	if !ok {
-		return out, nil, true
+	if reusedRead(*read, seen) {
+		mark(ctx, "reused")
+	} else {
+		var hint *clusterv1.Machine
+		if seen != nil {
+			hint = seen.stored
+		}
+		d, out, ok := c.readStoredHinted(ctx, req, hint)
+		mark(ctx, "stored")
+		if !ok {
+			*read = nil
+			return out, nil, true
+		}
+		*read = &d
 	}
+	d := **read
 	out = c.update(ctx, d)
 	if out.Kind != OutcomeInProgress || out.RetryAfterSeconds != waitRetry(0) {
 		return out, nil, true

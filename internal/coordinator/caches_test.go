@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,8 +25,9 @@ import (
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
-// requests counts the HTTP requests of every client built on a config it wrapped.
-type requests struct{ n atomic.Int64 }
+// requests counts the HTTP requests of every client built on a config it wrapped,
+// and of them the GETs of a single Machine.
+type requests struct{ n, machineGets atomic.Int64 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
@@ -36,6 +38,9 @@ func (c *requests) wrap(cfg *rest.Config) *rest.Config {
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
 			c.n.Add(1)
+			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/machines/") {
+				c.machineGets.Add(1)
+			}
 			return rt.RoundTrip(r)
 		})
 	})
@@ -386,5 +391,94 @@ func TestNodeChangesArePerNode(t *testing.T) {
 	}
 	if e.changes("a") == a {
 		t.Fatal("a closed channel handed out again")
+	}
+}
+
+// TestLingerReusesItsLiveRead: a lingering call that started the update (a live
+// check: cordon, publish) and then sees the agent finish checks the finish live
+// with the management objects it read at its start, as long as the caches show
+// them unchanged: one Machine read for the whole call. When another writer changes
+// the Machine meanwhile, the finish reads it again.
+func TestLingerReusesItsLiveRead(t *testing.T) {
+	for _, changed := range []bool{false, true} {
+		name := map[bool]string{false: "unchanged", true: "changed"}[changed]
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			f := newFixture(t, nil)
+			node := "reuse-" + name
+			f.node(node, "v1.35.0", false)
+			m := f.machine("m-"+node, node, "v1.36.0", false)
+			req := f.request(m, &bootstrapv1.KubeadmConfig{})
+			n := &requests{}
+			c := f.cachedCoordinator(n, func(o *Options) { o.Linger = 5 * time.Second })
+			// Warm the management and workload caches without starting the update
+			// (a cached view never writes: it answers needsLive).
+			g.Eventually(func() bool {
+				_, _, seen, _ := c.fromCaches(f.ctx, req)
+				return seen != nil
+			}).WithTimeout(10 * time.Second).Should(BeTrue())
+			g.Eventually(func() bool {
+				_, _, ok := c.opts.Caches.Workloads.For(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "c1"}, f.wc, node)
+				return ok
+			}).WithTimeout(10 * time.Second).Should(BeTrue())
+			g.Expect(f.getNode(node).Spec.Unschedulable).To(BeFalse(), "not started by the warm-up")
+
+			go func() {
+				var hash string
+				for hash == "" {
+					time.Sleep(20 * time.Millisecond)
+					hash = f.getNode(node).Annotations[inplacev1.DesiredPlanAnnotation]
+				}
+				if changed {
+					f.annotate(m, "example.com/other-writer", "1")
+					time.Sleep(300 * time.Millisecond) // the Machine's cache sees it
+				}
+				f.agentReports(node, protocol.NodeStatus{PlanHash: hash, Phase: protocol.PhaseCommitted, Step: 1, Steps: 1}, true)
+				f.setKubelet(node, "v1.36.0")
+			}()
+			before := n.machineGets.Load()
+			resp := call(c, req)
+			g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusSuccess))
+			g.Expect(resp.RetryAfterSeconds).To(BeZero(), resp.Message)
+			g.Expect(f.getNode(node).Spec.Unschedulable).To(BeFalse(), "uncordoned at the finish")
+			want := int64(1)
+			if changed {
+				want = 2
+			}
+			g.Expect(n.machineGets.Load()-before).To(Equal(want), "live Machine reads in the call")
+		})
+	}
+}
+
+// TestReadAheadUsesOnlyTheStoredReferences: the references read alongside the
+// Machine come from a hint (the informer's copy), and are used only when the
+// Machine as read names the same objects: a hint naming another bootstrap config,
+// infrastructure machine and Cluster (a cache behind a change of references) yields
+// exactly what a read without a hint yields.
+func TestReadAheadUsesOnlyTheStoredReferences(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t, nil)
+	m := f.machine("m-ahead", "ahead", "v1.36.0", false)
+	other := f.machine("m-ahead-other", "ahead-other", "v1.36.0", false)
+	req := f.request(m, &bootstrapv1.KubeadmConfig{})
+	c := f.coordinator()
+
+	plain, out, ok := c.readStored(f.ctx, req)
+	g.Expect(ok).To(BeTrue(), out.Message)
+	stored := &clusterv1.Machine{}
+	g.Expect(f.mgmt.Get(f.ctx, client.ObjectKeyFromObject(m), stored)).To(Succeed())
+
+	wrong := stored.DeepCopy()
+	wrong.Spec.Bootstrap.ConfigRef.Name = other.Spec.Bootstrap.ConfigRef.Name
+	wrong.Spec.InfrastructureRef.Name = other.Spec.InfrastructureRef.Name
+	wrong.Spec.ClusterName = "another-cluster"
+	for name, hint := range map[string]*clusterv1.Machine{"same": stored, "other references": wrong} {
+		d, out, ok := c.readStoredHinted(f.ctx, req, hint)
+		g.Expect(ok).To(BeTrue(), name+": "+out.Message)
+		g.Expect(d.bootstrap.GetName()).To(Equal(plain.bootstrap.GetName()), name)
+		g.Expect(d.bootstrap.GetName()).To(Equal(m.Name), name)
+		g.Expect(d.infra.GetName()).To(Equal(m.Name), name)
+		g.Expect(d.cluster.err).NotTo(HaveOccurred(), name)
+		g.Expect(d.cluster.cluster.Name).To(Equal("c1"), name)
 	}
 }

@@ -65,6 +65,7 @@ func (c *Coordinator) loadScope(ctx context.Context, desired desiredObjects) (*s
 	if err != nil {
 		return nil, c.workloadFailure(s, stepUnknown, err), false
 	}
+	mark(ctx, "node")
 	in, err := c.planInput(ctx, s, desired)
 	if err != nil {
 		if errors.Is(err, nodeplan.ErrInput) {

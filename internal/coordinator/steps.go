@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -233,18 +234,36 @@ func (c *Coordinator) report(ctx context.Context, s *scope, d Decision) {
 }
 
 // setMachineCondition writes cond on the stored Machine's status unless it is
-// already there; the optimistic lock keeps conditions CAPI writes concurrently.
-func (c *Coordinator) setMachineCondition(ctx context.Context, m *clusterv1.Machine, cond metav1.Condition) (bool, error) {
-	if cur := meta.FindStatusCondition(m.Status.Conditions, cond.Type); cur != nil &&
-		cur.Status == cond.Status && cur.Reason == cond.Reason && cur.Message == cond.Message {
-		return false, nil
-	}
-	orig := m.DeepCopy()
-	cond.ObservedGeneration = m.Generation
-	meta.SetStatusCondition(&m.Status.Conditions, cond)
-	if err := c.opts.Client.Status().Patch(ctx, m, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		*m = *orig
+// already there; the optimistic lock keeps conditions CAPI writes concurrently. A
+// conflict (the Machine changed since this call read it) reads the Machine again
+// and retries: the answer that follows is often done, after which no call comes
+// to retry the write.
+func (c *Coordinator) setMachineCondition(ctx context.Context, m *clusterv1.Machine, cond metav1.Condition) (changed bool, err error) {
+	first := true
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if !first {
+			if err := c.opts.Client.Get(ctx, client.ObjectKeyFromObject(m), m); err != nil {
+				return err
+			}
+		}
+		first = false
+		if cur := meta.FindStatusCondition(m.Status.Conditions, cond.Type); cur != nil &&
+			cur.Status == cond.Status && cur.Reason == cond.Reason && cur.Message == cond.Message {
+			changed = false
+			return nil
+		}
+		orig := m.DeepCopy()
+		cond.ObservedGeneration = m.Generation
+		meta.SetStatusCondition(&m.Status.Conditions, cond)
+		if err := c.opts.Client.Status().Patch(ctx, m, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			*m = *orig
+			return err
+		}
+		changed = true
+		return nil
+	})
+	if err != nil {
 		return false, fmt.Errorf("set condition %s on Machine %s: %w", cond.Type, m.Name, err)
 	}
-	return true, nil
+	return changed, nil
 }

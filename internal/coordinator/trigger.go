@@ -72,6 +72,25 @@ func clusterNameOf(m *clusterv1.Machine) string {
 // readStored reads the Machine a request names, checks that the request may act on
 // it, and returns the stored objects. ok false: answer out and touch nothing.
 func (c *Coordinator) readStored(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest) (desiredObjects, Outcome, bool) {
+	return c.readStoredHinted(ctx, req, nil)
+}
+
+// prefetched is a read of a Machine's reference started alongside the Machine's
+// own, from the references of hint (readStoredHinted); used only if the Machine as
+// read references the same object.
+type prefetched struct {
+	ref clusterv1.ContractVersionedObjectReference
+	obj *unstructured.Unstructured
+	err error
+}
+
+// readStoredHinted is readStored; hint, when not nil, is the Machine as an informer
+// holds it, whose references (bootstrap config, infrastructure machine, Cluster) are
+// read at the same time as the Machine itself: one round trip instead of two. The
+// request never picks what is read ahead (it is not authenticated, see above), and
+// a read ahead is used only when the Machine as read names the same object; else it
+// is read again.
+func (c *Coordinator) readStoredHinted(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest, hint *clusterv1.Machine) (desiredObjects, Outcome, bool) {
 	m := &req.Desired.Machine
 	if m.Name == "" || m.Namespace == "" {
 		return desiredObjects{}, rejected("the request names no Machine"), false
@@ -81,7 +100,26 @@ func (c *Coordinator) readStored(ctx context.Context, req *runtimehooksv1.Update
 	// answers are judged in the order of the checks, as if read one after the other.
 	var nsOut Outcome
 	var nsOK bool
-	parallel := runParallel(func() { nsOut, nsOK = c.checkOptedIn(ctx, key.Namespace) })
+	reads := []func(){func() { nsOut, nsOK = c.checkOptedIn(ctx, key.Namespace) }}
+	var boot, infra *prefetched
+	var ahead *clusterRead
+	aheadName := ""
+	if hint != nil && hint.Namespace == key.Namespace && hint.Name == key.Name {
+		readAhead := func(ref clusterv1.ContractVersionedObjectReference) *prefetched {
+			if !ref.IsDefined() {
+				return nil
+			}
+			p := &prefetched{ref: ref}
+			reads = append(reads, func() { p.obj, p.err = c.getReferenced(ctx, key.Namespace, ref) })
+			return p
+		}
+		boot = readAhead(hint.Spec.Bootstrap.ConfigRef)
+		infra = readAhead(hint.Spec.InfrastructureRef)
+		if aheadName = clusterNameOf(hint); aheadName != "" {
+			reads = append(reads, func() { ahead = c.prefetchCluster(ctx, hint) })
+		}
+	}
+	parallel := runParallel(reads...)
 	stored, out, ok := c.readMachine(ctx, key)
 	parallel.Wait()
 	if !ok {
@@ -104,13 +142,16 @@ func (c *Coordinator) readStored(ctx context.Context, req *runtimehooksv1.Update
 	d := desiredObjects{stored: stored, machine: stored}
 	var infraOut Outcome
 	var infraOK bool
-	parallel = runParallel(
-		func() {
-			d.infra, infraOut, infraOK = c.readReferenced(ctx, stored, "infrastructure machine", stored.Spec.InfrastructureRef, req.Desired.InfrastructureMachine)
-		},
-		func() { d.cluster = c.prefetchCluster(ctx, stored) },
-	)
-	d.bootstrap, out, ok = c.readReferenced(ctx, stored, "bootstrap config", stored.Spec.Bootstrap.ConfigRef, req.Desired.BootstrapConfig)
+	reads = []func(){func() {
+		d.infra, infraOut, infraOK = c.readReferenced(ctx, stored, "infrastructure machine", stored.Spec.InfrastructureRef, req.Desired.InfrastructureMachine, infra)
+	}}
+	if ahead != nil && aheadName == clusterNameOf(stored) {
+		d.cluster = ahead
+	} else {
+		reads = append(reads, func() { d.cluster = c.prefetchCluster(ctx, stored) })
+	}
+	parallel = runParallel(reads...)
+	d.bootstrap, out, ok = c.readReferenced(ctx, stored, "bootstrap config", stored.Spec.Bootstrap.ConfigRef, req.Desired.BootstrapConfig, boot)
 	parallel.Wait()
 	if !ok {
 		return desiredObjects{}, out, false
@@ -178,7 +219,7 @@ func (c *Coordinator) checkOptedIn(ctx context.Context, namespace string) (Outco
 // readReferenced reads the object a stored Machine references and checks that the
 // request's copy (raw JSON or an in-process object) names it and has its spec. A
 // request may omit the object (only the stored one is used then), never replace it.
-func (c *Coordinator) readReferenced(ctx context.Context, m *clusterv1.Machine, what string, ref clusterv1.ContractVersionedObjectReference, raw runtime.RawExtension) (*unstructured.Unstructured, Outcome, bool) {
+func (c *Coordinator) readReferenced(ctx context.Context, m *clusterv1.Machine, what string, ref clusterv1.ContractVersionedObjectReference, raw runtime.RawExtension, ahead *prefetched) (*unstructured.Unstructured, Outcome, bool) {
 	mkey := client.ObjectKeyFromObject(m)
 	sent, err := toUnstructured(raw)
 	if err != nil {
@@ -190,7 +231,12 @@ func (c *Coordinator) readReferenced(ctx context.Context, m *clusterv1.Machine, 
 		}
 		return nil, Outcome{}, true
 	}
-	stored, err := c.getReferenced(ctx, m.Namespace, ref)
+	var stored *unstructured.Unstructured
+	if ahead != nil && ahead.ref == ref {
+		stored, err = ahead.obj, ahead.err
+	} else {
+		stored, err = c.getReferenced(ctx, m.Namespace, ref)
+	}
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, rejected(fmt.Sprintf("%s %s %s of Machine %s does not exist", what, ref.Kind, ref.Name, mkey)), false

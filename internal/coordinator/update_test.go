@@ -8,9 +8,11 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -440,4 +442,25 @@ func TestLingerAnswersDoneWithinTheCall(t *testing.T) {
 	g.Expect(resp.Message).To(Equal("node w9 runs plan " + hash[:12]))
 	g.Expect(elapsed).To(BeNumerically("<", 3*time.Second), "answered once the node was done, not at the end of Linger")
 	g.Expect(f.getNode("w9").Spec.Unschedulable).To(BeFalse())
+}
+
+// TestMachineConditionSurvivesAConflict: the Machine changed since the call read it
+// (another controller wrote it); the condition is still written, on the Machine as
+// stored now, keeping the other write.
+func TestMachineConditionSurvivesAConflict(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t, nil)
+	m := f.machine("m-cond-conflict", "", "v1.36.0", false)
+	stale := m.DeepCopy()
+	f.annotate(m, "example.com/other-writer", "1")
+	c := f.coordinator()
+	changed, err := c.setMachineCondition(f.ctx, stale, metav1.Condition{Type: inplacev1.InPlaceUpdateCondition, Status: metav1.ConditionTrue, Reason: inplacev1.ReasonSucceeded, Message: "done"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(changed).To(BeTrue())
+	stored := &clusterv1.Machine{}
+	g.Expect(f.mgmt.Get(f.ctx, client.ObjectKeyFromObject(m), stored)).To(Succeed())
+	g.Expect(stored.Annotations).To(HaveKeyWithValue("example.com/other-writer", "1"))
+	cond := meta.FindStatusCondition(stored.Status.Conditions, inplacev1.InPlaceUpdateCondition)
+	g.Expect(cond).NotTo(BeNil())
+	g.Expect(cond.Reason).To(Equal(inplacev1.ReasonSucceeded))
 }
