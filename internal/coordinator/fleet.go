@@ -119,12 +119,10 @@ func (c *Coordinator) gateStart(ctx context.Context, s *scope) (Outcome, bool) {
 	in := fleet.GateInput{
 		Node: s.node.Name, Now: c.opts.Now(),
 		Budget: pool.Budget, Counted: counted,
-		Windows: pool.Windows, Expected: st.ExpectedDuration(pool.ExpectedDuration),
-		Soak: pool.Soak,
+		Expected: st.ExpectedDuration(pool.ExpectedDuration),
+		Soak:     pool.Soak,
 	}
-	if v, ok := s.cluster.Annotations[inplacev1.MaintenanceWindowsAnnotation]; ok {
-		in.Windows, in.WindowsErr = fleet.ParseWindows(v)
-	}
+	in.Windows, _, in.WindowsErr = clusterWindows(pool, s.cluster)
 	if last, ok := st.LastFinished[pool.Name]; ok && pool.Soak > 0 {
 		in.Last = &last
 		in.LastHealthy = c.nodeReady(ctx, s, last.Node)
@@ -352,8 +350,14 @@ func (c *Coordinator) recordFinished(ctx context.Context, s *scope, o Observatio
 // recordsFinished reports whether the fleet gate of pool reads finished nodes:
 // it has a soak, or maintenance windows (the policy's or the Cluster's annotation).
 func recordsFinished(pool fleet.Pool, cluster *clusterv1.Cluster) bool {
-	_, annotated := cluster.Annotations[inplacev1.MaintenanceWindowsAnnotation]
-	return pool.Soak > 0 || len(pool.Windows) > 0 || annotated
+	windows, fromAnnotation, _ := clusterWindows(pool, cluster)
+	return pool.Soak > 0 || len(windows) > 0 || fromAnnotation
+}
+
+// clusterWindows is fleet.PoolWindows for pool in cluster.
+func clusterWindows(pool fleet.Pool, cluster *clusterv1.Cluster) (fleet.Schedule, bool, error) {
+	v, annotated := cluster.Annotations[inplacev1.MaintenanceWindowsAnnotation]
+	return fleet.PoolWindows(pool.Windows, v, annotated)
 }
 
 // patchClusterState applies mutate to the Cluster's fleet record (and its

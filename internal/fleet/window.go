@@ -33,6 +33,19 @@ var weekdays = map[string]time.Weekday{
 	"thu": time.Thursday, "fri": time.Friday, "sat": time.Saturday,
 }
 
+// PoolWindows is the one rule for which maintenance windows hold a pool's nodes:
+// a Cluster's maintenance-windows annotation, whenever it is set (even to "":
+// always open), replaces the windows of the pool's policy entry. annotation and
+// annotated are the annotation's value and presence; fromAnnotation reports that
+// it applied, err that it does not parse (the gate holds then).
+func PoolWindows(policy Schedule, annotation string, annotated bool) (sched Schedule, fromAnnotation bool, err error) {
+	if !annotated {
+		return policy, false, nil
+	}
+	sched, err = ParseWindows(annotation)
+	return sched, true, err
+}
+
 // ParseWindows reads windows separated by ";", each "DAYS HH:MM-HH:MM ZONE":
 // DAYS is a comma list of weekdays or ranges ("Mon-Fri", "Sat,Sun", "Fri-Mon",
 // "*" for every day), ZONE an IANA name ("Europe/Berlin", "UTC"); or the cron

@@ -141,3 +141,31 @@ func TestScheduleAt(t *testing.T) {
 	}
 	_ = ny
 }
+
+func TestPoolWindows(t *testing.T) {
+	policy, err := ParseWindows("Sat 02:00-06:00 UTC")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name           string
+		annotation     string
+		annotated      bool
+		want           int
+		fromAnnotation bool
+		err            bool
+	}{
+		{name: "no annotation: the policy's", want: 1},
+		{name: "annotation replaces", annotation: "Mon-Fri 22:00-04:00 Europe/Berlin; Sun 00:00-24:00 UTC", annotated: true, want: 2, fromAnnotation: true},
+		{name: "empty annotation: always open", annotation: "", annotated: true, want: 0, fromAnnotation: true},
+		{name: "invalid annotation", annotation: "Someday 25:00-26:00 Mars/Base", annotated: true, fromAnnotation: true, err: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			sched, from, err := PoolWindows(policy, tc.annotation, tc.annotated)
+			if (err != nil) != tc.err || from != tc.fromAnnotation || len(sched) != tc.want {
+				t.Fatalf("PoolWindows = %v, %v, %v; want %d windows, fromAnnotation %v, error %v", sched, from, err, tc.want, tc.fromAnnotation, tc.err)
+			}
+		})
+	}
+}

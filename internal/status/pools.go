@@ -131,18 +131,18 @@ func poolView(c *clusterv1.Cluster, st fleet.State, owners map[string]string, p 
 	pv.Failures = len(fleet.Counted(st.Failures, p.Name, func(o string) (string, bool) { v, ok := owners[o]; return v, ok }))
 	pv.BudgetSpent = pv.FailureBudget > 0 && pv.Failures >= pv.FailureBudget
 
-	// As the coordinator's gate: the Cluster's annotation replaces the policy's windows.
-	sched := p.Windows
-	if len(sched) > 0 {
+	// The coordinator's rule (fleet.PoolWindows): the Cluster's annotation replaces the policy's windows.
+	annotation, annotated := c.Annotations[inplacev1.MaintenanceWindowsAnnotation]
+	sched, fromAnnotation, err := fleet.PoolWindows(p.Windows, annotation, annotated)
+	switch {
+	case fromAnnotation:
+		pv.WindowsSource = WindowsFromAnnotation
+	case len(sched) > 0:
 		pv.WindowsSource = WindowsFromPolicy
 	}
-	if v, ok := c.Annotations[inplacev1.MaintenanceWindowsAnnotation]; ok {
-		pv.WindowsSource = WindowsFromAnnotation
-		var err error
-		if sched, err = fleet.ParseWindows(v); err != nil {
-			pv.Windows, pv.WindowError = []string{v}, err.Error()
-			return pv
-		}
+	if err != nil {
+		pv.Windows, pv.WindowError = []string{annotation}, err.Error()
+		return pv
 	}
 	for _, w := range sched {
 		pv.Windows = append(pv.Windows, w.String())
