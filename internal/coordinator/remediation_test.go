@@ -62,6 +62,16 @@ func TestRemediationHoldAnnotations(t *testing.T) {
 	}
 }
 
+// machineAnnotations are the annotations of m as stored.
+func (f *fixture) machineAnnotations(m *clusterv1.Machine) map[string]string {
+	f.t.Helper()
+	stored := &clusterv1.Machine{}
+	if err := f.mgmt.Get(f.ctx, client.ObjectKeyFromObject(m), stored); err != nil {
+		f.t.Fatalf("read Machine %s: %v", m.Name, err)
+	}
+	return stored.Annotations
+}
+
 // healthCheck creates a MachineHealthCheck of cluster c1 selecting the Machines
 // whose labels match (all of c1's Machines for nil).
 func (f *fixture) healthCheck(name string, match map[string]string) {
@@ -128,11 +138,7 @@ func TestMHCHeldDuringUpdate(t *testing.T) {
 					m.Annotations[skipKey] = "operator"
 					g.Expect(f.mgmt.Patch(f.ctx, m, client.MergeFrom(before))).To(Succeed())
 				}
-				machineAnn := func() map[string]string {
-					stored := &clusterv1.Machine{}
-					g.Expect(f.mgmt.Get(f.ctx, client.ObjectKeyFromObject(m), stored)).To(Succeed())
-					return stored.Annotations
-				}
+				machineAnn := func() map[string]string { return f.machineAnnotations(m) }
 				req := f.request(m, &bootstrapv1.KubeadmConfig{})
 				c := f.coordinator()
 
@@ -187,11 +193,7 @@ func TestMHCNotHeldUnlessStarted(t *testing.T) {
 	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	c := f.coordinator(func(o *Options) { o.Now = func() time.Time { return now } })
 	g.Expect(call(c, req).Message).To(ContainSubstring("paused"))
-	machineAnn := func() map[string]string {
-		stored := &clusterv1.Machine{}
-		g.Expect(f.mgmt.Get(f.ctx, client.ObjectKeyFromObject(m), stored)).To(Succeed())
-		return stored.Annotations
-	}
+	machineAnn := func() map[string]string { return f.machineAnnotations(m) }
 	g.Expect(machineAnn()).NotTo(HaveKey(skipKey), "not started: not held")
 	g.Expect(f.getNode("mhc-pk").Spec.Unschedulable).To(BeFalse())
 
@@ -218,11 +220,7 @@ func TestMHCHoldOnlyWhenWatched(t *testing.T) {
 	f.node("mhc-w", "v1.35.0", false)
 	f.node("mhc-w-peer", "v1.35.0", false)
 	m := f.machine("m-mhc-w", "mhc-w", "v1.36.0", false)
-	machineAnn := func() map[string]string {
-		stored := &clusterv1.Machine{}
-		g.Expect(f.mgmt.Get(f.ctx, client.ObjectKeyFromObject(m), stored)).To(Succeed())
-		return stored.Annotations
-	}
+	machineAnn := func() map[string]string { return f.machineAnnotations(m) }
 	req := f.request(m, &bootstrapv1.KubeadmConfig{})
 	c := f.coordinator()
 
