@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -20,12 +19,12 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/fleet"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 	"github.com/capi-inplace/capi-inplace/internal/status"
+	"github.com/capi-inplace/capi-inplace/internal/testenv"
 )
 
 // TestStatusCommand runs `capi-inplace status` (and so `kubectl inplace status`) in-process against a real kube-apiserver
@@ -34,24 +33,11 @@ import (
 // "<cluster>-kubeconfig" Secret points back at the same API server, except for the
 // "edge" Cluster, whose kubeconfig points at a closed port.
 func TestStatusCommand(t *testing.T) {
-	requireEnvtestAssets(t)
+	te := testenv.StartT(t, testenv.Options{CAPI: []testenv.CRDSet{testenv.CAPICore}})
 	g := NewWithT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-
-	env := &envtest.Environment{
-		CRDInstallOptions: envtest.CRDInstallOptions{
-			Paths:              []string{filepath.Join(capiModuleDir(t), "core", "config", "crd", "bases")},
-			ErrorIfPathMissing: true,
-		},
-	}
-	cfg, err := env.Start()
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Logf("stop envtest: %v", err)
-		}
-	})
+	cfg, env := te.Config, te.Environment
 	scheme := runtime.NewScheme()
 	g.Expect(clusterv1.AddToScheme(scheme)).To(Succeed())
 	g.Expect(corev1.AddToScheme(scheme)).To(Succeed())
@@ -434,33 +420,4 @@ func unreachableKubeconfig(t *testing.T, kubeconfig []byte) []byte {
 		t.Fatal(err)
 	}
 	return out
-}
-
-// requireEnvtestAssets fails (or, outside CI with no assets configured, skips) when
-// envtest's kube-apiserver and etcd are not available.
-func requireEnvtestAssets(t *testing.T) {
-	t.Helper()
-	dir := os.Getenv("KUBEBUILDER_ASSETS")
-	if dir == "" {
-		if os.Getenv("CI") == "" {
-			t.Skip("KUBEBUILDER_ASSETS is unset: run `make test` (it builds bin/ and sets it)")
-		}
-		t.Fatal("KUBEBUILDER_ASSETS is unset in CI: run `make test`")
-	}
-	for _, b := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
-			t.Fatalf("envtest asset %s missing in KUBEBUILDER_ASSETS=%s (make tools builds it): %v", b, dir, err)
-		}
-	}
-}
-
-// capiModuleDir is Cluster API's module directory (the version go.mod selects), whose
-// core/config/crd/bases holds the Cluster and Machine CRDs.
-func capiModuleDir(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/cluster-api").Output()
-	if err != nil {
-		t.Fatalf("locate sigs.k8s.io/cluster-api in the module cache: %v", err)
-	}
-	return strings.TrimSpace(string(out))
 }
