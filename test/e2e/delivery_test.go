@@ -27,9 +27,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	ggcrtypes "github.com/google/go-containerregistry/pkg/v1/types"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	apiwatch "k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/tools/clientcmd"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
@@ -406,14 +403,7 @@ func (n *nodeTimes) disruption() time.Duration {
 // write and its own event. (A 200 ms poll missed a worker cordoned and uncordoned
 // between two polls once the coordinator answered within one call.)
 func (s *scenario) recordNodes(kubeconfig string) *nodeRecorder {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: s.stack.Client.Scheme()})
-	if err != nil {
-		s.t.Fatal(err)
-	}
+	wc := s.workloadClient(kubeconfig)
 	r := &nodeRecorder{nodes: map[string]*nodeTimes{}, done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(s.ctx)
 	r.wg.Add(1)
@@ -426,36 +416,10 @@ func (s *scenario) recordNodes(kubeconfig string) *nodeRecorder {
 			}
 			cancel()
 		}()
-		for ctx.Err() == nil {
-			r.follow(ctx, wc)
-			select {
-			case <-ctx.Done():
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
+		followNodes(ctx, wc, r.observe)
 	}()
 	s.t.Cleanup(r.stop)
 	return r
-}
-
-// follow lists the Nodes, then observes every watch event until the watch ends.
-func (r *nodeRecorder) follow(ctx context.Context, wc client.WithWatch) {
-	nodes := &corev1.NodeList{}
-	if err := wc.List(ctx, nodes); err != nil {
-		return
-	}
-	r.observe(nodes.Items, time.Now())
-	w, err := wc.Watch(ctx, &corev1.NodeList{}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: nodes.ResourceVersion}})
-	if err != nil {
-		return
-	}
-	defer w.Stop()
-	for ev := range w.ResultChan() {
-		// Bookmarks carry a Node with only a resourceVersion; errors a Status.
-		if n, ok := ev.Object.(*corev1.Node); ok && n.Name != "" && (ev.Type == apiwatch.Added || ev.Type == apiwatch.Modified) {
-			r.observe([]corev1.Node{*n}, time.Now())
-		}
-	}
 }
 
 func (r *nodeRecorder) observe(nodes []corev1.Node, now time.Time) {

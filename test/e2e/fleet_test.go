@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -521,34 +522,28 @@ type cordonWatch struct {
 	last map[string]time.Time
 }
 
-// watchCordons polls the workload cluster's Nodes every 500 ms until the test ends.
-func (s *scenario) watchCordons(wc client.Client) *cordonWatch {
+// watchCordons follows the workload cluster's Nodes by a watch (followNodes) until
+// the test ends, so that a cordon lifted within the same second is seen too.
+func (s *scenario) watchCordons(wc client.WithWatch) *cordonWatch {
 	w := &cordonWatch{last: map[string]time.Time{}}
-	stop := make(chan struct{})
-	s.t.Cleanup(func() { close(stop) })
+	ctx, cancel := context.WithCancel(s.ctx)
+	done := make(chan struct{})
+	s.t.Cleanup(func() { cancel(); <-done })
 	go func() {
-		for {
-			nodes := &corev1.NodeList{}
-			if err := wc.List(s.ctx, nodes); err == nil {
-				now := time.Now()
-				w.mu.Lock()
-				for _, n := range nodes.Items {
-					if n.Spec.Unschedulable {
-						w.last[n.Name] = now
-					}
-				}
-				w.mu.Unlock()
-			}
-			select {
-			case <-stop:
-				return
-			case <-s.ctx.Done():
-				return
-			case <-time.After(500 * time.Millisecond):
-			}
-		}
+		defer close(done)
+		followNodes(ctx, wc, w.observe)
 	}()
 	return w
+}
+
+func (w *cordonWatch) observe(nodes []corev1.Node, now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, n := range nodes {
+		if n.Spec.Unschedulable {
+			w.last[n.Name] = now
+		}
+	}
 }
 
 func (w *cordonWatch) seen() []string {

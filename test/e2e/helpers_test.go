@@ -306,17 +306,51 @@ func (w *machineWatch) result() (added, deleted []string) {
 }
 
 // workloadClient returns a client for the workload cluster's in-memory API server.
-func (s *scenario) workloadClient(kubeconfigPath string) client.Client {
+func (s *scenario) workloadClient(kubeconfigPath string) client.WithWatch {
 	s.t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfigPath)
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	c, err := client.New(cfg, client.Options{Scheme: s.stack.Client.Scheme()})
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: s.stack.Client.Scheme()})
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	return c
+}
+
+// followNodes calls observe with the workload cluster's Nodes as listed, then with
+// the Node of every watch event from that list's resourceVersion, and again from a
+// fresh list whenever the watch ends, until ctx is done. A poll can miss a node
+// cordoned and uncordoned a fraction of a second later (the coordinator answers
+// within one call); a watch sees both writes, each its own event.
+func followNodes(ctx context.Context, wc client.WithWatch, observe func([]corev1.Node, time.Time)) {
+	for ctx.Err() == nil {
+		followNodesOnce(ctx, wc, observe)
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func followNodesOnce(ctx context.Context, wc client.WithWatch, observe func([]corev1.Node, time.Time)) {
+	nodes := &corev1.NodeList{}
+	if err := wc.List(ctx, nodes); err != nil {
+		return
+	}
+	observe(nodes.Items, time.Now())
+	w, err := wc.Watch(ctx, &corev1.NodeList{}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: nodes.ResourceVersion}})
+	if err != nil {
+		return
+	}
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		// Bookmarks carry a Node with only a resourceVersion; errors a Status.
+		if n, ok := ev.Object.(*corev1.Node); ok && n.Name != "" && (ev.Type == watch.Added || ev.Type == watch.Modified) {
+			observe([]corev1.Node{*n}, time.Now())
+		}
+	}
 }
 
 // nodeVersions returns the kubelet version every Node reports.
