@@ -93,12 +93,13 @@ func (c *Coordinator) protectFromRemediation(ctx context.Context, s *scope, step
 // healthChecked reports whether a MachineHealthCheck selects m, as upstream's
 // MachineHealthCheck selects its targets (its selector plus the cluster-name label,
 // in its namespace). MachineHealthChecks come from the manager's cache once its
-// informer has synced, else from a live list. A selector that does not parse counts
-// as selecting: the hold is the safe side.
+// informer has synced, else from a live list (a cached view's Client reads the same
+// cache, so it lists once). A selector that does not parse counts as selecting: the
+// hold is the safe side.
 func (c *Coordinator) healthChecked(ctx context.Context, m *clusterv1.Machine) (bool, error) {
 	list := &clusterv1.MachineHealthCheckList{}
 	err := errNotSynced
-	if c.opts.Caches != nil {
+	if c.opts.Caches != nil && !c.fromCache {
 		err = c.opts.Caches.Management.List(ctx, list, client.InNamespace(m.Namespace))
 	}
 	if err != nil {

@@ -103,7 +103,6 @@ func (c *Coordinator) readStoredHinted(ctx context.Context, req *runtimehooksv1.
 	reads := []func(){func() { nsOut, nsOK = c.checkOptedIn(ctx, key.Namespace) }}
 	var boot, infra *prefetched
 	var ahead *clusterRead
-	aheadName := ""
 	if hint != nil && hint.Namespace == key.Namespace && hint.Name == key.Name {
 		readAhead := func(ref clusterv1.ContractVersionedObjectReference) *prefetched {
 			if !ref.IsDefined() {
@@ -115,9 +114,7 @@ func (c *Coordinator) readStoredHinted(ctx context.Context, req *runtimehooksv1.
 		}
 		boot = readAhead(hint.Spec.Bootstrap.ConfigRef)
 		infra = readAhead(hint.Spec.InfrastructureRef)
-		if aheadName = clusterNameOf(hint); aheadName != "" {
-			reads = append(reads, func() { ahead = c.prefetchCluster(ctx, hint) })
-		}
+		reads = append(reads, func() { ahead = c.prefetchCluster(ctx, hint) })
 	}
 	parallel := runParallel(reads...)
 	stored, out, ok := c.readMachine(ctx, key)
@@ -145,7 +142,7 @@ func (c *Coordinator) readStoredHinted(ctx context.Context, req *runtimehooksv1.
 	reads = []func(){func() {
 		d.infra, infraOut, infraOK = c.readReferenced(ctx, stored, "infrastructure machine", stored.Spec.InfrastructureRef, req.Desired.InfrastructureMachine, infra)
 	}}
-	if ahead != nil && aheadName == clusterNameOf(stored) {
+	if ahead != nil && clusterNameOf(hint) == clusterNameOf(stored) {
 		d.cluster = ahead
 	} else {
 		reads = append(reads, func() { d.cluster = c.prefetchCluster(ctx, stored) })
