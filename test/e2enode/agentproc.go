@@ -297,7 +297,7 @@ func statusCLI(t *testing.T, kubeconfig string) (string, int) {
 // afresh.
 func retryFailedPlan(ctx context.Context, t *testing.T, mc *MachineController, n Node) {
 	t.Helper()
-	g := NewWithT(t)
+	g := newG(t)
 	m := &clusterv1.Machine{}
 	g.Expect(mc.Mgmt.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: n.Name}, m)).To(Succeed())
 	base := m.DeepCopy()

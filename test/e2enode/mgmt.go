@@ -6,9 +6,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -196,6 +198,12 @@ func (mc *MachineController) Update(ctx context.Context, name string, ch Change,
 			res.Duration = time.Since(start)
 			return res, nil
 		}
+		if final := mc.finalVerdict(ctx, name, call); final != "" {
+			// The coordinator recorded this answer as where the update ends until an
+			// operator acts: calling on only waits out the timeout.
+			res.Duration = time.Since(start)
+			return res, fmt.Errorf("UpdateMachine %s ended without being done: %s", name, final)
+		}
 		switch {
 		case call.Status == runtimehooksv1.ResponseStatusFailure:
 			// A Failure is an error to the machine controller: it retries with backoff.
@@ -210,6 +218,37 @@ func (mc *MachineController) Update(ctx context.Context, name string, ch Change,
 	}
 	res.Duration = time.Since(start)
 	return res, fmt.Errorf("UpdateMachine %s not done after %s", name, timeout)
+}
+
+// finalVerdict names the verdict that ends an update until an operator acts, when
+// the coordinator recorded the call's answer as one: a Failure the Machine's
+// InPlaceUpdate condition holds as rolled back, degraded or not picked up, or a
+// Cluster whose in-place updates are halted, holding this call. It reads the API, not the message text.
+func (mc *MachineController) finalVerdict(ctx context.Context, name string, call HookCall) string {
+	c := mc.Mgmt.Client
+	cluster := &clusterv1.Cluster{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: clusterName}, cluster); err == nil {
+		if cond := meta.FindStatusCondition(cluster.Status.Conditions, inplacev1.InPlaceUpdateCondition); cond != nil &&
+			cond.Reason == inplacev1.ReasonHalted && strings.Contains(call.Message, cond.Message) {
+			return "the Cluster's in-place updates are halted: " + cond.Message
+		}
+	}
+	if call.Status != runtimehooksv1.ResponseStatusFailure {
+		return ""
+	}
+	m := &clusterv1.Machine{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, m); err != nil {
+		return ""
+	}
+	cond := meta.FindStatusCondition(m.Status.Conditions, inplacev1.InPlaceUpdateCondition)
+	if cond == nil || cond.Message != call.Message {
+		return ""
+	}
+	switch cond.Reason {
+	case inplacev1.ReasonRolledBack, inplacev1.ReasonDegraded, inplacev1.ReasonPlanNotPickedUp:
+		return cond.Reason + ": " + cond.Message
+	}
+	return ""
 }
 
 func (mc *MachineController) objects(ctx context.Context, name string) (*clusterv1.Machine, *bootstrapv1.KubeadmConfig, *unstructured.Unstructured, error) {
