@@ -45,9 +45,15 @@ func NullExtension(path string) localstack.ExtensionSpec {
 }
 
 // OurStackExtension is capi-inplace as the local stack runs it, for namespaces
-// labelled ExtensionLabel=capi-inplace.
-func OurStackExtension(binDir string) localstack.ExtensionSpec {
-	return localstack.OurExtension(binDir, "capi-inplace", map[string]string{ExtensionLabel: "capi-inplace"}, nil)
+// labelled ExtensionLabel=capi-inplace, with extraArgs after the stack's (a later
+// flag wins: e.g. --v=2 for the per-step call timing).
+func OurStackExtension(binDir string, extraArgs ...string) localstack.ExtensionSpec {
+	spec := localstack.OurExtension(binDir, "capi-inplace", map[string]string{ExtensionLabel: "capi-inplace"}, nil)
+	args := spec.Args
+	spec.Args = func(port int, certDir, kubeconfig string) []string {
+		return append(args(port, certDir, kubeconfig), extraArgs...)
+	}
+	return spec
 }
 
 // RolloutCluster is one ClusterClass cluster of the rollout benchmark, in its own
@@ -253,12 +259,12 @@ func poll(ctx context.Context, timeout, interval time.Duration, check func() err
 }
 
 // StartRolloutStack starts the local upstream stack with both extensions.
-func StartRolloutStack(ctx context.Context, binDir, nullPath, artifacts string) (*localstack.Stack, error) {
+func StartRolloutStack(ctx context.Context, binDir, nullPath, artifacts string, extraArgs ...string) (*localstack.Stack, error) {
 	s, err := localstack.Start(ctx, localstack.Options{BinDir: binDir, ArtifactsDir: filepath.Join(artifacts, "rollout")})
 	if err != nil {
 		return nil, fmt.Errorf("start the local stack: %w", err)
 	}
-	for _, spec := range []localstack.ExtensionSpec{OurStackExtension(binDir), NullExtension(nullPath)} {
+	for _, spec := range []localstack.ExtensionSpec{OurStackExtension(binDir, extraArgs...), NullExtension(nullPath)} {
 		if _, err := s.StartExtension(ctx, spec); err != nil {
 			s.Stop()
 			return nil, fmt.Errorf("extension %s: %w", spec.Name, err)

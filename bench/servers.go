@@ -36,14 +36,14 @@ type ServerSpec struct {
 // $KUBECONFIG, not --kubeconfig: that is controller-runtime's config loading, as
 // in a pod (in-cluster config), which turns client-side rate limiting off; with
 // --kubeconfig the management client would keep client-go's 5 QPS default.
-func OurExtension(binDir, kubeconfig string) ServerSpec {
+func OurExtension(binDir, kubeconfig string, extraArgs ...string) ServerSpec {
 	return ServerSpec{
 		Name: "capi-inplace",
 		Path: filepath.Join(binDir, "capi-inplace"),
 		Args: func(port int, certDir, metricsAddr string) []string {
-			return []string{"extension", "--webhook-port=" + strconv.Itoa(port), "--webhook-host=127.0.0.1",
+			return append([]string{"extension", "--webhook-port=" + strconv.Itoa(port), "--webhook-host=127.0.0.1",
 				"--webhook-cert-dir=" + certDir, "--manage-agents=false",
-				"--health-addr=127.0.0.1:0", "--diagnostics-address=" + metricsAddr, "--insecure-diagnostics"}
+				"--health-addr=127.0.0.1:0", "--diagnostics-address=" + metricsAddr, "--insecure-diagnostics"}, extraArgs...)
 		},
 		Env: []string{"KUBECONFIG=" + kubeconfig},
 	}

@@ -43,6 +43,7 @@ type extensionOptions struct {
 	diagnosticsAddress   string
 	insecureDiagnostics  bool
 	healthAddr           string
+	profilerAddress      string
 	leaderElect          bool
 	leaderElectNamespace string
 	policyFile           string
@@ -76,6 +77,7 @@ over HTTPS (register it with an ExtensionConfig whose caBundle is the CA of
 	f.StringVar(&o.diagnosticsAddress, "diagnostics-address", ":8443", "Address of the diagnostics endpoint (/metrics); \"0\" disables it. Served over HTTPS with Kubernetes authentication and authorization unless --insecure-diagnostics.")
 	f.BoolVar(&o.insecureDiagnostics, "insecure-diagnostics", false, "Serve diagnostics over plain HTTP without authentication or authorization.")
 	f.StringVar(&o.healthAddr, "health-addr", ":9440", "Address of the health probes (/healthz, /readyz).")
+	f.StringVar(&o.profilerAddress, "profiler-address", "", "Address of the pprof endpoint (e.g. localhost:6060), as Cluster API's controllers have it; empty disables it. Plain HTTP without authentication: bind it to localhost.")
 	f.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader among replicas; only the leader runs the coordinator's controllers. Every replica serves the hooks.")
 	f.StringVar(&o.leaderElectNamespace, "leader-elect-namespace", "", "Namespace of the leader election lease; empty means the pod's own namespace.")
 	f.StringVar(&o.policyFile, "policy-file", "", "Path to the policy file (YAML or JSON); empty means the built-in policy (no OS image artifacts, bootstrap-only fields refused).")
@@ -267,6 +269,7 @@ func managerOptions(o extensionOptions, scheme *runtime.Scheme, metrics metricss
 		Scheme:                        scheme,
 		Metrics:                       metrics,
 		HealthProbeBindAddress:        o.healthAddr,
+		PprofBindAddress:              o.profilerAddress,
 		LeaderElection:                o.leaderElect,
 		LeaderElectionID:              leaderElectionID,
 		LeaderElectionNamespace:       o.leaderElectNamespace,

@@ -38,7 +38,9 @@ func main() {
 	flag.IntVar(&o.rolloutRounds, "rollout-rounds", 3, "Rounds per rollout pair; the order alternates (the verdict compares the fastest rounds: the null extension alone varies 16-24 s on the 3 + 30 round between runs).")
 	flag.DurationVar(&o.waitStack, "wait-stack", 20*time.Minute, "How long the rollout waits for another local stack to free the in-memory provider's port.")
 	flag.StringVar(&o.nullExt, "null-extension", "bin/capi-inplace-nullext", "The null extension binary (bench/cmd/capi-inplace-nullext).")
+	extensionArgs := flag.String("extension-args", "", "Space-separated flags appended to capi-inplace extension's in every section, e.g. \"--v=2 --profiler-address=127.0.0.1:6060\" (the per-step call timing, a heap profile).")
 	flag.Parse()
+	o.extensionArgs = strings.Fields(*extensionArgs)
 	// The in-process hook servers log through controller-runtime; the measured
 	// binaries log to their files under the artifacts directory.
 	ctrl.SetLogger(logr.Discard())
@@ -67,6 +69,7 @@ type options struct {
 	rolloutRounds         int
 	nullExt               string
 	waitStack             time.Duration
+	extensionArgs         []string
 }
 
 func (o options) has(section string) bool {

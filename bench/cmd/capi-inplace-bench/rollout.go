@@ -25,7 +25,7 @@ func (r *runner) rollout(ctx context.Context) error {
 		return err
 	}
 	t0 := time.Now()
-	stack, err := bench.StartRolloutStack(ctx, r.bin, r.o.nullExt, r.logDir)
+	stack, err := bench.StartRolloutStack(ctx, r.bin, r.o.nullExt, r.logDir, r.o.extensionArgs...)
 	if err != nil {
 		return err
 	}

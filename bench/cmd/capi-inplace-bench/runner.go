@@ -70,7 +70,7 @@ func (r *runner) ensureServers(ctx context.Context) error {
 	}
 	var err error
 	if r.ours == nil {
-		if r.ours, err = bench.StartServer(ctx, bench.OurExtension(r.bin, r.env.Kubeconfig), r.tmp, r.logDir); err != nil {
+		if r.ours, err = bench.StartServer(ctx, bench.OurExtension(r.bin, r.env.Kubeconfig, r.o.extensionArgs...), r.tmp, r.logDir); err != nil {
 			return err
 		}
 		time.Sleep(2 * time.Second)
