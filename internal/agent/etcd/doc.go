@@ -18,7 +18,8 @@
 // drives; the simulated host implements it with a fake member store.
 // Subpackage etcdtest starts real etcd processes for tests and builds the helper.
 //
-// Imports: k8s.io/api (Pod), sigs.k8s.io/yaml, golang.org/x/sys/unix and the
+// Imports: k8s.io/api (Pod), sigs.k8s.io/yaml, golang.org/x/sys/unix,
+// internal/agent/helperbin (finding the helper) and the
 // standard library (os/exec for the helper). Never go.etcd.io/etcd (test/productdeps
 // fails the agent's build if it links it).
 package etcd

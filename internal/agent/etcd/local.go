@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/capi-inplace/capi-inplace/internal/agent/helperbin"
 )
 
 // kubeadm's local etcd endpoint and the client certificate its own health checks use.
@@ -60,26 +62,14 @@ func KubeadmLocal(root string) *Local {
 		CertFile: filepath.Join(root, KubeadmCert), KeyFile: filepath.Join(root, KubeadmKey)}
 }
 
-// helper resolves the helper binary.
+// helper resolves the helper binary (helperbin.Locate).
 func (l *Local) helper() (string, error) {
-	if l.Helper != "" {
-		return l.Helper, nil
-	}
-	if exe, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(exe), HelperName)
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	p, err := exec.LookPath(HelperName)
+	p, err := helperbin.Locate(HelperName, l.Helper)
 	if err != nil {
-		return "", fmt.Errorf("etcd helper %s: not beside the agent's executable nor on $PATH: %w", HelperName, err)
+		return "", fmt.Errorf("etcd %w", err)
 	}
 	return p, nil
 }
-
-// stderrLimit bounds what is kept of the helper's stderr (its error line).
-const stderrLimit = 4 << 10
 
 // run runs the helper's command with the member's flags, its stdout going to
 // stdout. The helper's one-line error becomes the error's text. Requests other
@@ -128,7 +118,7 @@ func (l *Local) runWith(ctx context.Context, stdout io.Writer, files []*os.File,
 	cmd := exec.CommandContext(ctx, path, argv...)
 	cmd.Stdout = stdout
 	cmd.ExtraFiles = files
-	stderr := &tailBuffer{limit: stderrLimit}
+	stderr := &helperbin.Tail{Limit: helperbin.StderrLimit}
 	cmd.Stderr = stderr
 	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Run(); err != nil {
@@ -266,19 +256,3 @@ func DataDirInUse(dataDir string) (bool, error) {
 	_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
 	return false, nil
 }
-
-// tailBuffer keeps the last limit bytes written to it.
-type tailBuffer struct {
-	limit int
-	b     []byte
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.b = append(t.b, p...)
-	if len(t.b) > t.limit {
-		t.b = t.b[len(t.b)-t.limit:]
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string { return string(t.b) }

@@ -5,7 +5,8 @@
 //
 // Helper builds the etcd helper binary (cmd/capi-inplace-etcd) that etcd.Local runs.
 //
-// Imports: internal/agent/etcd (ParseManifest, HelperName), the standard library.
+// Imports: internal/agent/etcd (ParseManifest, HelperName),
+// internal/agent/helperbin/helperbintest (the helper's build), the standard library.
 package etcdtest
 
 import (
