@@ -2,11 +2,12 @@ package celgate
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
+
+	"github.com/capi-inplace/capi-inplace/internal/celgate/celproto"
 )
 
 // Variable names of a gate expression.
@@ -59,8 +60,10 @@ func Compile(expression string) (*Program, error) {
 	return &Program{expression: expression, prg: prg}, nil
 }
 
-// ErrFalse is returned by Eval when the expression evaluates to false.
-var ErrFalse = errors.New("CEL expression is false")
+// ErrFalse is returned by Eval when the expression evaluates to false. It is
+// celproto's, so that the agent, which runs the evaluation in the CEL helper
+// binary and links no cel-go, returns the same error.
+var ErrFalse = celproto.ErrFalse
 
 // Eval evaluates the expression over a Node and its pods (JSON objects as
 // runtime.DefaultUnstructuredConverter gives them): nil when it is true, ErrFalse

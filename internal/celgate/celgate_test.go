@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+
+	"github.com/capi-inplace/capi-inplace/internal/celgate/celproto"
 )
 
 func TestCompile(t *testing.T) {
@@ -72,6 +74,7 @@ func TestEval(t *testing.T) {
 				g.Expect(errors.Is(err, ErrFalse)).To(BeFalse())
 			case tt.wantErr != nil:
 				g.Expect(err).To(MatchError(tt.wantErr))
+				g.Expect(errors.Is(err, celproto.ErrFalse)).To(BeTrue(), "the agent, without cel-go, tests celproto's ErrFalse")
 			default:
 				g.Expect(err).NotTo(HaveOccurred())
 			}

@@ -5,7 +5,10 @@
 // regex extensions are not included, the standard library is), the rule that it
 // is of type bool, and its evaluation under a cost limit. The policy compiles
 // every expression at load, so a bad one is refused before any plan is written;
-// the agent compiles it again from the plan and evaluates it.
+// the agent has it compiled again from the plan and evaluated by its CEL helper
+// binary (cmd/capi-inplace-cel, package celhelper), so that the agent itself does
+// not link cel-go (whose package initialisation alone costs some 3 MiB of RSS).
+// Subpackage celproto is the wire between the two, and holds ErrFalse.
 //
-// Imports: standard library and github.com/google/cel-go only. No I/O.
+// Imports: standard library, github.com/google/cel-go and celproto only. No I/O.
 package celgate
