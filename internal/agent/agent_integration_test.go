@@ -27,6 +27,7 @@ import (
 	"github.com/capi-inplace/capi-inplace/internal/agent/journal"
 	"github.com/capi-inplace/capi-inplace/internal/agent/state"
 	"github.com/capi-inplace/capi-inplace/internal/backend/simulated"
+	"github.com/capi-inplace/capi-inplace/internal/celgate/celproto"
 	"github.com/capi-inplace/capi-inplace/internal/coordinator/nodeplan"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 	"github.com/capi-inplace/capi-inplace/internal/testenv"
@@ -63,10 +64,11 @@ func runSuite(m *testing.M) int {
 	_, file, _, _ := runtime.Caller(0)
 	repo := filepath.Join(filepath.Dir(file), "..", "..")
 	binary = filepath.Join(tmp, "capi-inplace-dev")
-	build := exec.Command("go", "build", "-o", binary, "./test/cmd/capi-inplace-dev")
+	// The agent's CEL helper beside it, where the agent looks for it (CEL gates).
+	build := exec.Command("go", "build", "-o", tmp+string(filepath.Separator), "./test/cmd/capi-inplace-dev", "./cmd/"+celproto.HelperName)
 	build.Dir = repo
 	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Printf("build capi-inplace-dev: %v\n%s\n", err, out)
+		fmt.Printf("build capi-inplace-dev and %s: %v\n%s\n", celproto.HelperName, err, out)
 		return 1
 	}
 	env, err := testenv.Start(testenv.Options{})

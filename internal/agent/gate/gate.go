@@ -3,7 +3,8 @@
 // static pods run the target version, the local etcd member is healthy, the
 // whole etcd cluster is (every member healthy, this member voting again), and the
 // plan's user-defined gates pass: a command on the host, an HTTP GET from the node
-// (user.go) or a CEL expression over the Node and its pods (internal/celgate). BeforeTouch checks the etcd cluster once
+// (user.go) or a CEL expression over the Node and its pods (internal/celgate,
+// evaluated in the CEL helper binary: internal/agent/celrun). BeforeTouch checks the etcd cluster once
 // before a control-plane plan starts. The etcd gates and BeforeTouch apply only
 // to a node with a local etcd member (protocol.KubernetesPlan.LocalEtcd): with an
 // external etcd the node has none to check. Each gate is polled until it passes or the
@@ -19,7 +20,8 @@
 // dead connection cannot hold a gate: the gate ends at most one attempt after its
 // timeout.
 //
-// Imports: internal/backend, internal/protocol, internal/celgate, k8s.io/api,
+// Imports: internal/backend, internal/protocol, internal/agent/celrun and
+// internal/celgate/celproto (never cel-go: the helper links it), k8s.io/api,
 // k8s.io/apimachinery (runtime: objects as JSON for CEL) and the standard library.
 package gate
 
@@ -81,6 +83,10 @@ type Checker struct {
 	CommandTimeout time.Duration
 	// Pods lists the pods bound to the node for CEL gates; nil fails every CEL gate.
 	Pods PodLister
+	// CELHelper is the CEL helper binary's path (cmd/capi-inplace-cel), which
+	// evaluates CEL gates; empty means celproto.HelperName beside the running
+	// executable, else on $PATH.
+	CELHelper string
 	// Progress, when set, is told the name of each gate as it starts, so that
 	// status can say which gate runs (and, on failure, which one did not pass).
 	Progress func(gate string)

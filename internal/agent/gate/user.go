@@ -14,8 +14,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/capi-inplace/capi-inplace/internal/agent/celrun"
 	"github.com/capi-inplace/capi-inplace/internal/backend"
-	"github.com/capi-inplace/capi-inplace/internal/celgate"
+	"github.com/capi-inplace/capi-inplace/internal/celgate/celproto"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
@@ -104,16 +105,15 @@ func httpCheck(h protocol.HTTPGetGate) func(ctx context.Context) error {
 	}
 }
 
-// celCheck is a CEL gate: the expression is compiled once (the policy compiled
-// it already; an agent of another version may still refuse it, and says why on
-// every poll), then evaluated on each poll over the Node and the pods bound to
-// it as read at that poll.
+// celCheck is a CEL gate: on each poll the Node and the pods bound to it are
+// read, and the CEL helper binary (celrun.Helper, Checker.CELHelper) compiles and
+// evaluates the expression over them, bounded by the poll's context (a gate's
+// timeout kills it). The policy compiled the expression already; a helper of
+// another version may still refuse it, and says why on every poll. The agent
+// itself links no cel-go (its initialisation alone costs some 3 MiB of RSS).
 func (c *Checker) celCheck(expression string) func(ctx context.Context) error {
-	prg, compileErr := celgate.Compile(expression)
+	helper := celrun.Helper{Path: c.CELHelper}
 	return func(ctx context.Context) error {
-		if compileErr != nil {
-			return compileErr
-		}
 		if c.Pods == nil {
 			return errors.New("this agent cannot list its node's pods")
 		}
@@ -137,11 +137,10 @@ func (c *Checker) celCheck(expression string) func(ctx context.Context) error {
 			}
 			objs = append(objs, o)
 		}
-		if err := prg.Eval(ctx, node, objs); errors.Is(err, celgate.ErrFalse) {
+		err = helper.Eval(ctx, celproto.Request{Expression: expression, Node: node, Pods: objs})
+		if errors.Is(err, celproto.ErrFalse) {
 			return fmt.Errorf("%w over node %s and its %d pods", err, n.Name, len(objs))
-		} else if err != nil {
-			return err
 		}
-		return nil
+		return err
 	}
 }

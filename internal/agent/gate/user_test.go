@@ -14,6 +14,9 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,6 +25,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/capi-inplace/capi-inplace/internal/agent/helperbin/helperbintest"
+	"github.com/capi-inplace/capi-inplace/internal/celgate/celproto"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
@@ -148,8 +153,9 @@ func podReady(name string, ready corev1.ConditionStatus) corev1.Pod {
 }
 
 // TestCELGate evaluates CEL gates over the Node and its pods as typed objects
-// turn into JSON.
+// turn into JSON, in the real CEL helper binary.
 func TestCELGate(t *testing.T) {
+	helper := helperbintest.Build(t, celproto.HelperName)
 	allReady := `pods.all(p, p.status.conditions.exists(c, c.type == "Ready" && c.status == "True"))`
 	tests := []struct {
 		name    string
@@ -161,6 +167,8 @@ func TestCELGate(t *testing.T) {
 		{"a pod not ready", allReady, fakePods{pods: []corev1.Pod{podReady("a", "True"), podReady("b", "False")}}, "CEL expression is false over node cp-1 and its 2 pods"},
 		{"node fields", `node.status.nodeInfo.kubeletVersion == "v1.36.0" && node.metadata.name == "cp-1"`, fakePods{}, ""},
 		{"a field that is not there", `node.metadata.labels.zone == "a"`, fakePods{}, "no such key"},
+		{"int fields are ints", `pods.all(p, p.spec.containers.all(c, c.ports.all(x, x.containerPort == 8080 && type(x.containerPort) == int)))`,
+			fakePods{pods: []corev1.Pod{withPort(podReady("a", "True"), 8080)}}, ""},
 		{"pods cannot be listed", allReady, fakePods{err: errors.New("pods is forbidden")}, "pods is forbidden"},
 		{"no pod lister", allReady, nil, "cannot list its node's pods"},
 		{"an expression this agent cannot compile", `size(pods)`, fakePods{}, "want bool"},
@@ -168,7 +176,7 @@ func TestCELGate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
-			c := &Checker{Nodes: &fakeNodes{node: node("v1.36.0", "True")}, Pods: tt.pods, Timeout: 30 * time.Millisecond, Interval: 5 * time.Millisecond}
+			c := &Checker{Nodes: &fakeNodes{node: node("v1.36.0", "True")}, Pods: tt.pods, CELHelper: helper, Timeout: 30 * time.Millisecond, Interval: 5 * time.Millisecond}
 			var started []string
 			c.Progress = func(name string) { started = append(started, name) }
 			err := c.Run(context.Background(), userGatePlan(protocol.Gate{Name: "pods-ready", CEL: &protocol.CELGate{Expression: tt.expr}}))
@@ -182,6 +190,28 @@ func TestCELGate(t *testing.T) {
 			g.Expect(ge.Gate).To(Equal("pods-ready"))
 			g.Expect(err).To(MatchError(ContainSubstring(tt.wantErr)))
 			g.Expect(started[len(started)-1]).To(Equal("pods-ready"))
+			if strings.Contains(tt.wantErr, "is false") {
+				g.Expect(errors.Is(err, celproto.ErrFalse)).To(BeTrue(), "a false expression is ErrFalse")
+			} else {
+				g.Expect(errors.Is(err, celproto.ErrFalse)).To(BeFalse())
+			}
 		})
 	}
+
+	t.Run("the gate's timeout kills a helper that hangs", func(t *testing.T) {
+		g := NewWithT(t)
+		hang := filepath.Join(t.TempDir(), celproto.HelperName)
+		g.Expect(os.WriteFile(hang, []byte("#!/bin/sh\ncat >/dev/null\nexec sleep 60\n"), 0o755)).To(Succeed())
+		c := &Checker{Nodes: &fakeNodes{node: node("v1.36.0", "True")}, Pods: fakePods{}, CELHelper: hang, Timeout: 30 * time.Millisecond, Interval: 5 * time.Millisecond}
+		start := time.Now()
+		err := c.Run(context.Background(), userGatePlan(protocol.Gate{Name: "pods-ready", CEL: &protocol.CELGate{Expression: "true"}, TimeoutSeconds: 1}))
+		g.Expect(err).To(MatchError(ContainSubstring("gate pods-ready did not pass")))
+		g.Expect(err).To(MatchError(context.DeadlineExceeded))
+		g.Expect(time.Since(start)).To(BeNumerically("<", 4*time.Second))
+	})
+}
+
+func withPort(p corev1.Pod, port int32) corev1.Pod {
+	p.Spec.Containers = []corev1.Container{{Name: "app", Ports: []corev1.ContainerPort{{ContainerPort: port}}}}
+	return p
 }
