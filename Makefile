@@ -20,12 +20,15 @@ PRODUCT_FLAGS ?= -trimpath -ldflags "-s -w"
 # capi-inplace: extension and CLI; kubectl-inplace: the same CLI as a kubectl plugin
 # (docs/cli.md); capi-inplace-agent: the node agent;
 # capi-inplace-etcd: the agent's etcd helper (etcd's client and etcdutl, in the agent's
-# image beside it); capi-inplace-dev: the demo and the simulated agent (never shipped).
+# image beside it); capi-inplace-cel: the agent's CEL helper (cel-go, for CEL gates, in
+# the agent's image beside it); capi-inplace-dev: the demo and the simulated agent
+# (never shipped; its agent finds the CEL helper beside it in bin/).
 .PHONY: build
-build: ## Build bin/capi-inplace, bin/capi-inplace-agent (+ its etcd helper) and the harness bin/capi-inplace-dev.
+build: ## Build bin/capi-inplace, bin/capi-inplace-agent (+ its etcd and CEL helpers) and the harness bin/capi-inplace-dev.
 	CGO_ENABLED=0 $(GO) build $(PRODUCT_FLAGS) -o $(BIN)/capi-inplace ./cmd/capi-inplace
 	CGO_ENABLED=0 $(GO) build $(PRODUCT_FLAGS) -o $(BIN)/capi-inplace-agent ./cmd/capi-inplace-agent
 	CGO_ENABLED=0 $(GO) build $(PRODUCT_FLAGS) -o $(BIN)/capi-inplace-etcd ./cmd/capi-inplace-etcd
+	CGO_ENABLED=0 $(GO) build $(PRODUCT_FLAGS) -o $(BIN)/capi-inplace-cel ./cmd/capi-inplace-cel
 	CGO_ENABLED=0 $(GO) build $(PRODUCT_FLAGS) -o $(BIN)/kubectl-inplace ./cmd/kubectl-inplace
 	$(GO) build -o $(BIN)/capi-inplace-dev ./test/cmd/capi-inplace-dev
 
@@ -42,7 +45,7 @@ IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
 .PHONY: image
 image: ## Build the extension and agent images (OCI, linux/amd64+arm64, SBOM, no Docker); IMAGE_PUSH=<registry>/<org> pushes.
 	cd hack/tools/images && $(GO) run . -repo $(ROOT) -out $(ROOT)/_artifacts/images -version $(IMAGE_VERSION) -platforms $(IMAGE_PLATFORMS) \
-		-image capi-inplace=./cmd/capi-inplace -image capi-inplace-agent=./cmd/capi-inplace-agent,./cmd/capi-inplace-etcd -root-image capi-inplace-agent \
+		-image capi-inplace=./cmd/capi-inplace -image capi-inplace-agent=./cmd/capi-inplace-agent,./cmd/capi-inplace-etcd,./cmd/capi-inplace-cel -root-image capi-inplace-agent \
 		$(if $(IMAGE_PUSH),-push $(IMAGE_PUSH))
 
 .PHONY: tools
@@ -109,8 +112,8 @@ e2e: tools-capi build ## End-to-end scenarios against real upstream Cluster API.
 	@# runs these two packages one after the other.
 	$(GO) test $(E2E_FLAGS) -p 1 -tags e2e ./internal/cli/ ./test/cmd/capi-inplace-dev/ -run 'TestDemo|TestPlanOnLocalStack'
 
-# The agent's image for the real-node lane (the agent and its etcd helper, as in the
-# release image), tagged by the binaries' content.
+# The agent's image for the real-node lane (the agent and its etcd and CEL helpers, as
+# in the release image), tagged by the binaries' content.
 E2ENODE_IMAGE_TAR := $(ROOT)/_artifacts/realnode/capi-inplace-image.tar
 
 .PHONY: e2e-node
@@ -118,9 +121,10 @@ e2e-node: tools-capi build ## Real-node lane: the agent upgrades real kubeadm no
 	hack/install-deps.sh
 	hack/realnode/build.sh
 	@mkdir -p $(dir $(E2ENODE_IMAGE_TAR))
-	@tag=capi-inplace.local/capi-inplace-agent:lane-$$(cat $(BIN)/capi-inplace-agent $(BIN)/capi-inplace-etcd | sha256sum | cut -c1-12); \
+	@tag=capi-inplace.local/capi-inplace-agent:lane-$$(cat $(BIN)/capi-inplace-agent $(BIN)/capi-inplace-etcd $(BIN)/capi-inplace-cel | sha256sum | cut -c1-12); \
 	_cache/realnode/tools/image -out $(E2ENODE_IMAGE_TAR) -tag $$tag \
 		-file $(BIN)/capi-inplace-agent=/capi-inplace-agent -file $(BIN)/capi-inplace-etcd=/capi-inplace-etcd \
+		-file $(BIN)/capi-inplace-cel=/capi-inplace-cel \
 		-entrypoint /capi-inplace-agent >/dev/null; \
 	echo "==> agent image $$tag"; \
 	E2ENODE_AGENT_IMAGE=$$tag E2ENODE_AGENT_IMAGE_TAR=$(E2ENODE_IMAGE_TAR) \

@@ -24,6 +24,9 @@ const (
 	// EtcdHelperBinary is the agent's etcd helper (cmd/capi-inplace-etcd), in the
 	// agent's image; it runs only during a control-plane node's update.
 	EtcdHelperBinary = "capi-inplace-etcd"
+	// CELHelperBinary is the agent's CEL helper (cmd/capi-inplace-cel), in the
+	// agent's image; it runs only for a poll of a CEL gate.
+	CELHelperBinary = "capi-inplace-cel"
 )
 
 // footprintNode is the Node both processes of the footprint section watch.
@@ -45,7 +48,7 @@ type Footprint struct {
 // reads both processes' memory and CPU after idle.
 func MeasureFootprint(ctx context.Context, env *Env, binDir, dir, logDir string, idle time.Duration) (Footprint, error) {
 	res := Footprint{Sizes: map[string]int64{}}
-	for _, b := range []string{AgentBinary, ExtensionBinary, InformerBinary, EtcdHelperBinary} {
+	for _, b := range []string{AgentBinary, ExtensionBinary, InformerBinary, EtcdHelperBinary, CELHelperBinary} {
 		st, err := os.Stat(filepath.Join(binDir, b))
 		if err != nil {
 			return res, fmt.Errorf("binary %s (make build; the bench builds %s): %w", b, InformerBinary, err)

@@ -444,8 +444,8 @@ func grants(rules []rbacv1.PolicyRule) map[string][]string {
 // `make build` (hack/tools/images builds and tests the images themselves): the
 // extension image runs /capi-inplace from ./cmd/capi-inplace as the non-root user the
 // Deployment runs as, the agent image /capi-inplace-agent from ./cmd/capi-inplace-agent
-// as root (with its etcd helper /capi-inplace-etcd), and `make build` builds the same
-// packages.
+// as root (with its etcd helper /capi-inplace-etcd and its CEL helper
+// /capi-inplace-cel), and `make build` builds the same packages.
 func TestImageMatchesBuildAndManifests(t *testing.T) {
 	g := NewWithT(t)
 	makefile, err := os.ReadFile("../Makefile")
@@ -458,13 +458,19 @@ func TestImageMatchesBuildAndManifests(t *testing.T) {
 	image := regexp.MustCompile(`(?ms)^image:.*?\n\n`).Find(makefile)
 	g.Expect(image).NotTo(BeNil(), "the Makefile's image target")
 	g.Expect(string(image)).To(ContainSubstring("-image capi-inplace=./cmd/capi-inplace "))
-	g.Expect(string(image)).To(ContainSubstring("-image capi-inplace-agent=./cmd/capi-inplace-agent,./cmd/capi-inplace-etcd "), "the agent image carries its etcd helper")
+	g.Expect(string(image)).To(ContainSubstring("-image capi-inplace-agent=./cmd/capi-inplace-agent,./cmd/capi-inplace-etcd,./cmd/capi-inplace-cel "), "the agent image carries its etcd and CEL helpers")
 	g.Expect(string(image)).To(ContainSubstring("-root-image capi-inplace-agent"), "the agent alone runs as root")
 	g.Expect(makefile).To(ContainSubstring("IMAGE_PLATFORMS ?= linux/amd64,linux/arm64"))
 	g.Expect(string(tool)).To(ContainSubstring(fmt.Sprintf(`NonRootUser = "%d:%d"`, imageUser, imageUser)), "the image's user is the Deployment's runAsUser")
 	g.Expect(string(tool)).To(ContainSubstring(`entrypoint := "/" + spec.Name`), "entrypoint /<image name>: /capi-inplace as the Deployment's command")
-	for _, pkg := range []string{"capi-inplace", "capi-inplace-agent", "capi-inplace-etcd"} {
+	for _, pkg := range []string{"capi-inplace", "capi-inplace-agent", "capi-inplace-etcd", "capi-inplace-cel"} {
 		g.Expect(makefile).To(MatchRegexp(`(?m)^\tCGO_ENABLED=0 \$\(GO\) build .*-o \$\(BIN\)/`+pkg+` \./cmd/`+pkg+`$`), "make build builds %s static", pkg)
+	}
+	lane := regexp.MustCompile(`(?ms)^e2e-node:.*?\n\n`).Find(makefile)
+	g.Expect(lane).NotTo(BeNil(), "the Makefile's e2e-node target")
+	for _, bin := range []string{"capi-inplace-agent", "capi-inplace-etcd", "capi-inplace-cel"} {
+		g.Expect(string(lane)).To(ContainSubstring("-file $(BIN)/"+bin+"=/"+bin+" "), "the real-node lane's agent image carries %s, as the release image does", bin)
+		g.Expect(string(lane)).To(MatchRegexp(`cat [^|]*\$\(BIN\)/`+bin+`[ |]`), "the lane's image tag hashes %s", bin)
 	}
 }
 

@@ -41,6 +41,8 @@ func (r *runner) footprint(ctx context.Context) error {
 		bench.Row{Section: "3", Measurement: "binary size: `capi-inplace` (extension and CLI, no test harness)", Ours: mb(extSize)},
 		bench.Row{Section: "3", Measurement: "binary size: `capi-inplace-etcd` (the agent's etcd helper, beside it in its image; runs only for a control-plane node's etcd snapshot, health, quorum and restore)",
 			Ours: mb(f.Sizes[bench.EtcdHelperBinary])},
+		bench.Row{Section: "3", Measurement: "binary size: `capi-inplace-cel` (the agent's CEL helper, beside it in its image; runs only for a poll of a CEL gate, so the agent links no cel-go)",
+			Ours: mb(f.Sizes[bench.CELHelperBinary])},
 	)
 	return nil
 }

@@ -45,7 +45,8 @@ type ImageSpec struct {
 	User    string
 	// Helpers are further main packages whose binaries the image carries beside
 	// the entrypoint, each at /<last element of the package path> with its own
-	// SBOM (the agent's etcd helper, cmd/capi-inplace-etcd).
+	// SBOM (the agent's etcd and CEL helpers, cmd/capi-inplace-etcd and
+	// cmd/capi-inplace-cel).
 	Helpers []string
 }
 

@@ -49,7 +49,7 @@ func TestAgentImageReproducibleAndPulledByDigest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := ImageSpec{Name: "capi-inplace-agent", Package: "./cmd/capi-inplace-agent", Helpers: []string{"./cmd/capi-inplace-etcd"}, User: RootUser}
+	spec := ImageSpec{Name: "capi-inplace-agent", Package: "./cmd/capi-inplace-agent", Helpers: []string{"./cmd/capi-inplace-etcd", "./cmd/capi-inplace-cel"}, User: RootUser}
 	// The commit's time, as Build reads it from git in a checkout.
 	created, err := sourceDate(ctx, repoRoot)
 	if err != nil {
@@ -125,24 +125,30 @@ func TestAgentImageReproducibleAndPulledByDigest(t *testing.T) {
 			t.Errorf("%s image holds a %s binary", arch, f.Machine)
 		}
 		_ = f.Close()
-		// The etcd helper the agent runs, beside it and for the same platform.
-		helper := filepath.Join(t.TempDir(), "helper")
-		if err := os.WriteFile(helper, files["capi-inplace-etcd"], 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if hf, err := elf.Open(helper); err != nil {
-			t.Errorf("%s: no etcd helper binary at /capi-inplace-etcd: %v", arch, err)
-		} else {
-			if hf.Machine != machines[arch] {
-				t.Errorf("%s image holds a %s etcd helper", arch, hf.Machine)
+		// The helpers the agent runs, beside it and for the same platform, each
+		// with its SBOM naming the library it keeps out of the agent.
+		for _, h := range []struct{ name, module string }{
+			{"capi-inplace-etcd", "go.etcd.io/etcd/client/v3"},
+			{"capi-inplace-cel", "github.com/google/cel-go"},
+		} {
+			helper := filepath.Join(t.TempDir(), h.name)
+			if err := os.WriteFile(helper, files[h.name], 0o755); err != nil {
+				t.Fatal(err)
 			}
-			_ = hf.Close()
-		}
-		var helperSBOM spdxDocument
-		if err := json.Unmarshal(files["usr/share/sbom/capi-inplace-etcd.spdx.json"], &helperSBOM); err != nil {
-			t.Errorf("%s etcd helper SBOM: %v", arch, err)
-		} else if !strings.Contains(fmt.Sprint(helperSBOM.Packages), "go.etcd.io/etcd/client/v3") {
-			t.Errorf("%s etcd helper SBOM lists no etcd client", arch)
+			if hf, err := elf.Open(helper); err != nil {
+				t.Errorf("%s: no helper binary at /%s: %v", arch, h.name, err)
+			} else {
+				if hf.Machine != machines[arch] {
+					t.Errorf("%s image holds a %s %s", arch, hf.Machine, h.name)
+				}
+				_ = hf.Close()
+			}
+			var helperSBOM spdxDocument
+			if err := json.Unmarshal(files["usr/share/sbom/"+h.name+".spdx.json"], &helperSBOM); err != nil {
+				t.Errorf("%s %s SBOM: %v", arch, h.name, err)
+			} else if !strings.Contains(fmt.Sprint(helperSBOM.Packages), h.module) {
+				t.Errorf("%s %s SBOM lists no %s", arch, h.name, h.module)
+			}
 		}
 		requireCABundle(t, files["etc/ssl/certs/ca-certificates.crt"])
 		var sbom spdxDocument
@@ -162,6 +168,9 @@ func TestAgentImageReproducibleAndPulledByDigest(t *testing.T) {
 		}
 		if strings.Contains(all, "go.etcd.io/etcd") {
 			t.Errorf("the agent's SBOM lists etcd's libraries: they belong to the etcd helper")
+		}
+		if strings.Contains(all, "github.com/google/cel-go") {
+			t.Errorf("the agent's SBOM lists cel-go: it belongs to the CEL helper")
 		}
 	}
 

@@ -14,7 +14,7 @@
 // usage:
 //
 //	images -repo . -out _artifacts/images -version v0.1.0 \
-//	       -image capi-inplace=./cmd/capi-inplace -image capi-inplace-agent=./cmd/capi-inplace-agent,./cmd/capi-inplace-etcd \
+//	       -image capi-inplace=./cmd/capi-inplace -image capi-inplace-agent=./cmd/capi-inplace-agent,./cmd/capi-inplace-etcd,./cmd/capi-inplace-cel \
 //	       -root-image capi-inplace-agent [-platforms linux/amd64,linux/arm64] [-push localhost:5000/capi-inplace]
 package main
 
