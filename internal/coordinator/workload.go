@@ -100,11 +100,20 @@ func (k *KubeconfigClusters) Invalidate(cluster client.ObjectKey) {
 // NewWorkloadCluster builds the clients of one cluster from a rest config.
 func NewWorkloadCluster(cfg *rest.Config, scheme *runtime.Scheme, timeout time.Duration) (*WorkloadCluster, error) {
 	cfg = workload.Configure(cfg, workload.Options{UserAgent: "capi-inplace-coordinator", Timeout: timeout})
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	// One HTTP client (one connection pool) for both clients.
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("build workload HTTP client: %w", err)
+	}
+	mapper, err := workloadRESTMapper(cfg, hc)
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme, HTTPClient: hc, Mapper: mapper})
 	if err != nil {
 		return nil, fmt.Errorf("build workload client: %w", err)
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := kubernetes.NewForConfigAndClient(cfg, hc)
 	if err != nil {
 		return nil, fmt.Errorf("build workload clientset: %w", err)
 	}
