@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/capi-inplace/capi-inplace/internal/agent/artifact"
 	"github.com/capi-inplace/capi-inplace/internal/agent/etcd"
@@ -62,6 +63,9 @@ type Host struct {
 	// Services restarts the kubelet and the NTP client; nil means systemd through
 	// Runner.
 	Services service.Manager
+	// PreflightRetryPause is the pause between preflight attempts of `kubeadm
+	// upgrade apply`; zero means PreflightRetryPause.
+	PreflightRetryPause time.Duration
 }
 
 // services returns the node's service manager.
@@ -101,12 +105,20 @@ func (h *Host) checkKubeadmVersion(ctx context.Context, version string) error {
 }
 
 // KubeadmUpgrade runs the plan's kubeadm command, skipping the preflight checks
-// the plan lists.
+// the plan lists. `kubeadm upgrade apply` runs its preflight phase first, on its
+// own and up to PreflightAttempts times (applyPreflight), then the rest of the
+// workflow without it.
 func (h *Host) KubeadmUpgrade(ctx context.Context, k protocol.KubernetesPlan) error {
 	var args []string
 	switch k.Action {
 	case protocol.KubeadmUpgradeApply:
 		args = []string{"upgrade", "apply", k.Version, "--yes"}
+		if applyHasPhases(k.Version) {
+			if err := h.applyPreflight(ctx, k); err != nil {
+				return err
+			}
+			args = append(args, "--skip-phases=preflight")
+		}
 	case protocol.KubeadmUpgradeNode:
 		args = []string{"upgrade", "node"}
 	default:
@@ -116,6 +128,47 @@ func (h *Host) KubeadmUpgrade(ctx context.Context, k protocol.KubernetesPlan) er
 		return fmt.Errorf("kubeadm upgrade: %w", err)
 	}
 	return nil
+}
+
+// PreflightAttempts and PreflightRetryPause bound applyPreflight.
+const (
+	PreflightAttempts   = 3
+	PreflightRetryPause = 10 * time.Second
+)
+
+// applyPreflight runs `kubeadm upgrade apply phase preflight` until it passes, at
+// most PreflightAttempts times. The phase changes nothing on the node, and one of
+// its checks (CreateJob) needs the cluster to schedule and run a pod on another
+// schedulable node within 60 s, which a busy cluster can miss once: failing the
+// action then would roll the node back (on a control plane, an etcd restore and
+// an API outage) for a check that passes a minute later.
+func (h *Host) applyPreflight(ctx context.Context, k protocol.KubernetesPlan) error {
+	args := append([]string{"upgrade", "apply", "phase", "preflight", k.Version, "--yes"}, k.PreflightFlag()...)
+	pause := h.PreflightRetryPause
+	if pause == 0 {
+		pause = PreflightRetryPause
+	}
+	var err error
+	for attempt := 1; ; attempt++ {
+		if _, err = h.run(ctx, "kubeadm", args...); err == nil {
+			return nil
+		}
+		if attempt == PreflightAttempts {
+			return fmt.Errorf("kubeadm upgrade apply: preflight failed %d times, the node is unchanged: %w", attempt, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kubeadm upgrade apply: preflight: %w (after %d attempts: %w)", ctx.Err(), attempt, err)
+		case <-time.After(pause):
+		}
+	}
+}
+
+// applyHasPhases says whether kubeadm of version runs `upgrade apply` as phases
+// (`phase preflight`, `--skip-phases`): kubeadm 1.32 and later.
+func applyHasPhases(version string) bool {
+	v, err := protocol.ParseVersion(version)
+	return err == nil && (v.Major > 1 || v.Minor >= 32)
 }
 
 // ControlPlaneConfig re-renders this control-plane node's static pods (component

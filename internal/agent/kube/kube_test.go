@@ -103,7 +103,10 @@ func TestCommands(t *testing.T) {
 	}{
 		{"upgrade apply", func(h *Host) error {
 			return h.KubeadmUpgrade(context.Background(), protocol.KubernetesPlan{Role: protocol.RoleControlPlane, Version: "v1.36.0", Action: protocol.KubeadmUpgradeApply})
-		}, func(r *backendtest.Runner) { r.On("kubeadm", "", nil) }, []string{"kubeadm upgrade apply v1.36.0 --yes"}, ""},
+		}, func(r *backendtest.Runner) { r.On("kubeadm", "", nil) }, []string{"kubeadm upgrade apply phase preflight v1.36.0 --yes", "kubeadm upgrade apply v1.36.0 --yes --skip-phases=preflight"}, ""},
+		{"upgrade apply of a kubeadm without phases", func(h *Host) error {
+			return h.KubeadmUpgrade(context.Background(), protocol.KubernetesPlan{Role: protocol.RoleControlPlane, Version: "v1.31.4", Action: protocol.KubeadmUpgradeApply})
+		}, func(r *backendtest.Runner) { r.On("kubeadm", "", nil) }, []string{"kubeadm upgrade apply v1.31.4 --yes"}, ""},
 		{"upgrade node", func(h *Host) error {
 			return h.KubeadmUpgrade(context.Background(), protocol.KubernetesPlan{Version: "v1.36.0", Action: protocol.KubeadmUpgradeNode})
 		}, func(r *backendtest.Runner) { r.On("kubeadm", "", nil) }, []string{"kubeadm upgrade node"}, ""},

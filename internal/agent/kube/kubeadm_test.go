@@ -19,24 +19,25 @@ func TestKubeadmPreflightExceptions(t *testing.T) {
 	tests := []struct {
 		name string
 		do   func(h *Host) error
-		want string
+		want []string
 	}{
-		{"upgrade apply", func(h *Host) error { return h.KubeadmUpgrade(context.Background(), apply) },
-			"kubeadm upgrade apply v1.36.3 --yes --ignore-preflight-errors=SystemVerification,CoreDNSUnsupportedPlugins,CoreDNSMigration"},
+		{"upgrade apply: its preflight phase, then the rest", func(h *Host) error { return h.KubeadmUpgrade(context.Background(), apply) }, []string{
+			"kubeadm upgrade apply phase preflight v1.36.3 --yes --ignore-preflight-errors=SystemVerification,CoreDNSUnsupportedPlugins,CoreDNSMigration",
+			"kubeadm upgrade apply v1.36.3 --yes --skip-phases=preflight --ignore-preflight-errors=SystemVerification,CoreDNSUnsupportedPlugins,CoreDNSMigration"}},
 		{"upgrade node", func(h *Host) error { return h.KubeadmUpgrade(context.Background(), node) },
-			"kubeadm upgrade node --ignore-preflight-errors=SystemVerification"},
+			[]string{"kubeadm upgrade node --ignore-preflight-errors=SystemVerification"}},
 		{"control-plane re-render", func(h *Host) error { return h.ControlPlaneConfig(context.Background(), apply) },
-			"kubeadm upgrade node --certificate-renewal=false --ignore-preflight-errors=SystemVerification,CoreDNSUnsupportedPlugins,CoreDNSMigration"},
+			[]string{"kubeadm upgrade node --certificate-renewal=false --ignore-preflight-errors=SystemVerification,CoreDNSUnsupportedPlugins,CoreDNSMigration"}},
 		{"control-plane re-render without exceptions", func(h *Host) error {
 			return h.ControlPlaneConfig(context.Background(), protocol.KubernetesPlan{Role: protocol.RoleControlPlane, Version: "v1.36.3", Action: protocol.KubeadmNone})
-		}, "kubeadm upgrade node --certificate-renewal=false"},
+		}, []string{"kubeadm upgrade node --certificate-renewal=false"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
 			r := (&backendtest.Runner{}).On("kubeadm", "", nil)
 			g.Expect(tt.do(&Host{Root: t.TempDir(), Runner: r})).To(Succeed())
-			g.Expect(r.Calls()).To(Equal([]string{tt.want}))
+			g.Expect(r.Calls()).To(Equal(tt.want))
 		})
 	}
 }

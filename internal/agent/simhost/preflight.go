@@ -3,6 +3,7 @@ package simhost
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
@@ -17,10 +18,14 @@ const (
 	// on a cluster without CoreDNS.
 	CheckCoreDNSUnsupportedPlugins = "CoreDNSUnsupportedPlugins"
 	CheckCoreDNSMigration          = "CoreDNSMigration"
+	// CheckCreateJob is upgrade apply's health check that a Job's pod runs on a
+	// schedulable node within 60 s; it fails while the cluster cannot, which is
+	// often transient: list it as "CreateJob*N" to fail the next N runs only.
+	CheckCreateJob = "CreateJob"
 )
 
 // applyOnly are the checks only `kubeadm upgrade apply` runs.
-var applyOnly = []string{CheckCoreDNSUnsupportedPlugins, CheckCoreDNSMigration}
+var applyOnly = []string{CheckCoreDNSUnsupportedPlugins, CheckCoreDNSMigration, CheckCreateJob}
 
 // preflight fails a kubeadm upgrade as kubeadm does when a check listed in
 // .sim/preflight-failures (one name per line; opt-in: absent means every check
@@ -38,14 +43,26 @@ func (h *Host) preflight(args []string, apply bool) error {
 			}
 		}
 	}
-	var failed []string
-	for _, name := range strings.Fields(raw) {
+	var failed, kept []string
+	for _, entry := range strings.Fields(raw) {
+		name, times, transient := strings.Cut(entry, "*")
+		left, _ := strconv.Atoi(times)
+		if transient && left <= 0 {
+			continue // a transient failure that has run out
+		}
+		kept = append(kept, entry)
 		if !apply && slices.Contains(applyOnly, name) {
 			continue
 		}
 		if !ignored["all"] && !ignored[strings.ToLower(name)] {
 			failed = append(failed, fmt.Sprintf("\t[ERROR %s]: %s\n", name, preflightMessage(name)))
+			if transient {
+				kept[len(kept)-1] = fmt.Sprintf("%s*%d", name, left-1)
+			}
 		}
+	}
+	if err := writeFile(h.simPath("preflight-failures"), []byte(strings.Join(kept, "\n")+"\n")); err != nil {
+		return err
 	}
 	if len(failed) == 0 {
 		return nil
@@ -61,6 +78,8 @@ func preflightMessage(name string) string {
 		return "start version '' not supported"
 	case CheckCoreDNSMigration:
 		return "CoreDNS will not be upgraded: start version '' not supported"
+	case CheckCreateJob:
+		return "Job \"upgrade-health-check\" in the namespace \"kube-system\" did not complete in 1m0s: no condition of type Complete"
 	}
 	return "simulated preflight failure"
 }

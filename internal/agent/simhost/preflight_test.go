@@ -3,7 +3,10 @@ package simhost
 import (
 	"context"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
@@ -22,7 +25,7 @@ func TestPreflightFailsLikeTheRealNode(t *testing.T) {
 	h := New(t.TempDir(), "n1", nil, logr.Discard())
 	g.Expect(h.Init(ctx, Options{KubernetesVersion: "v1.35.4", ControlPlane: true,
 		PreflightFailures: []string{CheckSystemVerification, CheckCoreDNSUnsupportedPlugins, CheckCoreDNSMigration}})).To(Succeed())
-	k := &kube.Host{Root: h.Root, Runner: h.Runner(), Binaries: h}
+	k := &kube.Host{Root: h.Root, Runner: h.Runner(), Binaries: h, PreflightRetryPause: time.Millisecond}
 	before, err := os.ReadFile(h.path(kube.KubeletInstanceConfig))
 	g.Expect(err).NotTo(HaveOccurred(), "kubeadm 1.35+ writes instance-config.yaml at init")
 	g.Expect(k.InstallBinaries(ctx, "v1.36.3")).To(Succeed())
@@ -70,4 +73,45 @@ func TestPreflightIsOptIn(t *testing.T) {
 	k := &kube.Host{Root: h.Root, Runner: h.Runner(), Binaries: h}
 	g.Expect(k.InstallBinaries(ctx, "v1.36.3")).To(Succeed())
 	g.Expect(k.KubeadmUpgrade(ctx, protocol.KubernetesPlan{Role: protocol.RoleWorker, Version: "v1.36.3", Action: protocol.KubeadmUpgradeNode})).To(Succeed())
+}
+
+// TestApplyPreflightRetried: upgrade apply runs its preflight phase on its own,
+// again while it fails (a CreateJob health check the cluster misses), at most
+// kube.PreflightAttempts times, then the workflow without it; a preflight that
+// keeps failing fails the upgrade with the node unchanged.
+func TestApplyPreflightRetried(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		failures int
+		ok       bool
+	}{
+		{"fails twice, then passes", kube.PreflightAttempts - 1, true},
+		{"fails every attempt", kube.PreflightAttempts, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			ctx := context.Background()
+			h := New(t.TempDir(), "n1", nil, logr.Discard())
+			g.Expect(h.Init(ctx, Options{KubernetesVersion: "v1.35.4", ControlPlane: true,
+				PreflightFailures: []string{CheckCreateJob + "*" + strconv.Itoa(tc.failures)}})).To(Succeed())
+			k := &kube.Host{Root: h.Root, Runner: h.Runner(), Binaries: h, PreflightRetryPause: time.Millisecond}
+			g.Expect(k.InstallBinaries(ctx, "v1.36.3")).To(Succeed())
+			err := k.KubeadmUpgrade(ctx, protocol.KubernetesPlan{Role: protocol.RoleControlPlane, Version: "v1.36.3", Action: protocol.KubeadmUpgradeApply})
+			log, rerr := os.ReadFile(h.simPath("commands.log"))
+			g.Expect(rerr).NotTo(HaveOccurred())
+			img, _ := h.manifestImage("kube-apiserver")
+			if tc.ok {
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(strings.Count(string(log), "kubeadm upgrade apply phase preflight v1.36.3")).To(Equal(tc.failures + 1))
+				g.Expect(string(log)).To(ContainSubstring("kubeadm upgrade apply v1.36.3 --yes --skip-phases=preflight"))
+				g.Expect(img).To(Equal("registry.k8s.io/kube-apiserver:v1.36.3"))
+				return
+			}
+			g.Expect(err).To(MatchError(ContainSubstring("preflight failed 3 times, the node is unchanged")))
+			g.Expect(err).To(MatchError(ContainSubstring("[ERROR CreateJob]")))
+			g.Expect(strings.Count(string(log), "kubeadm upgrade apply phase preflight v1.36.3")).To(Equal(kube.PreflightAttempts))
+			g.Expect(string(log)).NotTo(ContainSubstring("--skip-phases"))
+			g.Expect(img).To(Equal("registry.k8s.io/kube-apiserver:v1.35.4"), "a refused upgrade changes nothing")
+		})
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -76,19 +77,17 @@ func (h *Host) kubeadm(ctx context.Context, args []string) (string, error) {
 	switch {
 	case len(args) >= 1 && args[0] == "version":
 		return kubeadmVersion + "\n", nil
+	case len(args) >= 5 && args[0] == "upgrade" && args[1] == "apply" && args[2] == "phase":
+		// kubeadm 1.32+: one phase of the apply workflow. Only preflight is used.
+		if args[3] != "preflight" {
+			return "", fmt.Errorf("simulated kubeadm: unsupported phase %q", args[3])
+		}
+		return "", h.applyChecks(kubeadmVersion, args[4], args)
 	case len(args) >= 3 && args[0] == "upgrade" && args[1] == "apply":
-		if !h.ControlPlane() {
-			return "", errors.New("[upgrade/config] FATAL: this node is not a control-plane node")
+		if slices.Contains(args, "--skip-phases=preflight") {
+			return h.upgrade(ctx, args[2])
 		}
-		want, err := protocol.ParseVersion(args[2])
-		if err != nil {
-			return "", fmt.Errorf("[upgrade/version] FATAL: %q is not a version: %w", args[2], err)
-		}
-		have, err := protocol.ParseVersion(kubeadmVersion)
-		if err != nil || have.LT(want) {
-			return "", fmt.Errorf("[upgrade/version] FATAL: the --version argument is invalid due to these errors:\n\n\t- Specified version to upgrade to %q is higher than the kubeadm version %q", args[2], kubeadmVersion)
-		}
-		if err := h.preflight(args, true); err != nil {
+		if err := h.applyChecks(kubeadmVersion, args[2], args); err != nil {
 			return "", err
 		}
 		return h.upgrade(ctx, args[2])
@@ -102,6 +101,23 @@ func (h *Host) kubeadm(ctx context.Context, args []string) (string, error) {
 		return h.upgrade(ctx, kubeadmVersion)
 	}
 	return "", fmt.Errorf("simulated kubeadm: unsupported arguments %q", strings.Join(args, " "))
+}
+
+// applyChecks is `kubeadm upgrade apply`'s preflight phase: a control-plane node,
+// a target version this kubeadm can reach, and the preflight checks (FailPreflight).
+func (h *Host) applyChecks(kubeadmVersion, target string, args []string) error {
+	if !h.ControlPlane() {
+		return errors.New("[upgrade/config] FATAL: this node is not a control-plane node")
+	}
+	want, err := protocol.ParseVersion(target)
+	if err != nil {
+		return fmt.Errorf("[upgrade/version] FATAL: %q is not a version: %w", target, err)
+	}
+	have, err := protocol.ParseVersion(kubeadmVersion)
+	if err != nil || have.LT(want) {
+		return fmt.Errorf("[upgrade/version] FATAL: the --version argument is invalid due to these errors:\n\n\t- Specified version to upgrade to %q is higher than the kubeadm version %q", target, kubeadmVersion)
+	}
+	return h.preflight(args, true)
 }
 
 // upgrade rewrites what kubeadm upgrade rewrites on a node: the static pod

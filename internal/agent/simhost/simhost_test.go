@@ -40,7 +40,7 @@ func TestKubernetesLayerOnTheSimulatedHost(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	h, client := newHost(t, true)
-	k := &kube.Host{Root: h.Root, Runner: h.Runner(), Binaries: h, Etcd: h.Etcd()}
+	k := &kube.Host{Root: h.Root, Runner: h.Runner(), Binaries: h, Etcd: h.Etcd(), PreflightRetryPause: time.Millisecond}
 	plan := protocol.KubernetesPlan{Role: protocol.RoleControlPlane, Version: "v1.36.0", Action: protocol.KubeadmUpgradeApply}
 
 	// kubeadm refuses a version newer than itself, like the real one.
@@ -91,7 +91,8 @@ func TestKubernetesLayerOnTheSimulatedHost(t *testing.T) {
 	g.Expect(err).To(MatchError(ContainSubstring("exit status 127")))
 
 	log, _ := os.ReadFile(h.simPath("commands.log"))
-	g.Expect(string(log)).To(ContainSubstring("kubeadm upgrade apply v1.36.0 --yes\n"))
+	g.Expect(string(log)).To(ContainSubstring("kubeadm upgrade apply phase preflight v1.36.0 --yes\n"))
+	g.Expect(string(log)).To(ContainSubstring("kubeadm upgrade apply v1.36.0 --yes --skip-phases=preflight\n"))
 }
 
 func TestWorkerUpgradeNode(t *testing.T) {
