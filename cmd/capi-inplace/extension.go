@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -89,6 +91,21 @@ over HTTPS (register it with an ExtensionConfig whose caBundle is the CA of
 	return cmd
 }
 
+// extensionGCPercent is the extension's GOGC unless the environment sets GOGC. Its
+// heap is mostly long-lived informer caches and a hook costs it about a millisecond
+// of CPU, so it trades a little garbage-collection CPU for a heap goal of 1.5 times
+// the live heap instead of 2 (Prometheus sets 75 for the same reason).
+const extensionGCPercent = 50
+
+// gcPercent is the GC percent to set: extensionGCPercent, unless GOGC is set (then
+// the runtime has applied it already).
+func gcPercent(lookupEnv func(string) (string, bool)) (int, bool) {
+	if _, set := lookupEnv("GOGC"); set {
+		return 0, false
+	}
+	return extensionGCPercent, true
+}
+
 // runExtension builds the manager and the hook server and runs them until ctx ends.
 func runExtension(ctx context.Context, o extensionOptions) error {
 	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(o.verbosity)))
@@ -96,6 +113,11 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 	// logger; this is the one place it is set.
 	ctrl.SetLogger(logger)
 	log := logger.WithName("extension")
+
+	if percent, ok := gcPercent(os.LookupEnv); ok {
+		debug.SetGCPercent(percent)
+		log.V(1).Info("Garbage collection target set", "GOGC", percent)
+	}
 
 	pol, err := cli.LoadPolicy(o.policyFile)
 	if err != nil {

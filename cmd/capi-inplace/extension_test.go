@@ -337,3 +337,13 @@ func TestExtensionCommandRejectsBadPolicy(t *testing.T) {
 	g.Expect(err).To(MatchError(ContainSubstring("policy file " + policyFile)))
 	g.Expect(err).To(MatchError(ContainSubstring("is not sha256:<64 lowercase hex>")))
 }
+
+func TestGCPercentUnlessGOGCIsSet(t *testing.T) {
+	g := NewWithT(t)
+	unset := func(string) (string, bool) { return "", false }
+	percent, ok := gcPercent(unset)
+	g.Expect(ok).To(BeTrue())
+	g.Expect(percent).To(Equal(extensionGCPercent))
+	_, ok = gcPercent(func(k string) (string, bool) { return "100", k == "GOGC" })
+	g.Expect(ok).To(BeFalse(), "an operator's GOGC wins")
+}
