@@ -44,6 +44,7 @@ func (h *Host) preflight(args []string, apply bool) error {
 		}
 	}
 	var failed, kept []string
+	consumed := false // a transient failure ran: the file keeps its count
 	for _, entry := range strings.Fields(raw) {
 		name, times, transient := strings.Cut(entry, "*")
 		left, _ := strconv.Atoi(times)
@@ -58,11 +59,14 @@ func (h *Host) preflight(args []string, apply bool) error {
 			failed = append(failed, fmt.Sprintf("\t[ERROR %s]: %s\n", name, preflightMessage(name)))
 			if transient {
 				kept[len(kept)-1] = fmt.Sprintf("%s*%d", name, left-1)
+				consumed = true
 			}
 		}
 	}
-	if err := writeFile(h.simPath("preflight-failures"), []byte(strings.Join(kept, "\n")+"\n")); err != nil {
-		return err
+	if consumed {
+		if err := writeFile(h.simPath("preflight-failures"), []byte(strings.Join(kept, "\n")+"\n")); err != nil {
+			return err
+		}
 	}
 	if len(failed) == 0 {
 		return nil
