@@ -192,6 +192,10 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 	if err != nil {
 		return fmt.Errorf("create coordinator: %w", err)
 	}
+	// Stops only once the reports written after a done answer are over.
+	if err := mgr.Add(updater); err != nil {
+		return fmt.Errorf("add coordinator: %w", err)
+	}
 
 	handlers, err := extension.NewHandlers(extension.Options{Policy: pol, Updater: updater, Metrics: metrics, UpgradePlans: extension.NewUpgradePlanReader(direct)})
 	if err != nil {

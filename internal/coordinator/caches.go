@@ -171,7 +171,7 @@ func (c *Coordinator) fromCaches(ctx context.Context, req *runtimehooksv1.Update
 		return Outcome{}, nil, nil, false
 	}
 	clusters := &cachedClusters{live: c.opts.Clusters, caches: c.opts.Caches.Workloads}
-	view := &Coordinator{opts: c.opts, fromCache: true}
+	view := &Coordinator{opts: c.opts, fromCache: true, later: c.later}
 	view.opts.Client = cacheReads{Client: c.opts.Client, objects: c.opts.Caches.Management, secrets: c.opts.Caches.Secrets}
 	view.opts.Clusters = clusters
 	// Any refusal or failure read from a cache is checked again live.
@@ -263,27 +263,28 @@ func alreadyPublished(s *scope) bool {
 }
 
 // lingerCached is lingerUpdate for a coordinator with caches: each check is a call
-// (from the caches when quiet), and between checks it waits for a change of a Node
-// of the cluster (a watch event) instead of a fixed pause. After a cached answer the
-// channel was taken before the cache was read, so no change is missed and the wait
-// lasts until the linger's deadline. After a live answer (the call cordoned and
-// published, or the caches could not answer) the channel is taken once the call is
-// over: a change between its live reads and then is in the caches but closes nothing,
-// so that wait is capped at lingerPoll, the pause of a call without caches. Either
-// way a missed event only delays the next check, never changes its answer.
+// (from the caches when quiet), and between checks it waits for a change of the
+// Machine's Node (a watch event) instead of a fixed pause. The channel of that change
+// is taken before the check reads the Node, from the caches or live, so no change
+// after the read is missed and the wait lasts until the linger's deadline; the
+// fixed lingerPoll pause is left only for a check that got no channel (the
+// cluster's caches are not served yet). A change the check itself wrote (a cordon,
+// a published plan) closes the channel too: the next check is then one from the
+// caches, which do hold that change by the time the channel closes. Either way a
+// missed event only delays the next check, never changes its answer.
 func (c *Coordinator) lingerCached(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest) Outcome {
 	deadline := time.Now().Add(c.opts.Linger)
 	var read *desiredObjects // this call's live read of the management objects
 	for {
-		out, changed, live := c.call(ctx, req, &read)
+		out, changed := c.call(ctx, req, &read)
 		if out.Kind != OutcomeInProgress || out.RetryAfterSeconds != waitRetry(0) || !time.Now().Add(lingerPoll).Before(deadline) {
 			return out
 		}
-		wait := time.NewTimer(lingerPoll)
-		untilDeadline := changed != nil && !live
-		if untilDeadline {
-			wait.Reset(time.Until(deadline))
+		pause := lingerPoll
+		if changed != nil {
+			pause = time.Until(deadline)
 		}
+		wait := time.NewTimer(pause)
 		select {
 		case <-ctx.Done():
 			wait.Stop()
@@ -291,7 +292,7 @@ func (c *Coordinator) lingerCached(ctx context.Context, req *runtimehooksv1.Upda
 		case <-changed:
 			wait.Stop()
 		case <-wait.C:
-			if untilDeadline {
+			if changed != nil {
 				return out
 			}
 		}
@@ -300,15 +301,15 @@ func (c *Coordinator) lingerCached(ctx context.Context, req *runtimehooksv1.Upda
 }
 
 // call is one check of a call with caches: from the caches when quiet, else live.
-// changed is closed at the next change of the Machine's Node: taken
-// before the cached reads of a cached answer, after a live one (live). read is the
-// call's live read of the management objects, made by the first live check and
-// reused by later ones while the caches show them unchanged (reusedRead).
-func (c *Coordinator) call(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest, read **desiredObjects) (out Outcome, changed <-chan struct{}, live bool) {
+// changed is closed at the next change of the Machine's Node after the check read
+// it (nil when unknown). read is the call's live read of the management objects,
+// made by the first live check and reused by later ones while the caches show them
+// unchanged (reusedRead).
+func (c *Coordinator) call(ctx context.Context, req *runtimehooksv1.UpdateMachineRequest, read **desiredObjects) (out Outcome, changed <-chan struct{}) {
 	out, changed, seen, ok := c.fromCaches(ctx, req)
 	mark(ctx, "cached")
 	if ok {
-		return out, changed, false
+		return out, changed
 	}
 	if reusedRead(*read, seen) {
 		mark(ctx, "reused")
@@ -321,16 +322,18 @@ func (c *Coordinator) call(ctx context.Context, req *runtimehooksv1.UpdateMachin
 		mark(ctx, "stored")
 		if !ok {
 			*read = nil
-			return out, nil, true
+			return out, nil
 		}
 		*read = &d
 	}
 	d := **read
+	// Before update reads the Node live: a change after that read closes it.
+	changed = c.nodeChanges(ctx, d.stored)
 	out = c.update(ctx, d)
 	if out.Kind != OutcomeInProgress || out.RetryAfterSeconds != waitRetry(0) {
-		return out, nil, true
+		return out, nil
 	}
-	return out, c.nodeChanges(ctx, d.stored), true
+	return out, changed
 }
 
 // nodeChanges is the channel closed at the next change of the Node of the stored

@@ -122,11 +122,15 @@ type Options struct {
 const DefaultPickupTimeout = 5 * time.Minute
 
 // Coordinator drives one node update per Machine behind the UpdateMachine hook. It
-// keeps no state of its own: every call rebuilds its view from API objects.
+// keeps no state of its own: every call rebuilds its view from API objects (the
+// report writes still pending after a done answer are the only work it tracks,
+// laterreports.go).
 type Coordinator struct {
 	opts Options
 	// fromCache marks the view of a call that reads from caches (caches.go).
 	fromCache bool
+	// later holds the report writes of calls that answered done (laterreports.go).
+	later *laterReports
 }
 
 // New validates the options and returns a Coordinator.
@@ -181,7 +185,7 @@ func New(opts Options) (*Coordinator, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Coordinator{opts: opts}, nil
+	return &Coordinator{opts: opts, later: newLaterReports()}, nil
 }
 
 // UpdateMachine is the UpdateMachine hook: one bounded, idempotent step of the update

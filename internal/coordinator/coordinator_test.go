@@ -256,9 +256,14 @@ func (f *fixture) trimmed(gvk schema.GroupVersionKind, key client.ObjectKey) []b
 	return b
 }
 
+// call calls UpdateMachine and waits for the report writes it left pending
+// (laterreports.go), so that a test reads the Machine as the call left it.
 func call(c *Coordinator, req *runtimehooksv1.UpdateMachineRequest) *runtimehooksv1.UpdateMachineResponse {
 	resp := &runtimehooksv1.UpdateMachineResponse{}
 	c.UpdateMachine(context.Background(), req, resp)
+	if err := c.WaitForReports(context.Background()); err != nil {
+		panic(err) // context.Background never ends
+	}
 	return resp
 }
 

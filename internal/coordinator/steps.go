@@ -208,6 +208,14 @@ func (c *Coordinator) patchNodeAs(ctx context.Context, s *scope, verb string, lo
 // and, when the condition changed, an Event. A failed write is retried by the next
 // call (the answer does not depend on it).
 func (c *Coordinator) report(ctx context.Context, s *scope, d Decision) {
+	if err := c.writeReport(ctx, s, d); err != nil {
+		ctrl.LoggerFrom(ctx).Info("Could not set the Machine's condition; the next call retries", "error", err.Error())
+	}
+}
+
+// writeReport is report's write: the condition of decision d on the stored
+// Machine, and the Event when the condition changed.
+func (c *Coordinator) writeReport(ctx context.Context, s *scope, d Decision) error {
 	cond := metav1.Condition{Type: inplacev1.InPlaceUpdateCondition, Status: metav1.ConditionFalse, Message: protocol.RedactKnownSecrets(d.Message)}
 	eventType := corev1.EventTypeWarning
 	switch d.Action {
@@ -225,12 +233,12 @@ func (c *Coordinator) report(ctx context.Context, s *scope, d Decision) {
 	}
 	changed, err := c.setMachineCondition(ctx, s.stored, cond)
 	if err != nil {
-		ctrl.LoggerFrom(ctx).Info("Could not set the Machine's condition; the next call retries", "error", err.Error())
-		return
+		return err
 	}
 	if changed {
 		c.opts.Recorder.Eventf(s.stored, nil, eventType, d.EventReason, "Update", "%s", d.Message)
 	}
+	return nil
 }
 
 // setMachineCondition writes cond on the stored Machine's status unless it is

@@ -103,11 +103,13 @@ func (c *Coordinator) act(ctx context.Context, s *scope) (out Outcome) {
 			return out
 		}
 		mark(ctx, "liftHold")
-		c.report(ctx, s, d)
-		mark(ctx, "report")
 		if d.Action == ActFail {
+			c.report(ctx, s, d)
+			mark(ctx, "report")
 			return final(d.Cause, d.Message)
 		}
+		// Done does not wait for the Succeeded condition (laterreports.go).
+		c.reportLater(ctx, s, d)
 		return done(d.Message)
 	case ActDegraded:
 		// The node stays cordoned (and keeps our cordoned-by marker, so that a
