@@ -97,25 +97,3 @@ func TestDoneDoesNotWaitForTheSucceededCondition(t *testing.T) {
 	g.Expect(mgmt.writes.Load()).To(Equal(writes), "nothing to write")
 	g.Expect(f.rec.reasons()).To(HaveLen(events))
 }
-
-// TestFailureIsOnTheMachineBeforeTheAnswer: the contrast. A failure's condition is
-// written before the call answers Failure, so Cluster API never sees a failure the
-// Machine does not explain.
-func TestFailureIsOnTheMachineBeforeTheAnswer(t *testing.T) {
-	g := NewWithT(t)
-	f := newFixture(t, nil)
-	f.node("rbn", "v1.35.0", false)
-	m := f.machine("m-rbn", "rbn", "v1.36.0", false)
-	req := f.request(m, &bootstrapv1.KubeadmConfig{})
-	c := f.coordinator()
-	callUntil(t, c, req, "pick up plan", 3)
-	hash := f.getNode("rbn").Annotations[inplacev1.DesiredPlanAnnotation]
-	f.agentReports("rbn", protocol.NodeStatus{PlanHash: hash, Phase: protocol.PhaseRolledBack, Reason: "GateFailed"}, false)
-
-	resp := &runtimehooksv1.UpdateMachineResponse{}
-	c.UpdateMachine(f.ctx, req, resp) // no WaitForReports: nothing may be pending
-	g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusFailure))
-	cond := f.machineCondition(m)
-	g.Expect(cond).NotTo(BeNil())
-	g.Expect(cond.Reason).To(Equal(inplacev1.ReasonRolledBack))
-}

@@ -260,7 +260,9 @@ func TestBrokenNodeStaysCordoned(t *testing.T) {
 }
 
 // TestRolledBackNodeIsUsableAgain: the contrast. A rollback that succeeded puts the
-// node back in service and the Machine says RolledBack.
+// node back in service and the Machine says RolledBack, before the call answers
+// Failure (unlike a success's condition, laterreports.go): Cluster API never sees a
+// failure the Machine does not explain.
 func TestRolledBackNodeIsUsableAgain(t *testing.T) {
 	g := NewWithT(t)
 	f := newFixture(t, nil)
@@ -272,7 +274,9 @@ func TestRolledBackNodeIsUsableAgain(t *testing.T) {
 	callUntil(t, c, req, "pick up plan", 3)
 	hash := f.getNode("rb").Annotations[inplacev1.DesiredPlanAnnotation]
 	f.agentReports("rb", protocol.NodeStatus{PlanHash: hash, Phase: protocol.PhaseRolledBack, Reason: "GateFailed"}, false)
-	g.Expect(call(c, req).Status).To(Equal(runtimehooksv1.ResponseStatusFailure))
+	resp := &runtimehooksv1.UpdateMachineResponse{}
+	c.UpdateMachine(f.ctx, req, resp) // not call: nothing may be left pending
+	g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusFailure))
 	g.Expect(f.getNode("rb").Spec.Unschedulable).To(BeFalse())
 	stored := &clusterv1.Machine{}
 	g.Expect(f.mgmt.Get(f.ctx, client.ObjectKeyFromObject(m), stored)).To(Succeed())
