@@ -8,7 +8,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
@@ -196,36 +198,83 @@ func (c *Coordinator) fromCaches(ctx context.Context, req *runtimehooksv1.Update
 // reusedRead reports whether a live check may reuse prev, the management objects
 // this call read live before (the Machine, its bootstrap config and infrastructure
 // machine, the Cluster), instead of reading them again: only while the caches
-// (seen) hold every one of them at the resourceVersion prev has, i.e. nothing but
-// this call changed them since (its own writes update prev's copies; a cache that
-// has not caught up with them only costs a live read). A lingering call's live
-// checks are mostly the one at the agent's finish, where the workload side (Node,
-// plan Secret) changed and is read live again anyway; the management side of a
-// call holding Cluster API's worker rarely changes within the linger.
+// (seen) hold every one of them as prev has them in all that a call decides on
+// (decidedOn): nothing but this call changed what it decides on since (its own
+// writes update prev's copies; a cache that has not caught up with them only costs
+// a live read). A lingering call's live checks are mostly the one at the agent's
+// finish, where the workload side (Node, plan Secret) changed and is read live
+// again anyway; the management side of a call holding Cluster API's worker rarely
+// changes within the linger, except in what Cluster API itself writes as the update
+// goes (its Machine and Cluster conditions), which no decision reads.
+//
+// A reused copy can carry an older resourceVersion than the server's. Every write
+// made from it either carries that resourceVersion (the conditions, the fleet
+// record: a conflict re-reads and applies again) or is a merge patch of fields
+// only this call's decisions set (annotations), so an old copy costs a conflict,
+// never a lost update.
 func reusedRead(prev, seen *desiredObjects) bool {
 	if prev == nil || seen == nil || prev.stored == nil || seen.stored == nil {
 		return false
 	}
-	objRV := func(u *unstructured.Unstructured) string {
-		if u == nil {
-			return ""
-		}
-		return u.GetResourceVersion()
-	}
-	clusterRV := func(r *clusterRead) (string, bool) {
+	cluster := func(r *clusterRead) (*clusterv1.Cluster, bool) {
 		if r == nil {
-			return "", true
+			return nil, true
 		}
 		if r.err != nil || r.cluster == nil {
-			return "", false
+			return nil, false
 		}
-		return r.cluster.ResourceVersion, true
+		return r.cluster, true
 	}
-	prevCluster, okPrev := clusterRV(prev.cluster)
-	seenCluster, okSeen := clusterRV(seen.cluster)
-	return prev.stored.ResourceVersion == seen.stored.ResourceVersion &&
-		objRV(prev.bootstrap) == objRV(seen.bootstrap) && objRV(prev.infra) == objRV(seen.infra) &&
-		okPrev && okSeen && prevCluster == seenCluster
+	prevCluster, okPrev := cluster(prev.cluster)
+	seenCluster, okSeen := cluster(seen.cluster)
+	return okPrev && okSeen &&
+		equality.Semantic.DeepEqual(decidedOnMachine(prev.stored), decidedOnMachine(seen.stored)) &&
+		equality.Semantic.DeepEqual(decidedOnObject(prev.bootstrap), decidedOnObject(seen.bootstrap)) &&
+		equality.Semantic.DeepEqual(decidedOnObject(prev.infra), decidedOnObject(seen.infra)) &&
+		equality.Semantic.DeepEqual(decidedOnCluster(prevCluster), decidedOnCluster(seenCluster))
+}
+
+// decidedOnMachine is m without what no decision of a call reads: its
+// type meta (set by a cache, not by a typed live read), resourceVersion, managed
+// fields and status but for its node and the
+// InPlaceUpdate condition (Cluster API rewrites its own conditions as an update
+// goes). decidedOnCluster and decidedOnObject are the same for the Cluster and
+// for a bootstrap config or infrastructure machine (whose status no decision
+// reads).
+func decidedOnMachine(m *clusterv1.Machine) *clusterv1.Machine {
+	v := m.DeepCopy()
+	v.TypeMeta, v.ResourceVersion, v.ManagedFields = metav1.TypeMeta{}, "", nil
+	v.Status = clusterv1.MachineStatus{NodeRef: m.Status.NodeRef, Conditions: ownCondition(m.Status.Conditions)}
+	return v
+}
+
+func decidedOnCluster(c *clusterv1.Cluster) *clusterv1.Cluster {
+	if c == nil {
+		return nil
+	}
+	v := c.DeepCopy()
+	v.TypeMeta, v.ResourceVersion, v.ManagedFields = metav1.TypeMeta{}, "", nil
+	v.Status = clusterv1.ClusterStatus{Conditions: ownCondition(c.Status.Conditions)}
+	return v
+}
+
+func decidedOnObject(u *unstructured.Unstructured) map[string]any {
+	if u == nil {
+		return nil
+	}
+	v := u.DeepCopy()
+	v.SetResourceVersion("")
+	v.SetManagedFields(nil)
+	delete(v.Object, "status")
+	return v.Object
+}
+
+// ownCondition is the InPlaceUpdate condition of conds, the only one a call reads.
+func ownCondition(conds []metav1.Condition) []metav1.Condition {
+	if c := meta.FindStatusCondition(conds, inplacev1.InPlaceUpdateCondition); c != nil {
+		return []metav1.Condition{*c}
+	}
+	return nil
 }
 
 // quiet reports whether update would answer d with nothing written of its own: the

@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
@@ -26,8 +27,8 @@ import (
 )
 
 // requests counts the HTTP requests of every client built on a config it wrapped,
-// and of them the GETs of a single Machine.
-type requests struct{ n, machineGets atomic.Int64 }
+// and of them the GETs of a single Machine and the lists (not watches) of Nodes.
+type requests struct{ n, machineGets, nodeLists atomic.Int64 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
@@ -40,6 +41,9 @@ func (c *requests) wrap(cfg *rest.Config) *rest.Config {
 			c.n.Add(1)
 			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/machines/") {
 				c.machineGets.Add(1)
+			}
+			if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/api/v1/nodes") && r.URL.Query().Get("watch") != "true" {
+				c.nodeLists.Add(1)
 			}
 			return rt.RoundTrip(r)
 		})
@@ -397,15 +401,29 @@ func TestNodeChangesArePerNode(t *testing.T) {
 // TestLingerReusesItsLiveRead: a lingering call that started the update (a live
 // check: cordon, publish) and then sees the agent finish checks the finish live
 // with the management objects it read at its start, as long as the caches show
-// them unchanged: one Machine read for the whole call. When another writer changes
-// the Machine meanwhile, the finish reads it again.
+// them unchanged in what a call decides on: one Machine read for the whole call.
+// Cluster API's own conditions on the Machine and the Cluster (it rewrites them as
+// the update goes) are not decided on: still one read. When another writer changes
+// the Machine's metadata meanwhile, the finish reads it again.
 func TestLingerReusesItsLiveRead(t *testing.T) {
-	for _, changed := range []bool{false, true} {
-		name := map[bool]string{false: "unchanged", true: "changed"}[changed]
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		write func(f *fixture, m *clusterv1.Machine)
+		reads int64
+	}{
+		{name: "unchanged", reads: 1},
+		{name: "upstream-conditions", reads: 1, write: func(f *fixture, m *clusterv1.Machine) {
+			f.upstreamCondition(m, &clusterv1.Machine{})
+			f.upstreamCondition(&clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "c1"}}, &clusterv1.Cluster{})
+		}},
+		{name: "annotated", reads: 2, write: func(f *fixture, m *clusterv1.Machine) {
+			f.annotate(m, "example.com/other-writer", "1")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			f := newFixture(t, nil)
-			node := "reuse-" + name
+			node := "reuse-" + tc.name
 			f.node(node, "v1.35.0", false)
 			m := f.machine("m-"+node, node, "v1.36.0", false)
 			req := f.request(m, &bootstrapv1.KubeadmConfig{})
@@ -429,24 +447,112 @@ func TestLingerReusesItsLiveRead(t *testing.T) {
 					time.Sleep(20 * time.Millisecond)
 					hash = f.getNode(node).Annotations[inplacev1.DesiredPlanAnnotation]
 				}
-				if changed {
-					f.annotate(m, "example.com/other-writer", "1")
-					time.Sleep(300 * time.Millisecond) // the Machine's cache sees it
+				if tc.write != nil {
+					tc.write(f, m)
+					time.Sleep(300 * time.Millisecond) // the caches see it
 				}
 				f.agentReports(node, protocol.NodeStatus{PlanHash: hash, Phase: protocol.PhaseCommitted, Step: 1, Steps: 1}, true)
 				f.setKubelet(node, "v1.36.0")
 			}()
 			before := n.machineGets.Load()
-			resp := call(c, req)
+			resp := &runtimehooksv1.UpdateMachineResponse{}
+			c.UpdateMachine(f.ctx, req, resp)
 			g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusSuccess))
 			g.Expect(resp.RetryAfterSeconds).To(BeZero(), resp.Message)
 			g.Expect(f.getNode(node).Spec.Unschedulable).To(BeFalse(), "uncordoned at the finish")
-			want := int64(1)
-			if changed {
-				want = 2
+			g.Expect(n.machineGets.Load()-before).To(Equal(tc.reads), "live Machine reads before the answer")
+			// The Succeeded condition lands on the Machine after the answer, even
+			// when the call's copy is older than the server's (a conflict, read again).
+			g.Expect(c.WaitForReports(f.ctx)).To(Succeed())
+			stored := &clusterv1.Machine{}
+			g.Expect(f.mgmt.Get(f.ctx, client.ObjectKeyFromObject(m), stored)).To(Succeed())
+			cond := meta.FindStatusCondition(stored.Status.Conditions, inplacev1.InPlaceUpdateCondition)
+			g.Expect(cond).NotTo(BeNil())
+			g.Expect(cond.Reason).To(Equal(inplacev1.ReasonSucceeded))
+			if tc.name == "upstream-conditions" {
+				g.Expect(meta.FindStatusCondition(stored.Status.Conditions, "UpstreamProgress")).NotTo(BeNil(), "Cluster API's condition kept")
 			}
-			g.Expect(n.machineGets.Load()-before).To(Equal(want), "live Machine reads in the call")
 		})
+	}
+}
+
+// TestDrainAsksTheNodeCacheFirst: whether the node is its cluster's only one (no
+// eviction then) is answered without a request when the workload's Node cache holds
+// another Node, and live when it holds only this one: a single-node cluster's pods
+// stay, as without caches.
+func TestDrainAsksTheNodeCacheFirst(t *testing.T) {
+	for _, single := range []bool{false, true} {
+		name := map[bool]string{false: "other-nodes", true: "single-node"}[single]
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			n := &requests{}
+			var workload *rest.Config
+			if single {
+				workload = n.wrap(dedicatedWorkload(t))
+			}
+			f := newFixture(t, workload)
+			node := "drain-" + name
+			f.node(node, "v1.35.0", false)
+			if !single {
+				f.node(node+"-peer", "v1.35.0", false)
+			}
+			f.pod("db-0", node, map[string]string{"app": "db"}, controllerRef("StatefulSet", "db", "66666666-6666-6666-6666-666666666666"), nil)
+			m := f.machine("m-"+node, node, "v1.36.0", false)
+			req := f.request(m, nil)
+			c := f.cachedCoordinator(n, func(o *Options) {
+				if single {
+					o.Clusters = StaticClusters{Cluster: f.wc}
+				}
+			})
+			key := client.ObjectKey{Namespace: f.ns, Name: "c1"}
+			g.Eventually(func() bool {
+				_, _, ok := c.opts.Caches.Workloads.For(f.ctx, key, f.wc, node)
+				return ok
+			}).WithTimeout(10 * time.Second).Should(BeTrue())
+			if !single {
+				g.Eventually(func() int {
+					cached, _, _ := c.opts.Caches.Workloads.For(f.ctx, key, f.wc, node)
+					nodes := &corev1.NodeList{}
+					g.Expect(cached.Client.List(f.ctx, nodes)).To(Succeed())
+					return len(nodes.Items)
+				}).WithTimeout(10 * time.Second).Should(BeNumerically(">", 1))
+			}
+
+			before := n.nodeLists.Load()
+			resp := call(c, req)
+			g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusSuccess), resp.Message)
+			g.Expect(f.getNode(node).Spec.Unschedulable).To(BeTrue(), "cordoned")
+			if single {
+				g.Expect(n.nodeLists.Load()-before).To(Equal(int64(1)), "live Node lists")
+				g.Expect(f.podExists("db-0")).To(BeTrue(), "a single node's pods stay")
+				g.Expect(resp.Message).To(ContainSubstring("pick up plan"))
+			} else {
+				g.Expect(n.nodeLists.Load()-before).To(BeZero(), "live Node lists")
+				g.Eventually(func() bool { return f.podExists("db-0") }).WithTimeout(10*time.Second).Should(BeFalse(), "evicted")
+			}
+		})
+	}
+}
+
+// upstreamCondition writes a condition of Cluster API's own (type UpstreamProgress)
+// on obj's status, as its controllers do while an update goes; into is an empty
+// object of obj's kind.
+func (f *fixture) upstreamCondition(obj client.Object, into client.Object) {
+	f.t.Helper()
+	if err := f.mgmt.Get(f.ctx, client.ObjectKeyFromObject(obj), into); err != nil {
+		f.t.Errorf("read %s: %v", obj.GetName(), err)
+		return
+	}
+	before := into.DeepCopyObject().(client.Object)
+	cond := metav1.Condition{Type: "UpstreamProgress", Status: metav1.ConditionTrue, Reason: "Progressing", LastTransitionTime: metav1.Now()}
+	switch o := into.(type) {
+	case *clusterv1.Machine:
+		meta.SetStatusCondition(&o.Status.Conditions, cond)
+	case *clusterv1.Cluster:
+		meta.SetStatusCondition(&o.Status.Conditions, cond)
+	}
+	if err := f.mgmt.Status().Patch(f.ctx, into, client.MergeFrom(before)); err != nil {
+		f.t.Errorf("write a condition on %s: %v", obj.GetName(), err)
 	}
 }
 

@@ -54,11 +54,11 @@ func (c *Coordinator) drain(ctx context.Context, s *scope) (Outcome, bool) {
 	if c.opts.Drain.SkipEviction {
 		return Outcome{}, true
 	}
-	nodes := &corev1.NodeList{}
-	if err := s.wc.Client.List(ctx, nodes, client.Limit(2)); err != nil {
+	single, err := c.singleNode(ctx, s)
+	if err != nil {
 		return c.workloadFailure(s, stepDrain, err), false
 	}
-	if len(nodes.Items) == 1 && nodes.Continue == "" && !c.opts.Drain.EvictSingleNode {
+	if single && !c.opts.Drain.EvictSingleNode {
 		// A single-node cluster has nowhere to move pods to: evicting them only
 		// causes an outage, and PDBs would block forever.
 		return Outcome{}, true
@@ -71,6 +71,27 @@ func (c *Coordinator) drain(ctx context.Context, s *scope) (Outcome, bool) {
 	}
 	s.drainBlocker = blockingPDB(res)
 	return c.finishDrain(ctx, s, res)
+}
+
+// singleNode reports whether the node is its cluster's only one. A cache that
+// holds a second Node answers "no" without a request: a Node it holds existed, and
+// the wrong answer that a cache behind a deletion gives is the safe one (the node
+// is drained, as any node of a larger cluster). A cache holding one Node, or none
+// served, is checked live: skipping the drain must never rest on an old state.
+func (c *Coordinator) singleNode(ctx context.Context, s *scope) (bool, error) {
+	if c.opts.Caches != nil && !c.fromCache {
+		if cached, _, ok := c.opts.Caches.Workloads.For(ctx, s.clusterKey, s.wc, s.node.Name); ok {
+			nodes := &corev1.NodeList{}
+			if err := cached.Client.List(ctx, nodes, client.Limit(2)); err == nil && len(nodes.Items) > 1 {
+				return false, nil
+			}
+		}
+	}
+	nodes := &corev1.NodeList{}
+	if err := s.wc.Client.List(ctx, nodes, client.Limit(2)); err != nil {
+		return false, err
+	}
+	return len(nodes.Items) == 1 && nodes.Continue == "", nil
 }
 
 // publish writes the plan Secret, then points the node's desired-plan annotation at
