@@ -20,6 +20,16 @@ import (
 // Reporter publishes the latest status on the Node's annotations in the
 // background: Report never blocks, a newer status replaces one not yet sent, and
 // a failed patch is retried with backoff until the API server answers.
+//
+// Progress within a phase is coalesced: a status in the same non-terminal phase
+// of the same plan as the last one sent (a step or a gate further) is sent no
+// sooner than Coalesce after that one, and a newer status replaces it meanwhile.
+// Every Node patch is an event for every watcher of Nodes (the coordinator,
+// Cluster API's Machine controller, which reconciles the Machine on each, and the
+// agent itself), and a files-only plan used to report ten statuses in 150 ms. A
+// new phase (picked up, applying, rebooting, verifying, committed, failed, rolled
+// back) is sent at once: that is what the coordinator decides on; the step and
+// the gate only inform.
 type Reporter struct {
 	Client   kubernetes.Interface
 	NodeName string
@@ -30,13 +40,18 @@ type Reporter struct {
 	// server that restarts (it accepts connections before it serves) is retried
 	// instead of holding every later status; zero means 10 s.
 	AttemptTimeout time.Duration
+	// Coalesce is how long progress within a phase waits for a newer status
+	// (above); zero means 500 ms, negative sends every status at once.
+	Coalesce time.Duration
 
 	mu      sync.Mutex
 	pending *protocol.NodeStatus
 	// sent is the last status on the Node; a status that differs from it only in
 	// UpdatedAt is not sent again (every patch is a Node event the agent reacts to).
 	sent *protocol.NodeStatus
-	kick chan struct{}
+	// sentAt is when sent was sent (Coalesce).
+	sentAt time.Time
+	kick   chan struct{}
 	once sync.Once
 	// gates names the running or failed health gate in statuses (gatestatus.go).
 	gates gateStamp
@@ -69,13 +84,15 @@ func (r *Reporter) Run(ctx context.Context) {
 	if maxBackoff == 0 {
 		maxBackoff = 10 * time.Second
 	}
-	var retry <-chan time.Time
+	var retry, hold <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-r.kick:
 		case <-retry:
+		case <-hold:
+			hold = nil
 		}
 		retry = nil
 		r.mu.Lock()
@@ -92,6 +109,13 @@ func (r *Reporter) Run(ctx context.Context) {
 			r.mu.Unlock()
 			continue
 		}
+		if wait := r.holdFor(*s, time.Now()); wait > 0 {
+			if hold == nil {
+				hold = time.After(wait)
+			}
+			continue
+		}
+		hold = nil
 		if err := r.patch(ctx, *s); err != nil {
 			r.Log.V(1).Info("Status report failed, will retry", "node", r.NodeName, "phase", s.Phase, "error", err.Error(), "retryIn", backoff)
 			retry = time.After(backoff)
@@ -99,13 +123,26 @@ func (r *Reporter) Run(ctx context.Context) {
 			continue
 		}
 		backoff = 500 * time.Millisecond
-		r.sent = s
+		r.sent, r.sentAt = s, time.Now()
 		r.mu.Lock()
 		if r.pending == s {
 			r.pending = nil
 		}
 		r.mu.Unlock()
 	}
+}
+
+// holdFor is how long s waits before it is sent: progress within the phase of
+// the status sent last waits out Coalesce from that one; anything else, nothing.
+func (r *Reporter) holdFor(s protocol.NodeStatus, now time.Time) time.Duration {
+	window := r.Coalesce
+	if window == 0 {
+		window = 500 * time.Millisecond
+	}
+	if window < 0 || r.sent == nil || r.sent.PlanHash != s.PlanHash || r.sent.Phase != s.Phase || s.Phase.Terminal() {
+		return 0
+	}
+	return r.sentAt.Add(window).Sub(now)
 }
 
 func (r *Reporter) patch(ctx context.Context, s protocol.NodeStatus) error {

@@ -79,3 +79,54 @@ func TestReporterSkipsRepeats(t *testing.T) {
 	r.Report(s)
 	g.Eventually(patches.Load).Should(Equal(int32(2)))
 }
+
+// TestReporterCoalescesProgressWithinAPhase: a step further in the phase last sent
+// waits out Coalesce (a newer status replaces it), a new phase is sent at once, and
+// a burst of statuses (a files-only plan's ten) costs a patch per phase at most.
+func TestReporterCoalescesProgressWithinAPhase(t *testing.T) {
+	g := NewWithT(t)
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	var patches atomic.Int32
+	client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		patches.Add(1)
+		return false, nil, nil
+	})
+	r := &Reporter{Client: client, NodeName: "n1", Log: logr.Discard(), Coalesce: time.Second}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Run(ctx)
+	status := func() protocol.NodeStatus {
+		n, err := client.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		st, err := protocol.DecodeStatus(n.Annotations[inplacev1.StatusAnnotation])
+		g.Expect(err).NotTo(HaveOccurred())
+		return st
+	}
+	applying := func(step int) protocol.NodeStatus {
+		return protocol.NodeStatus{PlanHash: "h1", Phase: protocol.PhaseApplying, Step: step, Steps: 5}
+	}
+
+	r.Report(applying(1))
+	g.Eventually(patches.Load).Should(Equal(int32(1)))
+	start := time.Now()
+	r.Report(applying(2))
+	r.Report(applying(3))
+	g.Consistently(patches.Load, 500*time.Millisecond).Should(Equal(int32(1)), "progress within the phase waits")
+	g.Eventually(func() int { return status().Step }, 2*time.Second, 20*time.Millisecond).Should(Equal(3), "the newest step, once")
+	g.Expect(time.Since(start)).To(BeNumerically(">=", 900*time.Millisecond))
+	g.Expect(patches.Load()).To(Equal(int32(2)))
+
+	r.Report(applying(4))
+	r.Report(protocol.NodeStatus{PlanHash: "h1", Phase: protocol.PhaseVerifying, Step: 4, Steps: 5})
+	g.Eventually(func() protocol.Phase { return status().Phase }, 300*time.Millisecond, 10*time.Millisecond).
+		Should(Equal(protocol.PhaseVerifying), "a new phase is sent at once")
+
+	before := patches.Load()
+	phases := []protocol.Phase{protocol.PhaseVerifying, protocol.PhaseVerifying, protocol.PhaseVerifying, protocol.PhaseCommitted}
+	for i, ph := range phases {
+		r.Report(protocol.NodeStatus{PlanHash: "h1", Phase: ph, Step: 4 + i/3, Steps: 5, Message: string(rune('a' + i))})
+	}
+	g.Eventually(func() protocol.Phase { return status().Phase }, 300*time.Millisecond, 10*time.Millisecond).Should(Equal(protocol.PhaseCommitted))
+	g.Consistently(patches.Load, 1500*time.Millisecond).Should(BeNumerically("<=", before+2), "the held gate statuses are replaced by Committed")
+	g.Expect(status().Phase).To(Equal(protocol.PhaseCommitted), "nothing older is sent after Committed")
+}
