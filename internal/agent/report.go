@@ -52,7 +52,7 @@ type Reporter struct {
 	// sentAt is when sent was sent (Coalesce).
 	sentAt time.Time
 	kick   chan struct{}
-	once sync.Once
+	once   sync.Once
 	// gates names the running or failed health gate in statuses (gatestatus.go).
 	gates gateStamp
 }
