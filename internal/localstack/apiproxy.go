@@ -214,7 +214,11 @@ func (p *apiProxy) list(w http.ResponseWriter, r *http.Request, name string) {
 }
 
 // watch forwards a watch and passes on only events for objects named name (and
-// bookmarks), one JSON object per line as a real server sends them.
+// bookmarks), one JSON object per line as a real server sends them. The fake
+// server sends every watcher every object of the kind (a real one filters in its
+// watch cache), so with an agent per node each Node event reaches every agent's
+// watch here: an event is decoded only as far as the object's name, and passed
+// on as received, unless it is a pod (markMirror edits it).
 func (p *apiProxy) watch(w http.ResponseWriter, r *http.Request, name string) {
 	resp, err := p.forward(r, nil)
 	if err != nil {
@@ -226,19 +230,40 @@ func (p *apiProxy) watch(w http.ResponseWriter, r *http.Request, name string) {
 	w.Header().Del("Content-Length")
 	w.WriteHeader(resp.StatusCode)
 	flusher, _ := w.(http.Flusher)
+	pods := strings.HasSuffix(strings.TrimSuffix(r.URL.Path, "/"), "/pods")
 	dec := json.NewDecoder(resp.Body)
-	enc := json.NewEncoder(w)
 	for {
-		var ev map[string]any
+		var ev struct {
+			Type   string          `json:"type"`
+			Object json.RawMessage `json:"object"`
+		}
 		if err := dec.Decode(&ev); err != nil {
 			return
 		}
-		obj, _ := ev["object"].(map[string]any)
-		if t, _ := ev["type"].(string); t != "BOOKMARK" && name != "" && objName(obj) != name {
-			continue
+		if ev.Type != "BOOKMARK" && name != "" {
+			var meta struct {
+				Metadata struct {
+					Name string `json:"name"`
+				} `json:"metadata"`
+			}
+			if json.Unmarshal(ev.Object, &meta) != nil || meta.Metadata.Name != name {
+				continue
+			}
 		}
-		markMirror(obj)
-		if err := enc.Encode(ev); err != nil {
+		object := []byte(ev.Object)
+		if pods {
+			var obj map[string]any
+			if json.Unmarshal(object, &obj) == nil {
+				markMirror(obj)
+				if b, err := json.Marshal(obj); err == nil {
+					object = b
+				}
+			}
+		}
+		typ, _ := json.Marshal(ev.Type)
+		line := make([]byte, 0, len(object)+len(typ)+24)
+		line = append(append(append(append(line, `{"type":`...), typ...), `,"object":`...), object...)
+		if _, err := w.Write(append(line, "}\n"...)); err != nil {
 			return
 		}
 		if flusher != nil {
