@@ -61,3 +61,24 @@ func TestSumMetric(t *testing.T) {
 	_, err = sumMetric(strings.NewReader("not a metric line {\n"), "x")
 	g.Expect(err).To(HaveOccurred())
 }
+
+func TestProcessNameAndCPUSince(t *testing.T) {
+	stat := []byte("42 (kube-apiserver) S 1 2 3")
+	for _, tc := range []struct{ cmdline, want string }{
+		{"/work/bin/kube-apiserver\x00--etcd-servers=x\x00", "kube-apiserver"},
+		{"bin/capi-inplace\x00extension\x00--v=2\x00", "capi-inplace extension"},
+		{"/work/bin/capi-inplace-dev\x00agent\x00--simulate\x00", "capi-inplace-dev agent"},
+		{"bin/capi-inplace\x00--help\x00", "capi-inplace"},
+		{"", "kube-apiserver"},
+	} {
+		if got := ProcessName(stat, []byte(tc.cmdline)); got != tc.want {
+			t.Errorf("ProcessName(%q) = %q, want %q", tc.cmdline, got, tc.want)
+		}
+	}
+	before := CPUSnapshot{1: {"a", time.Second}, 2: {"b", 3 * time.Second}, 3: {"a", time.Second}}
+	after := CPUSnapshot{1: {"a", 2 * time.Second}, 2: {"c", 500 * time.Millisecond}, 3: {"a", 4 * time.Second}, 4: {"b", time.Second}}
+	got := FormatCPU(after.CPUSince(before), 5)
+	if want := "total 5.5s: a 4.0s, b 1.0s, c 0.5s"; got != want {
+		t.Errorf("FormatCPU = %q, want %q", got, want)
+	}
+}

@@ -83,12 +83,18 @@ func (r *runner) rollout(ctx context.Context) error {
 				order = []*bench.RolloutCluster{p.ours, p.null}
 			}
 			for _, c := range order {
+				cpuBefore := bench.SnapshotCPU()
 				d, err := c.Round(ctx, 10*time.Minute)
+				// Where the round's CPU went, by process: on 2 cores the 3 + 30 round
+				// is CPU-bound, so what we add anywhere (agents, the workload API,
+				// the harness's proxy) lengthens Cluster API's own steps.
+				cpu := bench.FormatCPU(bench.SnapshotCPU().CPUSince(cpuBefore), 10)
 				if err != nil {
 					r.rows = append(r.rows, bench.Row{Section: "2", Measurement: p.what, Ours: "failed", Target: fmt.Sprintf("a/b ≤ %.2f", p.target), Verdict: "MISSED"})
 					return err
 				}
 				logf("rollout: %s on %s: %s", p.what, c.Extension, d.Round(100*time.Millisecond))
+				logf("rollout:   CPU during the round (all processes on the machine) %s", cpu)
 				if c == p.ours {
 					ours = append(ours, d)
 				} else {
