@@ -53,16 +53,22 @@ func TestReporterRetriesUntilTheAPIServerAnswers(t *testing.T) {
 	g.Expect(st.Phase).To(Equal(protocol.PhaseCommitted))
 }
 
-// TestReporterSkipsRepeats: a status that differs only in UpdatedAt is not sent
-// again, so the agent's own Node events cannot make it patch in a loop.
-func TestReporterSkipsRepeats(t *testing.T) {
-	g := NewWithT(t)
+// countingNodePatches is a clientset holding Node n1 that counts the patches of Nodes.
+func countingNodePatches() (*fake.Clientset, *atomic.Int32) {
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
-	var patches atomic.Int32
+	patches := &atomic.Int32{}
 	client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
 		patches.Add(1)
 		return false, nil, nil
 	})
+	return client, patches
+}
+
+// TestReporterSkipsRepeats: a status that differs only in UpdatedAt is not sent
+// again, so the agent's own Node events cannot make it patch in a loop.
+func TestReporterSkipsRepeats(t *testing.T) {
+	g := NewWithT(t)
+	client, patches := countingNodePatches()
 	r := &Reporter{Client: client, NodeName: "n1", Log: logr.Discard()}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -85,12 +91,7 @@ func TestReporterSkipsRepeats(t *testing.T) {
 // a burst of statuses (a files-only plan's ten) costs a patch per phase at most.
 func TestReporterCoalescesProgressWithinAPhase(t *testing.T) {
 	g := NewWithT(t)
-	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
-	var patches atomic.Int32
-	client.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
-		patches.Add(1)
-		return false, nil, nil
-	})
+	client, patches := countingNodePatches()
 	r := &Reporter{Client: client, NodeName: "n1", Log: logr.Discard(), Coalesce: time.Second}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
