@@ -51,7 +51,7 @@ func TestPlanOnLocalStack(t *testing.T) {
 		ControlPlaneReplicas: 3, WorkerReplicas: 2, MDMaxSurge: 0, MDMaxUnavailable: 1,
 		Files: []localstack.File{{Path: "/etc/plan-e2e", Content: "0"}},
 	})).To(Succeed())
-	g.Eventually(func() error {
+	healthyCluster := func() error {
 		ms := &clusterv1.MachineList{}
 		if err := stack.Client.List(ctx, ms, client.InNamespace(ns)); err != nil {
 			return err
@@ -70,6 +70,22 @@ func TestPlanOnLocalStack(t *testing.T) {
 			if _, cp := m.Labels[clusterv1.MachineControlPlaneLabel]; cp && collections.HasUnhealthyControlPlaneComponents(true)(&m) {
 				return fmt.Errorf("control-plane machine %s is not healthy yet", m.Name)
 			}
+		}
+		return nil
+	}
+	// Settled: healthyCluster passes three times in a row (2 s apart). KCP's health
+	// conditions of a control-plane Machine can drop again for a moment after they
+	// first pass (seen once, cause not proven: the preview right after a single
+	// passing check said "replace", EtcdMemberHealthy NotHealthy and the pod
+	// conditions absent).
+	settled := 0
+	g.Eventually(func() error {
+		if err := healthyCluster(); err != nil {
+			settled = 0
+			return err
+		}
+		if settled++; settled < 3 {
+			return fmt.Errorf("healthy in %d check(s) in a row, want 3", settled)
 		}
 		return nil
 	}, 5*time.Minute, 2*time.Second).Should(Succeed())
