@@ -234,13 +234,12 @@ func reusedRead(prev, seen *desiredObjects) bool {
 		equality.Semantic.DeepEqual(decidedOnCluster(prevCluster), decidedOnCluster(seenCluster))
 }
 
-// decidedOnMachine is m without what no decision of a call reads: its
-// type meta (set by a cache, not by a typed live read), resourceVersion, managed
-// fields and status but for its node and the
-// InPlaceUpdate condition (Cluster API rewrites its own conditions as an update
-// goes). decidedOnCluster and decidedOnObject are the same for the Cluster and
-// for a bootstrap config or infrastructure machine (whose status no decision
-// reads).
+// decidedOnMachine is m without what no decision of a call reads: its type meta
+// (set by a cache, not by a typed live read), resourceVersion, managed fields, and
+// its status but for its node and the InPlaceUpdate condition (Cluster API
+// rewrites its own conditions as an update goes). decidedOnCluster and
+// decidedOnObject are the same for the Cluster and for a bootstrap config or
+// infrastructure machine (whose status no decision reads).
 func decidedOnMachine(m *clusterv1.Machine) *clusterv1.Machine {
 	v := m.DeepCopy()
 	v.TypeMeta, v.ResourceVersion, v.ManagedFields = metav1.TypeMeta{}, "", nil

@@ -410,11 +410,13 @@ func TestLingerReusesItsLiveRead(t *testing.T) {
 		name  string
 		write func(f *fixture, m *clusterv1.Machine)
 		reads int64
+		// kept is a condition of another writer that must survive the call's own.
+		kept string
 	}{
 		{name: "unchanged", reads: 1},
-		{name: "upstream-conditions", reads: 1, write: func(f *fixture, m *clusterv1.Machine) {
-			f.upstreamCondition(m, &clusterv1.Machine{})
-			f.upstreamCondition(&clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "c1"}}, &clusterv1.Cluster{})
+		{name: "upstream-conditions", reads: 1, kept: "UpstreamProgress", write: func(f *fixture, m *clusterv1.Machine) {
+			f.upstreamCondition(m)
+			f.upstreamCondition(&clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "c1"}})
 		}},
 		{name: "annotated", reads: 2, write: func(f *fixture, m *clusterv1.Machine) {
 			f.annotate(m, "example.com/other-writer", "1")
@@ -461,16 +463,16 @@ func TestLingerReusesItsLiveRead(t *testing.T) {
 			g.Expect(resp.RetryAfterSeconds).To(BeZero(), resp.Message)
 			g.Expect(f.getNode(node).Spec.Unschedulable).To(BeFalse(), "uncordoned at the finish")
 			g.Expect(n.machineGets.Load()-before).To(Equal(tc.reads), "live Machine reads before the answer")
-			// The Succeeded condition lands on the Machine after the answer, even
-			// when the call's copy is older than the server's (a conflict, read again).
+			// The Succeeded condition lands on the Machine after the answer, also
+			// when the call's reused copy is older than the server's.
 			g.Expect(c.WaitForReports(f.ctx)).To(Succeed())
 			stored := &clusterv1.Machine{}
 			g.Expect(f.mgmt.Get(f.ctx, client.ObjectKeyFromObject(m), stored)).To(Succeed())
 			cond := meta.FindStatusCondition(stored.Status.Conditions, inplacev1.InPlaceUpdateCondition)
 			g.Expect(cond).NotTo(BeNil())
 			g.Expect(cond.Reason).To(Equal(inplacev1.ReasonSucceeded))
-			if tc.name == "upstream-conditions" {
-				g.Expect(meta.FindStatusCondition(stored.Status.Conditions, "UpstreamProgress")).NotTo(BeNil(), "Cluster API's condition kept")
+			if tc.kept != "" {
+				g.Expect(meta.FindStatusCondition(stored.Status.Conditions, tc.kept)).NotTo(BeNil(), "Cluster API's condition kept")
 			}
 		})
 	}
@@ -535,23 +537,24 @@ func TestDrainAsksTheNodeCacheFirst(t *testing.T) {
 }
 
 // upstreamCondition writes a condition of Cluster API's own (type UpstreamProgress)
-// on obj's status, as its controllers do while an update goes; into is an empty
-// object of obj's kind.
-func (f *fixture) upstreamCondition(obj client.Object, into client.Object) {
+// on the status of obj (a Machine or a Cluster, read again first), as its
+// controllers do while an update goes. It reports with Errorf: tests call it from
+// a goroutine of their own.
+func (f *fixture) upstreamCondition(obj client.Object) {
 	f.t.Helper()
-	if err := f.mgmt.Get(f.ctx, client.ObjectKeyFromObject(obj), into); err != nil {
+	if err := f.mgmt.Get(f.ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
 		f.t.Errorf("read %s: %v", obj.GetName(), err)
 		return
 	}
-	before := into.DeepCopyObject().(client.Object)
+	before := obj.DeepCopyObject().(client.Object)
 	cond := metav1.Condition{Type: "UpstreamProgress", Status: metav1.ConditionTrue, Reason: "Progressing", LastTransitionTime: metav1.Now()}
-	switch o := into.(type) {
+	switch o := obj.(type) {
 	case *clusterv1.Machine:
 		meta.SetStatusCondition(&o.Status.Conditions, cond)
 	case *clusterv1.Cluster:
 		meta.SetStatusCondition(&o.Status.Conditions, cond)
 	}
-	if err := f.mgmt.Status().Patch(f.ctx, into, client.MergeFrom(before)); err != nil {
+	if err := f.mgmt.Status().Patch(f.ctx, obj, client.MergeFrom(before)); err != nil {
 		f.t.Errorf("write a condition on %s: %v", obj.GetName(), err)
 	}
 }

@@ -261,9 +261,7 @@ func (p *apiProxy) watch(w http.ResponseWriter, r *http.Request, name string) {
 			}
 		}
 		typ, _ := json.Marshal(ev.Type)
-		line := make([]byte, 0, len(object)+len(typ)+24)
-		line = append(append(append(append(line, `{"type":`...), typ...), `,"object":`...), object...)
-		if _, err := w.Write(append(line, "}\n"...)); err != nil {
+		if _, err := fmt.Fprintf(w, "{\"type\":%s,\"object\":%s}\n", typ, object); err != nil {
 			return
 		}
 		if flusher != nil {
