@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
@@ -29,7 +30,8 @@ import (
 // run against a real kube-apiserver (see test/e2e/README.md for the measured gaps):
 //
 //   - field selector metadata.name=<n> on lists and watches (the fake server answers
-//     500, or an empty watch): forwarded without it and filtered here;
+//     500, or an empty watch): lists forwarded without it and filtered here, watches
+//     served from one shared upstream watch per resource (watchhub.go);
 //   - the status subresource (404 there): forwarded to the main resource, where the
 //     fake server keeps status;
 //   - every PATCH (JSON patch is 415 there; a merge patch is accepted but the fake
@@ -48,6 +50,9 @@ type apiProxy struct {
 	client   *http.Client
 	server   *http.Server
 	addr     string
+
+	hubsMu sync.Mutex
+	hubs   map[string]*watchHub // shared upstream watches (watchhub.go), by hubKey
 }
 
 // startAPIProxy starts a proxy for the workload cluster reached by kubeconfig.
@@ -97,6 +102,7 @@ current-context: workload
 func (p *apiProxy) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	p.closeHubs()
 	_ = p.server.Shutdown(ctx)
 	_ = p.server.Close()
 }
@@ -118,7 +124,7 @@ func (p *apiProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		q.Del("fieldSelector")
 		r.URL.RawQuery = q.Encode()
 		if q.Get("watch") == "true" || q.Get("watch") == "1" {
-			p.watch(w, r, name)
+			p.sharedWatch(w, r, name)
 		} else {
 			p.list(w, r, name)
 		}

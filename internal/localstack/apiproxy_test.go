@@ -10,9 +10,10 @@ import (
 	"testing"
 )
 
-// TestProxyWatchFiltersByName: a watch with a name field selector, which the fake
-// server cannot filter, gets exactly the events of that object (and bookmarks),
-// each a complete JSON event on its own line; the upstream watch has no selector.
+// TestProxyWatchFiltersByName: the proxy's own watch (a name-filtered watch's path
+// when the shared watch cannot start, watchhub.go) gets exactly the events of that
+// object (and bookmarks), each a complete JSON event on its own line; the upstream
+// watch has no selector.
 func TestProxyWatchFiltersByName(t *testing.T) {
 	var upstreamQuery url.Values
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -30,7 +31,7 @@ func TestProxyWatchFiltersByName(t *testing.T) {
 	p := &apiProxy{upstream: u, client: upstream.Client()}
 
 	rec := httptest.NewRecorder()
-	p.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/api/v1/nodes?watch=true&fieldSelector=metadata.name%3Da", nil))
+	p.watch(rec, httptest.NewRequest(http.MethodGet, "/api/v1/nodes?watch=true", nil), "a")
 	if upstreamQuery.Get("fieldSelector") != "" || upstreamQuery.Get("watch") != "true" {
 		t.Fatalf("upstream query %v: want the watch without the selector", upstreamQuery)
 	}
