@@ -84,6 +84,7 @@ func (r *runner) rollout(ctx context.Context) error {
 			}
 			for _, c := range order {
 				cpuBefore := bench.SnapshotCPU()
+				reqBefore, reqErr := bench.SnapshotAPIRequests(ctx, stack.Config)
 				d, err := c.Round(ctx, 10*time.Minute)
 				// Where the round's CPU went, by process: on 2 cores the 3 + 30 round
 				// is CPU-bound, so what we add anywhere (agents, the workload API,
@@ -95,6 +96,16 @@ func (r *runner) rollout(ctx context.Context) error {
 				}
 				logf("rollout: %s on %s: %s", p.what, c.Extension, d.Round(100*time.Millisecond))
 				logf("rollout:   CPU during the round (all processes on the machine) %s", cpu)
+				// And what the management API server was asked during it, by kind.
+				if reqErr == nil {
+					var reqAfter bench.APIRequests
+					if reqAfter, reqErr = bench.SnapshotAPIRequests(ctx, stack.Config); reqErr == nil {
+						logf("rollout:   management API requests during the round %s", reqAfter.Since(reqBefore, 15))
+					}
+				}
+				if reqErr != nil {
+					logf("rollout:   management API requests during the round: %v", reqErr)
+				}
 				if c == p.ours {
 					ours = append(ours, d)
 				} else {
