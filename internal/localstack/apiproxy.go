@@ -239,10 +239,7 @@ func (p *apiProxy) watch(w http.ResponseWriter, r *http.Request, name string) {
 	pods := strings.HasSuffix(strings.TrimSuffix(r.URL.Path, "/"), "/pods")
 	dec := json.NewDecoder(resp.Body)
 	for {
-		var ev struct {
-			Type   string          `json:"type"`
-			Object json.RawMessage `json:"object"`
-		}
+		var ev watchEvent
 		if err := dec.Decode(&ev); err != nil {
 			return
 		}

@@ -1,7 +1,6 @@
 package localstack
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -37,23 +36,8 @@ func TestProxyWatchFiltersByName(t *testing.T) {
 	}
 	var got []string
 	for _, line := range strings.Split(strings.TrimSpace(rec.Body.String()), "\n") {
-		var ev struct {
-			Type   string `json:"type"`
-			Object struct {
-				Metadata struct {
-					Name            string            `json:"name"`
-					ResourceVersion string            `json:"resourceVersion"`
-					Annotations     map[string]string `json:"annotations"`
-				} `json:"metadata"`
-			} `json:"object"`
-		}
-		if err := json.Unmarshal([]byte(line), &ev); err != nil {
-			t.Fatalf("line %q is not a JSON event: %v", line, err)
-		}
-		if ev.Object.Metadata.Annotations["x"] != `a"b` {
-			t.Fatalf("object changed in transit: %q", line)
-		}
-		got = append(got, ev.Type+"/"+ev.Object.Metadata.Name+"/"+ev.Object.Metadata.ResourceVersion)
+		ev := decodeTestEvent(t, []byte(line))
+		got = append(got, ev.String())
 	}
 	want := []string{"MODIFIED/a/1", "BOOKMARK//3", "MODIFIED/a/4"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {

@@ -50,6 +50,13 @@ const watchHubUpstreamTimeout = 30 * time.Minute
 // (timeoutSeconds), as on the in-memory server.
 const defaultWatchTimeout = 120 * time.Second
 
+// watchEvent is one event of a watch stream as it travels: its object is passed
+// on as received.
+type watchEvent struct {
+	Type   string          `json:"type"`
+	Object json.RawMessage `json:"object"`
+}
+
 // hubEvent is one upstream watch event, decoded as far as the hub needs.
 type hubEvent struct {
 	typ       string
@@ -236,10 +243,7 @@ func (h *watchHub) run(ctx context.Context, p *apiProxy) {
 	close(h.ready)
 	dec := json.NewDecoder(body)
 	for {
-		var raw struct {
-			Type   string          `json:"type"`
-			Object json.RawMessage `json:"object"`
-		}
+		var raw watchEvent
 		if err := dec.Decode(&raw); err != nil {
 			return
 		}
