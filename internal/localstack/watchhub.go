@@ -249,13 +249,14 @@ func (h *watchHub) run(ctx context.Context, p *apiProxy) {
 		}
 		switch raw.Type {
 		case "ADDED", "MODIFIED", "DELETED":
-		default:
-			// Bookmarks carry no object of a watch; an ERROR (e.g. 410 Gone) ends
-			// the upstream watch as far as the hub is concerned.
-			if raw.Type == "BOOKMARK" {
-				continue
-			}
+		case "ERROR":
+			// E.g. 410 Gone: the upstream watch is over; its watches end and
+			// their reflectors list again.
 			return
+		default:
+			// BOOKMARK, and the in-memory server's GENERIC: no change of an
+			// object a watch is told about.
+			continue
 		}
 		ev, err := decodeHubEvent(raw.Type, raw.Object)
 		if err != nil {

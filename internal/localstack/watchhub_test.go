@@ -367,3 +367,28 @@ func TestSharedWatchRefusesABadResourceVersion(t *testing.T) {
 		t.Fatalf("status %d, want 400", resp.StatusCode)
 	}
 }
+
+// send writes a raw line to every upstream watch.
+func (f *fakeWatchServer) send(line string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for ch := range f.watchers {
+		ch <- []byte(line + "\n")
+	}
+}
+
+// TestSharedWatchEndsOnAnUpstreamError: bookmarks and the in-memory server's
+// GENERIC events change nothing a watch is told about; an ERROR (410 Gone) ends
+// the upstream watch, and with it every watch it serves.
+func TestSharedWatchEndsOnAnUpstreamError(t *testing.T) {
+	f, p := newFakeWatchServer(t)
+	rv := f.set("ADDED", "", "a", "a1")
+	w := startWatch(t, p, "/api/v1/nodes", "a", rv)
+	f.waitWatchers(t, 1)
+	f.send(`{"type":"BOOKMARK","object":{"kind":"Node","metadata":{"resourceVersion":"1"}}}`)
+	f.send(`{"type":"GENERIC","object":{"kind":"Node","metadata":{"name":"a","resourceVersion":"1"}}}`)
+	f.set("MODIFIED", "", "a", "a2")
+	w.expect("MODIFIED/a/2/a2")
+	f.send(`{"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired"}}`)
+	w.expectEnded()
+}
