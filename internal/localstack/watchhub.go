@@ -1,6 +1,7 @@
 package localstack
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,13 +70,16 @@ type hubEvent struct {
 
 // hubObject is the latest state of one object the hub has seen.
 type hubObject struct {
+	name   string
 	rv     uint64
 	object json.RawMessage
 }
 
-// hubWatch is one client's watch served by a hub.
+// hubWatch is one client's watch served by a hub: of the objects named name in
+// the hub's namespace (in every namespace when the hub's path names none, as a
+// real server's metadata.name selector does).
 type hubWatch struct {
-	name, namespace string
+	name string
 	// after is the resourceVersion the watch has seen up to: only newer events of
 	// its object are sent.
 	after  uint64
@@ -139,7 +144,7 @@ func (p *apiProxy) sharedWatch(w http.ResponseWriter, r *http.Request, name stri
 		p.watch(w, r, name)
 		return
 	}
-	hw, initial := h.subscribe(name, namespaceOf(r.URL.Path), after)
+	hw, initial := h.subscribe(name, after)
 	defer h.unsubscribe(hw)
 
 	w.Header().Set("Content-Type", "application/json")
@@ -159,8 +164,10 @@ func (p *apiProxy) sharedWatch(w http.ResponseWriter, r *http.Request, name stri
 	if flusher != nil {
 		flusher.Flush() // the headers, before any event
 	}
-	if initial != nil && !send(*initial) {
-		return
+	for _, ev := range initial {
+		if !send(ev) {
+			return
+		}
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
@@ -291,7 +298,7 @@ func (h *watchHub) start(ctx context.Context, p *apiProxy) (io.ReadCloser, error
 		if err != nil {
 			return nil, fmt.Errorf("list %s: %w", h.path, err)
 		}
-		h.objects[objectKey(ev.namespace, ev.name)] = hubObject{rv: ev.rv, object: ev.object}
+		h.objects[objectKey(ev.namespace, ev.name)] = hubObject{name: ev.name, rv: ev.rv, object: ev.object}
 	}
 	q.Set("watch", "true")
 	q.Set("resourceVersion", l.Metadata.ResourceVersion)
@@ -317,12 +324,12 @@ func (h *watchHub) publish(ev hubEvent) {
 		if cur, ok := h.objects[key]; ok && cur.rv >= ev.rv {
 			return // already listed or seen
 		}
-		h.objects[key] = hubObject{rv: ev.rv, object: ev.object}
+		h.objects[key] = hubObject{name: ev.name, rv: ev.rv, object: ev.object}
 	}
 	for hw := range h.watches {
 		// A deletion is passed on whatever its resourceVersion: the in-memory
 		// server may send it with the object's last one.
-		if hw.closed || hw.name != ev.name || hw.namespace != ev.namespace || (ev.typ != "DELETED" && ev.rv <= hw.after) {
+		if hw.closed || hw.name != ev.name || (ev.typ != "DELETED" && ev.rv <= hw.after) {
 			continue
 		}
 		select {
@@ -336,10 +343,10 @@ func (h *watchHub) publish(ev hubEvent) {
 	}
 }
 
-// subscribe registers a watch of one object from resourceVersion after and
-// returns the object's current state as its first event when it is newer.
-func (h *watchHub) subscribe(name, namespace string, after uint64) (*hubWatch, *hubEvent) {
-	hw := &hubWatch{name: name, namespace: namespace, after: after, events: make(chan hubEvent, watchHubBuffer)}
+// subscribe registers a watch of the objects named name from resourceVersion
+// after and returns the current state of each that is newer as its first events.
+func (h *watchHub) subscribe(name string, after uint64) (*hubWatch, []hubEvent) {
+	hw := &hubWatch{name: name, after: after, events: make(chan hubEvent, watchHubBuffer)}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.ended {
@@ -347,14 +354,21 @@ func (h *watchHub) subscribe(name, namespace string, after uint64) (*hubWatch, *
 		close(hw.events)
 		return hw, nil
 	}
-	var initial *hubEvent
-	if obj, ok := h.objects[objectKey(namespace, name)]; ok && obj.rv > after {
-		typ := "MODIFIED"
-		if after == 0 {
-			typ = "ADDED" // a watch from no resourceVersion starts with ADDED, as on a real server
+	typ := "MODIFIED"
+	if after == 0 {
+		typ = "ADDED" // a watch from no resourceVersion starts with ADDED, as on a real server
+	}
+	var initial []hubEvent
+	for _, obj := range h.objects {
+		if obj.name == name && obj.rv > after {
+			initial = append(initial, hubEvent{typ: typ, name: name, rv: obj.rv, object: obj.object})
 		}
-		initial = &hubEvent{typ: typ, name: name, namespace: namespace, rv: obj.rv, object: obj.object}
-		hw.after = obj.rv
+	}
+	// In resourceVersion order, as a watch sends them; the watch has then seen
+	// up to the newest.
+	slices.SortFunc(initial, func(a, b hubEvent) int { return cmp.Compare(a.rv, b.rv) })
+	if n := len(initial); n > 0 {
+		hw.after = initial[n-1].rv
 	}
 	h.watches[hw] = struct{}{}
 	return hw, initial

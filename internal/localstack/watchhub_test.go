@@ -392,3 +392,20 @@ func TestSharedWatchEndsOnAnUpstreamError(t *testing.T) {
 	f.send(`{"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired"}}`)
 	w.expectEnded()
 }
+
+// TestSharedWatchAcrossNamespaces: a name-filtered watch of a namespaced resource
+// in every namespace (no namespace in its path) gets the objects of that name in
+// each namespace, as a real server's metadata.name selector does: first their
+// current states, oldest first, then their changes.
+func TestSharedWatchAcrossNamespaces(t *testing.T) {
+	f, p := newFakeWatchServer(t)
+	f.set("ADDED", "one", "plan-a", "one-1")
+	f.set("ADDED", "two", "plan-a", "two-1")
+	f.set("ADDED", "two", "plan-b", "other")
+	w := startWatch(t, p, "/api/v1/secrets", "plan-a", 0)
+	w.expect("ADDED/plan-a/1/one-1", "ADDED/plan-a/2/two-1")
+	f.waitWatchers(t, 1)
+	f.set("MODIFIED", "one", "plan-a", "one-2")
+	w.expect("MODIFIED/plan-a/4/one-2")
+	w.expectNone()
+}
