@@ -6,8 +6,8 @@ import (
 )
 
 // TestAPIRequestsSince: the request counters are summed by verb and resource
-// (codes, scopes and components folded), and a round's delta lists the largest
-// kinds first with the rest as "other".
+// (codes, scopes and components folded; conflicts counted once more on their
+// own), and a round's delta lists the largest kinds first with the rest as "other".
 func TestAPIRequestsSince(t *testing.T) {
 	const before = `# TYPE apiserver_request_total counter
 apiserver_request_total{code="200",component="apiserver",resource="machines",scope="resource",subresource="status",verb="PATCH"} 10
@@ -27,7 +27,10 @@ apiserver_request_total{code="201",component="apiserver",resource="events",scope
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := a.Since(b, 2), "total 10: PATCH machines/status 6, POST events 3, other 1"; got != want {
+	if got, want := a.Since(b, 2), "total 10: PATCH machines/status 6, POST events 3, other 3"; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	if got, want := a.Since(b, 4), "total 10: PATCH machines/status 6, POST events 3, 409 PATCH machines/status 2, GET machines 1"; got != want {
 		t.Fatalf("got %q, want %q", got, want)
 	}
 }

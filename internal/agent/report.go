@@ -27,9 +27,17 @@ import (
 // Every Node patch is an event for every watcher of Nodes (the coordinator,
 // Cluster API's Machine controller, which reconciles the Machine on each, and the
 // agent itself), and a files-only plan used to report ten statuses in 150 ms. A
-// new phase (picked up, applying, rebooting, verifying, committed, failed, rolled
-// back) is sent at once: that is what the coordinator decides on; the step and
-// the gate only inform.
+// new phase (applying, rebooting, verifying, committed, failed, rolled back) is
+// sent at once: that is what the coordinator decides on; the step and the gate
+// only inform.
+//
+// The first status of a plan waits Settle for a newer one, unless it ends the
+// plan or announces a reboot: a plan that is over within it (a files-only plan
+// takes 40-130 ms) costs one Node patch, its end, instead of one per phase
+// (applying, verifying, committed), each a Machine reconcile in Cluster API in
+// the middle of a rollout (docs/performance.md, session 13). Nothing waits on the
+// first status but the coordinator's pick-up deadline, minutes long. A reboot is
+// never held: the Node shows it before the node goes away.
 type Reporter struct {
 	Client   kubernetes.Interface
 	NodeName string
@@ -43,6 +51,9 @@ type Reporter struct {
 	// Coalesce is how long progress within a phase waits for a newer status
 	// (above); zero means 500 ms, negative sends every status at once.
 	Coalesce time.Duration
+	// Settle is how long the first status of a plan waits for a newer one
+	// (above); zero means 250 ms, negative sends it at once.
+	Settle time.Duration
 
 	mu      sync.Mutex
 	pending *protocol.NodeStatus
@@ -51,6 +62,10 @@ type Reporter struct {
 	sent *protocol.NodeStatus
 	// sentAt is when sent was sent (Coalesce).
 	sentAt time.Time
+	// firstPlan and firstAt are the plan of the statuses reported last and when
+	// its first status was reported (Settle); guarded by mu.
+	firstPlan string
+	firstAt   time.Time
 	kick   chan struct{}
 	once   sync.Once
 	// gates names the running or failed health gate in statuses (gatestatus.go).
@@ -69,6 +84,9 @@ func (r *Reporter) Report(s protocol.NodeStatus) {
 	r.init()
 	r.mu.Lock()
 	r.pending = &s
+	if s.PlanHash != r.firstPlan || r.firstAt.IsZero() {
+		r.firstPlan, r.firstAt = s.PlanHash, time.Now()
+	}
 	r.mu.Unlock()
 	select {
 	case r.kick <- struct{}{}:
@@ -132,14 +150,32 @@ func (r *Reporter) Run(ctx context.Context) {
 	}
 }
 
-// holdFor is how long s waits before it is sent: progress within the phase of
-// the status sent last waits out Coalesce from that one; anything else, nothing.
+// holdFor is how long s waits before it is sent: the first status of a plan
+// waits out Settle from when it was reported, progress within the phase of the
+// status sent last waits out Coalesce from that one; the end of a plan, a reboot
+// and anything else, nothing.
 func (r *Reporter) holdFor(s protocol.NodeStatus, now time.Time) time.Duration {
+	if s.Phase.Terminal() || s.Phase == protocol.PhaseRebooting {
+		return 0
+	}
+	if r.sent == nil || r.sent.PlanHash != s.PlanHash {
+		settle := r.Settle
+		if settle == 0 {
+			settle = 250 * time.Millisecond
+		}
+		if settle < 0 {
+			return 0
+		}
+		r.mu.Lock()
+		first := r.firstAt
+		r.mu.Unlock()
+		return first.Add(settle).Sub(now)
+	}
 	window := r.Coalesce
 	if window == 0 {
 		window = 500 * time.Millisecond
 	}
-	if window < 0 || r.sent == nil || r.sent.PlanHash != s.PlanHash || r.sent.Phase != s.Phase || s.Phase.Terminal() {
+	if window < 0 || r.sent.Phase != s.Phase {
 		return 0
 	}
 	return r.sentAt.Add(window).Sub(now)

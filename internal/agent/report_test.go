@@ -131,3 +131,40 @@ func TestReporterCoalescesProgressWithinAPhase(t *testing.T) {
 	g.Consistently(patches.Load, 1500*time.Millisecond).Should(BeNumerically("<=", before+2), "the held gate statuses are replaced by Committed")
 	g.Expect(status().Phase).To(Equal(protocol.PhaseCommitted), "nothing older is sent after Committed")
 }
+
+// TestReporterSettlesTheFirstStatusOfAPlan: the first status of a plan waits
+// Settle for a newer one, so a plan over within it costs one Node patch (its end);
+// a status of a plan still running after Settle is sent then, and a reboot never
+// waits.
+func TestReporterSettlesTheFirstStatusOfAPlan(t *testing.T) {
+	g := NewWithT(t)
+	client, patches := countingNodePatches()
+	r := &Reporter{Client: client, NodeName: "n1", Log: logr.Discard(), Settle: 400 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Run(ctx)
+	state := func() string {
+		n, err := client.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		return n.Annotations[inplacev1.StateAnnotation]
+	}
+
+	// A fast plan: applying, verifying, committed within the window.
+	r.Report(protocol.NodeStatus{PlanHash: "h1", Phase: protocol.PhaseApplying, Step: 0, Steps: 3})
+	r.Report(protocol.NodeStatus{PlanHash: "h1", Phase: protocol.PhaseVerifying, Step: 2, Steps: 3})
+	r.Report(protocol.NodeStatus{PlanHash: "h1", Phase: protocol.PhaseCommitted, Step: 3, Steps: 3})
+	g.Eventually(state, time.Second, 10*time.Millisecond).Should(Equal(string(protocol.PhaseCommitted)), "the end of a plan is sent at once")
+	g.Consistently(patches.Load, 600*time.Millisecond).Should(Equal(int32(1)), "one patch for the whole plan")
+
+	// A slow plan: its first status is sent once Settle is over.
+	start := time.Now()
+	r.Report(protocol.NodeStatus{PlanHash: "h2", Phase: protocol.PhaseApplying, Step: 0, Steps: 5})
+	g.Consistently(patches.Load, 250*time.Millisecond).Should(Equal(int32(1)))
+	g.Eventually(state, time.Second, 10*time.Millisecond).Should(Equal(string(protocol.PhaseApplying)))
+	g.Expect(time.Since(start)).To(BeNumerically(">=", 400*time.Millisecond))
+	g.Expect(patches.Load()).To(Equal(int32(2)))
+
+	// A reboot as the first status of a plan (an agent that restarted) is not held.
+	r.Report(protocol.NodeStatus{PlanHash: "h3", Phase: protocol.PhaseRebooting, Step: 2, Steps: 5})
+	g.Eventually(state, 200*time.Millisecond, 10*time.Millisecond).Should(Equal(string(protocol.PhaseRebooting)))
+}

@@ -100,7 +100,7 @@ func (r *runner) rollout(ctx context.Context) error {
 				if reqErr == nil {
 					var reqAfter bench.APIRequests
 					if reqAfter, reqErr = bench.SnapshotAPIRequests(ctx, stack.Config); reqErr == nil {
-						logf("rollout:   management API requests during the round %s", reqAfter.Since(reqBefore, 15))
+						logf("rollout:   management API requests during the round %s", reqAfter.Since(reqBefore, 60))
 					}
 				}
 				if reqErr != nil {
