@@ -66,8 +66,8 @@ type Reporter struct {
 	// its first status was reported (Settle); guarded by mu.
 	firstPlan string
 	firstAt   time.Time
-	kick   chan struct{}
-	once   sync.Once
+	kick      chan struct{}
+	once      sync.Once
 	// gates names the running or failed health gate in statuses (gatestatus.go).
 	gates gateStamp
 }
