@@ -23,6 +23,9 @@ import (
 // API's patch helper a backoff of 100 ms or more.
 type APIRequests map[string]float64
 
+// conflictKey prefixes the second count of a conflict: "409 PATCH machines/status".
+const conflictKey = "409 "
+
 // SnapshotAPIRequests reads the API server's request counters from /metrics with
 // the credentials of cfg.
 func SnapshotAPIRequests(ctx context.Context, cfg *rest.Config) (APIRequests, error) {
@@ -71,7 +74,7 @@ func parseAPIRequests(r io.Reader) (APIRequests, error) {
 		}
 		out[verb+" "+resource] += m.GetCounter().GetValue()
 		if code == "409" {
-			out["409 "+verb+" "+resource] += m.GetCounter().GetValue()
+			out[conflictKey+verb+" "+resource] += m.GetCounter().GetValue()
 		}
 	}
 	return out, nil
@@ -90,7 +93,7 @@ func (a APIRequests) Since(before APIRequests, n int) string {
 	for k, v := range a {
 		if d := v - before[k]; d > 0 {
 			all = append(all, kv{k, d})
-			if !strings.HasPrefix(k, "409 ") { // counted in its verb and resource already
+			if !strings.HasPrefix(k, conflictKey) { // counted in its verb and resource already
 				total += d
 			}
 		}
