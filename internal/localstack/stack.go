@@ -43,6 +43,11 @@ type Options struct {
 	DirectWorkloadAPI bool
 	// ManagerArgs are added to every manager's command line (e.g. "-v=4").
 	ManagerArgs []string
+	// DockerHost, when set, is the Docker engine in which the Dev provider's Docker
+	// backend creates machines (capi-dev-manager's DOCKER_HOST); the stack's
+	// processes must then run where that engine's container network is reachable
+	// (test/e2ereal runs them in the engine's network namespace).
+	DockerHost string
 	// Out receives progress lines (default io.Discard).
 	Out io.Writer
 }
@@ -205,11 +210,15 @@ func Start(ctx context.Context, opts Options) (_ *Stack, retErr error) {
 			"--feature-gates=" + opts.FeatureGates(),
 		}
 		args = append(args, opts.ManagerArgs...)
+		env := []string{"KUBECONFIG=" + s.KubeconfigPath, "POD_IP=127.0.0.1"}
+		if p == ProviderDev && opts.DockerHost != "" {
+			env = append(env, "DOCKER_HOST="+opts.DockerHost)
+		}
 		proc, err := s.StartProcess(ProcessSpec{
 			Name: "capi-" + string(p) + "-manager",
 			Path: filepath.Join(opts.BinDir, "capi-"+string(p)+"-manager"),
 			Args: args,
-			Env:  []string{"KUBECONFIG=" + s.KubeconfigPath, "POD_IP=127.0.0.1"},
+			Env:  env,
 		})
 		if err != nil {
 			return nil, err

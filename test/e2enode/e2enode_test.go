@@ -35,15 +35,16 @@ import (
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/bench"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
+	"github.com/capi-inplace/capi-inplace/test/lanekit"
 )
 
 var (
 	lane    *Lane
-	figures = &Figures{}
+	figures = &lanekit.Figures{Title: "Real-node lane figures"}
 	from    string // e.g. v1.35.4
 	to      string // e.g. v1.36.3
-	// mirror serves the images of `to` (ServeImages); nodes start with `from`'s.
-	mirror *ImageMirror
+	// mirror serves the images of `to` (lanekit.Registry.PushRelease); nodes start with `from`'s.
+	mirror *lanekit.Registry
 )
 
 // The lane's addresses (hack/realnode/node.sh: the host is 10.250.0.1).
@@ -97,7 +98,12 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Minute)
-	mirror, err = ServeImages(ctx, lane.Cache, to, mirrorDir)
+	mirror, err = lanekit.StartRegistry(mirrorAddr, mirrorDir)
+	if err == nil {
+		if err = mirror.PushRelease(ctx, lane.Cache, to); err != nil {
+			mirror.Close()
+		}
+	}
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2enode: image mirror:", err)
@@ -199,7 +205,7 @@ func TestAgentUpgradesRealNodes(t *testing.T) {
 	mgmt := &Mgmt{Env: env, Client: mc}
 	g.Expect(mgmt.SeedCluster(ctx, wc, from)).To(Succeed())
 
-	artifacts, err := ServeArtifacts(hostIP+":0", filepath.Join(lane.Cache, "k8s"))
+	artifacts, err := lanekit.ServeArtifacts(hostIP+":0", filepath.Join(lane.Cache, "k8s"))
 	g.Expect(err).NotTo(HaveOccurred())
 	defer artifacts.Close()
 	policyFile := filepath.Join(work, "policy.yaml")
@@ -256,13 +262,13 @@ func TestAgentUpgradesRealNodes(t *testing.T) {
 			err     error
 			staging protocol.StagingStatus
 		}
-		cordon := WatchCordonThen(wc.Client, cpNode.Name, func(n *corev1.Node) {
+		cordon := lanekit.WatchCordonThen(wc.Client, cpNode.Name, func(n *corev1.Node) {
 			atCordon.Lock()
 			defer atCordon.Unlock()
 			atCordon.missing, atCordon.err = missingImages(ctx, cpNode, mirror.Refs)
 			atCordon.staging, _ = protocol.DecodeStagingStatus(n.Annotations[inplacev1.StagingStatusAnnotation])
 		})
-		outage := ProbeAPI(wc.Client)
+		outage := lanekit.ProbeAPI(wc.Client)
 		res, err := machines.Update(ctx, cpNode.Name, cpChange, 25*time.Minute, func(c HookCall) bool {
 			// Not any Failure: a call during the API outage may answer one that CAPI
 			// simply retries.
@@ -362,8 +368,8 @@ func TestAgentUpgradesRealNodes(t *testing.T) {
 				killed <- fmt.Sprintf("agent %d killed during %s; kubelet restarted (%v)", pid, e.InFlight, err)
 			})
 		})
-		outage := ProbeAPI(wc.Client)
-		cordon := WatchCordon(wc.Client, cpNode.Name)
+		outage := lanekit.ProbeAPI(wc.Client)
+		cordon := lanekit.WatchCordon(wc.Client, cpNode.Name)
 		res, err := machines.Update(ctx, cpNode.Name, Change{}, 25*time.Minute, nil)
 		down, longest, windows := outage.Stop()
 		cordoned := cordon.Stop()
@@ -428,7 +434,7 @@ func TestAgentUpgradesRealNodes(t *testing.T) {
 	t.Run("worker "+from+" to "+to+" with a PodDisruptionBudget", func(t *testing.T) {
 		g := newG(t)
 		guarded := guardedDeployment(ctx, t, wc.Client, wNode.Name)
-		cordon := WatchCordon(wc.Client, wNode.Name)
+		cordon := lanekit.WatchCordon(wc.Client, wNode.Name)
 		start := time.Now()
 		blocked := false
 		res, err := machines.Update(ctx, wNode.Name, Change{Version: to}, 5*time.Minute, func(c HookCall) bool {
@@ -521,7 +527,7 @@ func TestAgentUpgradesRealNodes(t *testing.T) {
 func writePolicy(path, artifactURL string) error {
 	sums := map[string]string{}
 	for _, b := range []string{"kubeadm", "kubelet"} {
-		s, err := sha256File(k8sBin(to, b))
+		s, err := lanekit.SHA256File(k8sBin(to, b))
 		if err != nil {
 			return err
 		}
