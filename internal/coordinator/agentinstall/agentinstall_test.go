@@ -2,12 +2,15 @@ package agentinstall
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"os"
 	"slices"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -233,6 +236,150 @@ func TestAgentConfinedToOwnNode(t *testing.T) {
 		_, err = agentA.CoreV1().Pods(metav1.NamespaceSystem).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
 		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
 	})
+}
+
+// TestOnlyTheAgentWritesItsAnnotations: another identity that may patch Nodes and
+// nodes/status (a CNI DaemonSet's token) cannot change a node's agent key or report
+// through either, while its own annotations, the node's agent and the coordinator
+// (the cluster's admin, which may remove the policy anyway) still get through.
+func TestOnlyTheAgentWritesItsAnnotations(t *testing.T) {
+	g := NewWithT(t)
+	cfg := testEnv.Require(t)
+	ctx := context.Background()
+	c, err := client.New(cfg, client.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = Ensure(ctx, c, Config{Image: "registry.example/capi-inplace:v1"})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	const cniUser = "system:serviceaccount:kube-system:cni"
+	g.Expect(client.IgnoreAlreadyExists(c.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "cni"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes", "nodes/status"}, Verbs: []string{"get", "patch", "update"}}}}))).To(Succeed())
+	g.Expect(client.IgnoreAlreadyExists(c.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "cni"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cni"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: cniUser}}}))).To(Succeed())
+	cniCfg := rest.CopyConfig(cfg)
+	cniCfg.Impersonate = rest.ImpersonationConfig{UserName: cniUser, Groups: []string{"system:serviceaccounts", "system:authenticated"},
+		Extra: map[string][]string{NodeNameExtra: {"node-guard-a"}}}
+	cni, err := kubernetes.NewForConfig(cniCfg)
+	g.Expect(err).NotTo(HaveOccurred())
+	admin, err := kubernetes.NewForConfig(cfg)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	const victim = "node-guard-b"
+	report := map[string]string{
+		inplacev1.AgentKeyAnnotation:    "x25519:agent",
+		inplacev1.CurrentPlanAnnotation: "old",
+		inplacev1.StatusAnnotation:      `{"v":1}`,
+		inplacev1.StateAnnotation:       "Committed",
+	}
+	g.Expect(client.IgnoreAlreadyExists(c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: victim, Annotations: report}}))).
+		To(Succeed(), "the admin may create a Node with the agent's annotations")
+	annotate := func(key, value string) string { // "" removes the annotation
+		var v any
+		if value != "" {
+			v = value
+		}
+		b, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{key: v}}})
+		g.Expect(err).NotTo(HaveOccurred())
+		return string(b)
+	}
+	patch := func(cs kubernetes.Interface, subresource, body string) error {
+		var sub []string
+		if subresource != "" {
+			sub = []string{subresource}
+		}
+		_, err := cs.CoreV1().Nodes().Patch(ctx, victim, types.MergePatchType, []byte(body), metav1.PatchOptions{}, sub...)
+		return err
+	}
+	// The policy is loaded asynchronously after it is created: wait until it bites.
+	g.Eventually(func() error { return patch(cni, "status", annotate(inplacev1.CurrentPlanAnnotation, "forged")) }, 20*time.Second, 200*time.Millisecond).
+		Should(MatchError(ContainSubstring("only the node's capi-inplace agent may change")))
+
+	const refused = "only the node's capi-inplace agent may change"
+	tests := []struct {
+		name        string
+		cs          kubernetes.Interface
+		subresource string
+		body        string
+		wantErr     string
+	}{
+		{"another identity forges done through nodes/status", cni, "status", annotate(inplacev1.CurrentPlanAnnotation, "forged"), refused},
+		{"another identity swaps the key through nodes/status", cni, "status", annotate(inplacev1.AgentKeyAnnotation, "x25519:attacker"), refused},
+		{"another identity forges a report through nodes/status", cni, "status", annotate(inplacev1.StatusAnnotation, `{"v":1,"phase":"Committed"}`), refused},
+		{"another identity forges staging through nodes/status", cni, "status", annotate(inplacev1.StagingStatusAnnotation, `{}`), refused},
+		{"another identity removes the report through nodes/status", cni, "status", annotate(inplacev1.StatusAnnotation, ""), refused},
+		{"another identity swaps the key through nodes", cni, "", annotate(inplacev1.AgentKeyAnnotation, "x25519:attacker"), refused},
+		{"another identity's own annotation through nodes/status", cni, "status", annotate("flannel.alpha.coreos.com/public-ip", "10.0.0.2"), ""},
+		{"another identity's own annotation through nodes", cni, "", annotate("example.com/cni", "y"), ""},
+		{"the node's agent reports", agentClient(t, cfg, victim), "", annotate(inplacev1.StateAnnotation, "Applying"), ""},
+		{"another node's agent", agentClient(t, cfg, "node-guard-a"), "", annotate(inplacev1.StateAnnotation, "Applying"), "may only modify the node it runs on"},
+		{"the coordinator withdraws the report", admin, "", annotate(inplacev1.StatusAnnotation, ""), ""},
+		{"the coordinator through nodes/status", admin, "status", annotate(inplacev1.StateAnnotation, ""), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			before, err := admin.CoreV1().Nodes().Get(ctx, victim, metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			err = patch(tt.cs, tt.subresource, tt.body)
+			if tt.wantErr == "" {
+				g.Expect(err).NotTo(HaveOccurred())
+				return
+			}
+			g.Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "got %v", err)
+			g.Expect(err).To(MatchError(ContainSubstring(tt.wantErr)))
+			after, err := admin.CoreV1().Nodes().Get(ctx, victim, metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			for _, k := range AgentAnnotations() {
+				g.Expect(after.Annotations[k]).To(Equal(before.Annotations[k]), k)
+			}
+		})
+	}
+}
+
+// TestGuardedReadsThePolicyAndBinding: Guarded answers nil only while the policy
+// and a denying binding are installed, at GuardVersion, since the given time.
+func TestGuardedReadsThePolicyAndBinding(t *testing.T) {
+	g := NewWithT(t)
+	cfg := testEnv.Require(t)
+	ctx := context.Background()
+	c, err := client.New(cfg, client.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = Ensure(ctx, c, Config{Image: "registry.example/capi-inplace:v1"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(EnsureGuard(ctx, c)).To(Succeed())
+	installed := time.Now().Add(time.Second)
+	g.Expect(Guarded(ctx, c, installed)).To(Succeed())
+	g.Expect(Guarded(ctx, c, time.Time{})).To(Succeed())
+
+	unguarded := func(since time.Time, reason string) {
+		t.Helper()
+		var ue *UnguardedError
+		err := Guarded(ctx, c, since)
+		g.Expect(errors.As(err, &ue)).To(BeTrue(), "got %v", err)
+		g.Expect(ue.Reason).To(ContainSubstring(reason))
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+	g.Expect(c.Get(ctx, client.ObjectKey{Name: PolicyName}, binding)).To(Succeed())
+	binding.Spec.ValidationActions = []admissionregistrationv1.ValidationAction{admissionregistrationv1.Warn}
+	g.Expect(c.Update(ctx, binding)).To(Succeed())
+	unguarded(installed, "does not deny")
+
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+	g.Expect(c.Get(ctx, client.ObjectKey{Name: PolicyName}, policy)).To(Succeed())
+	delete(policy.Annotations, GuardVersionAnnotation)
+	g.Expect(c.Update(ctx, policy)).To(Succeed())
+	unguarded(installed, "older than")
+
+	deleted := time.Now()
+	g.Expect(c.Delete(ctx, binding)).To(Succeed())
+	unguarded(installed, "is missing")
+
+	// Installed again: a value written before may have come from anyone.
+	time.Sleep(1100 * time.Millisecond) // creation times have a resolution of one second
+	g.Expect(EnsureGuard(ctx, c)).To(Succeed())
+	unguarded(deleted, "after")
+	g.Expect(Guarded(ctx, c, time.Now().Add(time.Second))).To(Succeed())
 }
 
 // TestEnsureGrantsPodListForCELGatesOnly: the agent may list pods (what a CEL gate

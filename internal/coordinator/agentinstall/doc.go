@@ -15,7 +15,13 @@
 // account unless the Node is the one named by the token's node-name claim
 // (userInfo.extra["authentication.kubernetes.io/node-name"], set for pod-bound
 // service account tokens) and unless the only change is to the agent's own
-// annotations (current-plan, state, status, agent-key).
+// annotations (AgentAnnotations: current-plan, state, status, agent-key, staging).
+// The same policy refuses any change to those annotations by anyone else, through
+// nodes and nodes/status, on create and update (a CNI DaemonSet's token may patch
+// nodes/status on every node): only an identity that may patch the policy's
+// binding, and so could switch it off, is let through, which the coordinator with
+// the cluster's admin credentials is. Guarded tells the coordinator whether the
+// policy was in force, so that it takes a node's report as done only then.
 //
 // Reads cannot be confined the same way: admission never sees get/list/watch, and
 // RBAC cannot say "the node's own Secret" for one service account shared by every

@@ -34,16 +34,23 @@ func Ensure(ctx context.Context, c client.Client, cfg Config) (bool, error) {
 	case err != nil && !apierrors.IsNotFound(err):
 		return false, fmt.Errorf("get agent daemonset: %w", err)
 	}
+	if err := apply(ctx, c, objs); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+func apply(ctx context.Context, c client.Client, objs []client.Object) error {
 	for _, o := range objs {
 		u, err := toUnstructured(o)
 		if err != nil {
-			return false, err
+			return err
 		}
 		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
-			return false, fmt.Errorf("apply %s %s: %w", u.GetKind(), u.GetName(), err)
+			return fmt.Errorf("apply %s %s: %w", u.GetKind(), u.GetName(), err)
 		}
 	}
-	return true, nil
+	return nil
 }
 
 // toUnstructured drops what a typed object always serialises but must not be applied:

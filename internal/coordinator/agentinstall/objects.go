@@ -24,6 +24,13 @@ const (
 	AgentName = "capi-inplace-agent"
 	// PolicyName names the ValidatingAdmissionPolicy and its binding.
 	PolicyName = "capi-inplace-agent-own-node"
+	// GuardVersionAnnotation on the policy holds the GuardVersion it enforces.
+	GuardVersionAnnotation = inplacev1.GroupName + "/node-guard"
+	// GuardVersion numbers what the policy covers; Guarded accepts an installed
+	// policy of this version or later. 2: AgentAnnotations are refused to anyone
+	// but their node's agent, through nodes and nodes/status (1, unannotated, only
+	// confined the agent).
+	GuardVersion = 2
 	// ManifestHashAnnotation on the DaemonSet holds the hash of everything installed.
 	ManifestHashAnnotation = inplacev1.GroupName + "/agent-manifests"
 	// NodeNameExtra is the user-info extra key the API server sets from a pod-bound
@@ -152,6 +159,21 @@ func Objects(cfg Config) ([]client.Object, error) {
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: AgentName},
 			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: AgentName, Namespace: ns}},
 		},
+	}
+	objs = append(objs, guardObjects()...)
+	ds := daemonSet(cfg.Image, args, apiServerEnv(cfg))
+	hash, err := hashObjects(append(objs, ds))
+	if err != nil {
+		return nil, err
+	}
+	ds.Annotations = map[string]string{ManifestHashAnnotation: hash}
+	return append(objs, ds), nil
+}
+
+// guardObjects are the policy that keeps a node's AgentAnnotations to its agent
+// and its binding, in apply order.
+func guardObjects() []client.Object {
+	return []client.Object{
 		ownNodePolicy(),
 		&admissionregistrationv1.ValidatingAdmissionPolicyBinding{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicyBinding"},
@@ -162,13 +184,6 @@ func Objects(cfg Config) ([]client.Object, error) {
 			},
 		},
 	}
-	ds := daemonSet(cfg.Image, args, apiServerEnv(cfg))
-	hash, err := hashObjects(append(objs, ds))
-	if err != nil {
-		return nil, err
-	}
-	ds.Annotations = map[string]string{ManifestHashAnnotation: hash}
-	return append(objs, ds), nil
 }
 
 // clusterRules are the agent's cluster-wide permissions. ClusterRole rules are an
@@ -197,54 +212,91 @@ func mergeLabels(a, b map[string]string) map[string]string {
 	return out
 }
 
+// AgentAnnotations are the node-protocol annotations only a node's own agent writes:
+// its key (plans are sealed to it) and its report (what the coordinator takes as
+// done). The policy refuses any change to them by anyone else (GuardPolicy).
+func AgentAnnotations() []string {
+	return []string{inplacev1.CurrentPlanAnnotation, inplacev1.StateAnnotation, inplacev1.StatusAnnotation, inplacev1.AgentKeyAnnotation, inplacev1.StagingStatusAnnotation}
+}
+
+// ownNodePolicy confines the agent to its own Node's AgentAnnotations and keeps
+// everyone else off those annotations, through nodes and nodes/status alike (any
+// identity that may patch nodes/status, such as a CNI DaemonSet's token on every
+// node, could otherwise rewrite another node's key or report). The one exception
+// is an identity that may patch this policy's binding: it can switch the policy
+// off anyway, and the coordinator, which installs it with the
+// cluster's admin credentials, is one (it withdraws a failed report on retry).
+// Writes that touch none of the annotations, and are not the agent's, never
+// reach the policy (its match condition), so the kubelet's status updates do not
+// depend on it.
 func ownNodePolicy() *admissionregistrationv1.ValidatingAdmissionPolicy {
-	allowed := []string{inplacev1.CurrentPlanAnnotation, inplacev1.StateAnnotation, inplacev1.StatusAnnotation, inplacev1.AgentKeyAnnotation, inplacev1.StagingStatusAnnotation}
+	allowed := AgentAnnotations()
 	quoted := make([]string, len(allowed))
 	for i, a := range allowed {
 		quoted[i] = "'" + a + "'"
 	}
+	list := "[" + strings.Join(quoted, ", ") + "]"
+	isAgent := fmt.Sprintf("request.userInfo.username == '%s'", ServiceAccountUsername())
+	// Match conditions cannot use variables: the change test is spelled out here.
+	// oldObject is null on CREATE.
+	protocolChanged := list + ".exists(k, object.metadata.?annotations[?k] != " +
+		"(oldObject == null ? optional.none() : oldObject.metadata.?annotations[?k]))"
+	// One authorizer check (each is costly for CEL's budget): patch, the verb the
+	// installer's server-side apply needs, so the coordinator always passes.
+	mayRemovePolicy := fmt.Sprintf("authorizer.group('admissionregistration.k8s.io')."+
+		"resource('validatingadmissionpolicybindings').name('%s').check('patch').allowed()", PolicyName)
 	return &admissionregistrationv1.ValidatingAdmissionPolicy{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicy"},
-		ObjectMeta: meta(PolicyName, ""),
+		TypeMeta: metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicy"},
+		ObjectMeta: metav1.ObjectMeta{Name: PolicyName, Labels: labels(), Annotations: map[string]string{
+			GuardVersionAnnotation: strconv.Itoa(GuardVersion),
+		}},
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
 			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
 			MatchConstraints: &admissionregistrationv1.MatchResources{
 				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
 					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 						Rule: admissionregistrationv1.Rule{
-							APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"nodes"},
+							APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"nodes", "nodes/status"},
 						},
 					},
 				}},
 			},
 			MatchConditions: []admissionregistrationv1.MatchCondition{{
-				Name:       "is-agent",
-				Expression: fmt.Sprintf("request.userInfo.username == '%s'", ServiceAccountUsername()),
+				Name:       "agent-or-agent-annotations",
+				Expression: isAgent + " || " + protocolChanged,
 			}},
 			Variables: []admissionregistrationv1.Variable{
+				{Name: "isAgent", Expression: isAgent},
 				{Name: "claims", Expression: "request.userInfo.?extra.orValue({})"},
-				{Name: "allowed", Expression: "[" + strings.Join(quoted, ", ") + "]"},
+				{Name: "allowed", Expression: list},
 				{Name: "newAnn", Expression: "object.metadata.?annotations.orValue({})"},
-				{Name: "oldAnn", Expression: "oldObject.metadata.?annotations.orValue({})"},
+				{Name: "oldAnn", Expression: "oldObject == null ? {} : oldObject.metadata.?annotations.orValue({})"},
 			},
 			Validations: []admissionregistrationv1.Validation{
 				{
-					Expression: fmt.Sprintf("'%[1]s' in variables.claims && variables.claims['%[1]s'].size() > 0 && object.metadata.name == variables.claims['%[1]s'][0]", NodeNameExtra),
+					Expression: fmt.Sprintf("!variables.isAgent || ('%[1]s' in variables.claims && variables.claims['%[1]s'].size() > 0 && object.metadata.name == variables.claims['%[1]s'][0])", NodeNameExtra),
 					Message:    "the capi-inplace agent may only modify the node it runs on",
 					Reason:     ptr.To(metav1.StatusReasonForbidden),
 				},
 				{
-					Expression: "variables.newAnn.all(k, k in variables.allowed || (k in variables.oldAnn && variables.oldAnn[k] == variables.newAnn[k])) && " +
-						"variables.oldAnn.all(k, k in variables.allowed || k in variables.newAnn)",
+					Expression: "!variables.isAgent || (oldObject != null && " +
+						"variables.newAnn.all(k, k in variables.allowed || (k in variables.oldAnn && variables.oldAnn[k] == variables.newAnn[k])) && " +
+						"variables.oldAnn.all(k, k in variables.allowed || k in variables.newAnn))",
 					Message: "the capi-inplace agent may only change its own annotations (" + strings.Join(allowed, ", ") + ")",
 					Reason:  ptr.To(metav1.StatusReasonForbidden),
 				},
 				{
-					Expression: "object.metadata.?labels.orValue({}) == oldObject.metadata.?labels.orValue({}) && " +
-						"object.?spec.orValue({}) == oldObject.?spec.orValue({})",
+					Expression: "!variables.isAgent || (oldObject != null && " +
+						"object.metadata.?labels.orValue({}) == oldObject.metadata.?labels.orValue({}) && " +
+						"object.?spec.orValue({}) == oldObject.?spec.orValue({}))",
 					Message: "the capi-inplace agent may not change node labels or spec",
 					Reason:  ptr.To(metav1.StatusReasonForbidden),
+				},
+				{
+					Expression: "variables.isAgent || " + mayRemovePolicy,
+					Message:    "only the node's capi-inplace agent may change " + strings.Join(allowed, ", "),
+					Reason:     ptr.To(metav1.StatusReasonForbidden),
 				},
 			},
 		},
