@@ -24,7 +24,6 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/capi-inplace/capi-inplace/internal/cli"
 	"github.com/capi-inplace/capi-inplace/internal/coordinator"
@@ -49,7 +48,6 @@ type extensionOptions struct {
 	leaderElect          bool
 	leaderElectNamespace string
 	policyFile           string
-	stagingTimeout       time.Duration
 	manageAgents         bool
 	agentImage           string
 	extensionConfigName  string
@@ -83,7 +81,6 @@ over HTTPS (register it with an ExtensionConfig whose caBundle is the CA of
 	f.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader among replicas; only the leader runs the coordinator's controllers. Every replica serves the hooks.")
 	f.StringVar(&o.leaderElectNamespace, "leader-elect-namespace", "", "Namespace of the leader election lease; empty means the pod's own namespace.")
 	f.StringVar(&o.policyFile, "policy-file", "", "Path to the policy file (YAML or JSON); empty means the built-in policy (no OS image artifacts, bootstrap-only fields refused).")
-	f.DurationVar(&o.stagingTimeout, "staging-timeout", coordinator.DefaultStagingTimeout, "How long a node may take to download and verify what its plan needs before it is cordoned; after it the update fails with the node untouched and the next call tries again. Negative: no bound.")
 	f.BoolVar(&o.manageAgents, "manage-agents", true, "Install and upgrade the node agent (DaemonSet and RBAC) in each workload cluster.")
 	f.StringVar(&o.agentImage, "agent-image", "", "Container image of the node agent that --manage-agents installs.")
 	f.StringVar(&o.extensionConfigName, "extension-config-name", "", "Name of the ExtensionConfig that registers these hooks; the single-node control-plane path then reads its spec.settings (disableInPlaceUpdates) as Cluster API passes them to the hooks (needs get on runtime.cluster.x-k8s.io extensionconfigs). Empty: no settings.")
@@ -180,7 +177,7 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 		NodeConfig:          pol,
 		DeclaredOSImages:    pol,
 		RegistryCredentials: pol,
-		StagingTimeout:      o.stagingTimeout,
+		Deadlines:           coordinator.DeadlinesFromPolicy(pol.Deadlines()),
 		Fleet:               pol,
 		FleetMetrics:        metrics,
 		Metrics:             updateMetrics,
@@ -217,20 +214,21 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 	// same coordinator.
 	var admission singlenode.WebhookRegistry = hookServer
 	if o.admissionPort != 0 {
-		admissionServer := webhook.NewServer(webhook.Options{Host: o.webhookHost, Port: o.admissionPort, CertDir: o.webhookCertDir, TLSOpts: []func(*tls.Config){http1Only}})
+		// Its own port, with request budgets of its own: the port is open to every
+		// pod, and none of its clients may delay a hook call.
+		admissionServer, err := extension.NewAdmissionServer(extension.ServerOptions{
+			Host: o.webhookHost, Port: o.admissionPort, CertDir: o.webhookCertDir, TLSOpts: []func(*tls.Config){http1Only},
+		})
+		if err != nil {
+			return err
+		}
 		if err := mgr.Add(admissionServer); err != nil {
 			return fmt.Errorf("add admission webhook server to manager: %w", err)
 		}
 		if err := mgr.AddReadyzCheck("admission", admissionServer.StartedChecker()); err != nil {
 			return fmt.Errorf("add readiness check: %w", err)
 		}
-		// The hold webhook on its own port keeps the hook server's request limits
-		// (1 MiB bodies, one in-flight budget for the process).
-		limited, err := extension.WithLimitsOf(hookServer, admissionServer)
-		if err != nil {
-			return fmt.Errorf("admission webhook server: %w", err)
-		}
-		admission = limited
+		admission = admissionServer
 	}
 	// The hooks' planner and policy decide for the single-node path too.
 	plans, err := planner.New(pol)

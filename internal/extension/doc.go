@@ -18,9 +18,15 @@
 // failurePolicy Fail: with Ignore, CAPI would treat an unreachable extension as a
 // completed UpdateMachine.
 //
+// Both HTTPS ports (the hooks, and the admission webhooks' own port) serve through
+// boundedServer: per port its own request budgets, header and body deadlines, and
+// bounds per client (remote address) on connections and on bodies being received,
+// so that no client can delay another's calls (limits.go).
+//
 // Imports: cluster-api hook, catalog and core types, the runtime server
 // (sigs.k8s.io/cluster-api/exp/runtime/server), controller-runtime logging,
-// webhook server and client (UpgradePlanReader), k8s.io/api core (namespaces), golang.org/x/sync/semaphore (the in-flight request budget),
+// webhook server, certwatcher and client (UpgradePlanReader), k8s.io/api core (namespaces), golang.org/x/sync/semaphore (the in-flight request budget),
+// internal/connlimit (connections per client),
 // prometheus, internal/metrics (Register), internal/planner, internal/policy, internal/coordinator (its Outcome
 // type: UpdateMachine writes the coordinator's typed answer).
 package extension

@@ -19,8 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	runtimecatalog "sigs.k8s.io/cluster-api/api/runtime/catalog"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
-	"sigs.k8s.io/cluster-api/exp/runtime/server"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/capi-inplace/capi-inplace/internal/extension"
 	pt "github.com/capi-inplace/capi-inplace/internal/planner/plannertest"
@@ -223,27 +221,4 @@ func TestRegisteredHandlersAreBounded(t *testing.T) {
 	g.Expect(serve(2<<20, false)).To(Equal(http.StatusRequestEntityTooLarge))
 	g.Expect(serve(10<<10, true)).To(Equal(http.StatusOK))
 	g.Expect(got).To(Equal([]int{10 << 10}), "only the small request reaches the handler, whole")
-}
-
-// TestWithLimitsOf: a second server (the hold webhook's own port) gets the hook
-// server's limits.
-func TestWithLimitsOf(t *testing.T) {
-	g := NewWithT(t)
-	m, err := extension.NewMetrics(prometheus.NewRegistry())
-	g.Expect(err).NotTo(HaveOccurred())
-	h, err := extension.NewHandlers(extension.Options{Policy: policy.Builtin(), Metrics: m})
-	g.Expect(err).NotTo(HaveOccurred())
-	hooks, err := extension.NewServer(h, extension.ServerOptions{CertDir: t.TempDir()})
-	g.Expect(err).NotTo(HaveOccurred())
-	other := webhook.NewServer(webhook.Options{CertDir: t.TempDir()})
-	limited, err := extension.WithLimitsOf(hooks, other)
-	g.Expect(err).NotTo(HaveOccurred())
-	calls := 0
-	limited.Register("/hold", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { calls++ }))
-	rec := httptest.NewRecorder()
-	other.WebhookMux().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/hold", bytes.NewReader(make([]byte, 2<<20))))
-	g.Expect(rec.Code).To(Equal(http.StatusRequestEntityTooLarge))
-	g.Expect(calls).To(BeZero())
-	_, err = extension.WithLimitsOf(&server.Server{Server: other}, other)
-	g.Expect(err).To(MatchError(ContainSubstring("no request limits")))
 }

@@ -9,6 +9,7 @@ import (
 	runtimecatalog "sigs.k8s.io/cluster-api/api/runtime/catalog"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/cluster-api/exp/runtime/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/capi-inplace/capi-inplace/internal/planner"
 )
@@ -42,15 +43,15 @@ type ServerOptions struct {
 	// MaxRequestBodyBytes bounds one request body (413 above it);
 	// 0 means DefaultMaxRequestBodyBytes.
 	MaxRequestBodyBytes int64
-	// MaxInFlightBodyBytes bounds the bodies handled at once, weighted by size (later
-	// requests wait); 0 means DefaultMaxInFlightBodyBytes.
+	// MaxInFlightBodyBytes bounds the bodies this port handles at once, weighted by
+	// size (later requests wait); 0 means DefaultMaxInFlightBodyBytes.
 	MaxInFlightBodyBytes int64
 }
 
 // NewServer returns the runtime hook server (a controller-runtime Runnable that
 // needs no leader election) with the four handlers registered; discovery is added
 // when it starts. Every handler served on it, including ones registered later with
-// Register, is bounded by the request limits (see DefaultMaxRequestBodyBytes).
+// Register, is bounded by the port's request limits (see limits.go).
 func NewServer(h *Handlers, opts ServerOptions) (*server.Server, error) {
 	if h == nil {
 		return nil, errors.New("hook server needs handlers")
@@ -70,12 +71,13 @@ func NewServer(h *Handlers, opts ServerOptions) (*server.Server, error) {
 		return nil, fmt.Errorf("create hook server: %w", err)
 	}
 	// Every handler registered on the server (the hooks when it starts, the hold
-	// webhook through Register) goes through the request limits.
-	limits, err := newRequestLimits(srv.Server, opts.MaxRequestBodyBytes, opts.MaxInFlightBodyBytes)
+	// webhook and the guard through Register when they share the port) goes through
+	// the port's request limits, and the port bounds its connections.
+	bounded, err := newBoundedServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("create hook server: %w", err)
 	}
-	srv.Server = limits
+	srv.Server = bounded
 	fail := ptr.To(runtimehooksv1.FailurePolicyFail)
 	for _, eh := range []server.ExtensionHandler{
 		{Hook: runtimehooksv1.CanUpdateMachine, Name: HandlerCanUpdateMachine, HandlerFunc: h.DoCanUpdateMachine, FailurePolicy: fail},
@@ -87,6 +89,18 @@ func NewServer(h *Handlers, opts ServerOptions) (*server.Server, error) {
 		if err := srv.AddExtensionHandler(eh); err != nil {
 			return nil, fmt.Errorf("register %s handler: %w", eh.Name, err)
 		}
+	}
+	return srv, nil
+}
+
+// NewAdmissionServer returns the HTTPS server of the admission webhooks' own port
+// (the hold webhook and the guard): the same request limits as the hook server's,
+// with budgets of its own, so that no client of the admission port (which every pod
+// may reach) can delay a hook call. Register the webhooks on it.
+func NewAdmissionServer(opts ServerOptions) (webhook.Server, error) {
+	srv, err := newBoundedServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("create admission server: %w", err)
 	}
 	return srv, nil
 }

@@ -16,6 +16,8 @@ import (
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
 	"github.com/capi-inplace/capi-inplace/internal/extension"
 	"github.com/capi-inplace/capi-inplace/internal/extension/extensiontest"
 	pt "github.com/capi-inplace/capi-inplace/internal/planner/plannertest"
@@ -25,6 +27,16 @@ import (
 // startServer runs the hook server on a free port with a fresh self-signed
 // certificate and returns its base URL and a client that trusts it.
 func startServer(tb testing.TB) (string, *http.Client) {
+	tb.Helper()
+	base, client, _ := startServers(tb, nil)
+	return base, client
+}
+
+// startServers runs the hook server and, when admission is not nil, an admission
+// server (NewAdmissionServer) with admission registered on it, each on a free port
+// with one self-signed certificate; it returns their base URLs and a client that
+// trusts them.
+func startServers(tb testing.TB, admission func(webhook.Server)) (hooks string, client *http.Client, admissionBase string) {
 	tb.Helper()
 	dir := tb.TempDir()
 	ca, err := extensiontest.WriteSelfSignedCert(dir)
@@ -39,37 +51,56 @@ func startServer(tb testing.TB) (string, *http.Client) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	port := freePort(tb)
-	srv, err := extension.NewServer(h, extension.ServerOptions{Host: "127.0.0.1", Port: port, CertDir: dir,
-		TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 }}})
+	client, err = extensiontest.Client(ca)
 	if err != nil {
 		tb.Fatal(err)
 	}
+	opts := func() extension.ServerOptions {
+		return extension.ServerOptions{Host: "127.0.0.1", Port: freePort(tb), CertDir: dir,
+			TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 }}}
+	}
+	hookOpts := opts()
+	srv, err := extension.NewServer(h, hookOpts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	run(tb, srv.Start, hookOpts.Port, client)
+	if admission != nil {
+		admOpts := opts()
+		adm, err := extension.NewAdmissionServer(admOpts)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		admission(adm)
+		run(tb, adm.Start, admOpts.Port, client)
+		admissionBase = fmt.Sprintf("https://127.0.0.1:%d", admOpts.Port)
+	}
+	return fmt.Sprintf("https://127.0.0.1:%d", hookOpts.Port), client, admissionBase
+}
+
+// run starts a server until the test ends and waits until it accepts TLS
+// connections on port.
+func run(tb testing.TB, start func(context.Context) error, port int, client *http.Client) {
+	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- srv.Start(ctx) }()
+	go func() { done <- start(ctx) }()
 	tb.Cleanup(func() {
 		cancel()
 		<-done
 	})
-	client, err := extensiontest.Client(ca)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	base := fmt.Sprintf("https://127.0.0.1:%d", port)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		conn, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port), client.Transport.(*http.Transport).TLSClientConfig)
 		if err == nil {
 			_ = conn.Close()
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("hook server did not come up: %v", err)
+			tb.Fatalf("server did not come up: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return base, client
 }
 
 func freePort(tb testing.TB) int {
