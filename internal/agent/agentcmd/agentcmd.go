@@ -225,15 +225,11 @@ func Run(ctx context.Context, o Options, sim Simulator) error {
 	a := &agent.Agent{NodeName: o.NodeName, Client: client, Executor: x, Host: kubeHost, Reporter: reporter, Backends: backendNames(backends), Key: nodeKey, Log: log}
 
 	if o.HealthAddr != "0" && o.HealthAddr != "" {
-		srv := &http.Server{Addr: o.HealthAddr, ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			_, _ = w.Write([]byte("ok\n"))
-		})}
-		go func() {
-			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error(err, "Health endpoint stopped", "address", o.HealthAddr)
-			}
-		}()
-		defer srv.Close()
+		stop, err := serveHealth(o.HealthAddr, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	if o.MetricsAddr != "0" && o.MetricsAddr != "" {
 		stop, err := serveMetrics(o.MetricsAddr, am.Handler(), log)

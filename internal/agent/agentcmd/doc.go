@@ -10,6 +10,7 @@
 // no simulator; test/productdeps fails the build of a product binary that does.
 //
 // Imports: internal/agent and its subpackages (agentmetrics, etcd, executor, gate, journal, kube,
-// service), internal/backend/{none,registry}, internal/protocol, client-go, cobra,
+// service), internal/backend/{none,registry}, internal/protocol, internal/connlimit (the
+// health and metrics endpoints' connection bounds), client-go, cobra,
 // klog's textlogger and logr.
 package agentcmd
