@@ -37,8 +37,14 @@ type Observation struct {
 	PlanHash string
 	// TargetVersion is the Machine's spec.version; empty skips the version gate.
 	TargetVersion string
+	// DesiredState is the identity of what the Machine's spec asks of the node
+	// (protocol.NodePlan.DesiredState): a Committed status counts as done only
+	// for it.
+	DesiredState string
 	// Published is the node's desired-plan annotation.
-	Published   string
+	Published string
+	// CurrentPlan is the node's current-plan annotation: shown, never taken as
+	// done (any writer of the Node can set it).
 	CurrentPlan string
 	// Status is the agent's decoded status; nil when absent. StatusErr is set when
 	// the annotation exists but does not decode.
@@ -145,7 +151,9 @@ func Decide(o Observation) Decision {
 	if st != nil && st.PlanHash == o.PlanHash {
 		switch st.Phase {
 		case protocol.PhaseCommitted:
-			return gates(o)
+			if d, ok := committed(o, st); ok {
+				return d
+			}
 		case protocol.PhaseRolledBack, protocol.PhaseFailed:
 			// Stays a failure for as long as the agent reports it, even if the plan
 			// was withdrawn: a stale failure must never be mistaken for progress. To
@@ -156,8 +164,12 @@ func Decide(o Observation) Decision {
 			return Decision{Action: ActAwaitAgent, RetryAfterSeconds: waitRetry(o.Elapsed), Message: stepMsg(stepApply, "waiting for the agent on node %s to apply plan %s: %s", o.Node, short(o.PlanHash), agentProgress(st))}
 		}
 	}
-	if o.CurrentPlan == o.PlanHash && o.PlanHash != "" {
-		return gates(o)
+	if st != nil && st.PlanHash != o.PlanHash && st.Phase == protocol.PhaseCommitted && o.DesiredState != "" && st.DesiredState == o.DesiredState {
+		// Another build of the same desired state (another replica's policy, an
+		// older credential) was committed: that is what the spec asks for.
+		if d, ok := committed(o, st); ok {
+			return d
+		}
 	}
 	if o.NotPickedUp == o.PlanHash && o.PlanHash != "" {
 		// Stays a failure until an operator removes the marker (or the spec changes).
@@ -179,6 +191,23 @@ func Decide(o Observation) Decision {
 		return Decision{Action: ActWait, RetryAfterSeconds: retryPaused, Message: stepMsg(stepAgent, "cluster is paused for in-place updates; node %s not started", o.Node)}
 	}
 	return Decision{Action: ActStart}
+}
+
+// committed decides on a Committed status: done (after the outside gates) only
+// when the node is pointed at the committed plan, or at none, so no other plan
+// is on its way, and the commit was for the desired state the Machine's spec
+// asks for. ok is false when another plan is published: the caller goes on as
+// for any plan not yet committed. An agent from before desired-state identities
+// reports none; its commit of this very plan hash is taken as is.
+func committed(o Observation, st *protocol.NodeStatus) (Decision, bool) {
+	if o.Published != "" && o.Published != st.PlanHash {
+		return Decision{}, false
+	}
+	if st.DesiredState != "" && st.DesiredState != o.DesiredState {
+		return Decision{Action: ActReportFailure, Cause: CauseInvalidStatus,
+			Message: fmt.Sprintf("node %s: the agent reports plan %s committed for desired state %s, but the Machine's spec asks for %s", o.Node, short(st.PlanHash), short(st.DesiredState), short(o.DesiredState))}, true
+	}
+	return gates(o), true
 }
 
 func gates(o Observation) Decision {

@@ -73,9 +73,9 @@ func TestDecide(t *testing.T) {
 			want: ActSucceed, msg: "node n1 runs plan aaaaaaaaaaaa", eventName: "InPlaceUpdateSucceeded",
 		},
 		{
-			name: "current-plan says committed even without a status",
+			name: "current-plan alone is no commit: any writer of the Node can set it",
 			obs:  with(func(o *Observation) { o.CurrentPlan = hashA; o.KubeletVersion = "v1.36.0"; o.Ready = true }),
-			want: ActSucceed, msg: "node n1 runs plan aaaaaaaaaaaa", eventName: "InPlaceUpdateSucceeded",
+			want: ActStart,
 		},
 		{
 			name: "rolled back: fail with the cause",

@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,10 +17,10 @@ import (
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
-// RegistryCredentialsResolver names the pull Secret of an OCI registry host[:port].
-// *policy.Policy implements it.
+// RegistryCredentialsResolver names the pull Secret of an OCI registry host[:port]
+// for the Machines of a namespace. *policy.Policy implements it.
 type RegistryCredentialsResolver interface {
-	RegistrySecret(host string) (policy.SecretRef, bool)
+	RegistrySecret(namespace, host string) (policy.SecretRef, bool)
 }
 
 var _ RegistryCredentialsResolver = (*policy.Policy)(nil)
@@ -29,14 +31,14 @@ var _ RegistryCredentialsResolver = (*policy.Policy)(nil)
 // the node's key, so only that node's agent reads them. A named Secret that is
 // missing or holds no login for the registry is an input error whose message names
 // the Secret, never its content.
-func (c *Coordinator) addRegistryCredentials(ctx context.Context, plan *protocol.NodePlan) error {
+func (c *Coordinator) addRegistryCredentials(ctx context.Context, plan *protocol.NodePlan, namespace string) error {
 	r := c.opts.RegistryCredentials
 	if r == nil || plan == nil {
 		return nil
 	}
 	plan.RegistryCredentials = nil
 	for _, host := range plan.OCIRegistries() {
-		ref, ok := r.RegistrySecret(host)
+		ref, ok := r.RegistrySecret(namespace, host)
 		if !ok {
 			continue
 		}
@@ -63,8 +65,11 @@ type dockerConfig struct {
 	} `json:"auths"`
 }
 
-// registryLogin reads the login for host from a pull Secret. Errors never quote
-// the Secret's content.
+// registryLogin reads the login for host from a pull Secret. A config may name
+// one registry under several keys (a bare host and a URL): they are read in key
+// order, and entries that disagree are refused rather than one picked, so the
+// same Secret always gives the same login. Errors never quote the Secret's
+// content.
 func registryLogin(sec *corev1.Secret, host string) (protocol.RegistryCredential, error) {
 	raw, ok := sec.Data[corev1.DockerConfigJsonKey]
 	if !ok {
@@ -74,10 +79,15 @@ func registryLogin(sec *corev1.Secret, host string) (protocol.RegistryCredential
 	if err := json.Unmarshal(raw, &cfg); err != nil {
 		return protocol.RegistryCredential{}, fmt.Errorf("%s is not valid JSON", corev1.DockerConfigJsonKey)
 	}
-	for key, a := range cfg.Auths {
+	var (
+		found protocol.RegistryCredential
+		keys  []string
+	)
+	for _, key := range slices.Sorted(maps.Keys(cfg.Auths)) {
 		if registryKeyHost(key) != host {
 			continue
 		}
+		a := cfg.Auths[key]
 		cred := protocol.RegistryCredential{Registry: host, Username: a.Username, Password: a.Password, IdentityToken: a.IdentityToken}
 		if a.Auth != "" && cred.Username == "" {
 			dec, err := base64.StdEncoding.DecodeString(a.Auth)
@@ -90,9 +100,15 @@ func registryLogin(sec *corev1.Secret, host string) (protocol.RegistryCredential
 		if cred.Username == "" && cred.IdentityToken == "" {
 			return protocol.RegistryCredential{}, fmt.Errorf("the entry of %s has no login", key)
 		}
-		return cred, nil
+		if len(keys) > 0 && cred != found {
+			return protocol.RegistryCredential{}, fmt.Errorf("the entries %s and %s name registry %s with different logins; keep one", strings.Join(keys, ", "), key, host)
+		}
+		found, keys = cred, append(keys, key)
 	}
-	return protocol.RegistryCredential{}, fmt.Errorf("no login for %s in %s", host, corev1.DockerConfigJsonKey)
+	if len(keys) == 0 {
+		return protocol.RegistryCredential{}, fmt.Errorf("no login for %s in %s", host, corev1.DockerConfigJsonKey)
+	}
+	return found, nil
 }
 
 // registryKeyHost is the host[:port] of a dockerconfigjson auths key, which may

@@ -42,6 +42,10 @@ func TestRegistryLogin(t *testing.T) {
 		{name: "only another registry", config: `{"auths":{"registry.example.com":{"username":"u","password":"` + testRegistryPass + `"}}}`, wantErr: "no login for registry.example.com:5000"},
 		{name: "auth not base64", config: `{"auths":{"registry.example.com:5000":{"auth":"%%` + testRegistryPass + `"}}}`, wantErr: "not base64"},
 		{name: "no login", config: `{"auths":{"registry.example.com:5000":{}}}`, wantErr: "has no login"},
+		{name: "one registry under two keys, one login", config: `{"auths":{"registry.example.com:5000":{"username":"site-a","password":"` + testRegistryPass + `"},"https://registry.example.com:5000/v1/":{"auth":"` + auth + `"}}}`,
+			want: protocol.RegistryCredential{Registry: host, Username: "site-a", Password: testRegistryPass}},
+		{name: "one registry under two keys, two logins: refused, never one picked", config: `{"auths":{"registry.example.com:5000":{"username":"site-b","password":"` + testRegistryPass + `"},"https://registry.example.com:5000/v1/":{"auth":"` + auth + `"}}}`,
+			wantErr: "the entries https://registry.example.com:5000/v1/ and registry.example.com:5000 name registry registry.example.com:5000 with different logins"},
 		{name: "not JSON", config: `{"auths":` + testRegistryPass, wantErr: "not valid JSON"},
 	}
 	for _, tt := range tests {

@@ -77,7 +77,7 @@ func (c *Coordinator) loadScope(ctx context.Context, desired desiredObjects) (*s
 	if err != nil {
 		return nil, retryable(CauseInvalidInput, fmt.Sprintf("build plan for node %s: %v", nodeName, err)), false
 	}
-	if err := c.addRegistryCredentials(ctx, built); err != nil {
+	if err := c.addRegistryCredentials(ctx, built, s.machine.Namespace); err != nil {
 		return nil, retryable(CauseInvalidInput, fmt.Sprintf("build plan for node %s: %v", nodeName, err)), false
 	}
 	s.plan = nodeplan.PinPublished(built, published)
@@ -86,6 +86,12 @@ func (c *Coordinator) loadScope(ctx context.Context, desired desiredObjects) (*s
 	}
 	if s.planHash, err = s.plan.Hash(); err != nil {
 		return nil, retryable(CauseInvalidInput, fmt.Sprintf("hash plan for node %s: %v", nodeName, err)), false
+	}
+	if s.desiredState, err = s.plan.DesiredState(); err != nil {
+		return nil, retryable(CauseInvalidInput, fmt.Sprintf("hash plan for node %s: %v", nodeName, err)), false
+	}
+	if key, err := nodeplan.AgentKey(s.node.Annotations); err == nil && nodeplan.KeepPublished(published, nodeName, s.desiredState, key) {
+		s.planHash = published.PlanHash
 	}
 	return s, Outcome{}, true
 }
@@ -241,6 +247,7 @@ func observe(s *scope, now time.Time) Observation {
 	o := Observation{
 		Node:           s.node.Name,
 		PlanHash:       s.planHash,
+		DesiredState:   s.desiredState,
 		TargetVersion:  s.machine.Spec.Version,
 		Published:      ann[inplacev1.DesiredPlanAnnotation],
 		CurrentPlan:    ann[inplacev1.CurrentPlanAnnotation],

@@ -31,11 +31,15 @@ type scope struct {
 	wc         *WorkloadCluster
 	node       *corev1.Node
 
-	plan       *protocol.NodePlan
-	planHash   string
-	planJSON   []byte
-	planSecret *corev1.Secret  // as found in the workload cluster; nil when absent
-	agentKey   *ecdh.PublicKey // the node's key, which the plan is sealed to (awaitAgentKey)
+	plan     *protocol.NodePlan
+	planHash string
+	// desiredState is the identity of what the Machine's spec asks of the node
+	// (protocol.NodePlan.DesiredState); planHash is the published plan's when
+	// that plan carries out the same desired state (nodeplan.KeepPublished).
+	desiredState string
+	planJSON     []byte
+	planSecret   *corev1.Secret  // as found in the workload cluster; nil when absent
+	agentKey     *ecdh.PublicKey // the node's key, which the plan is sealed to (awaitAgentKey)
 
 	drainBlocker string // the PDB that refused an eviction in this call (metrics.go)
 }

@@ -16,6 +16,8 @@ func TestRegistryCredentials(t *testing.T) {
 		{name: "a URL, not a host", yaml: "registryCredentials: [{registry: 'oci://registry.example.com', secretRef: {namespace: a, name: b}}]", wantErr: "must be a host[:port]"},
 		{name: "a path", yaml: "registryCredentials: [{registry: registry.example.com/k8s, secretRef: {namespace: a, name: b}}]", wantErr: "must be a host[:port]"},
 		{name: "no secret", yaml: "registryCredentials: [{registry: registry.example.com}]", wantErr: "secretRef must name a Secret"},
+		{name: "bad namespace", yaml: "registryCredentials: [{registry: r.example.com, namespaces: [Tenant_A], secretRef: {namespace: a, name: b}}]", wantErr: "is not a namespace name"},
+		{name: "twice for one namespace", yaml: "registryCredentials: [{registry: r.example.com, namespaces: [t], secretRef: {namespace: a, name: b}}, {registry: r.example.com, namespaces: [t], secretRef: {namespace: a, name: c}}]", wantErr: "listed twice for namespace t"},
 		{name: "twice", yaml: "registryCredentials: [{registry: r.example.com, secretRef: {namespace: a, name: b}}, {registry: R.example.com, secretRef: {namespace: a, name: c}}]", wantErr: "listed twice"},
 	}
 	for _, tt := range tests {
@@ -28,11 +30,39 @@ func TestRegistryCredentials(t *testing.T) {
 				return
 			}
 			g.Expect(err).NotTo(HaveOccurred())
-			ref, ok := p.RegistrySecret("registry.example.com:5000")
+			ref, ok := p.RegistrySecret("tenant-a", "registry.example.com:5000")
 			g.Expect(ok).To(BeTrue(), "hosts compare case-insensitively")
 			g.Expect(ref).To(Equal(SecretRef{Namespace: "capi-inplace-system", Name: "site-registry"}))
-			_, ok = p.RegistrySecret("registry.example.com")
+			_, ok = p.RegistrySecret("tenant-a", "registry.example.com")
 			g.Expect(ok).To(BeFalse(), "the port is part of the registry")
 		})
+	}
+}
+
+// TestRegistryCredentialsPerNamespace: a login scoped to namespaces goes only to
+// their Machines; the registry's entry without namespaces serves every other
+// namespace, and a registry with only scoped entries gives other namespaces none.
+func TestRegistryCredentialsPerNamespace(t *testing.T) {
+	g := NewWithT(t)
+	p, err := Parse([]byte(`registryCredentials:
+- {registry: r.example.com, secretRef: {namespace: sys, name: default-login}}
+- {registry: r.example.com, namespaces: [tenant-a, tenant-b], secretRef: {namespace: sys, name: ab-login}}
+- {registry: only.example.com, namespaces: [tenant-a], secretRef: {namespace: sys, name: a-login}}
+`))
+	g.Expect(err).NotTo(HaveOccurred())
+	tests := []struct {
+		namespace, host string
+		want            string
+	}{
+		{"tenant-a", "r.example.com", "ab-login"},
+		{"tenant-b", "R.example.com", "ab-login"},
+		{"tenant-c", "r.example.com", "default-login"},
+		{"tenant-a", "only.example.com", "a-login"},
+		{"tenant-c", "only.example.com", ""},
+	}
+	for _, tt := range tests {
+		ref, ok := p.RegistrySecret(tt.namespace, tt.host)
+		g.Expect(ok).To(Equal(tt.want != ""), tt.namespace+" "+tt.host)
+		g.Expect(ref.Name).To(Equal(tt.want), tt.namespace+" "+tt.host)
 	}
 }

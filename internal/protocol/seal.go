@@ -52,6 +52,11 @@ type SealedPlan struct {
 	// PlanHash is the hash of the plaintext plan (NodePlan.Hash): the plan's identity,
 	// the same sealed or not and whatever key it is sealed to.
 	PlanHash string `json:"planHash"`
+	// DesiredState is the identity of the desired state the plan carries out
+	// (NodePlan.DesiredState): a coordinator keeps a published plan of the same
+	// identity instead of publishing its own build of it. Empty in plans sealed
+	// before the field.
+	DesiredState string `json:"desiredState,omitempty"`
 	// Recipient is the KeyID of the node key the plan is sealed to.
 	Recipient string `json:"recipient"`
 	// Ephemeral is the sender's one-time X25519 public key; Nonce the GCM nonce.
@@ -146,6 +151,10 @@ func SealPlan(p *NodePlan, to *ecdh.PublicKey, pin PlanPin) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	desired, err := p.DesiredState()
+	if err != nil {
+		return nil, err
+	}
 	eph, err := ecdh.X25519().GenerateKey(rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("seal node plan: %w", err)
@@ -156,7 +165,7 @@ func SealPlan(p *NodePlan, to *ecdh.PublicKey, pin PlanPin) ([]byte, error) {
 	}
 	s := &SealedPlan{
 		APIVersion: inplacev1.GroupName + "/" + inplacev1.Version, Kind: SealedPlanKind, Seal: SealX25519AESGCM,
-		NodeName: p.NodeName, PlanHash: hash, Recipient: KeyID(to), Ephemeral: eph.PublicKey().Bytes(), Pin: pin,
+		NodeName: p.NodeName, PlanHash: hash, DesiredState: desired, Recipient: KeyID(to), Ephemeral: eph.PublicKey().Bytes(), Pin: pin,
 	}
 	aead, err := newAEAD(shared, s.Ephemeral, to.Bytes())
 	if err != nil {
@@ -221,6 +230,9 @@ func DecodeSealedPlan(data []byte) (*SealedPlan, error) {
 	if !hexRE.MatchString(s.PlanHash) || !hexRE.MatchString(s.Recipient) || !hexRE.MatchString(s.Pin.BaseHash) {
 		add("planHash, recipient and pin.baseHash must be 32 lowercase hex digits")
 	}
+	if s.DesiredState != "" && !hexRE.MatchString(s.DesiredState) {
+		add("desiredState must be 32 lowercase hex digits")
+	}
 	if len(s.Ephemeral) != 32 {
 		add("ephemeral key has %d bytes, want 32", len(s.Ephemeral))
 	}
@@ -270,6 +282,11 @@ func (s *SealedPlan) Open(key *ecdh.PrivateKey) (*NodePlan, error) {
 	}
 	if hash, err := p.Hash(); err != nil || hash != s.PlanHash {
 		return nil, fmt.Errorf("%w: the sealed plan's hash is %s, its header says %s", ErrInvalidPlan, hash, s.PlanHash)
+	}
+	if s.DesiredState != "" {
+		if desired, err := p.DesiredState(); err != nil || desired != s.DesiredState {
+			return nil, fmt.Errorf("%w: the sealed plan's desired state is %s, its header says %s", ErrInvalidPlan, desired, s.DesiredState)
+		}
 	}
 	return p, nil
 }

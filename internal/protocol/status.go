@@ -74,7 +74,12 @@ type NodeStatus struct {
 	V int `json:"v"`
 	// PlanHash is the hash of the plan this status is about.
 	PlanHash string `json:"planHash"`
-	Phase    Phase  `json:"phase"`
+	// DesiredState is the identity of the desired state that plan carries out
+	// (NodePlan.DesiredState); the coordinator takes a Committed status as done
+	// only for the identity its Machine's spec asks for. Empty from agents before
+	// the field, and while the agent has not opened the plan.
+	DesiredState string `json:"desiredState,omitempty"`
+	Phase        Phase  `json:"phase"`
 	// Step and Steps give progress: step k of n of the plan's actions.
 	Step  int `json:"step"`
 	Steps int `json:"steps"`
@@ -119,6 +124,9 @@ func DecodeStatus(value string) (NodeStatus, error) {
 	}
 	if s.PlanHash == "" {
 		return NodeStatus{}, fmt.Errorf("%w: empty planHash", ErrInvalidStatus)
+	}
+	if s.DesiredState != "" && !hexRE.MatchString(s.DesiredState) {
+		return NodeStatus{}, fmt.Errorf("%w: desiredState %q is not 32 lowercase hex digits", ErrInvalidStatus, s.DesiredState)
 	}
 	if s.Steps < 0 || s.Step < 0 || s.Step > s.Steps {
 		return NodeStatus{}, fmt.Errorf("%w: step %d of %d", ErrInvalidStatus, s.Step, s.Steps)

@@ -122,6 +122,10 @@ func (x *Executor) Start(ctx context.Context, p *protocol.NodePlan) (state.State
 	if err != nil {
 		return state.State{}, err
 	}
+	desired, err := p.DesiredState()
+	if err != nil {
+		return state.State{}, err
+	}
 	raw, err := protocol.EncodePlan(p)
 	if err != nil {
 		return state.State{}, err
@@ -146,7 +150,7 @@ func (x *Executor) Start(ctx context.Context, p *protocol.NodePlan) (state.State
 		spec.OS = false
 	}
 	spec.ControlPlaneConfig = clusterConfigChanged(e.Committed, p)
-	st, _, err := state.Step(cur, state.PlanObserved{Hash: hash, Spec: spec, At: x.Now()})
+	st, _, err := state.Step(cur, state.PlanObserved{Hash: hash, DesiredState: desired, Spec: spec, At: x.Now()})
 	if err != nil {
 		return cur, err
 	}

@@ -38,9 +38,12 @@ const (
 // State is the agent's whole memory of one plan. It is persisted by the journal
 // after every Step and is all that is needed to resume.
 type State struct {
-	PlanHash string         `json:"planHash,omitempty"`
-	Phase    protocol.Phase `json:"phase,omitempty"`
-	Spec     Spec           `json:"spec"`
+	PlanHash string `json:"planHash,omitempty"`
+	// DesiredState is the plan's desired-state identity, reported with every
+	// status so that the coordinator knows what a commit was for.
+	DesiredState string         `json:"desiredState,omitempty"`
+	Phase        protocol.Phase `json:"phase,omitempty"`
+	Spec         Spec           `json:"spec"`
 	// Actions are the forward actions, in order.
 	Actions []Action `json:"actions,omitempty"`
 	// Rollback is set once, at the first failure, and never re-derived.
@@ -65,8 +68,10 @@ type Event interface{ isEvent() }
 // PlanObserved: a valid, admitted plan is desired for this node.
 type PlanObserved struct {
 	Hash string
-	Spec Spec
-	At   time.Time
+	// DesiredState is the plan's desired-state identity (NodePlan.DesiredState).
+	DesiredState string
+	Spec         Spec
+	At           time.Time
 }
 
 // PlanRejected: the desired plan cannot be applied at all (see Admit); nothing
@@ -133,7 +138,7 @@ func Step(s State, e Event) (State, Output, error) {
 		if s.PlanHash != "" && !s.Phase.Terminal() {
 			return s, s.output(), fmt.Errorf("%w: plan %s is %s", ErrBusy, s.PlanHash, s.Phase)
 		}
-		n := State{PlanHash: e.Hash, Spec: e.Spec, Actions: Derive(e.Spec), StartedAt: e.At}
+		n := State{PlanHash: e.Hash, DesiredState: e.DesiredState, Spec: e.Spec, Actions: Derive(e.Spec), StartedAt: e.At}
 		n.Phase = n.phase()
 		return n, n.output(), nil
 	case PlanRejected:
@@ -264,7 +269,7 @@ func (s State) clone() State {
 // Status renders the state as the status envelope the agent reports. Times other
 // than StartedAt are the caller's.
 func (s State) Status() protocol.NodeStatus {
-	st := protocol.NodeStatus{V: protocol.StatusVersion, PlanHash: s.PlanHash, Phase: s.Phase, StartedAt: s.StartedAt}
+	st := protocol.NodeStatus{V: protocol.StatusVersion, PlanHash: s.PlanHash, DesiredState: s.DesiredState, Phase: s.Phase, StartedAt: s.StartedAt}
 	list := s.Actions
 	if s.Phase == protocol.PhaseRollingBack || s.Phase == protocol.PhaseRolledBack || len(s.Rollback) > 0 {
 		list = s.Rollback

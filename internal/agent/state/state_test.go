@@ -248,7 +248,7 @@ func drive(t *testing.T, h *host, s State, out Output, crashAfter int, crashBefo
 
 func start(t *testing.T, spec Spec) (State, Output) {
 	t.Helper()
-	s, out, err := Step(State{}, PlanObserved{Hash: "h1", Spec: spec, At: time.Unix(100, 0)})
+	s, out, err := Step(State{}, PlanObserved{Hash: "h1", DesiredState: "d1", Spec: spec, At: time.Unix(100, 0)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,6 +271,7 @@ func TestHappyPath(t *testing.T) {
 			st := s.Status()
 			g.Expect(st.Step).To(Equal(st.Steps))
 			g.Expect(st.Message).To(ContainSubstring("committed: Kubernetes v1.36.0"))
+			g.Expect(st.DesiredState).To(Equal("d1"), "a commit names the desired state it carried out")
 			_, err := protocol.EncodeStatus(st)
 			g.Expect(err).NotTo(HaveOccurred())
 		})

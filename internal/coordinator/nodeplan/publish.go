@@ -83,3 +83,15 @@ func PinPublished(built *protocol.NodePlan, published *protocol.SealedPlan) *pro
 	pinned.Kubernetes.EtcdSnapshot = published.Pin.EtcdSnapshot
 	return &pinned
 }
+
+// KeepPublished reports whether the coordinator keeps the published plan instead
+// of its own build: the published plan is for this node, sealed to the node's
+// current key, and carries out the same desired state (protocol.NodePlan.DesiredState).
+// Then a replica with other policy or code, a rotated registry credential or a
+// map read in another order does not publish a second plan for the same spec:
+// the node keeps the plan it has, and the update keeps one identity from start
+// to end. published and key may be nil.
+func KeepPublished(published *protocol.SealedPlan, node, desiredState string, key *ecdh.PublicKey) bool {
+	return published != nil && key != nil && desiredState != "" &&
+		published.NodeName == node && published.DesiredState == desiredState && published.Recipient == protocol.KeyID(key)
+}
