@@ -70,6 +70,11 @@ func (c *Coordinator) act(ctx context.Context, s *scope) (out Outcome) {
 			c.recordCall(s, before, o, out)
 		}
 	}()
+	if d.Action == ActSucceed {
+		if out, ok := c.guardDone(ctx, s); !ok {
+			return out
+		}
+	}
 	if out, held := c.fleetCheck(ctx, s, o, d); held {
 		return out
 	}

@@ -349,13 +349,15 @@ func TestGuardedReadsThePolicyAndBinding(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(EnsureGuard(ctx, c)).To(Succeed())
 	installed := time.Now().Add(time.Second)
-	g.Expect(Guarded(ctx, c, installed)).To(Succeed())
-	g.Expect(Guarded(ctx, c, time.Time{})).To(Succeed())
+	_, err = Guarded(ctx, c, installed)
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = Guarded(ctx, c, time.Time{})
+	g.Expect(err).NotTo(HaveOccurred())
 
 	unguarded := func(since time.Time, reason string) {
 		t.Helper()
 		var ue *UnguardedError
-		err := Guarded(ctx, c, since)
+		_, err := Guarded(ctx, c, since)
 		g.Expect(errors.As(err, &ue)).To(BeTrue(), "got %v", err)
 		g.Expect(ue.Reason).To(ContainSubstring(reason))
 	}
@@ -379,7 +381,11 @@ func TestGuardedReadsThePolicyAndBinding(t *testing.T) {
 	time.Sleep(1100 * time.Millisecond) // creation times have a resolution of one second
 	g.Expect(EnsureGuard(ctx, c)).To(Succeed())
 	unguarded(deleted, "after")
-	g.Expect(Guarded(ctx, c, time.Now().Add(time.Second))).To(Succeed())
+	at, err := Guarded(ctx, c, time.Time{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(at).To(BeTemporally(">", deleted))
+	_, err = Guarded(ctx, c, at)
+	g.Expect(err).NotTo(HaveOccurred(), "installed at the very time given")
 }
 
 // TestEnsureGrantsPodListForCELGatesOnly: the agent may list pods (what a CEL gate

@@ -27,29 +27,33 @@ func (e *UnguardedError) Error() string {
 // policy of GuardVersion or later) and both existed at since: a value written
 // before a policy that was deleted and installed again may have been written by
 // anyone. A zero since skips that test. Another error is a failed read.
-func Guarded(ctx context.Context, r client.Reader, since time.Time) error {
+// installed is when the later of the two was created, by the API server's clock.
+func Guarded(ctx context.Context, r client.Reader, since time.Time) (installed time.Time, err error) {
 	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{}
 	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
 	for _, o := range []client.Object{policy, binding} {
 		err := r.Get(ctx, client.ObjectKey{Name: PolicyName}, o)
 		switch {
 		case apierrors.IsNotFound(err):
-			return &UnguardedError{Reason: fmt.Sprintf("is missing (%T)", o)}
+			return time.Time{}, &UnguardedError{Reason: fmt.Sprintf("is missing (%T)", o)}
 		case err != nil:
-			return fmt.Errorf("read the node annotation guard: %w", err)
+			return time.Time{}, fmt.Errorf("read the node annotation guard: %w", err)
 		}
-		if !since.IsZero() && o.GetCreationTimestamp().After(since) {
-			return &UnguardedError{Reason: fmt.Sprintf("was installed at %s, after %s (%T)", o.GetCreationTimestamp().UTC().Format(time.RFC3339), since.UTC().Format(time.RFC3339), o)}
+		if created := o.GetCreationTimestamp().Time; created.After(installed) {
+			installed = created
 		}
 	}
 	if v, err := strconv.Atoi(policy.Annotations[GuardVersionAnnotation]); err != nil || v < GuardVersion {
-		return &UnguardedError{Reason: fmt.Sprintf("is of version %q, older than %d", policy.Annotations[GuardVersionAnnotation], GuardVersion)}
+		return installed, &UnguardedError{Reason: fmt.Sprintf("is of version %q, older than %d", policy.Annotations[GuardVersionAnnotation], GuardVersion)}
 	}
 	b := binding.Spec
 	if b.PolicyName != PolicyName || !slices.Contains(b.ValidationActions, admissionregistrationv1.Deny) || b.MatchResources != nil || b.ParamRef != nil {
-		return &UnguardedError{Reason: "binding does not deny every Node write the policy refuses"}
+		return installed, &UnguardedError{Reason: "binding does not deny every Node write the policy refuses"}
 	}
-	return nil
+	if !since.IsZero() && installed.After(since) {
+		return installed, &UnguardedError{Reason: fmt.Sprintf("was installed at %s, after %s", installed.UTC().Format(time.RFC3339), since.UTC().Format(time.RFC3339))}
+	}
+	return installed, nil
 }
 
 // EnsureGuard applies the policy and its binding alone (Ensure applies them only
