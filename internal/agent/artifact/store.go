@@ -195,11 +195,16 @@ func (s *Store) fetchFrom(ctx context.Context, item protocol.StageItem, src, des
 			_ = os.Remove(tmp.Name())
 		}
 	}()
+	if size > 0 {
+		// More than announced is refused as it arrives, not after the disk took it.
+		limit = size
+	}
 	h := sha256.New()
-	w := &counter{w: io.MultiWriter(tmp, h), size: size, progress: progress}
+	room := &roomGuard{w: tmp, dir: s.dir(), reserve: s.reserve()}
+	w := &counter{w: io.MultiWriter(room, h), size: size, progress: progress}
 	n, err := io.Copy(w, io.LimitReader(body, limit+1))
 	if err != nil {
-		if errors.Is(err, syscall.ENOSPC) {
+		if errors.Is(err, syscall.ENOSPC) || errors.Is(err, ErrDiskFull) {
 			return s.diskErr(item, err)
 		}
 		if errors.Is(err, errDigest) {
@@ -208,6 +213,9 @@ func (s *Store) fetchFrom(ctx context.Context, item protocol.StageItem, src, des
 		return fmt.Errorf("%s: read %s: %w", item.Name, src, err)
 	}
 	if n > limit {
+		if size > 0 {
+			return fmt.Errorf("%s: %w: %s sent more than the %d bytes it announced", item.Name, ErrTooLarge, src, size)
+		}
 		return fmt.Errorf("%s: %w: %s is more than %d bytes", item.Name, ErrTooLarge, src, limit)
 	}
 	if got := protocol.DigestFromSum(h.Sum(nil)); got != item.Artifact.Digest {
@@ -249,15 +257,59 @@ func (s *Store) open(ctx context.Context, src, digest string, creds []protocol.R
 // checkRoom refuses a download of size bytes that would leave less than the
 // reserve free.
 func (s *Store) checkRoom(size int64) error {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(s.dir(), &st); err != nil {
+	free, ok := freeBytes(s.dir())
+	if !ok {
 		return nil // no answer: the write finds out
 	}
-	free := int64(st.Bavail) * int64(st.Bsize) //nolint:unconvert // field types differ per platform
 	if size+s.reserve() > free {
 		return fmt.Errorf("%w: %d bytes to fetch, %d free on the disk of %s (keeping %d free)", ErrDiskFull, size, free, protocol.ArtifactDir, s.reserve())
 	}
 	return nil
+}
+
+// freeBytes is the space an unprivileged write may still take on dir's file
+// system; false when the file system does not say.
+func freeBytes(dir string) (int64, bool) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, false
+	}
+	return int64(st.Bavail) * int64(st.Bsize), true //nolint:unconvert // field types differ per platform
+}
+
+// roomCheckStep is how much a download writes between two looks at the free space,
+// at most: the reserve is kept while other writers share the disk, to within this.
+const roomCheckStep = 4 << 20
+
+// roomGuard writes to w only while dir's file system keeps reserve bytes free,
+// whatever the source announced (a chunked body announces nothing): it looks at the
+// free space before the first write and again each time it wrote what it last found
+// room for, or roomCheckStep, and fails with ErrDiskFull before a write that would
+// eat into the reserve.
+type roomGuard struct {
+	w       io.Writer
+	dir     string
+	reserve int64
+	// allowed is what may be written before the next look.
+	allowed int64
+}
+
+func (g *roomGuard) Write(p []byte) (int, error) {
+	if int64(len(p)) > g.allowed {
+		free, ok := freeBytes(g.dir)
+		if !ok {
+			g.allowed = max(roomCheckStep, int64(len(p))) // no answer: the write finds out
+		} else {
+			room := free - g.reserve
+			if room < int64(len(p)) {
+				return 0, fmt.Errorf("%w: %d free on the disk of %s, keeping %d free", ErrDiskFull, free, protocol.ArtifactDir, g.reserve)
+			}
+			g.allowed = min(room, max(roomCheckStep, int64(len(p))))
+		}
+	}
+	n, err := g.w.Write(p)
+	g.allowed -= int64(n)
+	return n, err
 }
 
 func (s *Store) diskErr(item protocol.StageItem, err error) error {

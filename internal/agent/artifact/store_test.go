@@ -298,3 +298,57 @@ func TestFetchFullDisk(t *testing.T) {
 	g.Expect(fs.gets.Load()).To(Equal(before + 1))
 	g.Expect(storeDirEntries(t, s)).To(BeEmpty())
 }
+
+// TestFetchKeepsTheReserveWhileStreaming: a source that announces no size (a
+// chunked body) is stopped before it eats into the reserve, on a real small file
+// system (tmpfs, so root only), and its partial file is removed. Before, the reserve
+// was checked only against an announced size: the body filled the disk to ENOSPC.
+func TestFetchKeepsTheReserveWhileStreaming(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	const reserve = 8 << 20
+	g := NewWithT(t)
+	root := t.TempDir()
+	dir := filepath.Join(root, protocol.ArtifactDir)
+	g.Expect(os.MkdirAll(dir, 0o755)).To(Succeed())
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v: %s", err, out)
+	}
+	defer func() { _ = exec.Command("umount", dir).Run() }()
+
+	// The server looks at the disk's free space before each chunk it sends.
+	free := func() int64 {
+		f, ok := freeBytes(dir)
+		if !ok {
+			t.Fatal("statfs of the tmpfs")
+		}
+		return f
+	}
+	var lowest atomic.Int64
+	lowest.Store(free())
+	big := bytes.Repeat([]byte{0x5a}, 12<<20)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		for b := big; len(b) > 0; {
+			if f := free(); f < lowest.Load() {
+				lowest.Store(f)
+			}
+			n := min(len(b), 64<<10)
+			if _, err := w.Write(b[:n]); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			b = b[n:]
+		}
+	}))
+	defer srv.Close()
+	item := protocol.StageItem{Name: protocol.StageOSImage, Artifact: protocol.BinaryArtifact{URL: srv.URL + "/bundle", Digest: digestOf(big)}}
+
+	s := &Store{Root: root, ReserveBytes: reserve}
+	_, err := s.Fetch(context.Background(), item, nil)
+	g.Expect(err).To(MatchError(ErrDiskFull))
+	g.Expect(storeDirEntries(t, s)).To(BeEmpty(), "the partial file is removed")
+	t.Logf("lowest free space seen during the download: %d KiB (reserve %d KiB)", lowest.Load()>>10, reserve>>10)
+	g.Expect(lowest.Load()).To(BeNumerically(">=", reserve), "the download never ate into the reserve")
+	g.Expect(free()).To(BeNumerically(">", reserve), "the space is given back")
+}
