@@ -243,7 +243,7 @@ func TestLingerWaitsOnTheWatch(t *testing.T) {
 }
 
 // TestSecretCache: a body is read once per resourceVersion, a change is read again,
-// a deleted Secret is gone, and at most Max bodies are held.
+// a deleted Secret is gone, and at most the bound's bytes are held (here two bodies).
 func TestSecretCache(t *testing.T) {
 	g := NewWithT(t)
 	f := newFixture(t, nil)
@@ -256,7 +256,7 @@ func TestSecretCache(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = informers.Start(ctx) }()
-	sc := NewSecretCache(SyncedReader{Cache: informers}, live, 2)
+	sc := NewSecretCache(SyncedReader{Cache: informers}, live, 2*secretOverheadBytes+8)
 
 	for _, name := range []string{"a", "b", "c"} {
 		g.Expect(f.mgmt.Create(f.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name}, Data: map[string][]byte{"k": []byte(name)}})).To(Succeed())
@@ -287,6 +287,7 @@ func TestSecretCache(t *testing.T) {
 		g.Expect(v).To(Equal(name))
 	}
 	g.Expect(sc.Len()).To(Equal(2))
+	g.Expect(sc.Bytes()).To(BeNumerically("<=", 2*secretOverheadBytes+8))
 
 	g.Expect(f.mgmt.Delete(f.ctx, s)).To(Succeed())
 	g.Eventually(func() bool { _, err := read("a"); return apierrors.IsNotFound(err) }).WithTimeout(5 * time.Second).Should(BeTrue())

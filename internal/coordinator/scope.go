@@ -129,16 +129,8 @@ func (c *Coordinator) planInput(ctx context.Context, s *scope, desired desiredOb
 		return in, err
 	}
 	in.KubeadmConfig = cfg
-	for _, name := range nodeplan.SecretRefs(cfg) {
-		sec := &corev1.Secret{}
-		err := c.opts.Client.Get(ctx, client.ObjectKey{Namespace: s.machine.Namespace, Name: name}, sec)
-		switch {
-		case apierrors.IsNotFound(err):
-			continue // Build reports it with the file that needs it.
-		case err != nil:
-			return in, fmt.Errorf("%w: read secret %s/%s: %w", nodeplan.ErrInput, s.machine.Namespace, name, err)
-		}
-		in.Secrets[name] = sec.Data
+	if in.Secrets, err = referencedSecrets(ctx, c.opts.Client, s.machine.Namespace, cfg); err != nil {
+		return in, err
 	}
 	if nodeplan.NeedsControlPlaneVersion(cfg) {
 		if in.ControlPlaneVersion, err = c.controlPlaneVersion(ctx, s.cluster); err != nil {

@@ -15,28 +15,74 @@ import (
 // cluster in memory: which Secrets exist, and at which resourceVersion, comes from a
 // metadata-only informer (Meta reads metav1.PartialObjectMetadata of kind Secret), and
 // the bodies of the Secrets the coordinator read (kubeconfigs, file contents) from a
-// map of at most Max entries keyed by resourceVersion, filled by one live GET per
-// change. A Secret the metadata cache does not know (not synced, just created) is
-// read live. Secrets of any other type than *corev1.Secret, and lists, are read live.
+// map keyed by resourceVersion, filled by one live GET per change and bounded in
+// bytes (SecretBytes of each body; the least recently used go first), because a
+// namespace editor decides how large the Secrets are that a KubeadmConfig
+// references. A Secret the metadata cache does not know (not synced, just created)
+// is read live. Secrets of any other type than *corev1.Secret, and lists, are read
+// live.
 //
 // A body is as fresh as the metadata informer: at most a watch event behind, which
 // a call that reads from caches may be (see Caches).
 type SecretCache struct {
-	meta client.Reader
-	live client.Reader
-	max  int
+	meta     client.Reader
+	live     client.Reader
+	maxBytes int64
 
 	mu     sync.Mutex
-	bodies map[client.ObjectKey]*list.Element // of *corev1.Secret, most recent first
+	bodies map[client.ObjectKey]*list.Element // of cachedSecret, most recent first
 	order  *list.List
+	bytes  int64
 }
 
-// NewSecretCache returns a SecretCache; max <= 0 means 1024 bodies.
-func NewSecretCache(meta, live client.Reader, max int) *SecretCache {
-	if max <= 0 {
-		max = 1024
+type cachedSecret struct {
+	sec   *corev1.Secret
+	bytes int64
+}
+
+// DefaultSecretCacheBytes bounds the Secret bodies a SecretCache holds by default:
+// the kubeconfigs of hundreds of workload clusters (a few KiB each) and the file
+// Secrets of the updates in flight, a small part of the extension's 256Mi.
+const DefaultSecretCacheBytes int64 = 16 << 20
+
+// secretOverheadBytes is what a cached Secret costs beyond its data and metadata
+// maps (the object, its strings and the cache's bookkeeping).
+const secretOverheadBytes = 1 << 10
+
+// NewSecretCache returns a SecretCache holding at most maxBytes of Secret bodies
+// (SecretBytes); maxBytes <= 0 means DefaultSecretCacheBytes. A Secret larger than
+// the whole bound is read live every time.
+func NewSecretCache(meta, live client.Reader, maxBytes int64) *SecretCache {
+	if maxBytes <= 0 {
+		maxBytes = DefaultSecretCacheBytes
 	}
-	return &SecretCache{meta: meta, live: live, max: max, bodies: map[client.ObjectKey]*list.Element{}, order: list.New()}
+	return &SecretCache{meta: meta, live: live, maxBytes: maxBytes, bodies: map[client.ObjectKey]*list.Element{}, order: list.New()}
+}
+
+// SecretBytes is what a Secret holds in memory, decoded: its data (and stringData)
+// keys and values, its labels, annotations and managed fields, and a fixed
+// overhead. It is the size the SecretCache and the coordinator's per-call budget of
+// referenced Secrets count.
+func SecretBytes(sec *corev1.Secret) int64 {
+	n := int64(secretOverheadBytes)
+	for k, v := range sec.Data {
+		n += int64(len(k) + len(v))
+	}
+	for k, v := range sec.StringData {
+		n += int64(len(k) + len(v))
+	}
+	for k, v := range sec.Labels {
+		n += int64(len(k) + len(v))
+	}
+	for k, v := range sec.Annotations {
+		n += int64(len(k) + len(v))
+	}
+	for _, mf := range sec.ManagedFields {
+		if mf.FieldsV1 != nil {
+			n += int64(len(mf.FieldsV1.GetRawBytes()))
+		}
+	}
+	return n
 }
 
 // Get implements client.Reader.
@@ -59,7 +105,9 @@ func (s *SecretCache) Get(ctx context.Context, key client.ObjectKey, obj client.
 		}
 		return err
 	}
-	s.store(key, sec.DeepCopy())
+	kept := sec.DeepCopy()
+	kept.ManagedFields = nil // no reader of a Secret body needs them
+	s.store(key, kept)
 	return nil
 }
 
@@ -75,6 +123,13 @@ func (s *SecretCache) Len() int {
 	return s.order.Len()
 }
 
+// Bytes is what the bodies held cost (SecretBytes), at most the cache's bound.
+func (s *SecretCache) Bytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bytes
+}
+
 func (s *SecretCache) lookup(key client.ObjectKey, rv string) *corev1.Secret {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -82,7 +137,7 @@ func (s *SecretCache) lookup(key client.ObjectKey, rv string) *corev1.Secret {
 	if !ok {
 		return nil
 	}
-	sec := e.Value.(*corev1.Secret)
+	sec := e.Value.(*cachedSecret).sec
 	if rv == "" || sec.ResourceVersion != rv {
 		return nil
 	}
@@ -93,25 +148,29 @@ func (s *SecretCache) lookup(key client.ObjectKey, rv string) *corev1.Secret {
 func (s *SecretCache) store(key client.ObjectKey, sec *corev1.Secret) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e, ok := s.bodies[key]; ok {
-		e.Value = sec
-		s.order.MoveToFront(e)
+	s.remove(key)
+	size := SecretBytes(sec)
+	if size > s.maxBytes {
 		return
 	}
-	s.bodies[key] = s.order.PushFront(sec)
-	for s.order.Len() > s.max {
-		last := s.order.Back()
-		old := last.Value.(*corev1.Secret)
-		delete(s.bodies, client.ObjectKeyFromObject(old))
-		s.order.Remove(last)
+	s.bodies[key] = s.order.PushFront(&cachedSecret{sec: sec, bytes: size})
+	s.bytes += size
+	for s.bytes > s.maxBytes {
+		s.remove(client.ObjectKeyFromObject(s.order.Back().Value.(*cachedSecret).sec))
 	}
 }
 
 func (s *SecretCache) drop(key client.ObjectKey) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.remove(key)
+}
+
+// remove forgets key's body; s.mu is held.
+func (s *SecretCache) remove(key client.ObjectKey) {
 	if e, ok := s.bodies[key]; ok {
 		delete(s.bodies, key)
 		s.order.Remove(e)
+		s.bytes -= e.Value.(*cachedSecret).bytes
 	}
 }
