@@ -60,7 +60,7 @@ const infraTemplateVersion = "v1beta2"
 // API unguarded while the extension is down (fails closed). The rules cover UPDATE
 // of the objects whose change rolls Machines out, and DELETE of MachineSets (a
 // MachineDeployment replaces the Machines of a deleted MachineSet); an update that
-// changes no spec is answered without any read.
+// changes no spec never reaches it (MatchConditions).
 func ValidatingWebhook(clientConfig admissionregistrationv1.WebhookClientConfig) admissionregistrationv1.ValidatingWebhook {
 	fail := admissionregistrationv1.Fail
 	equivalent := admissionregistrationv1.Equivalent
@@ -83,12 +83,32 @@ func ValidatingWebhook(clientConfig admissionregistrationv1.WebhookClientConfig)
 			rule(update, bootstrapv1.GroupVersion.Group, bootstrapv1.GroupVersion.Version, "kubeadmconfigtemplates"),
 			rule(update, "infrastructure.cluster.x-k8s.io", infraTemplateVersion, infraTemplateResources...),
 		},
+		MatchConditions:         MatchConditions(),
 		FailurePolicy:           &fail,
 		MatchPolicy:             &equivalent,
 		SideEffects:             &none,
 		TimeoutSeconds:          ptr.To[int32](10),
 		AdmissionReviewVersions: []string{"v1"},
 	}
+}
+
+// MatchConditions send the guard only the writes it may refuse, so that the API
+// server admits every other one without calling it, also while the extension is
+// down (failurePolicy Fail refuses what it sends to an extension it cannot
+// reach). Sent: a MachineSet's deletion, and an update that changes the spec
+// (for a Cluster, spec.topology) of an object not being deleted, unless it is a
+// MachineSet's (its Machines follow its MachineDeployment) or a Cluster's that
+// turns or keeps the guard off. That is exactly what the handler would admit
+// without reading anything: metadata-only writes (Cluster API's remediation and
+// pause annotations, the guard=disabled and paused escape hatches, an override),
+// a MachineDeployment scaling its MachineSets, finalizers removed at deletion.
+func MatchConditions() []admissionregistrationv1.MatchCondition {
+	guardOff := fmt.Sprintf("object.metadata.?annotations[?'%s'].orValue('') == '%s'", inplacev1.GuardAnnotation, inplacev1.GuardDisabled)
+	return []admissionregistrationv1.MatchCondition{{
+		Name: "may-replace-machines",
+		Expression: "request.operation == 'DELETE' || (!has(object.metadata.deletionTimestamp) && request.kind.kind != 'MachineSet' && " +
+			"(request.kind.kind == 'Cluster' ? !(" + guardOff + ") && object.spec.?topology != oldObject.spec.?topology : object.?spec != oldObject.?spec))",
+	}}
 }
 
 // EventRecorder records the override Events; k8s.io/client-go/tools/events'

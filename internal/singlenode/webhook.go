@@ -35,9 +35,10 @@ const WebhookName = "hold.kubeadmcontrolplane.inplace.capi-inplace.dev"
 // failurePolicy is Fail on purpose: with Ignore, a version change made while the
 // extension is unreachable would reach KCP unheld, and KCP would create a surge
 // Machine, the one thing this path exists to prevent. The rule covers UPDATE only,
-// and an update that changes none of the machine-relevant fields is answered without
-// any read, so the blast radius of an unreachable extension is limited to delaying
-// KCP spec changes. matchPolicy Equivalent also routes v1beta1 writes through it
+// MatchConditions keep the writes it never changes away from it, and an update
+// that changes none of the machine-relevant fields is answered without any read,
+// so the blast radius of an unreachable extension is limited to delaying KCP spec
+// changes and writes to a held KCP. matchPolicy Equivalent also routes v1beta1 writes through it
 // (converted to v1beta2); reinvocationPolicy IfNeeded lets it see the object after
 // other mutating webhooks (KCP's defaulting).
 func MutatingWebhook(clientConfig admissionregistrationv1.WebhookClientConfig) admissionregistrationv1.MutatingWebhook {
@@ -57,6 +58,7 @@ func MutatingWebhook(clientConfig admissionregistrationv1.WebhookClientConfig) a
 				Scope:       ptr.To(admissionregistrationv1.NamespacedScope),
 			},
 		}},
+		MatchConditions:         MatchConditions(),
 		FailurePolicy:           &fail,
 		MatchPolicy:             &equivalent,
 		SideEffects:             &none,
@@ -64,6 +66,21 @@ func MutatingWebhook(clientConfig admissionregistrationv1.WebhookClientConfig) a
 		AdmissionReviewVersions: []string{"v1"},
 		ReinvocationPolicy:      &reinvoke,
 	}
+}
+
+// MatchConditions send the hold webhook only the writes DecideHold may change,
+// so that every other one is admitted without it, also while the extension is
+// down: an update of a KubeadmControlPlane not being deleted that is held (the
+// hold is kept whatever the writer sends), carries the release annotation, or
+// changes the spec (a new hold starts only on a spec change). A metadata-only
+// write to a KubeadmControlPlane that is not held (KCP's remediation annotation,
+// an operator's pause) and the removal of finalizers at deletion pass.
+func MatchConditions() []admissionregistrationv1.MatchCondition {
+	return []admissionregistrationv1.MatchCondition{{
+		Name: "may-hold",
+		Expression: fmt.Sprintf("!has(object.metadata.deletionTimestamp) && (oldObject.metadata.?annotations[?'%s'].hasValue() || "+
+			"object.metadata.?annotations[?'%s'].hasValue() || object.?spec != oldObject.?spec)", inplacev1.HoldAnnotation, inplacev1.HoldReleaseAnnotation),
+	}}
 }
 
 // holdWebhook is the admission handler: it decodes, asks DecideHold and patches only
