@@ -23,6 +23,7 @@ func Listen(l net.Listener, lim Limits) net.Listener {
 		slots:     make(chan struct{}, total),
 		perClient: min(max(lim.PerClient, 1), total),
 		open:      map[string]int{},
+		done:      make(chan struct{}),
 	}
 }
 
@@ -30,6 +31,8 @@ type listener struct {
 	net.Listener
 	slots     chan struct{}
 	perClient int
+	done      chan struct{} // closed by Close: an Accept waiting for a slot returns
+	closeOnce sync.Once
 
 	mu   sync.Mutex
 	open map[string]int
@@ -37,7 +40,11 @@ type listener struct {
 
 func (l *listener) Accept() (net.Conn, error) {
 	for {
-		l.slots <- struct{}{}
+		select {
+		case l.slots <- struct{}{}:
+		case <-l.done:
+			return nil, net.ErrClosed
+		}
 		c, err := l.Listener.Accept()
 		if err != nil {
 			<-l.slots
@@ -51,6 +58,11 @@ func (l *listener) Accept() (net.Conn, error) {
 		}
 		return &conn{Conn: c, release: sync.OnceFunc(func() { l.give(client); <-l.slots })}, nil
 	}
+}
+
+func (l *listener) Close() error {
+	l.closeOnce.Do(func() { close(l.done) })
+	return l.Listener.Close()
 }
 
 func (l *listener) take(client string) bool {

@@ -67,3 +67,21 @@ func TestOneClientCannotTakeEveryConnection(t *testing.T) {
 	_ = hog[0].Close()
 	g.Eventually(func() bool { return served(dialFrom(t, "127.0.0.2", addr)) }).Should(BeTrue(), "a closed connection frees its slot")
 }
+
+// TestCloseEndsAnAcceptWaitingForASlot: a server shutting down while every slot is
+// taken is not stuck in Accept.
+func TestCloseEndsAnAcceptWaitingForASlot(t *testing.T) {
+	g := NewWithT(t)
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	g.Expect(err).NotTo(HaveOccurred())
+	l := connlimit.Listen(inner, connlimit.Limits{Total: 1, PerClient: 1})
+	dialFrom(t, "127.0.0.1", inner.Addr().String())
+	c, err := l.Accept()
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = c.Close() }()
+	done := make(chan error, 1)
+	go func() { _, err := l.Accept(); done <- err }()
+	time.Sleep(50 * time.Millisecond)
+	g.Expect(l.Close()).To(Succeed())
+	g.Eventually(done).Should(Receive(MatchError(net.ErrClosed)))
+}
