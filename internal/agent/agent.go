@@ -233,7 +233,7 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, secret *corev1
 		return err
 	}
 	log.Info("Applying plan", "version", plan.Kubernetes.Version, "action", plan.Kubernetes.Action)
-	st, err = a.Executor.Start(ctx, plan)
+	st, err = a.Executor.StartFrom(ctx, plan, node.Status.NodeInfo.KubeletVersion)
 	if errors.Is(err, state.ErrBusy) {
 		return nil
 	}

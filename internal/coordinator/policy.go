@@ -104,10 +104,12 @@ type BinariesResolver interface {
 
 var _ BinariesResolver = (*policy.Policy)(nil)
 
-// PreflightResolver returns the kubeadm preflight checks a Machine's kubeadm
-// commands skip, from its namespace and labels (*policy.Policy).
+// PreflightResolver returns the policy's kubeadm settings (*policy.Policy): the
+// preflight checks a Machine's kubeadm commands skip, from its namespace and
+// labels, and the etcd restore choice on rollback.
 type PreflightResolver interface {
 	IgnorePreflightErrors(namespace string, machineLabels map[string]string) []string
+	EtcdRestore() protocol.EtcdRestore
 }
 
 var _ PreflightResolver = (*policy.Policy)(nil)

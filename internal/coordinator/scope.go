@@ -123,6 +123,7 @@ func (c *Coordinator) planInput(ctx context.Context, s *scope, desired desiredOb
 	}
 	if c.opts.Preflight != nil {
 		in.IgnorePreflightErrors = c.opts.Preflight.IgnorePreflightErrors(s.machine.Namespace, s.machine.Labels)
+		in.EtcdRestore = c.opts.Preflight.EtcdRestore()
 	}
 	cfg, err := decodeKubeadmConfig(desired.bootstrap)
 	if err != nil {

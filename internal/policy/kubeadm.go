@@ -23,6 +23,13 @@ type KubeadmConfig struct {
 	AllowIgnoreAllPreflightErrors bool `json:"allowIgnoreAllPreflightErrors,omitempty"`
 	// Pools add preflight exceptions for the machines they select.
 	Pools []KubeadmPoolConfig `json:"pools,omitempty"`
+	// EtcdRestore says whether the rollback of a control-plane update restores a
+	// single-member etcd from the snapshot taken before the update, which drops
+	// every write to the cluster since then: IfDataChanged (the default) only
+	// when the update may have changed what etcd stores (a Kubernetes minor
+	// version or etcd version change, protocol.RestoreEtcdOnRollback), Always,
+	// or Never.
+	EtcdRestore protocol.EtcdRestore `json:"etcdRestore,omitempty"`
 }
 
 // KubeadmPoolConfig adds preflight exceptions for one pool of machines.
@@ -55,6 +62,10 @@ func compileKubeadm(cfg KubeadmConfig) (global []string, pools []kubeadmPool, er
 				errs = append(errs, fmt.Errorf("%s: %q skips every kubeadm preflight check; set kubeadm.allowIgnoreAllPreflightErrors to mean it", field, n))
 			}
 		}
+	}
+	if !cfg.EtcdRestore.Valid() {
+		errs = append(errs, fmt.Errorf("kubeadm.etcdRestore %q is not %s, %s or %s", cfg.EtcdRestore,
+			protocol.EtcdRestoreIfDataChanged, protocol.EtcdRestoreAlways, protocol.EtcdRestoreNever))
 	}
 	check("kubeadm.ignorePreflightErrors", cfg.IgnorePreflightErrors)
 	global = cfg.IgnorePreflightErrors
@@ -116,4 +127,14 @@ func (p *Policy) IgnorePreflightErrors(namespace string, machineLabels map[strin
 	}
 	sort.Strings(out)
 	return out
+}
+
+// EtcdRestore is the policy's kubeadm.etcdRestore as a plan carries it: empty
+// for the default, IfDataChanged, so that a plan under the default is the same
+// as before the setting existed (and an agent from then accepts it).
+func (p *Policy) EtcdRestore() protocol.EtcdRestore {
+	if p.etcdRestore == protocol.EtcdRestoreIfDataChanged {
+		return ""
+	}
+	return p.etcdRestore
 }

@@ -158,6 +158,7 @@ type Policy struct {
 	fleetPools          []fleetPool
 	preflightGlobal     []string
 	preflightPools      []kubeadmPool
+	etcdRestore         protocol.EtcdRestore
 	osBackendPools      []osBackendsPool
 	registrySecrets     map[string]SecretRef // registry host -> pull Secret
 }
@@ -307,6 +308,7 @@ func New(cfg Config) (*Policy, error) {
 
 	var kubeadmErrs []error
 	p.preflightGlobal, p.preflightPools, kubeadmErrs = compileKubeadm(cfg.Kubeadm)
+	p.etcdRestore = cfg.Kubeadm.EtcdRestore
 	errs = append(errs, kubeadmErrs...)
 
 	var fleetErrs []error

@@ -17,6 +17,7 @@ import (
 	"github.com/capi-inplace/capi-inplace/internal/backend"
 	"github.com/capi-inplace/capi-inplace/internal/planner"
 	"github.com/capi-inplace/capi-inplace/internal/policy"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 // Input is everything Build decides from.
@@ -57,6 +58,9 @@ type comparison struct {
 	// surge or replace.
 	rollout            []Cause
 	curInfra, desInfra *unstructured.Unstructured
+	// etcd is what the update does to a single-member local etcd's data; nil
+	// for a worker, an external etcd or an etcd of several members.
+	etcd *protocol.EtcdChange
 }
 
 // Build decides every Machine of the snapshot. Errors are about data the planner
@@ -201,6 +205,10 @@ func buildMachine(in Input, m *clusterv1.Machine, nodes int) (MachinePlan, error
 	mp.Drain = inPlaceDrain(in.Policy.Drain(), nodes)
 	mp.Backend = backendFor(in, c.ownerKind, c.ownerAnnotations, img)
 	mp.Reboot = reboot(in.Backends, img.backend)
+	if c.etcd != nil {
+		restore, why := protocol.RestoreEtcdOnRollback(in.Policy.EtcdRestore(), *c.etcd)
+		mp.EtcdOnRollback = &EtcdOnRollback{Restore: restore, Reason: why}
+	}
 	return mp, nil
 }
 

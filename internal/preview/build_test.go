@@ -15,6 +15,7 @@ import (
 	"github.com/capi-inplace/capi-inplace/internal/policy"
 	"github.com/capi-inplace/capi-inplace/internal/preview"
 	"github.com/capi-inplace/capi-inplace/internal/preview/previewtest"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 var now = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
@@ -317,6 +318,42 @@ func TestBuild(t *testing.T) {
 			check: func(g *WithT, r preview.Report) {
 				g.Expect(machine(t, r, "demo-cp-0").Drain).To(Equal(preview.Drain{Needed: false, By: preview.DrainByInPlace,
 					Reason: "the cluster's only node: cordoned, pods are not evicted (policy drain.skipOnSingleNode)"}))
+			},
+		},
+		{
+			name: "a single control plane's minor upgrade: a rollback restores etcd, and the preview says so",
+			opts: with(func(o *previewtest.Options) {
+				o.CPReplicas, o.Workers = 1, 0
+				o.ClusterAnnotations = map[string]string{inplacev1.SingleNodeControlPlaneAnnotation: "true"}
+			}),
+			change:   topologyVersion("v1.36.0"),
+			verdicts: map[string]preview.Verdict{"demo-cp-0": preview.VerdictInPlace},
+			check: func(g *WithT, r preview.Report) {
+				g.Expect(machine(t, r, "demo-cp-0").EtcdOnRollback).To(Equal(&preview.EtcdOnRollback{Restore: true, Reason: protocol.EtcdMinorVersionChange}))
+			},
+		},
+		{
+			name: "a single control plane's patch upgrade: a rollback keeps etcd's data",
+			opts: with(func(o *previewtest.Options) {
+				o.CPReplicas, o.Workers = 1, 0
+				o.ClusterAnnotations = map[string]string{inplacev1.SingleNodeControlPlaneAnnotation: "true"}
+			}),
+			change:   topologyVersion("v1.35.1"),
+			verdicts: map[string]preview.Verdict{"demo-cp-0": preview.VerdictInPlace},
+			check: func(g *WithT, r preview.Report) {
+				g.Expect(machine(t, r, "demo-cp-0").EtcdOnRollback).To(Equal(&preview.EtcdOnRollback{Restore: false, Reason: protocol.EtcdDataUnchanged}))
+			},
+		},
+		{
+			name: "a single control plane under etcdRestore Never: kept whatever changes",
+			opts: with(func(o *previewtest.Options) {
+				o.CPReplicas, o.Workers = 1, 0
+				o.ClusterAnnotations = map[string]string{inplacev1.SingleNodeControlPlaneAnnotation: "true"}
+			}),
+			policy: "kubeadm: {etcdRestore: Never}", change: topologyVersion("v1.36.0"),
+			verdicts: map[string]preview.Verdict{"demo-cp-0": preview.VerdictInPlace},
+			check: func(g *WithT, r preview.Report) {
+				g.Expect(machine(t, r, "demo-cp-0").EtcdOnRollback).To(Equal(&preview.EtcdOnRollback{Restore: false, Reason: protocol.EtcdPolicyNever}))
 			},
 		},
 		{

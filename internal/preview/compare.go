@@ -21,6 +21,7 @@ import (
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/planner"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 // Paths of Machines through the in-place machinery, in MachinePlan.Path.
@@ -93,6 +94,7 @@ func compareControlPlaneMachine(in Input, m *clusterv1.Machine, kcpName string) 
 
 	c.curInfra = curInfra
 	c.desInfra = desiredInfraMachine(curInfra, clonedFrom(in.Live, curInfra), newTmpl)
+	c.etcd = singleMemberEtcdChange(m, des, curKC, desKC)
 
 	// The planner compares specs: the Machine is converted without its status and
 	// managed fields, and the desired one shares everything but spec.version.
@@ -439,4 +441,16 @@ func controllerOf(refs []metav1.OwnerReference) *metav1.OwnerReference {
 		}
 	}
 	return nil
+}
+
+// singleMemberEtcdChange is what the update of a control-plane Machine does to
+// its local etcd's data, as the agent judges it (the Machine's version before,
+// the etcd version its ClusterConfiguration names against the desired one);
+// nil unless the control plane has one member with a local etcd.
+func singleMemberEtcdChange(m *clusterv1.Machine, des *controlplanev1.KubeadmControlPlane, cur, desired *bootstrapv1.KubeadmConfig) *protocol.EtcdChange {
+	if ptr.Deref(des.Spec.Replicas, 1) != 1 || desired.Spec.ClusterConfiguration.Etcd.External.IsDefined() {
+		return nil
+	}
+	from, to := cur.Spec.ClusterConfiguration.Etcd.Local.ImageTag, desired.Spec.ClusterConfiguration.Etcd.Local.ImageTag
+	return &protocol.EtcdChange{FromVersion: m.Spec.Version, ToVersion: des.Spec.Version, EtcdImageChanged: to != "" && to != from}
 }

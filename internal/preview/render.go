@@ -111,6 +111,11 @@ func why(m MachinePlan) string {
 		for _, d := range m.Changes {
 			fmt.Fprintf(&b, "  + %s %s: %s\n", d.Object, d.Field, d.Reason)
 		}
+		if e := m.EtcdOnRollback; e != nil && e.Restore {
+			fmt.Fprintf(&b, "  ! a rollback restores etcd from its snapshot taken when the update starts (%s): every write to the cluster after that is lost\n", e.Reason)
+		} else if e != nil {
+			fmt.Fprintf(&b, "  = a rollback keeps etcd's data (%s)\n", e.Reason)
+		}
 	case VerdictReplace:
 		b.WriteString("replace\n")
 		for _, r := range m.Reasons {

@@ -2,6 +2,7 @@ package preview
 
 import (
 	"github.com/capi-inplace/capi-inplace/internal/planner"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 // ReportAPIVersion and ReportKind identify the JSON document printed by
@@ -95,6 +96,18 @@ type MachinePlan struct {
 	OSImage *OSImageChange `json:"osImage,omitempty"`
 	// Backend is the OS backend that would run on the node.
 	Backend Backend `json:"backend"`
+	// EtcdOnRollback says what a rollback of this update does to the cluster's
+	// etcd data; set for the control-plane node of a single-member local etcd,
+	// the only case where a rollback can restore it.
+	EtcdOnRollback *EtcdOnRollback `json:"etcdOnRollback,omitempty"`
+}
+
+// EtcdOnRollback is protocol.RestoreEtcdOnRollback's verdict for one update.
+type EtcdOnRollback struct {
+	// Restore is true when a rollback restores etcd from the snapshot taken when
+	// the update starts: every write to the cluster after that is lost.
+	Restore bool                       `json:"restore"`
+	Reason  protocol.EtcdRestoreReason `json:"reason"`
 }
 
 // Drain says whether the node is drained before it changes.

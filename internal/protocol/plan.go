@@ -121,6 +121,10 @@ type KubernetesPlan struct {
 	// pool: e.g. SystemVerification on a cgroup v1 host, CoreDNSUnsupportedPlugins
 	// and CoreDNSMigration on a cluster without CoreDNS. "all" skips every check.
 	IgnorePreflightErrors []string `json:"ignorePreflightErrors,omitempty"`
+	// EtcdRestore is the policy for the local etcd member's snapshot when the
+	// update rolls back on a single-member etcd (RestoreEtcdOnRollback); empty
+	// means IfDataChanged.
+	EtcdRestore EtcdRestore `json:"etcdRestore,omitempty"`
 	// Binaries are kubeadm and kubelet of Version to download and verify, from the
 	// policy; nil when the policy lists none for Version: the node's OS image or
 	// package source must bring them.
@@ -304,6 +308,9 @@ func (p *NodePlan) Validate() error {
 		}
 	default:
 		add("kubernetes.action %q is not one of none, upgrade-apply, upgrade-node", p.Kubernetes.Action)
+	}
+	if !p.Kubernetes.EtcdRestore.Valid() {
+		add("kubernetes.etcdRestore %q is not %s, %s or %s", p.Kubernetes.EtcdRestore, EtcdRestoreIfDataChanged, EtcdRestoreAlways, EtcdRestoreNever)
 	}
 	if err := ValidatePreflightChecks(p.Kubernetes.IgnorePreflightErrors); err != nil {
 		add("kubernetes.ignorePreflightErrors: %w", err)

@@ -116,8 +116,16 @@ func (x *Executor) Reject(hash, reason, message string) (state.State, error) {
 	return st, nil
 }
 
-// Start begins an admitted plan and runs it to a terminal phase.
+// Start begins an admitted plan and runs it to a terminal phase, not knowing the
+// node's Kubernetes version before it (see StartFrom).
 func (x *Executor) Start(ctx context.Context, p *protocol.NodePlan) (state.State, error) {
+	return x.StartFrom(ctx, p, "")
+}
+
+// StartFrom is Start on a node whose kubelet reports fromVersion (empty:
+// unknown): with the last committed plan, it tells whether the update changes
+// what etcd stores (etcdChange), so whether a rollback restores etcd.
+func (x *Executor) StartFrom(ctx context.Context, p *protocol.NodePlan, fromVersion string) (state.State, error) {
 	hash, err := p.Hash()
 	if err != nil {
 		return state.State{}, err
@@ -150,6 +158,7 @@ func (x *Executor) Start(ctx context.Context, p *protocol.NodePlan) (state.State
 		spec.OS = false
 	}
 	spec.ControlPlaneConfig = clusterConfigChanged(e.Committed, p)
+	spec = spec.EtcdRollback(p.Kubernetes.EtcdRestore, etcdChange(e.Committed, p, fromVersion))
 	st, _, err := state.Step(cur, state.PlanObserved{Hash: hash, DesiredState: desired, Spec: spec, At: x.Now()})
 	if err != nil {
 		return cur, err
@@ -472,6 +481,23 @@ func clusterConfigChanged(committed json.RawMessage, p *protocol.NodePlan) bool 
 		return true
 	}
 	return !sameJSON(prev.ClusterConfiguration, p.ClusterConfiguration)
+}
+
+// etcdChange is what the node knows of the plan's change to etcd's data: the
+// version before is the last committed plan's, else the kubelet's; the etcd
+// version the plan names is compared with the committed plan's, and counts as
+// changed when there is none to compare with.
+func etcdChange(committed json.RawMessage, p *protocol.NodePlan, kubeletVersion string) protocol.EtcdChange {
+	c := protocol.EtcdChange{FromVersion: kubeletVersion, ToVersion: p.Kubernetes.Version}
+	tag := protocol.EtcdImageTag(p.ClusterConfiguration)
+	prev, err := protocol.DecodePlan(committed)
+	if len(committed) == 0 || err != nil {
+		c.EtcdImageChanged = tag != ""
+		return c
+	}
+	c.FromVersion = prev.Kubernetes.Version
+	c.EtcdImageChanged = tag != "" && tag != protocol.EtcdImageTag(prev.ClusterConfiguration)
+	return c
 }
 
 // sameJSON reports whether two JSON documents hold the same value, whatever their

@@ -175,6 +175,9 @@ func (h *Host) RestoreEtcd(ctx context.Context, attempt string) error {
 	parkedAPI := filepath.Join(dir, apiServerParked)
 	done := filepath.Join(dir, "etcd-restored")
 	if _, err := os.Stat(done); err != nil {
+		if err := stillSingleMember(ctx, m); err != nil {
+			return err
+		}
 		if err := h.restoreEtcdData(ctx, m, dir, parked, parkedAPI); err != nil {
 			// The rollback stops here and the node needs a human; until the data
 			// directory was swapped, the member's own data is intact, so it is
@@ -192,6 +195,28 @@ func (h *Host) RestoreEtcd(ctx context.Context, attempt string) error {
 		return err
 	}
 	return h.startAPIServer(parkedAPI)
+}
+
+// membershipCheckTimeout bounds the live membership check before a restore.
+const membershipCheckTimeout = 5 * time.Second
+
+// stillSingleMember checks, at restore time, that the member's cluster still has
+// one member: one added since the snapshot (KCP scaling up, a manual join) would
+// be cut off by the restore, left with data of its own beside a new one-member
+// cluster. A member that does not answer (broken by the update, or stopped by an
+// earlier run of this restore) is restored on the snapshot's record: a peer it
+// may have gained has no quorum without it.
+func stillSingleMember(ctx context.Context, m etcd.Member) error {
+	ctx, cancel := context.WithTimeout(ctx, membershipCheckTimeout)
+	defer cancel()
+	st, err := m.Status(ctx)
+	if err != nil {
+		return nil
+	}
+	if len(st.Members) != 1 {
+		return fmt.Errorf("etcd restore refused: %w (it has %d now; the snapshot saw one)", etcd.ErrNotSingleMember, len(st.Members))
+	}
+	return nil
 }
 
 // unparkEtcdManifest puts the parked etcd manifest (a path in the attempt

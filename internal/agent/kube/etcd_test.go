@@ -125,6 +125,32 @@ func TestRestoreEtcdRefusesAMultiMemberSnapshot(t *testing.T) {
 	g.Expect(os.IsNotExist(err)).To(BeTrue())
 }
 
+// grownMember is a running member whose cluster gained a second member since
+// the snapshot.
+type grownMember struct{ failingRestore }
+
+func (*grownMember) Status(context.Context) (etcd.Status, error) {
+	return etcd.Status{ClusterID: 7, Members: []etcd.MemberInfo{{ID: 1, Name: "cp-1"}, {ID: 2, Name: "cp-2"}}}, nil
+}
+
+// TestRestoreEtcdRechecksMembership: a snapshot of one member is not restored
+// into a cluster that has two members at restore time; neither etcd nor the API
+// server is stopped.
+func TestRestoreEtcdRechecksMembership(t *testing.T) {
+	g := NewWithT(t)
+	root := t.TempDir()
+	manifest := "spec:\n  containers:\n  - name: etcd\n    command: [etcd, --name=cp-1, --data-dir=/var/lib/etcd]\n"
+	write(t, root, EtcdManifest, manifest, 0o600)
+	write(t, root, APIServerManifest, "apiserver\n", 0o600)
+	write(t, root, attemptDir("a1")+"/etcd-members.json", `{"members":[{"Name":"cp-1"}]}`, 0o600)
+	h := &Host{Root: root, Runner: &backendtest.Runner{}, Etcd: &grownMember{}}
+	err := h.RestoreEtcd(context.Background(), "a1")
+	g.Expect(err).To(MatchError(etcd.ErrNotSingleMember))
+	g.Expect(err.Error()).To(ContainSubstring("it has 2 now"))
+	g.Expect(read(t, root, EtcdManifest)).To(Equal(manifest), "the member was not stopped")
+	g.Expect(read(t, root, APIServerManifest)).To(Equal("apiserver\n"), "the API server was not stopped")
+}
+
 // failingRestore is a stopped member whose restore fails.
 type failingRestore struct{ etcd.Local }
 

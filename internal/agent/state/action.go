@@ -101,6 +101,20 @@ type Spec struct {
 	ControlPlaneConfig bool                 `json:"controlPlaneConfig,omitempty"`
 	OS                 bool                 `json:"os,omitempty"`
 	Caps               backend.Capabilities `json:"caps"`
+	// KeepEtcd: a rollback leaves a single-member etcd's data as it is instead
+	// of restoring the snapshot, because protocol.RestoreEtcdOnRollback said so
+	// when the plan started (EtcdReason is why). False, as in every journal from
+	// before the field, restores.
+	KeepEtcd   bool                       `json:"keepEtcd,omitempty"`
+	EtcdReason protocol.EtcdRestoreReason `json:"etcdReason,omitempty"`
+}
+
+// EtcdRollback fills in KeepEtcd and EtcdReason for the plan's policy and what
+// the update changes (protocol.RestoreEtcdOnRollback).
+func (s Spec) EtcdRollback(policy protocol.EtcdRestore, c protocol.EtcdChange) Spec {
+	restore, why := protocol.RestoreEtcdOnRollback(policy, c)
+	s.KeepEtcd, s.EtcdReason = !restore, why
+	return s
 }
 
 // SpecFor extracts the Spec of a plan for a backend with the given capabilities.
@@ -191,7 +205,9 @@ func Derive(s Spec) []Action {
 // then the reboot, so the node comes up once on a fully restored state; the kubelet
 // is restarted last when no reboot does it. etcdMembers is the member count the
 // etcd-snapshot action saw: the etcd data is restored only when it was exactly one
-// (0, unknown, restores nothing).
+// (0, unknown, restores nothing), and only when the spec does not keep it
+// (KeepEtcd: the update did not change what etcd stores, or the policy says
+// never): a restore drops every write made since the snapshot.
 func DeriveRollback(s Spec, forward []Action, failed ActionName, etcdMembers int) []Action {
 	started := map[ActionName]bool{failed: true}
 	done := map[ActionName]bool{}
@@ -211,7 +227,7 @@ func DeriveRollback(s Spec, forward []Action, failed ActionName, etcdMembers int
 	if restoreFiles {
 		names = append(names, ActRestoreFiles)
 	}
-	if done[ActEtcdSnapshot] && etcdMembers == 1 && (started[ActKubeadmUpgrade] || started[ActControlPlaneConfig]) {
+	if done[ActEtcdSnapshot] && etcdMembers == 1 && !s.KeepEtcd && (started[ActKubeadmUpgrade] || started[ActControlPlaneConfig]) {
 		names = append(names, ActRestoreEtcd)
 	}
 	if started[ActBackendStage] && !osAtReboot {

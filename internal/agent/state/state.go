@@ -258,6 +258,28 @@ func (s State) output() Output {
 	return Output{Next: &a}
 }
 
+// etcdNote says what a rollback did to a single-member etcd's data: restored
+// from the snapshot (every write to the cluster since it is gone) or kept.
+func (s State) etcdNote() string {
+	why := ""
+	if s.Spec.EtcdReason != "" {
+		why = " (" + string(s.Spec.EtcdReason) + ")"
+	}
+	for _, a := range s.Rollback {
+		if a.Name == ActRestoreEtcd {
+			at := ""
+			if !s.StartedAt.IsZero() {
+				at = " at " + s.StartedAt.UTC().Format(time.RFC3339)
+			}
+			return fmt.Sprintf("; etcd was restored from its snapshot taken when the update started%s%s: every write to the cluster since then is lost", at, why)
+		}
+	}
+	if s.Spec.KeepEtcd && s.EtcdMembers == 1 {
+		return fmt.Sprintf("; etcd kept its data%s: no write to the cluster was lost", why)
+	}
+	return ""
+}
+
 func (s State) clone() State {
 	s.Actions = append([]Action(nil), s.Actions...)
 	if s.Rollback != nil {
@@ -299,7 +321,7 @@ func (s State) Status() protocol.NodeStatus {
 	case protocol.PhaseRolledBack:
 		st.Reason = s.Reason
 		st.Action = string(s.FailedAction)
-		st.Message = fmt.Sprintf("rolled back because %s", cause)
+		st.Message = fmt.Sprintf("rolled back because %s%s", cause, s.etcdNote())
 	case protocol.PhaseFailed:
 		st.Reason = s.Reason
 		st.Action = string(s.FailedAction)

@@ -119,6 +119,8 @@ func TestDeriveRollback(t *testing.T) {
 		{"three members, control-plane-config fails: files only", Spec{ControlPlane: true, EtcdSnapshot: true, Kubeadm: protocol.KubeadmNone, ControlPlaneConfig: true}, ActControlPlaneConfig, 3, []ActionName{ActRestoreFiles}},
 		{"member count unknown: no etcd restore", cpFull, ActKubeadmUpgrade, 0, []ActionName{ActBackendRollback, ActRestoreFiles, ActReboot}},
 		{"one member: restore", cpFull, ActKubeadmUpgrade, 1, []ActionName{ActBackendRollback, ActRestoreFiles, ActRestoreEtcd, ActReboot}},
+		{"one member, configuration only, data kept: files only", Spec{ControlPlane: true, EtcdSnapshot: true, Kubeadm: protocol.KubeadmNone, ControlPlaneConfig: true, KeepEtcd: true}, ActControlPlaneConfig, 1, []ActionName{ActRestoreFiles}},
+		{"one member, upgrade, data kept (policy Never): no etcd restore", withKeepEtcd(cpFull), ActGates, 1, []ActionName{ActBackendRollback, ActRestoreFiles, ActReboot}},
 	}
 	for _, tt := range multi {
 		t.Run(tt.name, func(t *testing.T) {
@@ -389,7 +391,8 @@ func TestFailedGateRollsBackOnceInOrder(t *testing.T) {
 			st := s.Status()
 			g.Expect(st.Reason).To(Equal(ReasonGateFailed))
 			g.Expect(st.Action).To(Equal("gates"))
-			g.Expect(st.Message).To(Equal("rolled back because gates failed: kubelet-version: kubelet reports v1.35.0, want v1.36.0"))
+			g.Expect(st.Message).To(Equal("rolled back because gates failed: kubelet-version: kubelet reports v1.35.0, want v1.36.0" +
+				"; etcd was restored from its snapshot taken when the update started at 1970-01-01T00:01:40Z: every write to the cluster since then is lost"))
 			g.Expect(st.Step).To(Equal(4))
 			g.Expect(st.Steps).To(Equal(4))
 		})
@@ -551,4 +554,9 @@ func TestThreeMemberRollbackNeverRestoresEtcd(t *testing.T) {
 	g.Expect(s.EtcdMembers).To(Equal(3))
 	g.Expect(h.runs).NotTo(HaveKey("rollback/restore-etcd"))
 	g.Expect(h.runs).To(HaveKeyWithValue("rollback/restore-files", 1))
+}
+
+func withKeepEtcd(s Spec) Spec {
+	s.KeepEtcd = true
+	return s
 }

@@ -78,6 +78,9 @@ type Input struct {
 	// IgnorePreflightErrors are the kubeadm preflight checks the policy lets this
 	// Machine's pool skip.
 	IgnorePreflightErrors []string
+	// EtcdRestore is the policy's choice for a single-member etcd on rollback,
+	// carried by the plans of nodes with a local etcd member.
+	EtcdRestore protocol.EtcdRestore
 }
 
 // SecretRefs returns the names of the Secrets the plan needs, sorted and unique.
@@ -175,6 +178,9 @@ func Build(in Input) (*protocol.NodePlan, error) {
 		if err := addKubeadmConfig(p, cfg, in); err != nil {
 			return nil, err
 		}
+	}
+	if p.Kubernetes.LocalEtcd() {
+		p.Kubernetes.EtcdRestore = in.EtcdRestore
 	}
 	if err := p.Validate(); err != nil {
 		return nil, err

@@ -1,0 +1,59 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/capi-inplace/capi-inplace/internal/agent/state"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
+)
+
+// TestRollbackRestoresEtcdOnlyWhenItsDataChanged: on a single-member etcd, the
+// rollback of a configuration-only change (same version, ClusterConfiguration
+// without another etcd version) restores the files and keeps etcd's data, so no
+// write to the cluster since the snapshot is lost, and says so; a minor upgrade's
+// rollback restores the snapshot, as does a configuration change under the
+// policy Always.
+func TestRollbackRestoresEtcdOnlyWhenItsDataChanged(t *testing.T) {
+	configOnly := func(policy protocol.EtcdRestore) *protocol.NodePlan {
+		p := protocol.NewPlan("cp1")
+		p.Kubernetes = protocol.KubernetesPlan{Role: protocol.RoleControlPlane, Version: "v1.36.0", Action: protocol.KubeadmNone, EtcdSnapshot: true, EtcdRestore: policy}
+		p.ClusterConfiguration = json.RawMessage(`{"apiServer":{"extraArgs":[{"name":"v","value":"4"}]}}`)
+		return p
+	}
+	tests := []struct {
+		name    string
+		plan    *protocol.NodePlan
+		from    string
+		restore bool
+		message string
+	}{
+		{name: "configuration only: files restored, etcd kept", plan: configOnly(""), from: "v1.36.0",
+			message: "etcd kept its data (DataFormatUnchanged): no write to the cluster was lost"},
+		{name: "configuration only under Always: etcd restored", plan: configOnly(protocol.EtcdRestoreAlways), from: "v1.36.0", restore: true},
+		{name: "minor upgrade: etcd restored", plan: cpPlan(), from: "v1.35.2", restore: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			f := newFixture(t, failingGate)
+			f.kube.Etcd = &memberStub{members: 1, dbSize: 1 << 20}
+			f.kube.FreeBytes = func(string) (uint64, error) { return 1 << 40, nil }
+			st, err := f.x.StartFrom(context.Background(), tt.plan, tt.from)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(st.EtcdMembers).To(Equal(1))
+			g.Expect(names(st.Rollback)).To(ContainElement(state.ActRestoreFiles))
+			if !tt.restore {
+				g.Expect(names(st.Rollback)).NotTo(ContainElement(state.ActRestoreEtcd))
+				g.Expect(st.Phase).To(Equal(protocol.PhaseRolledBack))
+				g.Expect(f.reports.last().Message).To(ContainSubstring(tt.message))
+				return
+			}
+			// The stub member refuses a restore: the rollback tried it.
+			g.Expect(names(st.Rollback)).To(ContainElement(state.ActRestoreEtcd))
+		})
+	}
+}
