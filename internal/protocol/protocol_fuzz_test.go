@@ -3,6 +3,7 @@ package protocol
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -43,16 +44,27 @@ func FuzzDecodePlan(f *testing.F) {
 // holds (the agent writes it, and so can anyone who can write the Node). Any string
 // is refused with ErrInvalidStatus or gives a status that round-trips.
 func FuzzDecodeStatus(f *testing.F) {
+	// A node's text is bounded on decode (text.go): a forged line, an invisible
+	// override and a message far over the bound.
+	f.Add(`{"v":1,"planHash":"abc","phase":"Failed","reason":"GateFailed","action":"gates","gate":"a\u202eb","message":"x\nE1204 forged` + strings.Repeat("y", 2*MaxMessageBytes) + `"}`)
+	f.Add(`{"v":1,"planHash":"abc","phase":"RolledBack","reason":"Rolled back: see\nthe log"}`)
 	f.Fuzz(func(t *testing.T, value string) {
 		s, err := DecodeStatus(value)
 		if err != nil {
 			if !errors.Is(err, ErrInvalidStatus) {
 				t.Fatalf("decode error is not ErrInvalidStatus: %v", err)
 			}
+			if len(err.Error()) > 512 {
+				t.Fatalf("decode error of %d bytes quotes too much of the value", len(err.Error()))
+			}
 			return
 		}
 		if !s.Phase.Known() || s.PlanHash == "" || s.Step < 0 || s.Step > s.Steps {
 			t.Fatalf("accepted an invalid status: %+v", s)
+		}
+		if !validReason(s.Reason) || len(s.Message) > MaxMessageBytes || len(s.Action) > MaxNameBytes || len(s.Gate) > MaxNameBytes ||
+			BoundText(s.Message, MaxMessageBytes) != s.Message || BoundText(s.Action, MaxNameBytes) != s.Action || BoundText(s.Gate, MaxNameBytes) != s.Gate {
+			t.Fatalf("accepted unbounded text: %+v", s)
 		}
 		enc, err := EncodeStatus(s)
 		if err != nil {

@@ -147,7 +147,8 @@ func EncodeStagingStatus(s StagingStatus) (string, error) {
 	return string(b), nil
 }
 
-// DecodeStagingStatus parses and validates a staging status annotation value.
+// DecodeStagingStatus parses and validates a staging status annotation value, as
+// DecodeStatus does (an identifier reason, bounded message and item).
 func DecodeStagingStatus(value string) (StagingStatus, error) {
 	var s StagingStatus
 	if err := json.Unmarshal([]byte(value), &s); err != nil {
@@ -159,14 +160,19 @@ func DecodeStagingStatus(value string) (StagingStatus, error) {
 	switch s.Phase {
 	case StagePhaseStaging, StagePhaseStaged, StagePhaseFailed:
 	default:
-		return StagingStatus{}, fmt.Errorf("%w: unknown phase %q", ErrInvalidStagingStatus, s.Phase)
+		return StagingStatus{}, fmt.Errorf("%w: unknown phase %.32q", ErrInvalidStagingStatus, s.Phase)
 	}
-	if s.PlanHash == "" {
-		return StagingStatus{}, fmt.Errorf("%w: empty planHash", ErrInvalidStagingStatus)
+	if s.PlanHash == "" || len(s.PlanHash) > maxHashBytes {
+		return StagingStatus{}, fmt.Errorf("%w: planHash %.64q is empty or too long", ErrInvalidStagingStatus, s.PlanHash)
 	}
 	if s.Items < 0 || s.Done < 0 || s.Done > s.Items || s.Bytes < 0 || s.Size < 0 {
 		return StagingStatus{}, fmt.Errorf("%w: %d of %d items, %d of %d bytes", ErrInvalidStagingStatus, s.Done, s.Items, s.Bytes, s.Size)
 	}
+	if !validReason(s.Reason) {
+		return StagingStatus{}, fmt.Errorf("%w: reason %.64q is not an identifier", ErrInvalidStagingStatus, s.Reason)
+	}
+	s.Message = BoundText(s.Message, MaxMessageBytes)
+	s.Item = StageItemName(BoundText(string(s.Item), MaxNameBytes))
 	return s, nil
 }
 

@@ -110,7 +110,8 @@ func EncodeStatus(s NodeStatus) (string, error) {
 	return string(b), nil
 }
 
-// DecodeStatus parses and validates a status annotation value.
+// DecodeStatus parses and validates a status annotation value. The reason must
+// be an identifier; messages and names come back bounded (BoundText).
 func DecodeStatus(value string) (NodeStatus, error) {
 	var s NodeStatus
 	if err := json.Unmarshal([]byte(value), &s); err != nil {
@@ -120,16 +121,22 @@ func DecodeStatus(value string) (NodeStatus, error) {
 		return NodeStatus{}, fmt.Errorf("%w: envelope version %d, want %d", ErrInvalidStatus, s.V, StatusVersion)
 	}
 	if !s.Phase.Known() {
-		return NodeStatus{}, fmt.Errorf("%w: unknown phase %q", ErrInvalidStatus, s.Phase)
+		return NodeStatus{}, fmt.Errorf("%w: unknown phase %.32q", ErrInvalidStatus, s.Phase)
 	}
-	if s.PlanHash == "" {
-		return NodeStatus{}, fmt.Errorf("%w: empty planHash", ErrInvalidStatus)
+	if s.PlanHash == "" || len(s.PlanHash) > maxHashBytes {
+		return NodeStatus{}, fmt.Errorf("%w: planHash %.64q is empty or too long", ErrInvalidStatus, s.PlanHash)
 	}
 	if s.DesiredState != "" && !hexRE.MatchString(s.DesiredState) {
-		return NodeStatus{}, fmt.Errorf("%w: desiredState %q is not 32 lowercase hex digits", ErrInvalidStatus, s.DesiredState)
+		return NodeStatus{}, fmt.Errorf("%w: desiredState %.64q is not 32 lowercase hex digits", ErrInvalidStatus, s.DesiredState)
 	}
 	if s.Steps < 0 || s.Step < 0 || s.Step > s.Steps {
 		return NodeStatus{}, fmt.Errorf("%w: step %d of %d", ErrInvalidStatus, s.Step, s.Steps)
 	}
+	if !validReason(s.Reason) {
+		return NodeStatus{}, fmt.Errorf("%w: reason %.64q is not an identifier", ErrInvalidStatus, s.Reason)
+	}
+	s.Message = BoundText(s.Message, MaxMessageBytes)
+	s.Action = BoundText(s.Action, MaxNameBytes)
+	s.Gate = BoundText(s.Gate, MaxNameBytes)
 	return s, nil
 }
