@@ -214,9 +214,9 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 	// same coordinator.
 	var admission singlenode.WebhookRegistry = hookServer
 	if o.admissionPort != 0 {
-		// Its own port, with request budgets of its own: the port is open to every
-		// pod, and none of its clients may delay a hook call.
-		admissionServer, err := extension.NewAdmissionServer(extension.ServerOptions{
+		// Its own port, with request budgets of its own within the process's: the
+		// port is open to every pod, and none of its clients may delay a hook call.
+		admissionServer, err := extension.NewAdmissionServer(hookServer, extension.ServerOptions{
 			Host: o.webhookHost, Port: o.admissionPort, CertDir: o.webhookCertDir, TLSOpts: []func(*tls.Config){http1Only},
 		})
 		if err != nil {

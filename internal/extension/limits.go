@@ -36,7 +36,11 @@ const (
 	// handled at once, weighted by size: one maximum-size request at a time, or over
 	// a hundred real ones (each weighs its body plus minRequestWeight). A request is
 	// weighed only once its whole body is in, so a slow sender never holds it; later
-	// requests wait for their share (up to their deadline) instead of failing.
+	// requests wait for their share (up to their deadline) instead of failing. The
+	// ports together hold at most a quarter more than one port (processBudget): two
+	// maximum-size requests at once, one per port, peaked at 185 MiB of heap growth,
+	// too close to 256Mi; every real request fits in the quarter one port cannot take
+	// from the other.
 	DefaultMaxInFlightBodyBytes = DefaultMaxRequestBodyBytes
 	// receiveBudgetBytes bounds, per port, the memory of request bodies still being
 	// received, counted as they arrive (a body of unknown or announced length costs
@@ -77,11 +81,27 @@ const (
 // flight stay within the port's budget.
 type requestLimits struct {
 	maxBody  int64
-	inFlight *semaphore.Weighted
+	inFlight *semaphore.Weighted // this port's
+	process  *processBudget      // all ports'
 	receive  *clientBudget
 }
 
-func newRequestLimits(maxBody, maxInFlight int64) (*requestLimits, error) {
+// processBudget bounds the bodies all ports of the process decode and handle at
+// once: size is a quarter more than the largest port's budget, so that no port can
+// take all of it.
+type processBudget struct {
+	size int64
+	sem  *semaphore.Weighted
+}
+
+func newProcessBudget(portBudget int64) *processBudget {
+	size := portBudget + portBudget/4
+	return &processBudget{size: size, sem: semaphore.NewWeighted(size)}
+}
+
+// newRequestLimits returns the limits of one port; process is shared with the
+// process's other ports (nil: a new one, for the first port).
+func newRequestLimits(maxBody, maxInFlight int64, process *processBudget) (*requestLimits, error) {
 	if maxBody <= 0 {
 		maxBody = DefaultMaxRequestBodyBytes
 	}
@@ -91,8 +111,14 @@ func newRequestLimits(maxBody, maxInFlight int64) (*requestLimits, error) {
 	if maxInFlight < maxBody {
 		return nil, fmt.Errorf("in-flight body budget %d is smaller than the body limit %d", maxInFlight, maxBody)
 	}
+	if process == nil {
+		process = newProcessBudget(maxInFlight)
+	}
+	if maxInFlight >= process.size {
+		return nil, fmt.Errorf("in-flight body budget %d leaves nothing of the process's %d to the other ports", maxInFlight, process.size)
+	}
 	perClient := max(receivePerClientBytes, 2*maxBody)
-	return &requestLimits{maxBody: maxBody, inFlight: semaphore.NewWeighted(maxInFlight),
+	return &requestLimits{maxBody: maxBody, inFlight: semaphore.NewWeighted(maxInFlight), process: process,
 		receive: &clientBudget{total: max(receiveBudgetBytes, 2*perClient), perClient: perClient, held: map[string]int64{}}}, nil
 }
 
@@ -128,11 +154,18 @@ func (l *requestLimits) wrap(next http.Handler) http.Handler {
 		_ = rc.SetReadDeadline(time.Time{})
 
 		weight := min(int64(len(body))+minRequestWeight, l.maxBody)
+		// This port's budget first, then the process's: a port waits for its own
+		// requests before it queues for what all ports share.
 		if err := l.inFlight.Acquire(r.Context(), weight); err != nil {
 			http.Error(w, "request abandoned while waiting for the extension's in-flight request budget", http.StatusServiceUnavailable)
 			return
 		}
 		defer l.inFlight.Release(weight)
+		if err := l.process.sem.Acquire(r.Context(), weight); err != nil {
+			http.Error(w, "request abandoned while waiting for the extension's in-flight request budget", http.StatusServiceUnavailable)
+			return
+		}
+		defer l.process.sem.Release(weight)
 		// The in-flight weight now accounts for the body.
 		l.receive.give(client, charged)
 		charged = 0

@@ -12,7 +12,7 @@ import (
 // refused by the handler), the bytes it was charged while its body arrived are
 // given back exactly once.
 func TestReceiveBudgetIsGivenBack(t *testing.T) {
-	l, err := newRequestLimits(0, 0)
+	l, err := newRequestLimits(0, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

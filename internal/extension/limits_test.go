@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	runtimecatalog "sigs.k8s.io/cluster-api/api/runtime/catalog"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/capi-inplace/capi-inplace/internal/extension"
 	pt "github.com/capi-inplace/capi-inplace/internal/planner/plannertest"
@@ -221,4 +222,47 @@ func TestRegisteredHandlersAreBounded(t *testing.T) {
 	g.Expect(serve(2<<20, false)).To(Equal(http.StatusRequestEntityTooLarge))
 	g.Expect(serve(10<<10, true)).To(Equal(http.StatusOK))
 	g.Expect(got).To(Equal([]int{10 << 10}), "only the small request reaches the handler, whole")
+}
+
+// TestBothPortsAtOnceStayBounded: maximum-size requests on the hook port and the
+// admission port at once cost no more heap than on one port: the ports' budgets are
+// bounded together (one port's and a quarter). With two independent budgets the peak
+// was 171-185 MiB.
+func TestBothPortsAtOnceStayBounded(t *testing.T) {
+	const heapBound = 160 << 20
+	base, client, admission := startServers(t, func(s webhook.Server) {
+		s.Register("/decode", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			var v any
+			if err := json.Unmarshal(b, &v); err != nil {
+				w.WriteHeader(http.StatusBadRequest)
+			}
+		}))
+	})
+	path, body := canUpdateMachineBody(t, 470<<10)
+	var (
+		mu    sync.Mutex
+		codes = map[int]int{}
+	)
+	peak := peakHeap(func() {
+		var wg sync.WaitGroup
+		for range 3 {
+			for _, url := range []string{base + path, admission + "/decode"} {
+				wg.Go(func() {
+					code, _, err := post(context.Background(), client, url, bytes.NewReader(body), int64(len(body)))
+					if err != nil {
+						code = -1
+					}
+					mu.Lock()
+					codes[code]++
+					mu.Unlock()
+				})
+			}
+		}
+		wg.Wait()
+	})
+	t.Logf("3 requests of %d bytes on each port at once: peak heap growth %d MiB, answers %v", len(body), peak>>20, codes)
+	g := NewWithT(t)
+	g.Expect(codes[http.StatusOK]).To(Equal(6))
+	g.Expect(peak).To(BeNumerically("<", uint64(heapBound)))
 }

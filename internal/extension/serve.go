@@ -38,8 +38,8 @@ type boundedServer struct {
 
 var _ webhook.Server = &boundedServer{}
 
-func newBoundedServer(opts ServerOptions) (*boundedServer, error) {
-	limits, err := newRequestLimits(opts.MaxRequestBodyBytes, opts.MaxInFlightBodyBytes)
+func newBoundedServer(opts ServerOptions, process *processBudget) (*boundedServer, error) {
+	limits, err := newRequestLimits(opts.MaxRequestBodyBytes, opts.MaxInFlightBodyBytes, process)
 	if err != nil {
 		return nil, err
 	}

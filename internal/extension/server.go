@@ -73,7 +73,7 @@ func NewServer(h *Handlers, opts ServerOptions) (*server.Server, error) {
 	// Every handler registered on the server (the hooks when it starts, the hold
 	// webhook and the guard through Register when they share the port) goes through
 	// the port's request limits, and the port bounds its connections.
-	bounded, err := newBoundedServer(opts)
+	bounded, err := newBoundedServer(opts, nil)
 	if err != nil {
 		return nil, fmt.Errorf("create hook server: %w", err)
 	}
@@ -94,11 +94,19 @@ func NewServer(h *Handlers, opts ServerOptions) (*server.Server, error) {
 }
 
 // NewAdmissionServer returns the HTTPS server of the admission webhooks' own port
-// (the hold webhook and the guard): the same request limits as the hook server's,
-// with budgets of its own, so that no client of the admission port (which every pod
-// may reach) can delay a hook call. Register the webhooks on it.
-func NewAdmissionServer(opts ServerOptions) (webhook.Server, error) {
-	srv, err := newBoundedServer(opts)
+// (the hold webhook and the guard): the same request limits as the hook server's
+// (built by NewServer), with budgets of its own within the process's, so that no
+// client of the admission port (which every pod may reach) can delay a hook call.
+// Register the webhooks on it.
+func NewAdmissionServer(hookServer *server.Server, opts ServerOptions) (webhook.Server, error) {
+	var hooks *boundedServer
+	if hookServer != nil {
+		hooks, _ = hookServer.Server.(*boundedServer)
+	}
+	if hooks == nil {
+		return nil, errors.New("create admission server: the hook server was not built by NewServer")
+	}
+	srv, err := newBoundedServer(opts, hooks.limits.process)
 	if err != nil {
 		return nil, fmt.Errorf("create admission server: %w", err)
 	}

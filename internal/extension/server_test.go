@@ -67,7 +67,7 @@ func startServers(tb testing.TB, admission func(webhook.Server)) (hooks string, 
 	run(tb, srv.Start, hookOpts.Port, client)
 	if admission != nil {
 		admOpts := opts()
-		adm, err := extension.NewAdmissionServer(admOpts)
+		adm, err := extension.NewAdmissionServer(srv, admOpts)
 		if err != nil {
 			tb.Fatal(err)
 		}

@@ -146,7 +146,8 @@ func TestSlowClientsDoNotDelayHookCalls(t *testing.T) {
 
 // TestAdmissionPortHasItsOwnBudget: a request that holds the admission port's whole
 // in-flight budget (a megabyte body whose handler has not returned) does not delay a
-// hook call on the hook port. Before, both ports shared one budget.
+// hook call on the hook port: it fits in the quarter of the process's budget the
+// admission port cannot take. Before, both ports shared one budget.
 func TestAdmissionPortHasItsOwnBudget(t *testing.T) {
 	g := NewWithT(t)
 	entered, release := make(chan struct{}), make(chan struct{})
