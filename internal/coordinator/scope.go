@@ -46,6 +46,9 @@ func (c *Coordinator) loadScope(ctx context.Context, desired desiredObjects) (*s
 		return nil, retryable(CauseManagementAPI, fmt.Sprintf("read Cluster %s: %v", s.clusterKey, err)), false
 	}
 	s.cluster = read.cluster
+	if out, paused := capiPaused(s.cluster, desired.stored); paused {
+		return nil, out, false
+	}
 
 	wc, err := c.opts.Clusters.Get(ctx, s.clusterKey)
 	if err != nil {
