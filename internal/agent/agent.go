@@ -50,7 +50,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		return errors.New("the agent has no node key")
 	}
 	a.kick = make(chan struct{}, 1)
-	a.defaultStager()
+	release, err := a.defaultStager()
+	if err != nil {
+		return err
+	}
+	defer release()
 	go a.Reporter.Run(ctx)
 
 	nodeInformer := cache.NewSharedIndexInformer(byName(a.Client.CoreV1().Nodes(), a.NodeName), &corev1.Node{}, 0, cache.Indexers{})

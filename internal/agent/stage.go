@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"reflect"
 	"runtime"
@@ -216,14 +217,20 @@ func (s *Stager) pullsImages(plan *protocol.NodePlan) bool {
 var ErrNodeConfigChanged = errors.New("the node's OS backend configuration changed: the agent restarts to load it")
 
 // writeOSBackends writes the pool's OS backend configuration to the host unless
-// the file holds the same configuration; changed reports a write.
+// the file holds the same configuration; changed reports a write. Its directory
+// is resolved inside the host root as every host path is (kube.Host.PinDir).
 func writeOSBackends(root string, raw json.RawMessage) (bool, error) {
 	want, err := registry.Parse(raw)
 	if err != nil {
 		return false, err
 	}
-	path := filepath.Join(root, registry.ConfigPath)
-	if cur, err := os.ReadFile(path); err == nil {
+	dir, release, err := (&kube.Host{Root: root}).PinDir(path.Dir(registry.ConfigPath), 0o755)
+	if err != nil {
+		return false, fmt.Errorf("write %s: %w", registry.ConfigPath, err)
+	}
+	defer release()
+	file := filepath.Join(dir, path.Base(registry.ConfigPath))
+	if cur, err := os.ReadFile(file); err == nil {
 		if have, err := registry.Parse(cur); err == nil && reflect.DeepEqual(have, want) {
 			return false, nil
 		}
@@ -232,10 +239,7 @@ func writeOSBackends(root string, raw json.RawMessage) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return false, fmt.Errorf("write %s: %w", registry.ConfigPath, err)
-	}
-	if err := atomicfile.Write(path, append(data, '\n'), 0o644); err != nil {
+	if err := atomicfile.Write(file, append(data, '\n'), 0o644); err != nil {
 		return false, fmt.Errorf("write %s: %w", registry.ConfigPath, err)
 	}
 	return true, nil
@@ -316,17 +320,23 @@ func (r *stageReport) patch(ctx context.Context) error {
 }
 
 // defaultStager gives an agent built without a Stager the one every agent needs:
-// the artifact store under the executor's host root, the executor's OS backends,
-// and the kubeadm/kubelet installer reading from that store. Without it the
-// coordinator would wait forever for a staging report.
-func (a *Agent) defaultStager() {
+// the artifact store in the host's artifact directory (pinned inside the host
+// root: kube.Host.PinDir), the executor's OS backends, and the kubeadm/kubelet
+// installer reading from that store. Without it the coordinator would wait
+// forever for a staging report. release unpins the store's directory.
+func (a *Agent) defaultStager() (release func(), err error) {
 	if a.Stager != nil || a.Executor == nil || a.Host == nil {
-		return
+		return func() {}, nil
 	}
 	k := a.Host
-	store := &artifact.Store{Root: k.Root}
+	dir, release, err := k.PinDir(protocol.ArtifactDir, 0o700)
+	if err != nil {
+		return nil, fmt.Errorf("artifact store: %w", err)
+	}
+	store := &artifact.Store{Root: k.Root, Dir: dir}
 	a.Stager = &Stager{Store: store, Backends: a.Executor.Backends, Client: a.Client, NodeName: a.NodeName, Images: k, Log: a.Log.WithName("stage")}
 	if k.Store == nil {
 		k.Store = store // one store: the installer copies what staging fetched
 	}
+	return release, nil
 }

@@ -133,8 +133,9 @@ func Run(ctx context.Context, o Options, sim Simulator) error {
 	if err != nil {
 		return fmt.Errorf("--host-root: %w", err)
 	}
-	if o.StateDir == "" {
-		o.StateDir = filepath.Join(root, kube.WorkDir)
+	stateDir := o.StateDir
+	if stateDir == "" {
+		stateDir = filepath.Join(root, kube.WorkDir)
 	}
 	cfg, err := restConfig(o.Kubeconfig)
 	if err != nil {
@@ -183,12 +184,24 @@ func Run(ctx context.Context, o Options, sim Simulator) error {
 		}
 	}
 
-	jr, err := journal.NewFile(o.StateDir)
+	journalDir := o.StateDir
+	if journalDir == "" {
+		// On the host: resolved inside the host root and held for the agent's
+		// life, so a symlink on the way cannot put the journal and the key into
+		// the container's writable layer (lost with the pod) or elsewhere.
+		dir, release, err := (&kube.Host{Root: root}).PinDir(kube.WorkDir, 0o700)
+		if err != nil {
+			return fmt.Errorf("state directory %s: %w", stateDir, err)
+		}
+		defer release()
+		journalDir = dir
+	}
+	jr, err := journal.NewFile(journalDir)
 	if err != nil {
 		return err
 	}
 	// The node key lives on the host's disk with the journal and never leaves it.
-	nodeKey, err := agent.LoadOrCreateNodeKey(o.StateDir)
+	nodeKey, err := agent.LoadOrCreateNodeKey(journalDir)
 	if err != nil {
 		return err
 	}
@@ -238,7 +251,7 @@ func Run(ctx context.Context, o Options, sim Simulator) error {
 		}
 		defer stop()
 	}
-	log.Info("Agent starting", "version", o.Version, "node", o.NodeName, "hostRoot", root, "stateDir", o.StateDir, "simulate", o.Simulate,
+	log.Info("Agent starting", "version", o.Version, "node", o.NodeName, "hostRoot", root, "stateDir", stateDir, "simulate", o.Simulate,
 		"serviceManager", serviceManagerType(nodeCfg.ServiceManager), "backends", backendNames(backends), "key", protocol.KeyID(nodeKey.PublicKey()))
 	return a.Run(ctx)
 }

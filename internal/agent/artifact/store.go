@@ -51,6 +51,10 @@ type Progress func(fetched, size int64)
 type Store struct {
 	// Root is the host's root in the agent's view.
 	Root string
+	// Dir is the store's directory (protocol.ArtifactDir) as the agent opens it,
+	// resolved inside the host root and pinned (kube.Host.PinDir); empty: the
+	// path under Root.
+	Dir string
 	// Client fetches http(s) URLs and talks to registries; nil means a client with
 	// the system's trust roots, the proxy from the environment and Timeout.
 	Client *http.Client
@@ -65,7 +69,12 @@ type Store struct {
 	Arch string
 }
 
-func (s *Store) dir() string { return filepath.Join(s.Root, protocol.ArtifactDir, "sha256") }
+func (s *Store) dir() string {
+	if s.Dir != "" {
+		return filepath.Join(s.Dir, "sha256")
+	}
+	return filepath.Join(s.Root, protocol.ArtifactDir, "sha256")
+}
 
 // Path is the agent's path of the staged file with the digest.
 func (s *Store) Path(digest string) (string, error) {

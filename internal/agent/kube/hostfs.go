@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"strings"
 
 	pathrs "github.com/cyphar/filepath-securejoin/pathrs-lite"
 	"golang.org/x/sys/unix"
@@ -17,10 +18,13 @@ import (
 // Every host file the agent reads or writes is resolved inside the host root:
 // a symlink on the way (absolute or relative, e.g. Debian's /var/run -> /run)
 // resolves as it would on the host, never into the agent's container, and never
-// out of the root (filepath-securejoin: openat2 RESOLVE_IN_ROOT where the kernel
-// has it, a checked O_PATH walk where it does not). The final component is never
-// followed: a write replaces it (rename), a read or removal acts on the entry
-// itself, and owners are set on the opened file (fchown), never by path.
+// out of the root. Only symlinks that root (or the agent's own user) could have
+// made are followed: one in a directory another user owns (a user's home, which
+// they can point anywhere between two of the agent's writes) is refused with
+// ErrSymlinkRefused, on every path: forward writes, backups, rollback and the
+// agent's own state. The final component is never followed: a write replaces it
+// (rename), a read or removal acts on the entry itself, and owners are set on the
+// opened file (fchown), never by path.
 
 // ErrSymlinkRefused is wrapped when a directory that must be a real directory
 // (a user's ~/.ssh, written as root and given to the user) is a symlink.
@@ -39,24 +43,129 @@ func (h *Host) openRoot() (*os.File, error) {
 	return os.NewFile(uintptr(fd), root), nil
 }
 
-// openDir returns a handle to the host directory dir resolved inside the root,
-// creating missing directories (0755) when create is set.
+// openDir returns a handle to the host directory dir resolved inside the root
+// (ResolveDir), creating missing directories (0755) when create is set.
 func (h *Host) openDir(dir string, create bool) (*os.File, error) {
 	root, err := h.openRoot()
 	if err != nil {
 		return nil, err
 	}
 	defer root.Close()
-	var d *os.File
-	if create {
-		d, err = pathrs.MkdirAllHandle(root, dir, 0o755)
-	} else {
-		d, err = pathrs.OpenatInRoot(root, dir)
-	}
+	d, err := ResolveDir(root, dir, create)
 	if err != nil {
 		return nil, fmt.Errorf("resolve %s inside the host root: %w", dir, err)
 	}
 	return d, nil
+}
+
+// maxSymlinks bounds the symlinks one resolution follows, as the kernel's 40.
+const maxSymlinks = 40
+
+// ResolveDir returns an O_PATH handle to the directory dir inside root (an
+// O_PATH handle of the host root), one component at a time with O_NOFOLLOW: a
+// symlink is followed (its target taken inside the root, an absolute one from
+// the root) only when the directory holding it is owned by root or by the
+// agent's own user, who alone could have made it; in a directory anyone else
+// owns it is refused (ErrSymlinkRefused). A missing directory is
+// os.ErrNotExist, or created 0755 when create is set. Every step holds the
+// directory it came from open, so a rename on the way cannot send it elsewhere.
+func ResolveDir(root *os.File, dir string, create bool) (*os.File, error) {
+	rest := path.Clean("/" + dir)
+	for hops := 0; ; hops++ {
+		if hops > maxSymlinks {
+			return nil, fmt.Errorf("resolve %s: %w", dir, unix.ELOOP)
+		}
+		d, link, err := walkDir(root, rest, create)
+		if err != nil || link == "" {
+			return d, err
+		}
+		rest = link
+	}
+}
+
+// walkDir walks the clean absolute path p from root. It returns the directory's
+// handle, or, at a symlink it may follow, the path to walk instead ("" link
+// means done).
+func walkDir(root *os.File, p string, create bool) (*os.File, string, error) {
+	fd, err := unix.Openat(int(root.Fd()), ".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, "", fmt.Errorf("open host root: %w", err)
+	}
+	cur := os.NewFile(uintptr(fd), "/")
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		_ = cur.Close()
+		return nil, "", fmt.Errorf("stat host root: %w", err)
+	}
+	owner := st.Uid
+	done := "/"
+	comps := strings.Split(strings.TrimPrefix(p, "/"), "/")
+	for i, c := range comps {
+		if c == "" {
+			continue
+		}
+		next := path.Join(done, c)
+		fd, err := unix.Openat(int(cur.Fd()), c, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENOENT) && create {
+			if err := unix.Mkdirat(int(cur.Fd()), c, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+				_ = cur.Close()
+				return nil, "", &os.PathError{Op: "mkdir", Path: next, Err: err}
+			}
+			fd, err = unix.Openat(int(cur.Fd()), c, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		}
+		if err != nil {
+			_ = cur.Close()
+			return nil, "", &os.PathError{Op: "open", Path: next, Err: err}
+		}
+		if err := unix.Fstat(fd, &st); err != nil {
+			_ = unix.Close(fd)
+			_ = cur.Close()
+			return nil, "", &os.PathError{Op: "stat", Path: next, Err: err}
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			_ = cur.Close()
+			cur, owner, done = os.NewFile(uintptr(fd), next), st.Uid, next
+		case unix.S_IFLNK:
+			_ = unix.Close(fd)
+			if !trustedOwner(owner) {
+				_ = cur.Close()
+				return nil, "", fmt.Errorf("%w: %s is a symlink in %s, a directory of user %d", ErrSymlinkRefused, next, done, owner)
+			}
+			target, err := readlinkAt(cur, c)
+			_ = cur.Close()
+			if err != nil {
+				return nil, "", &os.PathError{Op: "readlink", Path: next, Err: err}
+			}
+			if !path.IsAbs(target) {
+				target = path.Join(done, target)
+			}
+			return nil, path.Clean("/" + path.Join(append([]string{target}, comps[i+1:]...)...)), nil
+		default:
+			_ = unix.Close(fd)
+			_ = cur.Close()
+			return nil, "", &os.PathError{Op: "open", Path: next, Err: unix.ENOTDIR}
+		}
+	}
+	return cur, "", nil
+}
+
+// trustedOwner reports whether a directory's owner is root or the agent's own
+// user: nobody else can have put a symlink in it.
+func trustedOwner(uid uint32) bool { return uid == 0 || int(uid) == os.Geteuid() }
+
+// readlinkAt reads the symlink name in dir.
+func readlinkAt(dir *os.File, name string) (string, error) {
+	for size := 256; ; size *= 2 {
+		buf := make([]byte, size)
+		n, err := unix.Readlinkat(int(dir.Fd()), name, buf)
+		if err != nil {
+			return "", err
+		}
+		if n < size {
+			return string(buf[:n]), nil
+		}
+	}
 }
 
 // splitHostPath returns a host path's directory and final name.
@@ -306,6 +415,29 @@ func (h *Host) inRoot(hostPath string, create bool) (p string, release func(), e
 		return "", nil, err
 	}
 	return fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), name), func() { _ = d.Close() }, nil
+}
+
+// PinDir returns the host directory dir resolved inside the root as every host
+// path is (ResolveDir; created with mode, its missing parents 0755), as a path
+// "/proc/self/fd/<n>" that stays on that directory until release. The agent's
+// own state (journal, node key, artifact store, OS backend configuration) is
+// read and written through it, so a symlink on the way cannot move it into the
+// agent's container or through a directory another user owns.
+func (h *Host) PinDir(dir string, mode os.FileMode) (p string, release func(), err error) {
+	parent, name, err := splitHostPath(dir)
+	if err != nil {
+		return "", nil, err
+	}
+	d, err := h.openDir(parent, true)
+	if err != nil {
+		return "", nil, err
+	}
+	err = unix.Mkdirat(int(d.Fd()), name, uint32(mode.Perm()))
+	_ = d.Close()
+	if err != nil && !errors.Is(err, unix.EEXIST) {
+		return "", nil, fmt.Errorf("create %s: %w", dir, err)
+	}
+	return h.hostDir(dir, false)
 }
 
 // hostDir is inRoot for a directory itself: the host directory (created 0755 with
