@@ -277,8 +277,9 @@ const leaderElectionID = "capi-inplace-extension"
 
 // shutdownTimeout bounds how long the manager waits, once ctx ends, for its
 // runnables (hook calls and reconciles in flight) before it releases the Lease
-// and Start returns: below the pod's terminationGracePeriodSeconds (the default
-// 30 s, config/manager), so that the release happens before the kubelet's SIGKILL.
+// and Start returns: below the pod's terminationGracePeriodSeconds (30 s in
+// config/manager, checked by TestShutdownFitsTheGracePeriod), so that the release
+// happens before the kubelet's SIGKILL.
 // A cut hook call is retried by Cluster API; every step is idempotent.
 const shutdownTimeout = 20 * time.Second
 

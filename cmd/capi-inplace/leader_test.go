@@ -13,11 +13,13 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/capi-inplace/capi-inplace/internal/extension/extensiontest"
 )
@@ -44,7 +46,7 @@ func TestManagerOptions(t *testing.T) {
 			g.Expect(o.LeaderElectionNamespace).To(Equal(tt.namespace))
 			g.Expect(o.LeaderElectionReleaseOnCancel).To(BeTrue())
 			g.Expect(o.GracefulShutdownTimeout).NotTo(BeNil())
-			g.Expect(*o.GracefulShutdownTimeout).To(BeNumerically("<", 30*time.Second), "below the pod's default terminationGracePeriodSeconds")
+			g.Expect(*o.GracefulShutdownTimeout).To(Equal(shutdownTimeout))
 			g.Expect(o.HealthProbeBindAddress).To(Equal(":9440"))
 			g.Expect(o.Cache.DefaultTransform).NotTo(BeNil(), "managerCacheOptions")
 		})
@@ -161,4 +163,21 @@ func TestExtensionReleasesLeaseOnStop(t *testing.T) {
 		after = *l.Spec.HolderIdentity
 	}
 	g.Expect(after).To(BeEmpty(), "the stopped leader %s released the Lease", holder)
+}
+
+// TestShutdownFitsTheGracePeriod: the extension's Deployment gives a SIGTERMed
+// pod more time than the graceful shutdown takes, with room for the Lease release
+// and the exit after it; otherwise the kubelet SIGKILLs it first and the Lease is
+// held until it expires.
+func TestShutdownFitsTheGracePeriod(t *testing.T) {
+	g := NewWithT(t)
+	raw, err := os.ReadFile(filepath.Join("..", "..", "config", "manager", "manager.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
+	dep := &appsv1.Deployment{}
+	g.Expect(sigsyaml.Unmarshal(raw, dep)).To(Succeed())
+	g.Expect(dep.Kind).To(Equal("Deployment"))
+	grace := dep.Spec.Template.Spec.TerminationGracePeriodSeconds
+	g.Expect(grace).NotTo(BeNil(), "config/manager sets terminationGracePeriodSeconds")
+	const releaseAndExit = 5 * time.Second
+	g.Expect(shutdownTimeout+releaseAndExit).To(BeNumerically("<=", time.Duration(*grace)*time.Second))
 }
