@@ -179,5 +179,5 @@ func TestShutdownFitsTheGracePeriod(t *testing.T) {
 	grace := dep.Spec.Template.Spec.TerminationGracePeriodSeconds
 	g.Expect(grace).NotTo(BeNil(), "config/manager sets terminationGracePeriodSeconds")
 	const releaseAndExit = 5 * time.Second
-	g.Expect(shutdownTimeout+releaseAndExit).To(BeNumerically("<=", time.Duration(*grace)*time.Second))
+	g.Expect(shutdownTimeout + releaseAndExit).To(BeNumerically("<=", time.Duration(*grace)*time.Second))
 }
