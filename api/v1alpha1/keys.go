@@ -72,7 +72,19 @@ const (
 	// coordinator removes only a skip-remediation it set itself, never an operator's.
 	// Written only by the coordinator.
 	RemediationHeldByAnnotation = GroupName + "/skip-remediation-set-by"
+
+	// UpdatePhaseAnnotation is the coordinator's clock of a node update (JSON: the
+	// plan, its phase and since when, as the coordinator saw them on its own clock):
+	// the per-phase deadlines are judged from it, never from a time the node can
+	// write. Written only by the coordinator; the retry annotation clears it.
+	UpdatePhaseAnnotation = GroupName + "/update-phase"
 )
+
+// DeadlineExceededAnnotation on a Node holds why the coordinator keeps it cordoned
+// after its update passed a phase's deadline (the phase, since when, what was last
+// seen); removed when the update ends otherwise or is retried. Written only by the
+// coordinator.
+const DeadlineExceededAnnotation = GroupName + "/deadline-exceeded"
 
 // Labels.
 const (
@@ -148,6 +160,11 @@ const (
 	// ReasonPlanNotPickedUp: the node's agent never picked up the plan; the plan was
 	// withdrawn and the node put back in service unchanged.
 	ReasonPlanNotPickedUp = "InPlacePlanNotPickedUp"
+	// ReasonDeadlineExceeded: a phase of the node's update passed its deadline (the
+	// policy's deadlines); the message names the phase, since when and what was last
+	// seen of the node. Before cordon the node is untouched; after it, it stays
+	// cordoned until a human looks (or MachineHealthCheck replaces it).
+	ReasonDeadlineExceeded = "InPlaceUpdateDeadlineExceeded"
 )
 
 // Event reasons recorded on Machines.
@@ -160,4 +177,5 @@ const (
 	EventUpdateFailed     = "InPlaceUpdateFailed"
 	EventNodeDegraded     = "InPlaceNodeDegraded"
 	EventPlanNotPickedUp  = "InPlacePlanNotPickedUp"
+	EventDeadlineExceeded = "InPlaceUpdateDeadlineExceeded"
 )

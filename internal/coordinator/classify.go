@@ -25,7 +25,9 @@ func (c *Coordinator) workloadFailure(s *scope, step int, err error) Outcome {
 	}
 	if unreachable(err) {
 		c.opts.Clusters.Invalidate(s.clusterKey)
-		return inProgress(retryUnreachable, stepMsg(step, "waiting for the API server of cluster %s: %v", s.clusterKey.Name, err))
+		out := inProgress(retryUnreachable, stepMsg(step, "waiting for the API server of cluster %s: %v", s.clusterKey.Name, err))
+		out.offline = true
+		return out
 	}
 	logRefusal(err)
 	return retryable(CauseWorkloadAPI, stepMsg(step, "%v", err))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/capi-inplace/capi-inplace/internal/coordinator/agentinstall"
 	"github.com/capi-inplace/capi-inplace/internal/coordinator/drain"
+	"github.com/capi-inplace/capi-inplace/internal/policy"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
@@ -95,16 +96,9 @@ type Options struct {
 	AgentArgs []string
 	// CallTimeout bounds one hook call. Zero: 8 s (CAPI's default hook timeout is 10 s).
 	CallTimeout time.Duration
-	// PickupTimeout bounds how long a published plan may go without any status from
-	// the node's agent (an agent not running, or one that cannot read its plan):
-	// after it the plan is withdrawn, the node uncordoned and the update failed.
-	// Zero: 5 minutes; negative: no bound.
-	PickupTimeout time.Duration
-	// StagingTimeout bounds how long a node may take to stage a plan (download and
-	// verify its artifacts) before it is cordoned: after it the update fails with
-	// the node untouched (CauseStagingFailed), and the next call asks again.
-	// Zero: DefaultStagingTimeout; negative: no bound.
-	StagingTimeout time.Duration
+	// Deadlines bound each phase of a node update (watchdog.go); a zero field takes
+	// the policy's default (DeadlinesFromPolicy(policy.Builtin().Deadlines())).
+	Deadlines Deadlines
 	// Linger is how long one call keeps re-checking a node update that started less
 	// than 30 s ago before it answers "in progress": most updates finish within a
 	// second or two once the agent has the plan, and CAPI would otherwise only learn
@@ -116,10 +110,6 @@ type Options struct {
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
-
-// DefaultPickupTimeout is Options.PickupTimeout's default: an agent answers a plan
-// within seconds (it watches its Node), so five minutes means it is not running.
-const DefaultPickupTimeout = 5 * time.Minute
 
 // Coordinator drives one node update per Machine behind the UpdateMachine hook. It
 // keeps no state of its own: every call rebuilds its view from API objects (the
@@ -151,7 +141,7 @@ func New(opts Options) (*Coordinator, error) {
 	if opts.Caches != nil && (opts.Caches.Management == nil || opts.Caches.Secrets == nil || opts.Caches.Workloads == nil) {
 		errs = append(errs, errors.New("caches need Management, Secrets and Workloads"))
 	}
-	if opts.Drain.Timeout < 0 || opts.Drain.AttemptBudget < 0 || opts.CallTimeout < 0 {
+	if opts.Drain.Timeout < 0 || opts.Drain.AttemptBudget < 0 || opts.CallTimeout < 0 || opts.Deadlines.negative() {
 		errs = append(errs, errors.New("timeouts must not be negative"))
 	}
 	if len(errs) > 0 {
@@ -170,18 +160,7 @@ func New(opts Options) (*Coordinator, error) {
 	if opts.CallTimeout == 0 {
 		opts.CallTimeout = 8 * time.Second
 	}
-	switch {
-	case opts.PickupTimeout == 0:
-		opts.PickupTimeout = DefaultPickupTimeout
-	case opts.PickupTimeout < 0:
-		opts.PickupTimeout = 0
-	}
-	switch {
-	case opts.StagingTimeout == 0:
-		opts.StagingTimeout = DefaultStagingTimeout
-	case opts.StagingTimeout < 0:
-		opts.StagingTimeout = 0
-	}
+	opts.Deadlines = opts.Deadlines.withDefaults(DeadlinesFromPolicy(policy.Builtin().Deadlines()))
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -301,8 +280,9 @@ const (
 	// CauseDegraded: the node's rollback failed or its journal is corrupt; it stays
 	// cordoned and needs manual repair.
 	CauseDegraded Cause = "Degraded"
-	// CausePlanNotPickedUp: the agent reported nothing for the plan within
-	// PickupTimeout; the plan was withdrawn and the node uncordoned.
+	// CausePlanNotPickedUp: the agent reported nothing for the plan within the
+	// pick-up deadline (Deadlines.Pickup); the plan was withdrawn and the node
+	// uncordoned.
 	CausePlanNotPickedUp Cause = "PlanNotPickedUp"
 	// CauseDrainTimeout: the drain stayed blocked past its timeout (node cordoned).
 	CauseDrainTimeout Cause = "DrainTimeout"
@@ -329,6 +309,8 @@ type Outcome struct {
 	Message           string
 	// live: the view reading from caches cannot answer; the call reads live.
 	live bool
+	// offline: the workload cluster's API server did not answer (watchOffline).
+	offline bool
 }
 
 // Failed reports whether the outcome is a Failure answer.

@@ -60,11 +60,11 @@ type Observation struct {
 	// Elapsed is the time since the update started (the marker's age); zero when
 	// unknown. It only sets how soon CAPI calls again, never what is decided.
 	Elapsed time.Duration
-	// SincePublished is the time since the node was pointed at the published plan
-	// (PlanPublishedAnnotation); zero when unknown.
-	SincePublished time.Duration
-	// PickupTimeout bounds how long a published plan may go without any status from
-	// the agent; zero: no bound.
+	// NeedsStaging: the plan has artifacts to stage and is not published yet.
+	NeedsStaging bool
+	// Staging is the node's staging report for this plan; nil when none.
+	Staging *protocol.StagingStatus
+	// PickupTimeout is the pick-up deadline, for messages (the watchdog judges it).
 	PickupTimeout time.Duration
 	// NotPickedUp is the plan hash the coordinator gave up on because its agent never
 	// picked it up (PlanNotPickedUpAnnotation).
@@ -178,14 +178,18 @@ func Decide(o Observation) Decision {
 				o.Node, short(o.PlanHash), o.PickupTimeout, inplacev1.PlanNotPickedUpAnnotation)}
 	}
 	if o.Published == o.PlanHash {
-		if o.PickupTimeout > 0 && o.SincePublished > o.PickupTimeout && (st == nil || st.PlanHash != o.PlanHash) {
-			return Decide(withNotPickedUp(o))
-		}
 		return Decision{Action: ActAwaitAgent, RetryAfterSeconds: waitRetry(o.Elapsed), Message: stepMsg(stepApply, "waiting for the agent on node %s to pick up plan %s", o.Node, short(o.PlanHash))}
 	}
 	if o.Published != "" && st != nil && st.PlanHash == o.Published && !st.Phase.Terminal() {
 		// Replacing a plan under a working agent could leave the node half-changed.
 		return Decision{Action: ActWait, RetryAfterSeconds: waitRetry(o.Elapsed), Message: stepMsg(stepPublish, "waiting for the agent on node %s to finish plan %s before publishing plan %s", o.Node, short(o.Published), short(o.PlanHash))}
+	}
+	if o.NeedsStaging && o.Staging != nil && o.Staging.Permanent() {
+		// Staging again would fetch the same wrong bytes: the update fails and
+		// counts, with the node untouched.
+		return Decision{Action: ActFail, Cause: CauseStagingFailed, EventReason: inplacev1.EventStagingFailed,
+			Message: stepMsg(stepAgent, "node %s could not stage plan %s (%s, %s): %s; the node was not cordoned (annotate the Machine with %s to try again)",
+				o.Node, short(o.PlanHash), o.Staging.Item, o.Staging.Reason, o.Staging.Message, inplacev1.RetryAnnotation)}
 	}
 	if o.Paused && !o.Started {
 		return Decision{Action: ActWait, RetryAfterSeconds: retryPaused, Message: stepMsg(stepAgent, "cluster is paused for in-place updates; node %s not started", o.Node)}

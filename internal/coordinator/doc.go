@@ -43,9 +43,16 @@
 //   - A broken node (the agent reports RollbackFailed or JournalCorrupt) is never
 //     uncordoned: it stays cordoned, the Machine's InPlaceUpdate condition says
 //     InPlaceUpdateDegraded, and every call answers Failure.
-//   - A published plan the agent reports nothing for within PickupTimeout (default
-//     5 min) is withdrawn, the node uncordoned and the plan marked
-//     (PlanNotPickedUpAnnotation); later calls answer Failure until the marker goes.
+//   - Every phase of an update has a deadline (Options.Deadlines, the policy's
+//     deadlines; watchdog.go), timed on the coordinator's own clock from the
+//     Machine's UpdatePhaseAnnotation, never from a time the node writes. Past it
+//     the update fails (counted against the failure budget): before cordon the node
+//     is untouched; a published plan the agent reported nothing for (pick-up, 5 min
+//     by default) is withdrawn, the node uncordoned and the plan marked
+//     (PlanNotPickedUpAnnotation); after that the node stays cordoned, said on the
+//     Node and the Machine, and the remediation hold follows one rule
+//     (releaseBrokenNode). Staging and pick-up do not count the time the workload
+//     API is unreachable; later phases do, and are judged without it.
 //   - Answers are typed (Outcome: in progress, done, failed-final, failed-retryable
 //     with a Cause); messages are for humans only.
 //   - Fleet holds (paused, halted, window closed, soaking) happen only before

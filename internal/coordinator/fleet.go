@@ -225,6 +225,11 @@ func (c *Coordinator) retry(ctx context.Context, s *scope, d Decision) (Outcome,
 		delete(ann, inplacev1.StatusAnnotation)
 		delete(ann, inplacev1.StateAnnotation)
 		delete(ann, inplacev1.PlanNotPickedUpAnnotation)
+		delete(ann, inplacev1.DeadlineExceededAnnotation)
+		// A failed staging is staged again, from the start.
+		delete(ann, inplacev1.StagingStatusAnnotation)
+		delete(ann, inplacev1.StagePlanAnnotation)
+		delete(ann, inplacev1.StageDeadlineAnnotation)
 	})
 	if err != nil {
 		return c.workloadFailure(s, stepPublish, err), true
@@ -232,7 +237,8 @@ func (c *Coordinator) retry(ctx context.Context, s *scope, d Decision) (Outcome,
 	if err := c.patchClusterState(ctx, s, func(st *fleet.State, _ map[string]string) { st.Forget(s.stored.Name) }); err != nil {
 		return c.fleetWriteFailure(s, err), true
 	}
-	if err := c.removeMachineAnnotation(ctx, s, inplacev1.RetryAnnotation); err != nil {
+	// The update's clock restarts with the retry (watchdog.go).
+	if err := c.removeMachineAnnotation(ctx, s, inplacev1.RetryAnnotation, inplacev1.UpdatePhaseAnnotation); err != nil {
 		return retryable(CauseManagementAPI, err.Error()), true
 	}
 	msg := fmt.Sprintf("retrying node %s: the failed plan %s was withdrawn and its verdict cleared (%s)", s.node.Name, short(s.planHash), d.Message)
@@ -422,15 +428,19 @@ func (c *Coordinator) fleetWriteFailure(s *scope, err error) Outcome {
 	return retryable(CauseManagementAPI, stepMsg(stepAgent, "%v", err))
 }
 
-func (c *Coordinator) removeMachineAnnotation(ctx context.Context, s *scope, key string) error {
-	if _, ok := s.stored.Annotations[key]; !ok {
+// removeMachineAnnotation removes the annotations keys from the Machine, in one
+// write; the first names the request in errors.
+func (c *Coordinator) removeMachineAnnotation(ctx context.Context, s *scope, keys ...string) error {
+	before := s.stored.DeepCopy()
+	for _, key := range keys {
+		delete(s.stored.Annotations, key)
+	}
+	if len(before.Annotations) == len(s.stored.Annotations) {
 		return nil
 	}
-	before := s.stored.DeepCopy()
-	delete(s.stored.Annotations, key)
 	if err := c.opts.Client.Patch(ctx, s.stored, client.MergeFrom(before)); err != nil {
 		*s.stored = *before
-		return fmt.Errorf("remove annotation %s from Machine %s: %w", key, s.stored.Name, err)
+		return fmt.Errorf("remove annotation %s from Machine %s: %w", keys[0], s.stored.Name, err)
 	}
 	return nil
 }

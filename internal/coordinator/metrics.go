@@ -64,6 +64,11 @@ type CallRecord struct {
 	CordonedByUs bool
 	// Degraded: the node's rollback failed or its journal is corrupt; it stays cordoned.
 	Degraded bool
+	// PastDeadline is the phase whose deadline the update passed (watchdog.go).
+	PastDeadline string
+	// RemediationHeld: the node is Degraded or past a deadline and the policy keeps
+	// its Machine's remediation hold (Deadlines.KeepRemediationHold).
+	RemediationHeld bool
 	// DrainBlockedBy is the PodDisruptionBudget ("namespace/name") that refused an
 	// eviction in this call; DrainBlockedFor how long the drain has run.
 	DrainBlockedBy  string
@@ -122,6 +127,10 @@ func callRecord(s *scope, before, after nodeMarks, o Observation, out Outcome, n
 		Published:    after.published && !before.published,
 		Steps:        map[string]time.Duration{},
 	}
+	if out.Cause == CauseDeadlineExceeded {
+		r.PastDeadline = string(s.pastDeadline)
+	}
+	r.RemediationHeld = (out.Cause == CauseDegraded || out.Cause == CauseDeadlineExceeded) && remediationHeld(s)
 	if r.InFlight {
 		r.Started = after.started
 	}

@@ -22,7 +22,8 @@ import (
 )
 
 // loadScope reads everything one call needs besides the desired objects. ok is
-// false when the call must answer right away with out.
+// false when the call must answer right away with out; the scope is then nil, or
+// as far as it was read when the workload cluster did not answer (out.offline).
 func (c *Coordinator) loadScope(ctx context.Context, desired desiredObjects) (*scope, Outcome, bool) {
 	mkey := client.ObjectKeyFromObject(desired.stored)
 	s := &scope{machine: desired.machine, stored: desired.stored}
@@ -53,7 +54,9 @@ func (c *Coordinator) loadScope(ctx context.Context, desired desiredObjects) (*s
 	wc, err := c.opts.Clusters.Get(ctx, s.clusterKey)
 	if err != nil {
 		c.opts.Clusters.Invalidate(s.clusterKey)
-		return nil, inProgress(retryUnreachable, stepMsg(stepUnknown, "waiting for a connection to cluster %s: %v", s.clusterKey.Name, err)), false
+		out := inProgress(retryUnreachable, stepMsg(stepUnknown, "waiting for a connection to cluster %s: %v", s.clusterKey.Name, err))
+		out.offline = true
+		return s, out, false
 	}
 	s.wc = wc
 	s.node = &corev1.Node{}
@@ -61,12 +64,12 @@ func (c *Coordinator) loadScope(ctx context.Context, desired desiredObjects) (*s
 		if apierrors.IsNotFound(err) {
 			return nil, retryable(CauseNodeMissing, fmt.Sprintf("node %s of Machine %s does not exist in cluster %s", nodeName, mkey, s.clusterKey.Name)), false
 		}
-		return nil, c.workloadFailure(s, stepUnknown, fmt.Errorf("read node %s: %w", nodeName, err)), false
+		return s, c.workloadFailure(s, stepUnknown, fmt.Errorf("read node %s: %w", nodeName, err)), false
 	}
 
 	published, err := c.loadPublished(ctx, s)
 	if err != nil {
-		return nil, c.workloadFailure(s, stepUnknown, err), false
+		return s, c.workloadFailure(s, stepUnknown, err), false
 	}
 	mark(ctx, "node")
 	in, err := c.planInput(ctx, s, desired)
@@ -74,7 +77,7 @@ func (c *Coordinator) loadScope(ctx context.Context, desired desiredObjects) (*s
 		if errors.Is(err, nodeplan.ErrInput) {
 			return nil, retryable(CauseInvalidInput, fmt.Sprintf("build plan for node %s: %v", nodeName, err)), false
 		}
-		return nil, c.workloadFailure(s, stepUnknown, err), false
+		return s, c.workloadFailure(s, stepUnknown, err), false
 	}
 	built, err := nodeplan.Build(in)
 	if err != nil {
@@ -255,8 +258,12 @@ func observe(s *scope, now time.Time) Observation {
 	if started, err := time.Parse(time.RFC3339, ann[inplacev1.UpdateStartedAnnotation]); err == nil && now.After(started) {
 		o.Elapsed = now.Sub(started)
 	}
-	if published, err := time.Parse(time.RFC3339, ann[inplacev1.PlanPublishedAnnotation]); err == nil && now.After(published) {
-		o.SincePublished = now.Sub(published)
+	if s.plan != nil && s.plan.NeedsStaging() && o.Published != s.planHash {
+		o.NeedsStaging = true
+		if st, err := protocol.DecodeStagingStatus(ann[inplacev1.StagingStatusAnnotation]); err == nil &&
+			st.PlanHash == s.planHash && ann[inplacev1.StagePlanAnnotation] == s.planHash {
+			o.Staging = &st
+		}
 	}
 	if v, ok := ann[inplacev1.StatusAnnotation]; ok && v != "" {
 		st, err := protocol.DecodeStatus(v)

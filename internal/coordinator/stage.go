@@ -14,17 +14,13 @@ import (
 // CauseStagingFailed: the node could not fetch or verify what its plan needs (a
 // digest mismatch, an unreachable source, binaries for another architecture, a
 // full disk, an OS image its backend refused). The node was not cordoned and
-// nothing it runs changed; the next call asks it to stage again.
+// nothing it runs changed. A permanent cause (protocol.StagingStatus.Permanent)
+// ends the update and counts against the failure budget; any other is asked
+// again until the staging deadline (watchdog.go).
 const CauseStagingFailed Cause = "StagingFailed"
 
 // retryStaging is how soon CAPI should call again while a node stages.
 const retryStaging = 2
-
-// DefaultStagingTimeout is Options.StagingTimeout's default: long enough to fetch
-// an OS image of a few GiB over a slow site link, short enough that a node that
-// cannot stage (an agent without staging, a source that stalls) shows up the same
-// day.
-const DefaultStagingTimeout = 30 * time.Minute
 
 // stage makes sure the node has staged the plan's artifacts before it is
 // disturbed: it publishes the plan Secret and names the plan in the Node's
@@ -39,15 +35,13 @@ func (c *Coordinator) stage(ctx context.Context, s *scope) (Outcome, bool) {
 	}
 	now := c.opts.Now()
 	d := StagingVerdict(s.node.Name, s.planHash, ann)
-	if d.Action == ActWait {
-		d = stagingDeadline(d, s.node.Name, s.planHash, ann, now)
-	}
 	switch d.Action {
 	case ActSucceed:
 		return Outcome{}, true
 	case ActReportFailure:
-		// Clearing the report and the deadline makes the agent try again, with a
-		// new deadline, on the next request.
+		// A transient cause (a permanent one ends the update in Decide): clearing
+		// the report and the deadline makes the agent try again, with a new
+		// deadline, on the next request, until the coordinator's staging deadline.
 		if err := c.patchNode(ctx, s, "clear the staging status of", func(_ *corev1.Node, a map[string]string) {
 			delete(a, inplacev1.StagingStatusAnnotation)
 			delete(a, inplacev1.StageDeadlineAnnotation)
@@ -62,11 +56,9 @@ func (c *Coordinator) stage(ctx context.Context, s *scope) (Outcome, bool) {
 	}
 	if err := c.patchNode(ctx, s, "ask for staging on", func(_ *corev1.Node, a map[string]string) {
 		if a[inplacev1.StagePlanAnnotation] != s.planHash || a[inplacev1.StageDeadlineAnnotation] == "" {
-			if c.opts.StagingTimeout > 0 {
-				a[inplacev1.StageDeadlineAnnotation] = now.Add(c.opts.StagingTimeout).UTC().Format(time.RFC3339)
-			} else {
-				delete(a, inplacev1.StageDeadlineAnnotation)
-			}
+			// Bounds the agent's attempt only; the coordinator judges the staging
+			// deadline on its own clock (watchdog.go).
+			a[inplacev1.StageDeadlineAnnotation] = now.Add(c.opts.Deadlines.Staging).UTC().Format(time.RFC3339)
 		}
 		a[inplacev1.StagePlanAnnotation] = s.planHash
 	}); err != nil {
@@ -98,25 +90,4 @@ func StagingVerdict(node, planHash string, ann map[string]string) Decision {
 	}
 	wait.Message = stepMsg(stepAgent, "node %s is staging plan %s before it is cordoned: %s", node, short(planHash), st.Progress())
 	return wait
-}
-
-// stagingDeadline turns a wait into ActReportFailure (CauseStagingFailed) once the
-// stage deadline of the plan the node is asked to stage has passed: the node was
-// not cordoned and runs what it ran. A deadline that does not parse is ignored
-// (the coordinator writes it, so only a hand edit garbles it). Pure.
-func stagingDeadline(wait Decision, node, planHash string, ann map[string]string, now time.Time) Decision {
-	if ann[inplacev1.StagePlanAnnotation] != planHash {
-		return wait
-	}
-	deadline, err := time.Parse(time.RFC3339, ann[inplacev1.StageDeadlineAnnotation])
-	if err != nil || !now.After(deadline) {
-		return wait
-	}
-	progress := "no report from its agent"
-	if st, err := protocol.DecodeStagingStatus(ann[inplacev1.StagingStatusAnnotation]); err == nil && st.PlanHash == planHash {
-		progress = "last report: " + st.Progress()
-	}
-	return Decision{Action: ActReportFailure, Cause: CauseStagingFailed,
-		Message: stepMsg(stepAgent, "node %s did not stage plan %s by its deadline %s (%s, %s); the node was not cordoned",
-			node, short(planHash), deadline.Format(time.RFC3339), protocol.StageReasonDeadline, progress)}
 }

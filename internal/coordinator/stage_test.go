@@ -177,8 +177,13 @@ kubernetesBinaries:
 	entries, _ := os.ReadDir(filepath.Join(hostRoot, protocol.ArtifactDir, "sha256"))
 	g.Expect(entries).To(BeEmpty(), "nothing corrupt kept on the host")
 
-	// The source is repaired: the next request stages, then the node is cordoned.
+	// A digest mismatch is final (not downloaded again and again) until an
+	// operator retries: the source is repaired and the Machine annotated, the
+	// next request stages, then the node is cordoned.
+	g.Expect(call(c, req).Status).To(Equal(runtimehooksv1.ResponseStatusFailure))
 	corrupt.Store(false)
+	f.annotate(m, inplacev1.RetryAnnotation, "true")
+	g.Expect(call(c, req).Message).To(ContainSubstring("retrying node st1"))
 	resp = call(c, req)
 	g.Expect(resp.Message).To(ContainSubstring("asked the agent"))
 	agentStages()

@@ -171,6 +171,7 @@ func (c *Coordinator) finish(ctx context.Context, s *scope) error {
 		}
 		delete(ann, inplacev1.UpdateStartedAnnotation)
 		delete(ann, inplacev1.PlanPublishedAnnotation)
+		delete(ann, inplacev1.DeadlineExceededAnnotation)
 		if ann[inplacev1.PlanNotPickedUpAnnotation] != s.planHash {
 			delete(ann, inplacev1.PlanNotPickedUpAnnotation) // about an older plan
 		}
@@ -239,12 +240,14 @@ func (c *Coordinator) report(ctx context.Context, s *scope, d Decision) {
 func (c *Coordinator) writeReport(ctx context.Context, s *scope, d Decision) error {
 	cond := metav1.Condition{Type: inplacev1.InPlaceUpdateCondition, Status: metav1.ConditionFalse, Message: protocol.RedactKnownSecrets(d.Message)}
 	eventType := corev1.EventTypeWarning
-	switch d.Action {
-	case ActSucceed:
+	switch {
+	case d.Action == ActSucceed:
 		cond.Status, cond.Reason, eventType = metav1.ConditionTrue, inplacev1.ReasonSucceeded, corev1.EventTypeNormal
-	case ActDegraded:
+	case d.Cause == CauseDeadlineExceeded:
+		cond.Reason = inplacev1.ReasonDeadlineExceeded
+	case d.Action == ActDegraded:
 		cond.Reason = inplacev1.ReasonDegraded
-	case ActAbandon:
+	case d.Action == ActAbandon:
 		cond.Reason = inplacev1.ReasonPlanNotPickedUp
 	default:
 		cond.Reason = inplacev1.ReasonFailed

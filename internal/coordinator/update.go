@@ -42,12 +42,17 @@ type scope struct {
 	agentKey     *ecdh.PublicKey // the node's key, which the plan is sealed to (awaitAgentKey)
 
 	drainBlocker string // the PDB that refused an eviction in this call (metrics.go)
+	// pastDeadline is the phase whose deadline the update passed (watchdog.go).
+	pastDeadline UpdatePhase
 }
 
 func (c *Coordinator) update(ctx context.Context, desired desiredObjects) Outcome {
 	s, out, ok := c.loadScope(ctx, desired)
 	mark(ctx, "read")
 	if !ok {
+		if out.offline && s != nil && !c.fromCache {
+			return c.watchOffline(ctx, s, out)
+		}
 		return out
 	}
 	defer mark(ctx, "act")
@@ -58,10 +63,17 @@ func (c *Coordinator) update(ctx context.Context, desired desiredObjects) Outcom
 // reads from caches (fromCache, caches.go) it answers needsLive for anything but a
 // quiet "in progress".
 func (c *Coordinator) act(ctx context.Context, s *scope) (out Outcome) {
-	o := observe(s, c.opts.Now())
-	o.PickupTimeout = c.opts.PickupTimeout
+	now := c.opts.Now()
+	o := observe(s, now)
+	o.PickupTimeout = c.opts.Deadlines.Pickup
 	d := Decide(o)
-	if c.fromCache && !quiet(s, o, d) {
+	w := Watch(WatchInput{Now: now, Record: DecodePhaseRecord(s.stored.Annotations[inplacev1.UpdatePhaseAnnotation]), Reachable: true,
+		Plan: s.planHash, Phase: phaseOf(o, d), Seen: seenOf(o), Began: updateBegan(s.stored), Deadlines: c.opts.Deadlines})
+	if w.Expired {
+		d = expiredDecision(o, w.Record, c.opts.Deadlines)
+		s.pastDeadline = w.Record.Phase
+	}
+	if c.fromCache && (w.Write || !quiet(s, o, d)) {
 		return needsLive()
 	}
 	before := marksOf(s)
@@ -79,6 +91,9 @@ func (c *Coordinator) act(ctx context.Context, s *scope) (out Outcome) {
 		return out
 	}
 	mark(ctx, "fleet")
+	if w.Write {
+		c.recordPhase(ctx, s, w.Record)
+	}
 	switch d.Action {
 	case ActWait:
 		return inProgress(d.RetryAfterSeconds, d.Message)
@@ -123,7 +138,10 @@ func (c *Coordinator) act(ctx context.Context, s *scope) (out Outcome) {
 	case ActDegraded:
 		// The node stays cordoned (and keeps our cordoned-by marker, so that a
 		// successful retry after the repair uncordons it).
-		if out, ok := c.liftRemediationHold(ctx, s); !ok {
+		if d.Cause == CauseDeadlineExceeded {
+			c.markPastDeadline(ctx, s, d.Message)
+		}
+		if out, ok := c.releaseBrokenNode(ctx, s); !ok {
 			return out
 		}
 		c.report(ctx, s, d)

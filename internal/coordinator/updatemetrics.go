@@ -128,6 +128,8 @@ type liveNode struct {
 	started      time.Time
 	cordonedByUs bool
 	degraded     bool
+	pastDeadline string
+	held         bool
 	blockedBy    string
 	blockedFor   time.Duration
 	seen         time.Time
@@ -157,6 +159,10 @@ var (
 		"When the coordinator cordoned a node it still holds cordoned, by cluster and node.", []string{"cluster", "node"}, nil)
 	descDegraded = prometheus.NewDesc("capi_inplace_node_degraded",
 		"1 for a node whose rollback failed or whose agent journal is corrupt: it stays cordoned and needs a human.", []string{"cluster", "node"}, nil)
+	descPastDeadline = prometheus.NewDesc("capi_inplace_node_deadline_exceeded",
+		"1 for a node whose update passed the deadline of a phase (staging, applying, rebooting, verifying), by cluster, node and phase.", []string{"cluster", "node", "phase"}, nil)
+	descRemediationHeld = prometheus.NewDesc("capi_inplace_node_remediation_held",
+		"1 for a node left cordoned and broken (Degraded or past a deadline) whose Machine keeps the remediation hold by policy (deadlines.keepRemediationHold): no MachineHealthCheck replaces it.", []string{"cluster", "node"}, nil)
 	descBlocked = prometheus.NewDesc("capi_inplace_node_drain_blocked_seconds",
 		"How long the drain of a node has run while a PodDisruptionBudget refuses an eviction, by cluster, node and PDB (namespace/name).", []string{"cluster", "node", "pdb"}, nil)
 	descInProgress = prometheus.NewDesc("capi_inplace_cluster_nodes_in_progress",
@@ -173,17 +179,18 @@ func (l *liveUpdates) record(r CallRecord) {
 		l.clusters[r.Cluster] = liveCluster{state: r.ClusterState, seen: now}
 	}
 	k := nodeKey{r.Cluster, r.Node}
-	if !r.InFlight && !r.CordonedByUs && !r.Degraded {
+	if !r.InFlight && !r.CordonedByUs && !r.Degraded && r.PastDeadline == "" {
 		delete(l.nodes, k)
 		return
 	}
 	l.nodes[k] = liveNode{started: r.Started, cordonedByUs: r.CordonedByUs, degraded: r.Degraded,
+		pastDeadline: r.PastDeadline, held: r.RemediationHeld,
 		blockedBy: r.DrainBlockedBy, blockedFor: r.DrainBlockedFor, seen: now}
 }
 
 // Describe implements prometheus.Collector.
 func (l *liveUpdates) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descStarted, descCordoned, descDegraded, descBlocked, descInProgress, descClusterState} {
+	for _, d := range []*prometheus.Desc{descStarted, descCordoned, descDegraded, descPastDeadline, descRemediationHeld, descBlocked, descInProgress, descClusterState} {
 		ch <- d
 	}
 }
@@ -208,6 +215,12 @@ func (l *liveUpdates) Collect(ch chan<- prometheus.Metric) {
 		}
 		if n.degraded {
 			ch <- prometheus.MustNewConstMetric(descDegraded, prometheus.GaugeValue, 1, k.cluster, k.node)
+		}
+		if n.pastDeadline != "" {
+			ch <- prometheus.MustNewConstMetric(descPastDeadline, prometheus.GaugeValue, 1, k.cluster, k.node, n.pastDeadline)
+		}
+		if n.held {
+			ch <- prometheus.MustNewConstMetric(descRemediationHeld, prometheus.GaugeValue, 1, k.cluster, k.node)
 		}
 		if n.blockedBy != "" {
 			ch <- prometheus.MustNewConstMetric(descBlocked, prometheus.GaugeValue, n.blockedFor.Seconds(), k.cluster, k.node, n.blockedBy)

@@ -56,6 +56,9 @@ type Config struct {
 	// RegistryCredentials name the pull Secret of each private OCI registry that
 	// artifacts come from (see RegistryCredentialConfig).
 	RegistryCredentials []RegistryCredentialConfig `json:"registryCredentials,omitempty"`
+
+	// Deadlines bound each phase of a node update (see DeadlinesConfig).
+	Deadlines DeadlinesConfig `json:"deadlines,omitempty"`
 }
 
 // DrainConfig configures draining.
@@ -149,6 +152,7 @@ type Artifact struct {
 type Policy struct {
 	acceptBootstrapOnly bool
 	drain               Drain
+	deadlines           Deadlines
 	defaultBackend      string
 	clusterBackends     map[string]string
 	kinds               map[string]InfraKind // key: group + "/" + kind
@@ -318,6 +322,10 @@ func New(cfg Config) (*Policy, error) {
 	var regErrs []error
 	p.registrySecrets, regErrs = compileRegistryCredentials(cfg.RegistryCredentials)
 	errs = append(errs, regErrs...)
+
+	var deadlineErrs []error
+	p.deadlines, deadlineErrs = compileDeadlines(cfg.Deadlines)
+	errs = append(errs, deadlineErrs...)
 
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))

@@ -111,6 +111,24 @@ const (
 	StageReasonImagePull = "ImagePullFailed"
 )
 
+// Permanent reports whether a StagePhaseFailed report's cause stays when the node
+// stages again: a source serving other bytes than the plan's digest, binaries for
+// another architecture, an artifact over the agent's limit. Such a failure ends the
+// update (and counts against the failure budget) instead of downloading again; any
+// other (a source down, a full disk, an agent-side deadline, a failed pull, a plan
+// the agent cannot open yet) is asked again until the staging deadline. The one
+// place that classifies staging failures.
+func (s StagingStatus) Permanent() bool {
+	if s.Phase != StagePhaseFailed {
+		return false
+	}
+	switch s.Reason {
+	case StageReasonDigestMismatch, StageReasonWrongArchitecture, StageReasonTooLarge:
+		return true
+	}
+	return false
+}
+
 // StagingStatusVersion is the version of the StagingStatus envelope.
 const StagingStatusVersion = 1
 

@@ -24,3 +24,29 @@ func TestStagingProgress(t *testing.T) {
 		})
 	}
 }
+
+// TestStagingPermanent: the one classification of staging failures; a permanent
+// cause ends the update, any other is staged again until the staging deadline.
+func TestStagingPermanent(t *testing.T) {
+	for _, tt := range []struct {
+		phase  StagePhase
+		reason string
+		want   bool
+	}{
+		{StagePhaseFailed, StageReasonDigestMismatch, true},
+		{StagePhaseFailed, StageReasonWrongArchitecture, true},
+		{StagePhaseFailed, StageReasonTooLarge, true},
+		{StagePhaseFailed, StageReasonUnreachable, false},
+		{StagePhaseFailed, StageReasonDiskFull, false},
+		{StagePhaseFailed, StageReasonDeadline, false},
+		{StagePhaseFailed, StageReasonImagePull, false},
+		{StagePhaseFailed, StageReasonInvalidPlan, false},
+		{StagePhaseFailed, StageReasonOSStage, false},
+		{StagePhaseFailed, "", false},
+		{StagePhaseStaging, StageReasonDigestMismatch, false},
+	} {
+		if got := (StagingStatus{Phase: tt.phase, Reason: tt.reason}).Permanent(); got != tt.want {
+			t.Errorf("%s %q: Permanent() = %v, want %v", tt.phase, tt.reason, got, tt.want)
+		}
+	}
+}

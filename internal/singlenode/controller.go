@@ -261,6 +261,8 @@ func eventFor(reason string) string {
 		return inplacev1.EventNodeDegraded
 	case inplacev1.ReasonPlanNotPickedUp:
 		return inplacev1.EventPlanNotPickedUp
+	case inplacev1.ReasonDeadlineExceeded:
+		return inplacev1.EventDeadlineExceeded
 	}
 	return inplacev1.EventUpdateFailed
 }

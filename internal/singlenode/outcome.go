@@ -70,6 +70,8 @@ func failureReason(c coordinator.Cause) string {
 		return inplacev1.ReasonDegraded
 	case coordinator.CausePlanNotPickedUp:
 		return inplacev1.ReasonPlanNotPickedUp
+	case coordinator.CauseDeadlineExceeded:
+		return inplacev1.ReasonDeadlineExceeded
 	case coordinator.CauseOSImageUnmapped:
 		// Nothing was touched: a change that cannot be done in place, as the
 		// planner's refusals.

@@ -46,6 +46,11 @@ func TestClassify(t *testing.T) {
 			Verdict{Step: StepFail, Reason: inplacev1.ReasonPlanNotPickedUp, Message: "withdrawn"},
 		},
 		{
+			"a phase past its deadline is final",
+			out(coordinator.OutcomeFailedFinal, coordinator.CauseDeadlineExceeded, 0, "phase Rebooting passed its deadline"),
+			Verdict{Step: StepFail, Reason: inplacev1.ReasonDeadlineExceeded, Message: "phase Rebooting passed its deadline"},
+		},
+		{
 			"an unmapped OS image change is refused",
 			out(coordinator.OutcomeFailedFinal, coordinator.CauseOSImageUnmapped, 0, "not touched"),
 			Verdict{Step: StepFail, Reason: inplacev1.ReasonRefused, Message: "not touched"},

@@ -329,7 +329,7 @@ func buildMachine(m *clusterv1.Machine, node *corev1.Node, reachable bool, now t
 	}
 	if mv.Failure == "" {
 		if c := mv.Conditions.InPlaceUpdate; c != nil && (c.Reason == inplacev1.ReasonFailed || c.Reason == inplacev1.ReasonRolledBack ||
-			c.Reason == inplacev1.ReasonDegraded || c.Reason == inplacev1.ReasonPlanNotPickedUp) {
+			c.Reason == inplacev1.ReasonDegraded || c.Reason == inplacev1.ReasonPlanNotPickedUp || c.Reason == inplacev1.ReasonDeadlineExceeded) {
 			mv.Failure = joinNonEmpty(c.Reason, c.Message)
 		}
 	}

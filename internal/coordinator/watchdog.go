@@ -1,0 +1,359 @@
+package coordinator
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/policy"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
+)
+
+// The watchdog: every phase of a node update has a deadline (the policy's
+// deadlines section), so that an agent that never comes back (a kubelet or OS
+// image that cannot run pods after a reboot, a full journal disk, a single control
+// plane whose manifests a power cut left parked) cannot keep a node cordoned and
+// out of MachineHealthCheck's reach forever.
+//
+// Time is the coordinator's own: each phase is dated when a call first saw it,
+// on the coordinator's clock, in the Machine's UpdatePhaseAnnotation (management
+// cluster), never from a time the node can write (its annotations, the agent's
+// UpdatedAt). Watch is pure: the call passes now in, as raft's core is passed ticks.
+
+// CauseDeadlineExceeded: a phase of the node update passed its deadline. Before
+// cordon (staging) the node is untouched; after it (applying, rebooting,
+// verifying) the node stays cordoned with the cause on it and the Machine.
+const CauseDeadlineExceeded Cause = "DeadlineExceeded"
+
+// UpdatePhase is a phase of a node update as the coordinator times it.
+type UpdatePhase string
+
+const (
+	// UpdatePhaseStaging: the node is asked to stage the plan (not cordoned).
+	UpdatePhaseStaging UpdatePhase = "Staging"
+	// UpdatePhaseDraining: cordon, drain and publish; bounded by the drain timeout,
+	// not by a deadline of its own.
+	UpdatePhaseDraining UpdatePhase = "Draining"
+	// UpdatePhasePickup: the plan is published; the agent reported nothing for it.
+	UpdatePhasePickup UpdatePhase = "PickUp"
+	// UpdatePhaseApplying: the agent works on the plan (or on an earlier one).
+	UpdatePhaseApplying UpdatePhase = "Applying"
+	// UpdatePhaseRebooting: the agent announced a reboot and has not reported since.
+	UpdatePhaseRebooting UpdatePhase = "Rebooting"
+	// UpdatePhaseVerifying: the agent's gates, then the outside ones (kubelet
+	// version, Ready).
+	UpdatePhaseVerifying UpdatePhase = "Verifying"
+)
+
+// pausesOnOutage reports whether the phase's clock stops while the coordinator
+// cannot reach the workload API: in staging and pick-up the node can only answer
+// through that API, so an outage is not its delay. From applying on, the node is
+// being changed by the update and an API that does not come back (a single
+// control plane that cannot start its own API server) is what the deadline is for.
+func (p UpdatePhase) pausesOnOutage() bool {
+	return p == UpdatePhaseStaging || p == UpdatePhasePickup
+}
+
+// Deadlines bound the phases of a node update; a zero phase deadline means none.
+type Deadlines struct {
+	Staging, Pickup, Applying, Rebooting, Verifying time.Duration
+	// KeepRemediationHold keeps Cluster API's skip-remediation on a Machine whose
+	// node is left cordoned past a deadline or Degraded (an alert says so);
+	// otherwise the hold is released so that MachineHealthCheck can act.
+	KeepRemediationHold bool
+}
+
+// DeadlinesFromPolicy maps the policy's deadlines section to Deadlines.
+func DeadlinesFromPolicy(d policy.Deadlines) Deadlines {
+	return Deadlines{Staging: d.Staging, Pickup: d.Pickup, Applying: d.Applying, Rebooting: d.Rebooting,
+		Verifying: d.Verifying, KeepRemediationHold: d.KeepRemediationHold}
+}
+
+// withDefaults fills the zero phase deadlines of d from def.
+func (d Deadlines) withDefaults(def Deadlines) Deadlines {
+	for _, f := range []struct{ v, def *time.Duration }{
+		{&d.Staging, &def.Staging}, {&d.Pickup, &def.Pickup}, {&d.Applying, &def.Applying},
+		{&d.Rebooting, &def.Rebooting}, {&d.Verifying, &def.Verifying},
+	} {
+		if *f.v == 0 {
+			*f.v = *f.def
+		}
+	}
+	return d
+}
+
+func (d Deadlines) negative() bool {
+	return d.Staging < 0 || d.Pickup < 0 || d.Applying < 0 || d.Rebooting < 0 || d.Verifying < 0
+}
+
+func (d Deadlines) of(p UpdatePhase) time.Duration {
+	switch p {
+	case UpdatePhaseStaging:
+		return d.Staging
+	case UpdatePhasePickup:
+		return d.Pickup
+	case UpdatePhaseApplying:
+		return d.Applying
+	case UpdatePhaseRebooting:
+		return d.Rebooting
+	case UpdatePhaseVerifying:
+		return d.Verifying
+	}
+	return 0
+}
+
+// phaseQuietWindow is how long after an update began (Cluster API's Updating
+// condition, else the first recorded phase) no phase is written: most updates end
+// within it (a files-only plan in well under a second), and each write of the
+// Machine wakes Cluster API's controllers mid-rollout. A phase entered within it
+// is dated by the first call after it, so a deadline can only fire up to this
+// much later, never earlier.
+const phaseQuietWindow = 30 * time.Second
+
+// outageGrace is the least time a paused phase has left when the workload API
+// answers again: the agent's watch relists after the outage before it can answer.
+const outageGrace = time.Minute
+
+// maxSeen bounds what the record keeps of the node's last report.
+const maxSeen = 256
+
+// PhaseRecord is the coordinator's clock of one node update (the Machine's
+// UpdatePhaseAnnotation).
+type PhaseRecord struct {
+	Plan  string      `json:"plan"`
+	Phase UpdatePhase `json:"phase"`
+	// Start is when the update's first phase was recorded, Since when Phase was.
+	Start time.Time `json:"start"`
+	Since time.Time `json:"since"`
+	// Unreachable is when a call first could not reach the workload API during a
+	// phase whose clock pauses then (pausesOnOutage); zero otherwise.
+	Unreachable time.Time `json:"unreachable,omitzero"`
+	// Seen is what the node reported when Phase was recorded, or when it expired.
+	Seen string `json:"seen,omitempty"`
+	// Expired is when Phase passed its deadline: the verdict stands until the node
+	// ends the plan itself, an operator retries, or the plan changes.
+	Expired time.Time `json:"expired,omitzero"`
+}
+
+// DecodePhaseRecord reads an UpdatePhaseAnnotation; a value that does not decode
+// counts as none (the next phase is dated anew).
+func DecodePhaseRecord(v string) PhaseRecord {
+	var r PhaseRecord
+	if v == "" || json.Unmarshal([]byte(v), &r) != nil || r.Plan == "" || r.Since.IsZero() {
+		return PhaseRecord{}
+	}
+	return r
+}
+
+// Encode is the annotation value of r.
+func (r PhaseRecord) Encode() string {
+	b, _ := json.Marshal(r) // a struct of strings and times always encodes
+	return string(b)
+}
+
+// WatchInput is what Watch judges.
+type WatchInput struct {
+	Now    time.Time
+	Record PhaseRecord
+	// Reachable: this call read the node from the workload API. When false, Plan,
+	// Phase and Seen are unknown and the record is judged as it stands.
+	Reachable bool
+	Plan      string
+	// Phase is the timed phase the call observed; "" when none (not started, held
+	// or over).
+	Phase UpdatePhase
+	// Seen is what the node reports now, in a few words.
+	Seen string
+	// Began is when Cluster API began the update (the Machine's Updating condition,
+	// management side); zero when unknown (the single-node path).
+	Began     time.Time
+	Deadlines Deadlines
+}
+
+// WatchResult is Watch's verdict.
+type WatchResult struct {
+	// Record is the record after this call; Write says it must be stored.
+	Record PhaseRecord
+	Write  bool
+	// Expired: the update is past the deadline of Record.Phase (now or earlier).
+	Expired bool
+}
+
+// Watch advances the update's clock by one call and judges it. Pure.
+func Watch(in WatchInput) WatchResult {
+	rec := in.Record
+	if !in.Reachable {
+		return watchUnreachable(in)
+	}
+	if rec.Plan != in.Plan {
+		rec = PhaseRecord{} // another plan's
+	}
+	if !rec.Expired.IsZero() {
+		// Sticky while the update runs on; a plan the node ends itself (a late
+		// commit, a rollback) is answered by the node's own verdict.
+		return WatchResult{Record: rec, Expired: in.Phase != ""}
+	}
+	if in.Phase == "" {
+		return WatchResult{Record: rec}
+	}
+	if rec.Plan == "" {
+		start := in.Now
+		if !in.Began.IsZero() && !in.Began.After(in.Now) {
+			if in.Now.Sub(in.Began) < phaseQuietWindow {
+				return WatchResult{} // most updates end before they are dated
+			}
+			start = in.Began
+		}
+		rec = PhaseRecord{Plan: in.Plan, Phase: in.Phase, Start: start, Since: in.Now, Seen: bounded(in.Seen)}
+		return WatchResult{Record: rec, Write: true}
+	}
+	write := false
+	if !rec.Unreachable.IsZero() {
+		// Back from an outage: a paused phase's clock moves on by the outage.
+		if rec.Phase.pausesOnOutage() && in.Now.After(rec.Unreachable) {
+			rec.Since = rec.Since.Add(in.Now.Sub(rec.Unreachable))
+			if d := in.Deadlines.of(rec.Phase); d > 0 {
+				if latest := in.Now.Add(min(outageGrace, d) - d); rec.Since.Before(latest) {
+					rec.Since = latest
+				}
+			}
+		}
+		rec.Unreachable, write = time.Time{}, true
+	}
+	if in.Phase != rec.Phase {
+		if in.Now.Sub(rec.Start) < phaseQuietWindow {
+			// Not dated yet: this phase cannot expire before a later call dates it.
+			return WatchResult{Record: rec, Write: write}
+		}
+		rec.Phase, rec.Since, rec.Seen = in.Phase, in.Now, bounded(in.Seen)
+		return WatchResult{Record: rec, Write: true}
+	}
+	if d := in.Deadlines.of(rec.Phase); d > 0 && in.Now.Sub(rec.Since) > d {
+		if rec.Phase == UpdatePhasePickup {
+			// The node's not-picked-up marker holds this verdict: the withdrawal
+			// races the agent's claim, and a claim that wins starts the applying
+			// phase's clock.
+			return WatchResult{Record: rec, Write: write, Expired: true}
+		}
+		rec.Expired, rec.Seen = in.Now, bounded(in.Seen)
+		return WatchResult{Record: rec, Write: true, Expired: true}
+	}
+	return WatchResult{Record: rec, Write: write}
+}
+
+// watchUnreachable judges the record while the workload API does not answer.
+func watchUnreachable(in WatchInput) WatchResult {
+	rec := in.Record
+	switch {
+	case rec.Plan == "":
+		return WatchResult{}
+	case !rec.Expired.IsZero():
+		return WatchResult{Record: rec, Expired: true}
+	case rec.Phase.pausesOnOutage():
+		if rec.Unreachable.IsZero() {
+			rec.Unreachable = in.Now
+			return WatchResult{Record: rec, Write: true}
+		}
+		return WatchResult{Record: rec}
+	}
+	if d := in.Deadlines.of(rec.Phase); d > 0 && in.Now.Sub(rec.Since) > d {
+		rec.Expired = in.Now
+		rec.Seen = bounded(rec.Seen + "; the workload cluster's API server does not answer")
+		return WatchResult{Record: rec, Write: true, Expired: true}
+	}
+	return WatchResult{Record: rec}
+}
+
+// Cause is the human cause of an expired record: which phase, since when, for how
+// long it was allowed and what was last seen of the node.
+func (r PhaseRecord) Cause(d Deadlines) string {
+	seen := r.Seen
+	if seen == "" {
+		seen = "nothing"
+	}
+	return fmt.Sprintf("phase %s of plan %s passed its deadline of %s (in it since %s, judged at %s); last seen: %s",
+		r.Phase, short(r.Plan), d.of(r.Phase), r.Since.UTC().Format(time.RFC3339), r.Expired.UTC().Format(time.RFC3339), seen)
+}
+
+func bounded(s string) string {
+	if len(s) <= maxSeen {
+		return s
+	}
+	return s[:maxSeen-len(" [truncated]")] + " [truncated]"
+}
+
+// phaseOf is the timed phase of the update as a call sees it: from Decide's
+// verdict d on the observation o. "" for an update not started, held or over.
+func phaseOf(o Observation, d Decision) UpdatePhase {
+	st := o.Status
+	own := st != nil && st.PlanHash == o.PlanHash
+	switch d.Action {
+	case ActStart:
+		if o.NeedsStaging && (o.Staging == nil || o.Staging.Phase != protocol.StagePhaseStaged) {
+			return UpdatePhaseStaging
+		}
+		return UpdatePhaseDraining
+	case ActAwaitAgent:
+		if !own {
+			return UpdatePhasePickup
+		}
+		switch st.Phase {
+		case protocol.PhaseRebooting:
+			return UpdatePhaseRebooting
+		case protocol.PhaseVerifying:
+			return UpdatePhaseVerifying
+		}
+		return UpdatePhaseApplying
+	case ActWait:
+		switch {
+		case o.Paused && !o.Started && d.RetryAfterSeconds == retryPaused:
+			return ""
+		case st != nil && st.Phase == protocol.PhaseCommitted:
+			return UpdatePhaseVerifying // the outside gates
+		}
+		return UpdatePhaseApplying // the agent finishes an earlier plan first
+	case ActReportFailure:
+		if d.Cause == CauseInvalidStatus && o.Started {
+			// A status that cannot be read says nothing of progress: it must not
+			// hold the node forever either.
+			return UpdatePhaseApplying
+		}
+	}
+	return ""
+}
+
+// seenOf says in a few words what the node reports now.
+func seenOf(o Observation) string {
+	switch st := o.Status; {
+	case st != nil && st.PlanHash == o.PlanHash:
+		s := "agent status " + agentProgress(st)
+		if st.Reason != "" && st.Reason != protocol.ReasonWaitingForEtcdQuorum {
+			s += ", " + st.Reason
+		}
+		if st.Phase == protocol.PhaseCommitted || st.Phase == protocol.PhaseVerifying {
+			s += fmt.Sprintf(", node Ready=%t, kubelet %q", o.Ready, o.KubeletVersion)
+		}
+		return s
+	case o.Staging != nil:
+		return "staging " + string(o.Staging.Phase) + ": " + o.Staging.Progress()
+	case st != nil:
+		return "agent status " + agentProgress(st) + " for plan " + short(st.PlanHash)
+	}
+	return "no report from the agent for this plan"
+}
+
+// expiredDecision is the decision of an update past the deadline of rec's phase.
+func expiredDecision(o Observation, rec PhaseRecord, d Deadlines) Decision {
+	cause := rec.Cause(d)
+	switch rec.Phase {
+	case UpdatePhasePickup:
+		// Withdrawn and put back in service: the agent never started.
+		return Decide(withNotPickedUp(o))
+	case UpdatePhaseStaging:
+		return Decision{Action: ActFail, Cause: CauseDeadlineExceeded, EventReason: inplacev1.EventDeadlineExceeded,
+			Message: fmt.Sprintf("node %s: %s; the node was not cordoned (annotate the Machine with %s to try again)", o.Node, cause, inplacev1.RetryAnnotation)}
+	}
+	return Decision{Action: ActDegraded, Cause: CauseDeadlineExceeded, EventReason: inplacev1.EventDeadlineExceeded,
+		Message: fmt.Sprintf("node %s: %s; it stays cordoned: repair the node and annotate the Machine with %s, or delete the Machine to replace it", o.Node, cause, inplacev1.RetryAnnotation)}
+}

@@ -1,0 +1,88 @@
+package policy
+
+import (
+	"fmt"
+	"time"
+)
+
+// DeadlinesConfig bounds each phase of a node update (docs/operations.md, "When an
+// update passes a deadline"). The coordinator times every phase on its own clock,
+// from when it first saw the phase; past a deadline the update fails with the
+// phase, since when and what was last seen of the node:
+//
+//	deadlines:
+//	  stagingSeconds: 1800     # download and verify, before cordon
+//	  pickupSeconds: 300       # plan published, no word from the agent
+//	  applyingSeconds: 3600    # the agent works on the plan
+//	  rebootingSeconds: 1800   # the agent announced a reboot and has not reported since
+//	  verifyingSeconds: 3600   # the agent's gates, then kubelet version and Ready
+//	  keepRemediationHold: false
+//
+// Every value is optional (the defaults above) and must be positive: an update
+// without a deadline can hold a node cordoned, out of MachineHealthCheck's reach,
+// forever.
+type DeadlinesConfig struct {
+	StagingSeconds   *int32 `json:"stagingSeconds,omitempty"`
+	PickupSeconds    *int32 `json:"pickupSeconds,omitempty"`
+	ApplyingSeconds  *int32 `json:"applyingSeconds,omitempty"`
+	RebootingSeconds *int32 `json:"rebootingSeconds,omitempty"`
+	VerifyingSeconds *int32 `json:"verifyingSeconds,omitempty"`
+	// KeepRemediationHold keeps Cluster API's skip-remediation on the Machine of a
+	// node left cordoned past a deadline (or Degraded), for a human to inspect it
+	// first; an alert fires instead (CapiInplaceRemediationHeld). Default false:
+	// the hold is released so that a MachineHealthCheck replaces the node.
+	KeepRemediationHold bool `json:"keepRemediationHold,omitempty"`
+}
+
+// Deadlines is the validated deadlines policy.
+type Deadlines struct {
+	Staging, Pickup, Applying, Rebooting, Verifying time.Duration
+	KeepRemediationHold                             bool
+}
+
+// The default deadlines. Staging fetches an OS image of a few GiB over a slow
+// site link; an agent answers a published plan within seconds (it watches its
+// Node), so five minutes means it is not running; applying covers a kubeadm
+// upgrade with its etcd snapshot; a bare-metal reboot with a slow firmware takes
+// minutes, half an hour means it is not coming back; verifying covers the
+// built-in gates (minutes each) and user gates.
+const (
+	DefaultStagingDeadline   = 30 * time.Minute
+	DefaultPickupDeadline    = 5 * time.Minute
+	DefaultApplyingDeadline  = 60 * time.Minute
+	DefaultRebootingDeadline = 30 * time.Minute
+	DefaultVerifyingDeadline = 60 * time.Minute
+)
+
+// maxDeadlineSeconds bounds a deadline to a week: longer is no deadline at all.
+const maxDeadlineSeconds = 7 * 24 * 3600
+
+func compileDeadlines(cfg DeadlinesConfig) (Deadlines, []error) {
+	d := Deadlines{Staging: DefaultStagingDeadline, Pickup: DefaultPickupDeadline, Applying: DefaultApplyingDeadline,
+		Rebooting: DefaultRebootingDeadline, Verifying: DefaultVerifyingDeadline, KeepRemediationHold: cfg.KeepRemediationHold}
+	var errs []error
+	for _, f := range []struct {
+		name string
+		v    *int32
+		out  *time.Duration
+	}{
+		{"stagingSeconds", cfg.StagingSeconds, &d.Staging},
+		{"pickupSeconds", cfg.PickupSeconds, &d.Pickup},
+		{"applyingSeconds", cfg.ApplyingSeconds, &d.Applying},
+		{"rebootingSeconds", cfg.RebootingSeconds, &d.Rebooting},
+		{"verifyingSeconds", cfg.VerifyingSeconds, &d.Verifying},
+	} {
+		if f.v == nil {
+			continue
+		}
+		if *f.v <= 0 || *f.v > maxDeadlineSeconds {
+			errs = append(errs, fmt.Errorf("deadlines.%s %d must be between 1 and %d (a week)", f.name, *f.v, maxDeadlineSeconds))
+			continue
+		}
+		*f.out = time.Duration(*f.v) * time.Second
+	}
+	return d, errs
+}
+
+// Deadlines returns the deadline of each phase of a node update.
+func (p *Policy) Deadlines() Deadlines { return p.deadlines }
