@@ -21,6 +21,7 @@ import (
 
 	"github.com/capi-inplace/capi-inplace/internal/extension"
 	"github.com/capi-inplace/capi-inplace/internal/extension/extensiontest"
+	"github.com/capi-inplace/capi-inplace/internal/guard"
 	pt "github.com/capi-inplace/capi-inplace/internal/planner/plannertest"
 	"github.com/capi-inplace/capi-inplace/internal/testenv"
 )
@@ -51,7 +52,7 @@ artifacts:
   digest: %s
 `, testImageNew, testDigest)), 0o600)).To(Succeed())
 
-	webhookPort, diagPort, healthPort := freeTCPPort(t), freeTCPPort(t), freeTCPPort(t)
+	webhookPort, admissionPort, diagPort, healthPort := freeTCPPort(t), freeTCPPort(t), freeTCPPort(t), freeTCPPort(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cmd := newExtensionCommand()
@@ -59,6 +60,7 @@ artifacts:
 		"--kubeconfig", kubeconfig,
 		"--webhook-host", "127.0.0.1",
 		"--webhook-port", fmt.Sprint(webhookPort),
+		"--admission-port", fmt.Sprint(admissionPort),
 		"--webhook-cert-dir", certDir,
 		"--diagnostics-address", fmt.Sprintf("127.0.0.1:%d", diagPort),
 		"--insecure-diagnostics",
@@ -104,6 +106,17 @@ artifacts:
 			"UpdateMachine/"+extension.HandlerUpdateMachine,
 			"GenerateUpgradePlan/"+extension.HandlerGenerateUpgradePlan,
 		))
+	})
+
+	t.Run("the admission port serves the guard", func(t *testing.T) {
+		g := NewWithT(t)
+		review := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u1","operation":"UPDATE"}}`
+		resp, err := client.Post(fmt.Sprintf("https://127.0.0.1:%d%s", admissionPort, guard.WebhookPath), "application/json", strings.NewReader(review))
+		g.Expect(err).NotTo(HaveOccurred())
+		defer func() { _ = resp.Body.Close() }()
+		body, _ := io.ReadAll(resp.Body)
+		g.Expect(resp.StatusCode).To(Equal(http.StatusOK), string(body))
+		g.Expect(string(body)).To(ContainSubstring(`"uid":"u1"`))
 	})
 
 	t.Run("patch and one-minor upgrade, files and OS image change are covered", func(t *testing.T) {
