@@ -108,7 +108,7 @@ func hookLatency(t *testing.T, client *http.Client, base string) time.Duration {
 // the body deadline. Before per-client limits, a body of unknown length reserved the
 // whole in-flight budget for 10 s and every hook call waited behind it.
 func TestSlowClientsDoNotDelayHookCalls(t *testing.T) {
-	const latencyBound = time.Second
+	const latencyBound = 2 * time.Second // about 1 ms unloaded; the previous code held it 10 s
 	base, client := startServer(t)
 	path, _ := canUpdateMachineBody(t, 0)
 	var slow []<-chan time.Duration
@@ -166,5 +166,5 @@ func TestAdmissionPortHasItsOwnBudget(t *testing.T) {
 	g.Eventually(entered).Should(BeClosed())
 	took := hookLatency(t, client, base)
 	t.Logf("hook call answered in %s while the admission port's budget is held", took)
-	g.Expect(took).To(BeNumerically("<", time.Second))
+	g.Expect(took).To(BeNumerically("<", 2*time.Second))
 }
