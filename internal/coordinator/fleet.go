@@ -192,7 +192,7 @@ func (c *Coordinator) resume(ctx context.Context, s *scope) (Outcome, bool) {
 		return c.fleetWriteFailure(s, err), true
 	}
 	c.opts.Recorder.Eventf(s.cluster, nil, corev1.EventTypeNormal, inplacev1.EventUpdatesResumed, "Resume",
-		"resumed in-place updates: the failure record was cleared (annotation %s)", inplacev1.ResumeAnnotation)
+		"resumed in-place updates: the failures and measured durations were cleared (annotation %s)", inplacev1.ResumeAnnotation)
 	return Outcome{}, false
 }
 

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -85,8 +86,8 @@ func TestStateRecord(t *testing.T) {
 	if st.RecordFinished("workers", "w3", "p", at.Add(time.Hour), time.Hour) {
 		t.Fatal("the same node and plan finish once")
 	}
-	if got := st.ExpectedDuration(30 * time.Minute); got != 9*time.Minute {
-		t.Fatalf("expected = longest measured: %s", got)
+	if got := st.ExpectedDuration(30 * time.Minute); got != 4*time.Minute {
+		t.Fatalf("expected = the median measured: %s", got)
 	}
 	for range 10 {
 		st.RecordFinished("workers", "x", string(rune('a'+len(st.DurationsSeconds))), at, time.Minute)
@@ -133,5 +134,51 @@ func TestGate(t *testing.T) {
 				t.Errorf("Gate = %+v\nwant reason %q retry %s msg %q", h, tc.reason, tc.retry, tc.msg)
 			}
 		})
+	}
+}
+
+// TestExpectedDurationAfterASlowUpdate: one update held for ten hours (a drain a
+// PodDisruptionBudget blocked) no longer sets an expectation no nightly window
+// fits: the median of the recent ones counts, at most twice the pool's own
+// expectation, and resume forgets the measurements. Before, the longest one was
+// the expectation and every night's window was skipped for ever (review F8).
+func TestExpectedDurationAfterASlowUpdate(t *testing.T) {
+	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	def := 30 * time.Minute
+	tests := []struct {
+		name string
+		durs []time.Duration
+		want time.Duration
+	}{
+		{"nothing measured", nil, def},
+		{"one slow update alone: capped at twice the pool's", []time.Duration{10 * time.Hour}, time.Hour},
+		{"one slow among quick ones: the median", []time.Duration{20 * time.Minute, 10 * time.Hour, 25 * time.Minute}, 25 * time.Minute},
+		{"an even count: the upper median", []time.Duration{10 * time.Minute, 40 * time.Minute}, 40 * time.Minute},
+		{"updates slower than the pool's expectation: up to twice it", []time.Duration{50 * time.Minute, 55 * time.Minute, 58 * time.Minute}, 55 * time.Minute},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var st State
+			for i, d := range tt.durs {
+				st.RecordFinished("workers", "n", string(rune('a'+i)), at, d)
+			}
+			if got := st.ExpectedDuration(def); got != tt.want {
+				t.Errorf("ExpectedDuration = %s, want %s", got, tt.want)
+			}
+		})
+	}
+
+	var st State
+	st.RecordFinished("workers", "n", "p", at, 10*time.Hour)
+	in := GateInput{Node: "w2", Now: time.Date(2026, 12, 1, 21, 0, 0, 0, time.UTC), Budget: 1, Expected: st.ExpectedDuration(def)}
+	var err error
+	if in.Windows, err = ParseWindows("* 22:00-04:00 UTC"); err != nil {
+		t.Fatal(err)
+	}
+	if hold := Gate(in); hold.Reason != HoldWindowClosed || !strings.Contains(hold.Message, "next opening 2026-12-01T22:00:00Z") {
+		t.Fatalf("a nightly six-hour window must fit after a ten-hour update: %+v", hold)
+	}
+	if !st.Resume() || len(st.DurationsSeconds) != 0 {
+		t.Fatalf("resume forgets the measured durations: %v", st.DurationsSeconds)
 	}
 }

@@ -89,7 +89,8 @@ func windowMessage(in GateInput, v WindowVerdict) string {
 		why = fmt.Sprintf("the maintenance window closes at %s, before the expected %s of the update would end",
 			v.Closes.UTC().Format(time.RFC3339), in.Expected)
 	}
-	next := "no opening within a week is long enough for the expected " + in.Expected.String()
+	next := "no opening within a week is long enough for the expected " + in.Expected.String() +
+		" (measured from recent updates; annotate the Cluster with inplace.capi-inplace.dev/resume to forget them)"
 	if !v.NextOpening.IsZero() {
 		next = "next opening " + v.NextOpening.UTC().Format(time.RFC3339)
 	}

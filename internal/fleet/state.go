@@ -88,10 +88,11 @@ func (s *State) Forget(machine string) bool {
 	return len(s.Failures) != n
 }
 
-// Resume drops every failure. It reports a change.
+// Resume drops every failure and the measured durations (an operator's way out
+// of an expectation no window fits). It reports a change.
 func (s *State) Resume() bool {
-	n := len(s.Failures)
-	s.Failures = nil
+	n := len(s.Failures) + len(s.DurationsSeconds)
+	s.Failures, s.DurationsSeconds = nil, nil
 	return n > 0
 }
 
@@ -114,12 +115,25 @@ func (s *State) RecordFinished(pool, node, plan string, at time.Time, took time.
 	return true
 }
 
+// maxExpectedFactor bounds the expectation measured durations can set, as a
+// multiple of the pool's own expected duration.
+const maxExpectedFactor = 2
+
 // ExpectedDuration is how long the next node update is expected to take: the
-// longest recently measured one (conservative: an update that took that long once
-// may again), or def when nothing was measured yet.
+// upper median of the recently measured ones, at most maxExpectedFactor times def,
+// or def when nothing was measured yet. Not the longest: one update held for hours
+// (a drain a PodDisruptionBudget blocks, a node past its deadlines, a paused
+// cluster) would otherwise set an expectation no window fits, and with no update
+// starting no shorter duration could ever replace it.
 func (s State) ExpectedDuration(def time.Duration) time.Duration {
 	if len(s.DurationsSeconds) == 0 {
 		return def
 	}
-	return time.Duration(slices.Max(s.DurationsSeconds)) * time.Second
+	d := slices.Clone(s.DurationsSeconds)
+	slices.Sort(d)
+	measured := time.Duration(d[len(d)/2]) * time.Second
+	if def > 0 {
+		return min(measured, maxExpectedFactor*def)
+	}
+	return measured
 }

@@ -87,16 +87,18 @@ func TestBuildPools(t *testing.T) {
 			},
 		},
 		{
-			// The measured 66 min do not fit before 10:00: the next Monday's opening does.
+			// The measured 66 min, at most twice each pool's own expectation (60 min;
+			// 30 min for workers), do not fit the half hour left before 09:30: the next
+			// Monday's opening does; the workers' 30 min do fit.
 			name: "open but too short for the measured duration",
-			c:    withFleet(fleet.State{DurationsSeconds: []int64{600, 4000}}, map[string]string{inplacev1.MaintenanceWindowsAnnotation: "Mon 08:00-10:00 UTC"}),
+			c:    withFleet(fleet.State{DurationsSeconds: []int64{600, 4000}}, map[string]string{inplacev1.MaintenanceWindowsAnnotation: "Mon 08:00-09:30 UTC"}),
 			want: []PoolView{
-				{Name: "", Machines: []string{"cp"}, FailureBudget: 1, Windows: []string{"Mon 08:00-10:00 UTC"}, WindowsSource: WindowsFromAnnotation,
-					WindowCloses: at("2026-11-30T10:00:00Z"), NextOpening: at("2026-12-07T08:00:00Z"), ExpectedSeconds: 4000},
-				{Name: "edge", Machines: []string{"e1"}, Windows: []string{"Mon 08:00-10:00 UTC"}, WindowsSource: WindowsFromAnnotation,
-					WindowCloses: at("2026-11-30T10:00:00Z"), NextOpening: at("2026-12-07T08:00:00Z"), ExpectedSeconds: 4000},
-				{Name: "workers", Machines: []string{"w1", "w2"}, FailureBudget: 1, Windows: []string{"Mon 08:00-10:00 UTC"}, WindowsSource: WindowsFromAnnotation,
-					WindowCloses: at("2026-11-30T10:00:00Z"), NextOpening: at("2026-12-07T08:00:00Z"), ExpectedSeconds: 4000, SoakSeconds: 300},
+				{Name: "", Machines: []string{"cp"}, FailureBudget: 1, Windows: []string{"Mon 08:00-09:30 UTC"}, WindowsSource: WindowsFromAnnotation,
+					WindowCloses: at("2026-11-30T09:30:00Z"), NextOpening: at("2026-12-07T08:00:00Z"), ExpectedSeconds: 3600},
+				{Name: "edge", Machines: []string{"e1"}, Windows: []string{"Mon 08:00-09:30 UTC"}, WindowsSource: WindowsFromAnnotation,
+					WindowCloses: at("2026-11-30T09:30:00Z"), NextOpening: at("2026-12-07T08:00:00Z"), ExpectedSeconds: 3600},
+				{Name: "workers", Machines: []string{"w1", "w2"}, FailureBudget: 1, Windows: []string{"Mon 08:00-09:30 UTC"}, WindowsSource: WindowsFromAnnotation,
+					WindowOpen: true, WindowCloses: at("2026-11-30T09:30:00Z"), ExpectedSeconds: 1800, SoakSeconds: 300},
 			},
 		},
 	}
