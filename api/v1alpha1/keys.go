@@ -103,6 +103,14 @@ const (
 	NamespaceEnabledLabel = GroupName + "/enabled"
 )
 
+// NamespaceEnabled reports whether a management-cluster namespace with these labels
+// opted in to capi-inplace (NamespaceEnabledLabel "true"): the one rule the hooks, the
+// single-node path and the guard apply, beside the API server's namespaceSelectors,
+// which only filter the calls the API server itself makes.
+func NamespaceEnabled(labels map[string]string) bool {
+	return labels[NamespaceEnabledLabel] == "true"
+}
+
 // AgentNamespace is the namespace in each workload cluster that holds the agent
 // DaemonSet, its RBAC and the per-node plan Secrets.
 const AgentNamespace = "capi-inplace-system"

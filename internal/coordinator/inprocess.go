@@ -35,6 +35,11 @@ func (c *Coordinator) UpdateNode(ctx context.Context, d DesiredNode) Outcome {
 		return rejected("the request names no Machine")
 	}
 	ctx = c.withMachineLogger(ctx, d.Machine)
+	// The same namespace opt-in as the hooks: the caller's own check is not the only one.
+	if out, ok := c.checkOptedIn(ctx, d.Machine.Namespace); !ok {
+		logOutcome(ctx, out)
+		return out
+	}
 	stored, out, ok := c.readMachine(ctx, client.ObjectKeyFromObject(d.Machine))
 	if !ok {
 		return out

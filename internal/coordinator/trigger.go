@@ -207,7 +207,7 @@ func (c *Coordinator) checkOptedIn(ctx context.Context, namespace string) (Outco
 		}
 		return retryable(CauseManagementAPI, fmt.Sprintf("read namespace %s: %v", namespace, err)), false
 	}
-	if ns.Labels[inplacev1.NamespaceEnabledLabel] != "true" {
+	if !inplacev1.NamespaceEnabled(ns.Labels) {
 		return rejected(fmt.Sprintf("namespace %s has not opted in to in-place updates (label %s=true): nothing was done", namespace, inplacev1.NamespaceEnabledLabel)), false
 	}
 	return Outcome{}, true

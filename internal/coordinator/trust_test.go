@@ -383,3 +383,36 @@ func TestUpdateNodeTakesTheSpecFromTheCallerAndTheRestFromTheAPI(t *testing.T) {
 	g.Expect(hook.Status).To(Equal(runtimehooksv1.ResponseStatusFailure))
 	g.Expect(hook.Message).To(ContainSubstring("not marked for an in-place update"))
 }
+
+// TestUpdateNodeRequiresTheNamespaceOptIn: the single-node controller's in-process
+// entry honours the namespace opt-in as the hook does (review F16): in a namespace not
+// labelled inplace.capi-inplace.dev/enabled=true nothing is cordoned or published.
+func TestUpdateNodeRequiresTheNamespaceOptIn(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t, nil)
+	f.node("un", "v1.35.0", false)
+	f.node("un-peer", "v1.35.0", false)
+	m := f.machine("m-un", "un", "v1.35.0", false)
+	ns := &corev1.Namespace{}
+	g.Expect(f.mgmt.Get(f.ctx, client.ObjectKey{Name: f.ns}, ns)).To(Succeed())
+	delete(ns.Labels, inplacev1.NamespaceEnabledLabel)
+	g.Expect(f.mgmt.Update(f.ctx, ns)).To(Succeed())
+
+	req := f.request(m, nil)
+	req.Desired.Machine.Spec.Version = "v1.36.0"
+	bootstrap, err := toUnstructured(req.Desired.BootstrapConfig)
+	g.Expect(err).NotTo(HaveOccurred())
+	infra, err := toUnstructured(req.Desired.InfrastructureMachine)
+	g.Expect(err).NotTo(HaveOccurred())
+	c := f.coordinator()
+	for range 2 {
+		out := c.UpdateNode(f.ctx, DesiredNode{Machine: &req.Desired.Machine, BootstrapConfig: bootstrap, InfrastructureMachine: infra})
+		g.Expect(out.Kind).To(Equal(OutcomeFailedRetryable), out.Message)
+		g.Expect(out.Cause).To(Equal(CauseRequestRejected))
+		g.Expect(out.Message).To(ContainSubstring("has not opted in to in-place updates"))
+	}
+	n := f.getNode("un")
+	g.Expect(n.Spec.Unschedulable).To(BeFalse(), "not cordoned")
+	g.Expect(n.Annotations).NotTo(HaveKey(inplacev1.DesiredPlanAnnotation), "no plan published")
+	g.Expect(n.Annotations).NotTo(HaveKey(inplacev1.StagePlanAnnotation), "nothing asked to stage")
+}
