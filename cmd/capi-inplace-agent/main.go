@@ -6,10 +6,7 @@
 //	capi-inplace-agent --host-root=/host          # $NODE_NAME names the node
 //	capi-inplace-agent agent --host-root=/host    # the same: the DaemonSet's arguments
 //
-// The `agent` subcommand keeps the DaemonSet's arguments (["agent",
-// "--host-root=/host"], agentinstall.Config) valid for both this image and the
-// capi-inplace binary, so an extension and an agent image of different releases
-// agree during an upgrade.
+// The command tree is agentcmd.NewBinaryCommand's.
 package main
 
 import (
@@ -19,8 +16,6 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/spf13/cobra"
-
 	"github.com/capi-inplace/capi-inplace/internal/agent/agentcmd"
 )
 
@@ -28,16 +23,7 @@ import (
 var version = "dev"
 
 func main() {
-	root := agentcmd.NewCommand("capi-inplace-agent", version, nil)
-	root.AddCommand(agentcmd.NewCommand("agent", version, nil), &cobra.Command{
-		Use:   "version",
-		Short: "Print the version",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprintln(cmd.OutOrStdout(), version)
-			return err
-		},
-	})
+	root := agentcmd.NewBinaryCommand(version)
 	// SIGTERM from the kubelet ends the agent between journal writes; the journal
 	// makes any point safe to stop at.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
