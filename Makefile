@@ -60,6 +60,16 @@ tools-capi: tools ## Build the upstream Cluster API managers into bin/ (only whe
 tools-clusterctl: ## Build bin/clusterctl (Cluster API's, at go.mod's version) for the clusterctl round trip test (only when missing).
 	hack/tools/build.sh clusterctl
 
+# The API types' deep copies (api/v1alpha1/zz_generated.deepcopy.go) and their
+# CustomResourceDefinitions (config/crd/bases), from the +kubebuilder markers in
+# api/v1alpha1, with controller-gen pinned in hack/tools/controllergen. Run it after
+# changing a type and commit what it writes.
+.PHONY: generate
+generate: ## Regenerate api/v1alpha1's deep copies and config/crd/bases from the API types.
+	hack/tools/build.sh controller-gen
+	$(BIN)/controller-gen object:headerFile=/dev/null paths=./api/...
+	$(BIN)/controller-gen crd paths=./api/... output:crd:artifacts:config=config/crd/bases
+
 # clusterctl's provider contract (hack/release, docs/install.md): the components YAML
 # (config/release rendered, images and settings as ${VAR:=default} variables) and
 # metadata.yaml, in _artifacts/release/runtime-extension-capi-inplace/<version>/ (the

@@ -3,7 +3,7 @@
 # each only when missing. No prebuilt binary can be downloaded in our build
 # environments, so everything comes from the Go module proxy.
 #
-# usage: hack/tools/build.sh [k8s] [capi] [clusterctl] [lint]    (default: k8s)
+# usage: hack/tools/build.sh [k8s] [capi] [clusterctl] [lint] [controller-gen]    (default: k8s)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -39,6 +39,9 @@ for t in "${targets[@]}"; do
 		;;
 	lint)
 		build golangci golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+		;;
+	controller-gen)
+		build controllergen controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen
 		;;
 	capi)
 		if [[ -x "$root/hack/tools/capi.sh" ]]; then
