@@ -92,6 +92,7 @@ func DrainOptionsFromPolicy(d policy.Drain) DrainOptions {
 	return DrainOptions{
 		Timeout:         time.Duration(d.TimeoutSeconds) * time.Second,
 		EvictSingleNode: !d.SkipOnSingleNode,
+		Force:           d.Force,
 	}
 }
 

@@ -97,4 +97,5 @@ func TestDrainOptionsFromPolicy(t *testing.T) {
 	g := NewWithT(t)
 	g.Expect(DrainOptionsFromPolicy(policy.Drain{TimeoutSeconds: 90, SkipOnSingleNode: true})).To(Equal(DrainOptions{Timeout: 90 * time.Second}))
 	g.Expect(DrainOptionsFromPolicy(policy.Drain{TimeoutSeconds: 60}).EvictSingleNode).To(BeTrue())
+	g.Expect(DrainOptionsFromPolicy(policy.Drain{TimeoutSeconds: 60, Force: true}).Force).To(BeTrue(), "the policy's drain.force reaches the drain")
 }

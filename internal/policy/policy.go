@@ -69,6 +69,9 @@ type DrainConfig struct {
 	// SkipOnSingleNode skips the drain when the node is the cluster's only node:
 	// evicted pods would have nowhere to go. Default true.
 	SkipOnSingleNode *bool `json:"skipOnSingleNode,omitempty"`
+	// Force evicts pods that no controller recreates (a bare pod is lost for
+	// good). Default false: such a pod blocks the drain and nothing is evicted.
+	Force bool `json:"force,omitempty"`
 }
 
 // BackendConfig names OS backends.
@@ -128,6 +131,7 @@ type ArtifactConfig struct {
 type Drain struct {
 	TimeoutSeconds   int32
 	SkipOnSingleNode bool
+	Force            bool
 }
 
 // InfraKind is a validated infrastructure kind entry. Paths are field names
@@ -208,7 +212,7 @@ func New(cfg Config) (*Policy, error) {
 
 	p := &Policy{
 		acceptBootstrapOnly: cfg.AcceptBootstrapOnlyFields,
-		drain:               Drain{TimeoutSeconds: defaultDrainTimeoutSeconds, SkipOnSingleNode: true},
+		drain:               Drain{TimeoutSeconds: defaultDrainTimeoutSeconds, SkipOnSingleNode: true, Force: cfg.Drain.Force},
 		defaultBackend:      cfg.Backends.Default,
 		clusterBackends:     map[string]string{},
 		kinds:               map[string]InfraKind{},

@@ -66,6 +66,16 @@ func TestParse(t *testing.T) {
 	g.Expect(ok).To(BeTrue())
 }
 
+// TestDrainForce: drain.force, which the coordinator's refusal to evict a pod
+// without a controller names as the way out, is a key of the policy.
+func TestDrainForce(t *testing.T) {
+	g := NewWithT(t)
+	p, err := Parse([]byte("drain:\n  force: true\n"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(p.Drain()).To(Equal(Drain{TimeoutSeconds: 600, SkipOnSingleNode: true, Force: true}))
+	g.Expect(Builtin().Drain().Force).To(BeFalse())
+}
+
 func TestDefaults(t *testing.T) {
 	g := NewWithT(t)
 	p := Builtin()
