@@ -24,6 +24,18 @@ const (
 	GuardDisabled = "disabled"
 )
 
+// AllowReplaceOf returns the AllowReplaceAnnotation value a write introduces: the new
+// object's value when it differs from the old object's, else "" (a value already
+// stored has been used by the write that set it). The guard and the single-node hold
+// webhook admit a replacing write by this one rule.
+func AllowReplaceOf(oldAnnotations, newAnnotations map[string]string) string {
+	v := newAnnotations[AllowReplaceAnnotation]
+	if v == "" || oldAnnotations[AllowReplaceAnnotation] == v {
+		return ""
+	}
+	return v
+}
+
 // Event reasons of the guard.
 const (
 	// EventGuardOverridden is recorded on the written object when AllowReplaceAnnotation

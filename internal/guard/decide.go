@@ -226,13 +226,8 @@ func (v Verdict) Message(object, cluster string) string {
 	return b.String()
 }
 
-// OverrideOf returns the AllowReplaceAnnotation value a write introduces: the new
-// object's value when it differs from the old object's, else "" (a value already
-// stored has been used by the write that set it).
+// OverrideOf returns the AllowReplaceAnnotation value a write introduces
+// (inplacev1.AllowReplaceOf).
 func OverrideOf(oldAnnotations, newAnnotations map[string]string) string {
-	v := newAnnotations[inplacev1.AllowReplaceAnnotation]
-	if v == "" || oldAnnotations[inplacev1.AllowReplaceAnnotation] == v {
-		return ""
-	}
-	return v
+	return inplacev1.AllowReplaceOf(oldAnnotations, newAnnotations)
 }

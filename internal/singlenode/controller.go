@@ -42,6 +42,9 @@ type EventRecorder interface {
 const (
 	eventHoldReleased = "InPlaceHoldReleased"
 	eventAlignFailed  = "InPlaceAlignFailed"
+	// eventNamespaceNotEnabled: a held KubeadmControlPlane in a namespace that did not
+	// opt in to capi-inplace, which the controller leaves alone.
+	eventNamespaceNotEnabled = "InPlaceNamespaceNotEnabled"
 )
 
 // Timing of the controller's own polling; the coordinator's retryAfterSeconds wins while
@@ -81,6 +84,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.Get(ctx, req.NamespacedName, kcp); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	ns, err := readNamespace(ctx, r.Client, kcp.Namespace)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if !NamespaceEnabled(ns) {
+		// Not enrolled (Enrolled): no copy, no update, no release; a hold here was
+		// written by hand (the hold webhook's namespaceSelector keeps it away).
+		if IsHeld(kcp) && r.Recorder != nil {
+			r.Recorder.Eventf(kcp, nil, corev1.EventTypeWarning, eventNamespaceNotEnabled, "Hold",
+				"namespace %s is not labelled %s=true, so capi-inplace does not act on this hold; label the namespace, or remove annotations %s and %s to hand the KubeadmControlPlane back",
+				kcp.Namespace, inplacev1.NamespaceEnabledLabel, inplacev1.HoldAnnotation, clusterv1.PausedAnnotation)
+		}
+		return ctrl.Result{}, nil
+	}
 	if !IsHeld(kcp) {
 		// The first sight of a Cluster's opt-in is copied onto the KCP, before any
 		// hold: the hold webhook then finds it there even if the Cluster lost it.
@@ -117,6 +134,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	obs.namespace = ns
 	d := Decide(obs.state())
 	log.V(1).Info("Single-node control-plane decision", "action", d.Action, "Machine", d.Machine, "message", d.Message)
 

@@ -6,8 +6,10 @@
 // Opt-in per Cluster or per KCP (annotation inplacev1.SingleNodeControlPlaneAnnotation
 // "true"; either counts). The controller copies a Cluster's opt-in onto the KCP once
 // (CopyOptIn; Cluster API v1.14.2 can delete a Cluster's annotations), never over a
-// value the KCP has. Without an opt-in nothing here acts, and KCP behaves exactly as
-// upstream.
+// value the KCP has (and keeps it there while the KCP is held). Only in a namespace
+// enabled for capi-inplace (Enrolled). Without an opt-in nothing here acts, and KCP
+// behaves exactly as upstream; while held, a write that removes the last opt-in is
+// refused unless it sets allow-replace.
 //
 // Flow:
 //  1. Hold. A mutating admission webhook on KCP UPDATE (DecideHold) adds CAPI's

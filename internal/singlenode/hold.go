@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 
 	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
@@ -50,7 +51,8 @@ func TargetHash(kcp *controlplanev1.KubeadmControlPlane) string {
 // HoldInput is what the admission webhook knows about one KubeadmControlPlane update.
 type HoldInput struct {
 	Old, New *controlplanev1.KubeadmControlPlane
-	// OptedIn is true when the owning Cluster carries SingleNodeControlPlaneAnnotation
+	// OptedIn is Enrolled for the new object: the namespace opted in to capi-inplace,
+	// and the owning Cluster or the new KCP carries SingleNodeControlPlaneAnnotation
 	// "true". Only consulted when it matters (see NeedsCluster).
 	OptedIn bool
 	// Release is the value of HoldReleaseAnnotation on the new object ("" when absent).
@@ -72,6 +74,8 @@ type HoldDecision struct {
 	OperatorPaused bool
 	// Reason explains the decision for logs.
 	Reason string
+	// Refused, when set, is why the write is refused (the object is left as it is).
+	Refused string
 }
 
 // IsHeld reports whether a KubeadmControlPlane carries capi-inplace's hold.
@@ -91,9 +95,27 @@ func replicasBelowThreshold(kcp *controlplanev1.KubeadmControlPlane) bool {
 }
 
 // NeedsCluster reports whether DecideHold's answer depends on the Cluster's opt-in, so
-// that the webhook reads the Cluster only for updates that may start a hold.
+// that the webhook reads the Cluster only for updates that may start a hold or take
+// the KCP's opt-in away from a held KCP.
 func NeedsCluster(old, updated *controlplanev1.KubeadmControlPlane) bool {
-	return !IsHeld(old) && replicasBelowThreshold(updated) && TargetHash(old) != TargetHash(updated)
+	if IsHeld(old) {
+		return removesOptIn(old, updated)
+	}
+	return replicasBelowThreshold(updated) && TargetHash(old) != TargetHash(updated)
+}
+
+// removesOptIn reports whether a write takes the KCP's own opt-in away.
+func removesOptIn(old, updated *controlplanev1.KubeadmControlPlane) bool {
+	return KCPOptedIn(old) && !KCPOptedIn(updated)
+}
+
+// optOutRefusal is the refusal of a write that would hand a held KCP back to
+// KubeadmControlPlane, which would then replace its outdated Machines.
+func optOutRefusal(kcp *controlplanev1.KubeadmControlPlane) string {
+	return fmt.Sprintf("KubeadmControlPlane %s is held for an in-place update (annotation %s): removing its last single-node opt-in (%s) now hands it back to KubeadmControlPlane, "+
+		"which replaces the outdated control-plane Machine with a new one. To cancel the update first, revert the spec (the hold is released once every Machine is up to date again), then remove the opt-in; "+
+		"to accept the replacement, set annotation %s=<reason> in the same write",
+		kcp.Name, inplacev1.HoldAnnotation, inplacev1.SingleNodeControlPlaneAnnotation, inplacev1.AllowReplaceAnnotation)
 }
 
 // DecideHold is the admission webhook's decision for a KubeadmControlPlane UPDATE.
@@ -104,15 +126,23 @@ func NeedsCluster(old, updated *controlplanev1.KubeadmControlPlane) bool {
 //     spec, unless the write is the controller's release: it carries
 //     HoldReleaseAnnotation with the hold's current value (and, when configured, comes
 //     from the controller's user).
-//   - A new hold starts when the Cluster opted in, the control plane has fewer than three
-//     replicas and the update changes the target: KCP then never observes an outdated
-//     spec without the pause, so it never starts a surge.
+//   - A write to a held KCP that removes its last opt-in (the KCP's own, with no
+//     Cluster opt-in left) is refused unless it sets a new AllowReplaceAnnotation
+//     value: the controller would release the hold and KCP would replace the Machine,
+//     the one outcome this path exists to prevent. The controller keeps the Cluster's
+//     opt-in copied on a held KCP (CopyOptIn), so the last opt-in is the KCP's.
+//   - A new hold starts when the KCP is enrolled (Enrolled), the control plane has
+//     fewer than three replicas and the update changes the target: KCP then never
+//     observes an outdated spec without the pause, so it never starts a surge.
 func DecideHold(in HoldInput) HoldDecision {
 	oldTarget, newTarget := TargetHash(in.Old), TargetHash(in.New)
 	if IsHeld(in.Old) {
 		target := in.Old.Annotations[inplacev1.HoldAnnotation]
 		if in.Release != "" && in.Release == target && in.ReleaseUserOK && oldTarget == newTarget {
 			return HoldDecision{Released: true, Reason: "released by capi-inplace's controller"}
+		}
+		if removesOptIn(in.Old, in.New) && !in.OptedIn && inplacev1.AllowReplaceOf(in.Old.Annotations, in.New.Annotations) == "" {
+			return HoldDecision{Refused: optOutRefusal(in.Old), Reason: "the write removes the opt-in of a held KubeadmControlPlane"}
 		}
 		if oldTarget != newTarget {
 			target = newTarget

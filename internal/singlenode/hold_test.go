@@ -91,6 +91,7 @@ func TestTargetHash(t *testing.T) {
 func TestDecideHold(t *testing.T) {
 	newTarget := TargetHash(testKCP(withVersion("v1.36.0")))
 	held := withAnnotation(inplacev1.HoldAnnotation, "old-target")
+	optIn := withAnnotation(inplacev1.SingleNodeControlPlaneAnnotation, "true")
 	tests := []struct {
 		name string
 		in   HoldInput
@@ -179,6 +180,27 @@ func TestDecideHold(t *testing.T) {
 			want: HoldDecision{Hold: true, Target: newTarget},
 		},
 		{
+			name: "removing a held KCP's last opt-in is refused",
+			in:   HoldInput{Old: testKCP(held, optIn), New: testKCP(held)},
+			want: HoldDecision{Refused: optOutRefusal(testKCP())},
+		},
+		{
+			name: "removing a held KCP's opt-in while the Cluster still opts in passes",
+			in:   HoldInput{Old: testKCP(held, optIn), New: testKCP(held), OptedIn: true},
+			want: HoldDecision{Hold: true, Target: "old-target"},
+		},
+		{
+			name: "removing a held KCP's last opt-in with a new allow-replace passes",
+			in:   HoldInput{Old: testKCP(held, optIn), New: testKCP(held, withAnnotation(inplacev1.AllowReplaceAnnotation, "INC-1"))},
+			want: HoldDecision{Hold: true, Target: "old-target"},
+		},
+		{
+			name: "an allow-replace stored before admits no opt-out",
+			in: HoldInput{Old: testKCP(held, optIn, withAnnotation(inplacev1.AllowReplaceAnnotation, "INC-1")),
+				New: testKCP(held, withAnnotation(inplacev1.AllowReplaceAnnotation, "INC-1"))},
+			want: HoldDecision{Refused: optOutRefusal(testKCP())},
+		},
+		{
 			name: "a release marker on an object that is not held changes nothing else",
 			in:   HoldInput{Old: testKCP(), New: testKCP(), Release: "x", ReleaseUserOK: true, OptedIn: true},
 			want: HoldDecision{},
@@ -213,6 +235,8 @@ func TestNeedsCluster(t *testing.T) {
 		{"no relevant change", testKCP(), testKCP(withAnnotation("a", "b")), false},
 		{"three replicas", testKCP(withReplicas(ptr.To[int32](3))), testKCP(withReplicas(ptr.To[int32](3)), withVersion("v1.36.0")), false},
 		{"already held", testKCP(withAnnotation(inplacev1.HoldAnnotation, "x")), testKCP(withVersion("v1.36.0")), false},
+		{"held, the KCP's opt-in removed", testKCP(withAnnotation(inplacev1.HoldAnnotation, "x"), withAnnotation(inplacev1.SingleNodeControlPlaneAnnotation, "true")),
+			testKCP(withAnnotation(inplacev1.HoldAnnotation, "x")), true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -55,7 +56,8 @@ func newFixtureWith(ctx context.Context, t *testing.T, optIn bool, createKubeadm
 	c := env.admin
 	f := &fixture{ns: "sn-" + rand.String(6)}
 	f.machine = f.ns + "-cp-0"
-	g.Expect(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ns}})).To(Succeed())
+	g.Expect(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ns,
+		Labels: map[string]string{inplacev1.NamespaceEnabledLabel: "true"}}})).To(Succeed())
 
 	tmpl := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": infraGroup + "/v1alpha1", "kind": "TestMachineTemplate",
@@ -336,10 +338,23 @@ func TestIntegrationOptOutHandsBackToKCP(t *testing.T) {
 	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 
 	// Opting out is removing the opt-in from both the Cluster and the KCP (the
-	// controller copied the Cluster's onto the KCP).
+	// controller copied the Cluster's onto the KCP). While held, the KCP's is the last
+	// one, and removing it would make KCP replace the Machine: refused, with how to
+	// cancel first, unless the write also sets allow-replace (review F15).
 	cluster := f.getCluster(ctx, g)
 	patch = []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, inplacev1.SingleNodeControlPlaneAnnotation))
 	g.Expect(env.topology.Patch(ctx, cluster, client.RawPatch("application/merge-patch+json", patch))).To(Succeed())
+	err := env.topology.Patch(ctx, f.getKCP(ctx, g), client.RawPatch("application/merge-patch+json", patch))
+	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "removing a held KCP's last opt-in is refused: %v", err)
+	g.Expect(err.Error()).To(And(ContainSubstring("revert the spec"), ContainSubstring(inplacev1.AllowReplaceAnnotation)))
+	g.Consistently(func(g Gomega) {
+		kcp := f.getKCP(ctx, g)
+		g.Expect(kcp.Annotations).To(HaveKeyWithValue(inplacev1.SingleNodeControlPlaneAnnotation, "true"))
+		g.Expect(kcp.Annotations).To(HaveKey(inplacev1.HoldAnnotation), "still held")
+	}, 2*time.Second, 200*time.Millisecond).Should(Succeed())
+	g.Expect(f.machineCount(ctx, g)).To(Equal(1))
+
+	patch = []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null,%q:"INC-1"}}}`, inplacev1.SingleNodeControlPlaneAnnotation, inplacev1.AllowReplaceAnnotation))
 	g.Expect(env.topology.Patch(ctx, f.getKCP(ctx, g), client.RawPatch("application/merge-patch+json", patch))).To(Succeed())
 
 	g.Eventually(func(g Gomega) {
@@ -351,6 +366,83 @@ func TestIntegrationOptOutHandsBackToKCP(t *testing.T) {
 		g.Expect(cond).NotTo(BeNil())
 		g.Expect(cond.Reason).To(Equal(inplacev1.ReasonReleased))
 	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+}
+
+// TestIntegrationHeldOptInStaysOnTheKCP: while held, the Cluster's opt-in is kept
+// copied on the KCP, even where the copy had been removed before, so removing the
+// Cluster's (a write the hold webhook never sees) does not release a failed hold and
+// let KCP replace the Machine (review F15).
+func TestIntegrationHeldOptInStaysOnTheKCP(t *testing.T) {
+	env.require(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(ctx, t, true)
+	env.updater.script(f.machine, failedFinal(coordinator.CauseRolledBack, "node n: the agent rolled back plan abc: GateFailed"))
+	g.Eventually(func(g Gomega) {
+		g.Expect(f.getKCP(ctx, g).Annotations).To(HaveKeyWithValue(inplacev1.SingleNodeOptInCopiedAnnotation, "true"))
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+	patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, inplacev1.SingleNodeControlPlaneAnnotation))
+	g.Expect(env.topology.Patch(ctx, f.getKCP(ctx, g), client.RawPatch("application/merge-patch+json", patch))).To(Succeed())
+
+	g.Expect(held(f.setVersion(ctx, g, toVersion))).To(BeTrue(), "the Cluster's opt-in counts")
+	g.Eventually(func(g Gomega) {
+		a := f.getKCP(ctx, g).Annotations
+		g.Expect(a).To(HaveKey(inplacev1.HoldFailedAnnotation))
+		g.Expect(a).To(HaveKeyWithValue(inplacev1.SingleNodeControlPlaneAnnotation, "true"), "copied again while held")
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+
+	g.Expect(env.topology.Patch(ctx, f.getCluster(ctx, g), client.RawPatch("application/merge-patch+json", patch))).To(Succeed())
+	g.Consistently(func(g Gomega) {
+		kcp := f.getKCP(ctx, g)
+		g.Expect(held(kcp)).To(BeTrue(), "the failed hold stays")
+		g.Expect(kcp.Annotations).To(HaveKey(inplacev1.HoldFailedAnnotation))
+	}, 3*time.Second, 200*time.Millisecond).Should(Succeed())
+}
+
+// TestIntegrationNamespaceNotEnabledIsUntouched: in a namespace not labelled
+// inplace.capi-inplace.dev/enabled=true nothing here acts, whatever the Cluster and
+// the KCP say (review F16): a version change is not held (the webhook is registered
+// here without the manifests' namespaceSelector, as a direct caller would reach it),
+// and a hold, pause and opt-in a tenant wrote themselves update no node, release
+// nothing and write no condition.
+func TestIntegrationNamespaceNotEnabledIsUntouched(t *testing.T) {
+	env.require(t)
+	ctx := context.Background()
+	disable := func(g Gomega, f *fixture) {
+		ns := &corev1.Namespace{}
+		g.Expect(env.admin.Get(ctx, client.ObjectKey{Name: f.ns}, ns)).To(Succeed())
+		delete(ns.Labels, inplacev1.NamespaceEnabledLabel)
+		g.Expect(env.admin.Update(ctx, ns)).To(Succeed())
+	}
+
+	t.Run("no hold starts", func(t *testing.T) {
+		g := NewWithT(t)
+		f := newFixture(ctx, t, true)
+		disable(g, f)
+		written := f.setVersion(ctx, g, toVersion)
+		g.Expect(written.Annotations).NotTo(HaveKey(inplacev1.HoldAnnotation))
+		g.Expect(written.Annotations).NotTo(HaveKey(clusterv1.PausedAnnotation))
+	})
+
+	t.Run("a self-made hold moves nothing", func(t *testing.T) {
+		g := NewWithT(t)
+		f := newFixture(ctx, t, false)
+		env.updater.script(f.machine, done("node runs the plan"))
+		disable(g, f)
+		patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"true",%q:"",%q:"self-made"}}}`,
+			inplacev1.SingleNodeControlPlaneAnnotation, clusterv1.PausedAnnotation, inplacev1.HoldAnnotation))
+		g.Expect(env.topology.Patch(ctx, f.getKCP(ctx, g), client.RawPatch("application/merge-patch+json", patch))).To(Succeed())
+		f.setVersion(ctx, g, toVersion)
+		g.Consistently(func(g Gomega) {
+			kcp := f.getKCP(ctx, g)
+			g.Expect(held(kcp)).To(BeTrue(), "not released either")
+			g.Expect(kcp.Annotations).NotTo(HaveKey(inplacev1.HoldUpdatingAnnotation))
+			g.Expect(meta.FindStatusCondition(kcp.Status.Conditions, inplacev1.InPlaceUpdateCondition)).To(BeNil())
+		}, 3*time.Second, 200*time.Millisecond).Should(Succeed())
+		g.Expect(env.updater.calls(f.machine)).To(BeEmpty())
+		ok, _ := f.upToDate(ctx, g)
+		g.Expect(ok).To(BeFalse(), "nothing aligned")
+	})
 }
 
 func TestIntegrationNotOptedInIsUntouched(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -26,11 +27,13 @@ import (
 
 // observed is everything read for one held KubeadmControlPlane.
 type observed struct {
-	kcp      *controlplanev1.KubeadmControlPlane
-	cluster  *clusterv1.Cluster
-	machines []*clusterv1.Machine
-	upToDate map[string]bool
-	results  map[string]*kcppkg.UpToDateResult
+	kcp     *controlplanev1.KubeadmControlPlane
+	cluster *clusterv1.Cluster
+	// namespace is the KCP's namespace (Enrolled).
+	namespace *corev1.Namespace
+	machines  []*clusterv1.Machine
+	upToDate  map[string]bool
+	results   map[string]*kcppkg.UpToDateResult
 }
 
 // observe reads the KCP's control-plane Machines, their KubeadmConfigs and
@@ -98,7 +101,7 @@ func observe(ctx context.Context, c client.Client, kcp *controlplanev1.KubeadmCo
 func (o *observed) state() State {
 	s := State{
 		Held:           IsHeld(o.kcp),
-		OptedIn:        OptedIn(o.cluster) || KCPOptedIn(o.kcp),
+		OptedIn:        Enrolled(o.namespace, o.cluster, o.kcp),
 		BelowThreshold: replicasBelowThreshold(o.kcp),
 		Target:         TargetHash(o.kcp),
 		FailedTarget:   o.kcp.Annotations[inplacev1.HoldFailedAnnotation],

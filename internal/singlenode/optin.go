@@ -17,18 +17,56 @@ import (
 // eventOptInCopied is the Event reason on a KubeadmControlPlane that got its Cluster's opt-in.
 const eventOptInCopied = "SingleNodeOptInCopied"
 
+// Enrolled reports whether the single-node path acts on a KubeadmControlPlane: its
+// namespace opted in to capi-inplace (NamespaceEnabled, as for the hooks) and its
+// Cluster or the KCP itself opted in to this path (OptedIn || KCPOptedIn). The hold
+// webhook starts a hold, and the controller drives one, by this one rule; the
+// controller does nothing at all in a namespace that is not enabled, so a hold and
+// opt-in a tenant wrote themselves there move nothing.
+func Enrolled(ns *corev1.Namespace, cluster *clusterv1.Cluster, kcp *controlplanev1.KubeadmControlPlane) bool {
+	return NamespaceEnabled(ns) && (OptedIn(cluster) || KCPOptedIn(kcp))
+}
+
+// NamespaceEnabled reports whether a management-cluster namespace opted in to
+// capi-inplace (inplacev1.NamespaceEnabled); nil (not found) did not.
+func NamespaceEnabled(ns *corev1.Namespace) bool {
+	return ns != nil && inplacev1.NamespaceEnabled(ns.Labels)
+}
+
+// readNamespace reads a KubeadmControlPlane's namespace; nil when it does not exist.
+func readNamespace(ctx context.Context, c client.Reader, name string) (*corev1.Namespace, error) {
+	ns := &corev1.Namespace{}
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("read namespace %s for the capi-inplace opt-in: %w", name, err)
+	}
+	return ns, nil
+}
+
 // CopyOptIn returns the annotations that copy a Cluster's single-node opt-in onto its
 // KubeadmControlPlane, or nil when nothing is to be copied: the Cluster is not opted
 // in, the KCP carries an opt-in value of its own (any value is the operator's or the
-// topology controller's, never overwritten), or the opt-in was copied before (an
-// operator who removed the copy from the KCP opted out there; copying again would
-// overrule that).
+// topology controller's, never overwritten), or the opt-in was copied before and the
+// KCP is not held (an operator who removed the copy from the KCP opted out there;
+// copying again would overrule that).
 //
 // Why: Cluster API v1.14.2's hooks.MarkAsDone can delete every annotation of a
 // Cluster, the opt-in included (docs/single-node.md has the cause and the upstream
 // issue text); the KCP's copy survives that, and OptedIn || KCPOptedIn decides.
+// While a hold is on, the Cluster's opt-in is copied whatever the marker says: a
+// Cluster write is not judged by the hold webhook, so the opt-in must sit on the KCP,
+// where removing it is refused while held (DecideHold); otherwise removing the
+// Cluster's annotation would release the hold and KCP would replace the Machine.
 func CopyOptIn(cluster *clusterv1.Cluster, kcp *controlplanev1.KubeadmControlPlane) map[string]string {
-	if !OptedIn(cluster) || kcp == nil || optInSettled(kcp) {
+	if !OptedIn(cluster) || kcp == nil {
+		return nil
+	}
+	if _, own := kcp.Annotations[inplacev1.SingleNodeControlPlaneAnnotation]; own {
+		return nil
+	}
+	if _, copied := kcp.Annotations[inplacev1.SingleNodeOptInCopiedAnnotation]; copied && !IsHeld(kcp) {
 		return nil
 	}
 	return map[string]string{
@@ -70,11 +108,11 @@ func optInSettled(kcp *controlplanev1.KubeadmControlPlane) bool {
 	return own || copied
 }
 
-// copyOptIn copies the Cluster's opt-in onto kcp once (CopyOptIn). cluster may be
-// nil: it is read only when the KCP is not settled, so a KCP that carries its opt-in
-// or the copy costs no request.
+// copyOptIn copies the Cluster's opt-in onto kcp (CopyOptIn). cluster may be nil: it
+// is read only when the KCP is not settled, so a KCP that carries its opt-in or the
+// copy costs no request.
 func (r *Reconciler) copyOptIn(ctx context.Context, kcp *controlplanev1.KubeadmControlPlane, cluster *clusterv1.Cluster) error {
-	if optInSettled(kcp) {
+	if optInSettled(kcp) && !IsHeld(kcp) {
 		return nil
 	}
 	if cluster == nil {

@@ -43,6 +43,10 @@ func TestCopyOptIn(t *testing.T) {
 		{"explicit KCP value false is never overwritten", cluster(map[string]string{optIn: "true"}), kcp(map[string]string{optIn: "false"}), nil},
 		{"explicit empty KCP value is never overwritten", cluster(map[string]string{optIn: "true"}), kcp(map[string]string{optIn: ""}), nil},
 		{"copied before and removed from the KCP since: not again", cluster(map[string]string{optIn: "true"}), kcp(map[string]string{copied: "true"}), nil},
+		{"copied before and removed, but held: copied again (the hold webhook guards it there)", cluster(map[string]string{optIn: "true"}),
+			kcp(map[string]string{copied: "true", inplacev1.HoldAnnotation: "t"}), both},
+		{"held, explicit KCP value false is never overwritten", cluster(map[string]string{optIn: "true"}),
+			kcp(map[string]string{optIn: "false", inplacev1.HoldAnnotation: "t"}), nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			NewWithT(t).Expect(CopyOptIn(tc.cluster, tc.kcp)).To(Equal(tc.want))

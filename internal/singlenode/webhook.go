@@ -128,6 +128,9 @@ func (w *holdWebhook) Handle(ctx context.Context, req admission.Request) admissi
 	}
 
 	d := DecideHold(in)
+	if d.Refused != "" {
+		return admission.Denied(d.Refused)
+	}
 	patched, changed, err := withAnnotations(req.Object.Raw, d.HoldAnnotations(), []string{inplacev1.HoldReleaseAnnotation})
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
@@ -141,10 +144,15 @@ func (w *holdWebhook) Handle(ctx context.Context, req admission.Request) admissi
 	return admission.PatchResponseFromRaw(req.Object.Raw, patched)
 }
 
-// optedIn reads the owning Cluster. A missing Cluster means no opt-in.
+// optedIn reads the KCP's namespace and, unless the KCP opts in itself, its Cluster,
+// and answers Enrolled. A missing namespace or Cluster means no opt-in.
 func (w *holdWebhook) optedIn(ctx context.Context, kcp *controlplanev1.KubeadmControlPlane) (bool, error) {
+	ns, err := readNamespace(ctx, w.reader, kcp.Namespace)
+	if err != nil || !NamespaceEnabled(ns) {
+		return false, err
+	}
 	if KCPOptedIn(kcp) {
-		return true, nil
+		return Enrolled(ns, nil, kcp), nil
 	}
 	name := ClusterNameOf(kcp)
 	if name == "" {
@@ -157,7 +165,7 @@ func (w *holdWebhook) optedIn(ctx context.Context, kcp *controlplanev1.KubeadmCo
 		}
 		return false, fmt.Errorf("read Cluster %s/%s for the single-node opt-in: %w", kcp.Namespace, name, err)
 	}
-	return OptedIn(cluster), nil
+	return Enrolled(ns, cluster, kcp), nil
 }
 
 // ClusterNameOf returns the name of the Cluster owning a KubeadmControlPlane: its

@@ -10,6 +10,7 @@ import (
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
@@ -27,19 +28,20 @@ import (
 // with an AdmissionReview, never a panic (recovery is off here, so a panic fails the
 // target), and an allowed answer with a patch only touches metadata.annotations and
 // applies to the object it came with. The Cluster is read from a fake client (an
-// opted-in single-node Cluster): the point is decoding and the decision, which the
+// opted-in single-node Cluster in an enabled namespace): the point is decoding and the decision, which the
 // envtest suite covers against a real API server. Seeds:
 // testdata/fuzz/FuzzHoldWebhook (version change, release, no-op, non-UPDATE).
 func FuzzHoldWebhook(f *testing.F) {
 	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clusterv1.AddToScheme, controlplanev1.AddToScheme, bootstrapv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, clusterv1.AddToScheme, controlplanev1.AddToScheme, bootstrapv1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			f.Fatal(err)
 		}
 	}
 	cluster := &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1",
 		Annotations: map[string]string{inplacev1.SingleNodeControlPlaneAnnotation: "true"}}}
-	reader := fake.NewClientBuilder().WithScheme(scheme).WithObjects(cluster).Build()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns", Labels: map[string]string{inplacev1.NamespaceEnabledLabel: "true"}}}
+	reader := fake.NewClientBuilder().WithScheme(scheme).WithObjects(cluster, ns).Build()
 	wh := &admission.Webhook{Handler: &holdWebhook{reader: reader, decoder: admission.NewDecoder(scheme), controllerUser: "system:serviceaccount:capi-inplace-system:capi-inplace"}}
 	wh.WithRecoverPanic(false)
 
