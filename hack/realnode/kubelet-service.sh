@@ -10,6 +10,9 @@ set -uo pipefail
 
 d=/run/realnode-kubelet
 mkdir -p "$d"
+# The service manager's PID namespace: the systemctl stand-in refuses callers from
+# another, as systemd's D-Bus does.
+echo $$ >"$d/manager.pid"
 log=${REALNODE_LOG:-/var/log/kubelet.log}
 gen=0 kpid="" last_exit=0
 

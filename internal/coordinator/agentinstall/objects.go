@@ -340,7 +340,14 @@ func daemonSet(image string, args []string, extraEnv []corev1.EnvVar) *appsv1.Da
 					ServiceAccountName: AgentName,
 					// The agent must keep working while the CNI or the node's own API
 					// server restarts during an upgrade, so it uses the host network.
-					HostNetwork:       true,
+					HostNetwork: true,
+					// systemd answers a D-Bus client only if it can read the client's
+					// PID: from a PID namespace of its own, every systemctl call (reload
+					// units, restart the kubelet, reboot) fails with "Failed to connect
+					// to bus: No data available" (seen on a real systemd node). The agent
+					// shares the host's PID namespace for that; it is privileged with the
+					// host's root already.
+					HostPID:           true,
 					DNSPolicy:         corev1.DNSClusterFirstWithHostNet,
 					PriorityClassName: "system-node-critical",
 					Tolerations: []corev1.Toleration{
@@ -363,7 +370,7 @@ func daemonSet(image string, args []string, extraEnv []corev1.EnvVar) *appsv1.Da
 							{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "spec.nodeName"}}},
 						}, extraEnv...),
 						// Replacing the OS image, kubelet and kubeadm needs the host's root
-						// file system and privileges; host PID and IPC are not needed.
+						// file system and privileges; host IPC is not needed.
 						SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
 						VolumeMounts:    []corev1.VolumeMount{{Name: "host", MountPath: HostRoot}},
 					}},
