@@ -12,11 +12,12 @@ const (
 	// (JSON) for the plan of StagePlanAnnotation.
 	StagingStatusAnnotation = GroupName + "/staging"
 
-	// StageDeadlineAnnotation on a Node holds the time (RFC 3339) by which the plan
-	// of StagePlanAnnotation must be staged: the coordinator writes it with the
-	// request and fails the update, the node untouched, once it passes; the agent
-	// stops staging then.
-	StageDeadlineAnnotation = GroupName + "/stage-deadline"
+	// StageTimeoutAnnotation on a Node holds how long the agent may spend on staging
+	// the plan of StagePlanAnnotation (protocol.EncodeStageTimeout, a duration such
+	// as "30m0s"), counted on the node's own clock from when it starts. The
+	// coordinator writes it with the request and judges its staging deadline on its
+	// own clock; never an instant, so the two clocks need not agree.
+	StageTimeoutAnnotation = GroupName + "/stage-timeout"
 )
 
 // EventStagingFailed is the Machine Event of a node that could not stage its plan

@@ -82,15 +82,14 @@ func (s *Stager) Reconcile(ctx context.Context, node *corev1.Node, secret *corev
 	if timeout == 0 {
 		timeout = time.Hour
 	}
+	// The coordinator fails the update at its staging deadline; staging on past it
+	// only holds the node's disk and network for nothing. Its timeout is a duration,
+	// timed here on the node's clock (protocol.EncodeStageTimeout).
+	if d, ok := protocol.DecodeStageTimeout(ann[inplacev1.StageTimeoutAnnotation]); ok && d < timeout {
+		timeout = d
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	// The coordinator fails the update at its stage deadline; staging on past it
-	// only holds the node's disk and network for nothing.
-	if deadline, err := time.Parse(time.RFC3339, ann[inplacev1.StageDeadlineAnnotation]); err == nil {
-		var cancelDeadline context.CancelFunc
-		ctx, cancelDeadline = context.WithDeadline(ctx, deadline)
-		defer cancelDeadline()
-	}
 	rep := &stageReport{s: s, st: protocol.StagingStatus{PlanHash: hash, Phase: protocol.StagePhaseStaging}}
 	if secret == nil {
 		return nil // the Secret's event follows (the coordinator writes it first)

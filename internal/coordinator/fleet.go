@@ -229,7 +229,7 @@ func (c *Coordinator) retry(ctx context.Context, s *scope, d Decision) (Outcome,
 		// A failed staging is staged again, from the start.
 		delete(ann, inplacev1.StagingStatusAnnotation)
 		delete(ann, inplacev1.StagePlanAnnotation)
-		delete(ann, inplacev1.StageDeadlineAnnotation)
+		delete(ann, inplacev1.StageTimeoutAnnotation)
 	})
 	if err != nil {
 		return c.workloadFailure(s, stepPublish, err), true

@@ -3,7 +3,6 @@ package coordinator
 import (
 	"context"
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -33,7 +32,6 @@ func (c *Coordinator) stage(ctx context.Context, s *scope) (Outcome, bool) {
 	if !s.plan.NeedsStaging() || ann[inplacev1.DesiredPlanAnnotation] == s.planHash {
 		return Outcome{}, true
 	}
-	now := c.opts.Now()
 	d := StagingVerdict(s.node.Name, s.planHash, ann)
 	switch d.Action {
 	case ActSucceed:
@@ -44,7 +42,7 @@ func (c *Coordinator) stage(ctx context.Context, s *scope) (Outcome, bool) {
 		// deadline, on the next request, until the coordinator's staging deadline.
 		if err := c.patchNode(ctx, s, "clear the staging status of", func(_ *corev1.Node, a map[string]string) {
 			delete(a, inplacev1.StagingStatusAnnotation)
-			delete(a, inplacev1.StageDeadlineAnnotation)
+			delete(a, inplacev1.StageTimeoutAnnotation)
 		}); err != nil {
 			return c.workloadFailure(s, stepAgent, err), false
 		}
@@ -55,10 +53,10 @@ func (c *Coordinator) stage(ctx context.Context, s *scope) (Outcome, bool) {
 		return c.workloadFailure(s, stepAgent, err), false
 	}
 	if err := c.patchNode(ctx, s, "ask for staging on", func(_ *corev1.Node, a map[string]string) {
-		if a[inplacev1.StagePlanAnnotation] != s.planHash || a[inplacev1.StageDeadlineAnnotation] == "" {
-			// Bounds the agent's attempt only; the coordinator judges the staging
-			// deadline on its own clock (watchdog.go).
-			a[inplacev1.StageDeadlineAnnotation] = now.Add(c.opts.Deadlines.Staging).UTC().Format(time.RFC3339)
+		if c.opts.Deadlines.Staging > 0 {
+			// Bounds the agent's attempt only, on the node's clock; the coordinator
+			// judges the staging deadline on its own (watchdog.go).
+			a[inplacev1.StageTimeoutAnnotation] = protocol.EncodeStageTimeout(c.opts.Deadlines.Staging)
 		}
 		a[inplacev1.StagePlanAnnotation] = s.planHash
 	}); err != nil {

@@ -66,19 +66,19 @@ func TestStagingDeadline(t *testing.T) {
 	g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusSuccess))
 	g.Expect(resp.Message).To(ContainSubstring("asked the agent on node sd1 to stage plan"))
 	node := f.getNode("sd1")
-	g.Expect(node.Annotations[inplacev1.StageDeadlineAnnotation]).To(Equal("2026-12-01T10:10:00Z"), "the agent's bound")
+	g.Expect(node.Annotations[inplacev1.StageTimeoutAnnotation]).To(Equal("10m0s"), "the agent's bound, a duration: no instant of this clock reaches the node")
 	rec := DecodePhaseRecord(f.machineAnnotations(m)[inplacev1.UpdatePhaseAnnotation])
 	g.Expect(rec.Phase).To(Equal(UpdatePhaseStaging))
 	g.Expect(rec.Since).To(Equal(start))
 
 	// Within the deadline (a progress report, no Staged): still waiting, even when
-	// the node moves its own deadline a day on.
+	// the node gives itself a day.
 	hash := node.Annotations[inplacev1.StagePlanAnnotation]
 	st, err := protocol.EncodeStagingStatus(protocol.StagingStatus{PlanHash: hash, Phase: protocol.StagePhaseStaging,
 		Item: protocol.StageKubeadm, Bytes: 1 << 20, Size: 4 << 20, Items: 2})
 	g.Expect(err).NotTo(HaveOccurred())
 	node.Annotations[inplacev1.StagingStatusAnnotation] = st
-	node.Annotations[inplacev1.StageDeadlineAnnotation] = "2026-12-02T10:00:00Z"
+	node.Annotations[inplacev1.StageTimeoutAnnotation] = "24h0m0s"
 	g.Expect(f.wl.Update(f.ctx, node)).To(Succeed())
 	clock.Store(start.Add(9 * time.Minute).Unix())
 	resp = call(c, req)
@@ -106,14 +106,14 @@ func TestStagingDeadline(t *testing.T) {
 	g.Expect(f.rec.reasons()).To(ContainElement(inplacev1.EventDeadlineExceeded))
 	g.Expect(f.fleetState().Failures).To(HaveLen(1), "counted against the failure budget")
 
-	// The operator retries: staged again from the start, with a new deadline.
+	// The operator retries: staged again from the start, with the agent's bound.
 	f.annotate(m, inplacev1.RetryAnnotation, "true")
 	resp = call(c, req)
 	g.Expect(resp.Message).To(ContainSubstring("retrying node sd1"))
 	resp = call(c, req)
 	g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusSuccess))
 	g.Expect(resp.Message).To(ContainSubstring("asked the agent"))
-	g.Expect(f.getNode("sd1").Annotations[inplacev1.StageDeadlineAnnotation]).To(Equal("2026-12-01T10:30:00Z"))
+	g.Expect(f.getNode("sd1").Annotations[inplacev1.StageTimeoutAnnotation]).To(Equal("10m0s"))
 }
 
 // TestPermanentStagingFailure: a digest mismatch is not downloaded again and

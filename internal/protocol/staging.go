@@ -103,8 +103,8 @@ const (
 	StageReasonOSStage = "OSStageFailed"
 	// StageReasonNodeConfig: the pool's OS backend configuration cannot be written.
 	StageReasonNodeConfig = "NodeConfigFailed"
-	// StageReasonDeadline: the plan was not staged by the stage deadline
-	// (inplacev1.StageDeadlineAnnotation).
+	// StageReasonDeadline: the plan was not staged within the stage timeout
+	// (inplacev1.StageTimeoutAnnotation).
 	StageReasonDeadline = "DeadlineExceeded"
 	// StageReasonImagePull: the container runtime could not pull a control-plane
 	// image the new kubeadm names.
@@ -212,4 +212,24 @@ func (s StagingStatus) Progress() string {
 	}
 	fmt.Fprintf(&b, "%d of %d artifacts staged", s.Done, s.Items)
 	return b.String()
+}
+
+// EncodeStageTimeout is the value of inplacev1.StageTimeoutAnnotation: how long the
+// agent may spend on one staging, counted on its own clock from when it starts. A
+// duration and never an instant, because the node's clock need not agree with the
+// coordinator's: a node 31 minutes ahead would find any instant "now + 30m" the
+// coordinator sent already past, and fail every staging. The coordinator judges its
+// own staging deadline on its own clock.
+func EncodeStageTimeout(d time.Duration) string {
+	return d.String()
+}
+
+// DecodeStageTimeout reads inplacev1.StageTimeoutAnnotation; ok is false for a
+// missing, garbled or non-positive value (the agent's own limit applies then).
+func DecodeStageTimeout(s string) (d time.Duration, ok bool) {
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, false
+	}
+	return d, true
 }
