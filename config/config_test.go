@@ -466,11 +466,17 @@ func TestImageMatchesBuildAndManifests(t *testing.T) {
 	for _, pkg := range []string{"capi-inplace", "capi-inplace-agent", "capi-inplace-etcd", "capi-inplace-cel"} {
 		g.Expect(makefile).To(MatchRegexp(`(?m)^\tCGO_ENABLED=0 \$\(GO\) build .*-o \$\(BIN\)/`+pkg+` \./cmd/`+pkg+`$`), "make build builds %s static", pkg)
 	}
-	lane := regexp.MustCompile(`(?ms)^e2e-node:.*?\n\n`).Find(makefile)
-	g.Expect(lane).NotTo(BeNil(), "the Makefile's e2e-node target")
+	// Both real-node lanes build the agent's image with one recipe.
+	recipe, err := os.ReadFile("../hack/realnode/agent-image.sh")
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, target := range []string{"e2e-node", "e2e-real"} {
+		lane := regexp.MustCompile(`(?ms)^` + target + `:.*?\n\n`).Find(makefile)
+		g.Expect(lane).NotTo(BeNil(), "the Makefile's %s target", target)
+		g.Expect(string(lane)).To(ContainSubstring("hack/realnode/agent-image.sh"), "%s builds the agent image with the lanes' recipe", target)
+	}
 	for _, bin := range []string{"capi-inplace-agent", "capi-inplace-etcd", "capi-inplace-cel"} {
-		g.Expect(string(lane)).To(ContainSubstring("-file $(BIN)/"+bin+"=/"+bin+" "), "the real-node lane's agent image carries %s, as the release image does", bin)
-		g.Expect(string(lane)).To(MatchRegexp(`cat [^|]*\$\(BIN\)/`+bin+`[ |]`), "the lane's image tag hashes %s", bin)
+		g.Expect(string(recipe)).To(ContainSubstring(`-file "$bin/`+bin+`=/`+bin+`"`), "the real-node lanes' agent image carries %s, as the release image does", bin)
+		g.Expect(string(recipe)).To(MatchRegexp(`cat [^|]*"\$bin/`+bin+`"[ |]`), "the lanes' image tag hashes %s", bin)
 	}
 }
 

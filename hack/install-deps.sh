@@ -34,6 +34,11 @@ need ethtool ethtool
 need ebtables ebtables
 need ip iproute2
 need nsenter util-linux
+# The real Cluster API lane (hack/realcapi, make e2e-real): a Docker engine for
+# Cluster API's Docker provider, and Debian root filesystems for its node and load
+# balancer images.
+need dockerd docker.io
+need mmdebstrap mmdebstrap
 
 if [[ ${#packages[@]} -eq 0 ]]; then
 	exit 0

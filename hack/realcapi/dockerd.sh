@@ -69,6 +69,10 @@ JSON
 	$docker version >/dev/null 2>&1 || die "dockerd did not start (see $state/log/dockerd.log)"
 	# Cluster API's Docker provider puts its containers on the network named kind.
 	$docker network inspect kind >/dev/null 2>&1 || $docker network create kind --subnet 172.18.0.0/16 --gateway 172.18.0.1 >/dev/null
+	# A default route (onto the kind bridge; nothing leaves the namespace anyway): a
+	# kube-apiserver picks its advertise address from it and refuses to start without.
+	local bridge; bridge=br-$($docker network inspect -f '{{.Id}}' kind | cut -c1-12)
+	in_ns ip route replace default dev "$bridge"
 	log "dockerd up in network namespace $netns ($DOCKER_HOST)"
 }
 

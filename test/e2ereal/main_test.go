@@ -1,0 +1,221 @@
+//go:build e2ereal
+
+package e2ereal
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/capi-inplace/capi-inplace/internal/localstack"
+	"github.com/capi-inplace/capi-inplace/test/lanekit"
+)
+
+// The lane's two releases (hack/realnode/versions.sh): nodes start at from and are
+// updated in place to to.
+const (
+	from = "v1.35.4"
+	to   = "v1.36.3"
+)
+
+// gateway is the kind network's gateway (hack/realcapi/dockerd.sh): the address of
+// this test's network namespace as the node containers see it.
+const gateway = "172.18.0.1"
+
+// Labels of the namespaces the scenarios create: our extension serves them and the
+// guard and the single-node hold webhook act on them.
+const extensionName = "capi-inplace"
+
+var suite struct {
+	ctx       context.Context
+	root      string
+	artifacts string
+	stack     *localstack.Stack
+	ext       *localstack.Extension
+	registry  *lanekit.Registry
+	figures   *lanekit.Figures
+	// nodeImage is the node image the DevMachineTemplates name (hack/realcapi/images.sh).
+	nodeImage string
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	wd, _ := os.Getwd()
+	suite.root = filepath.Clean(filepath.Join(wd, "..", ".."))
+	suite.artifacts = filepath.Join(suite.root, "_artifacts", "realcapi", "run-"+time.Now().UTC().Format("20060102-150405"))
+	suite.figures = &lanekit.Figures{Title: "Real Cluster API lane figures"}
+	if err := os.MkdirAll(suite.artifacts, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "e2ereal:", err)
+		return 1
+	}
+	suite.nodeImage = os.Getenv("E2EREAL_NODE_IMAGE")
+	agentImage, agentTar := os.Getenv("E2EREAL_AGENT_IMAGE"), os.Getenv("E2EREAL_AGENT_IMAGE_TAR")
+	dockerHost := os.Getenv("DOCKER_HOST")
+	if suite.nodeImage == "" || agentImage == "" || agentTar == "" || dockerHost == "" {
+		fmt.Fprintln(os.Stderr, "e2ereal: E2EREAL_NODE_IMAGE, E2EREAL_AGENT_IMAGE, E2EREAL_AGENT_IMAGE_TAR and DOCKER_HOST must be set (make e2e-real sets them)")
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	suite.ctx = ctx
+	start := time.Now()
+
+	realnodeCache := filepath.Join(suite.root, "_cache", "realnode")
+	reg, err := lanekit.StartRegistry(gateway+":5123", filepath.Join(suite.artifacts, "registry"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2ereal: registry:", err)
+		return 1
+	}
+	defer reg.Close()
+	suite.registry = reg
+	// The target release's control-plane images (the nodes hold their own release's
+	// only), the agent and the scenarios' workload.
+	if err := reg.PushRelease(ctx, realnodeCache, to); err != nil {
+		fmt.Fprintln(os.Stderr, "e2ereal:", err)
+		return 1
+	}
+	for ref, tar := range map[string]string{
+		agentImage:  agentTar,
+		workloadRef: filepath.Join(suite.root, "_cache", "realcapi", "httpserve.tar"),
+	} {
+		if err := reg.Push(ctx, ref, tar); err != nil {
+			fmt.Fprintln(os.Stderr, "e2ereal:", err)
+			return 1
+		}
+	}
+	artifacts, err := lanekit.ServeArtifacts(gateway+":0", filepath.Join(realnodeCache, "k8s"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2ereal:", err)
+		return 1
+	}
+	defer artifacts.Close()
+	policyFile := filepath.Join(suite.artifacts, "policy.yaml")
+	if err := writePolicy(policyFile, artifacts.URL, filepath.Join(realnodeCache, "k8s", to)); err != nil {
+		fmt.Fprintln(os.Stderr, "e2ereal:", err)
+		return 1
+	}
+
+	stack, err := localstack.Start(ctx, localstack.Options{
+		BinDir:       filepath.Join(suite.root, "bin"),
+		ArtifactsDir: suite.artifacts,
+		Out:          os.Stdout,
+		DockerHost:   dockerHost,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2ereal: start stack:", err)
+		return 1
+	}
+	suite.stack = stack
+	defer stack.Stop()
+
+	// Tear down on SIGINT/SIGTERM and before go test's own -timeout panics, which
+	// would skip deferred calls.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	var watchdog <-chan time.Time
+	if f := flag.Lookup("test.timeout"); f != nil {
+		if d, err := time.ParseDuration(f.Value.String()); err == nil && d > time.Minute {
+			watchdog = time.After(d - 30*time.Second - time.Since(start))
+		}
+	}
+	go func() {
+		select {
+		case s := <-sigs:
+			fmt.Fprintf(os.Stderr, "e2ereal: %v: tearing down\n", s)
+		case <-watchdog:
+			fmt.Fprintln(os.Stderr, "e2ereal: test time-out about to fire: tearing down")
+		case <-ctx.Done():
+			return
+		}
+		cancel()
+		stack.Stop()
+		os.Exit(2)
+	}()
+
+	ext, err := stack.StartExtension(ctx, ourExtension(suite.root, policyFile, agentImage))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2ereal: extension:", err)
+		return 1
+	}
+	suite.ext = ext
+	if err := registerHoldWebhook(ctx, stack, ext); err != nil {
+		fmt.Fprintln(os.Stderr, "e2ereal:", err)
+		return 1
+	}
+	suite.figures.Add("lane: management side up (registry, artifacts, Cluster API, extension)", time.Since(start))
+	fmt.Printf("e2ereal: management side up in %s; logs in %s\n", time.Since(start).Round(time.Millisecond), suite.artifacts)
+
+	code := m.Run()
+	suite.figures.Add("lane: go test wall time", time.Since(start))
+	if err := suite.figures.Write(filepath.Join(suite.root, "_artifacts", "realcapi", "figures.md")); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	return code
+}
+
+// ourExtension is bin/capi-inplace as a Deployment runs it: it installs the node
+// agent (the image in the lane's registry) into each workload cluster.
+func ourExtension(root, policyFile, agentImage string) localstack.ExtensionSpec {
+	return localstack.ExtensionSpec{
+		Name: extensionName,
+		Path: filepath.Join(root, "bin", "capi-inplace"),
+		Args: func(port int, certDir, kubeconfig string) []string {
+			return []string{
+				"extension",
+				fmt.Sprintf("--webhook-port=%d", port),
+				"--webhook-host=127.0.0.1",
+				"--webhook-cert-dir=" + certDir,
+				"--kubeconfig=" + kubeconfig,
+				"--health-addr=127.0.0.1:0",
+				"--diagnostics-address=0",
+				"--policy-file=" + policyFile,
+				"--agent-image=" + agentImage,
+				"--extension-config-name=" + extensionName,
+				"--v=1",
+			}
+		},
+		NamespaceLabels: map[string]string{extensionLabel: "true"},
+	}
+}
+
+// extensionLabel marks the lane's namespaces for the ExtensionConfig and the hold
+// webhook.
+const extensionLabel = "e2ereal.capi-inplace.dev/served"
+
+// upgradePreflightIgnores are kubeadm's preflight checks that fail on every lane node
+// for reasons of the machine (cgroup v1) or of the lane: no CoreDNS or kube-proxy image
+// exists here, and CAPI's ClusterConfiguration cannot disable either addon, so the
+// upgrade's preflight, which pulls every image kubeadm lists, fails its ImagePull
+// check (the agent has pulled the control-plane images it needs while staging).
+var upgradePreflightIgnores = []string{"SystemVerification", "CoreDNSUnsupportedPlugins", "CoreDNSMigration", "ImagePull"}
+
+func writePolicy(path, artifactURL, toBins string) error {
+	sums := map[string]string{}
+	for _, b := range []string{"kubeadm", "kubelet"} {
+		s, err := lanekit.SHA256File(filepath.Join(toBins, b))
+		if err != nil {
+			return err
+		}
+		sums[b] = s
+	}
+	policy := fmt.Sprintf(`kubeadm:
+  ignorePreflightErrors: [%s]
+kubernetesBinaries:
+  %s:
+    linux/amd64:
+      kubeadm: {url: %s/%s/kubeadm, digest: "sha256:%s"}
+      kubelet: {url: %s/%s/kubelet, digest: "sha256:%s"}
+`, strings.Join(upgradePreflightIgnores, ", "), to, artifactURL, to, sums["kubeadm"], artifactURL, to, sums["kubelet"])
+	return os.WriteFile(path, []byte(policy), 0o600)
+}

@@ -1,0 +1,132 @@
+//go:build e2ereal
+
+package e2ereal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/capi-inplace/capi-inplace/test/lanekit"
+)
+
+// TestControlPlaneAndWorker rolls a control plane and a worker to the next minor in
+// place: the control plane through the single-node path (KubeadmControlPlane cannot
+// update fewer than three replicas in place), then the worker through Cluster API's
+// own MachineDeployment in-place hooks, drained with real evictions, while a
+// workload with a PodDisruptionBudget serves from both nodes.
+func TestControlPlaneAndWorker(t *testing.T) {
+	g := newG(t)
+	ctx := suite.ctx
+	const ns, name = "real-pair", "pair"
+	createCluster(t, clusterSpec{Namespace: ns, Name: name, Version: from, ControlPlanes: 1, Workers: 1, SingleNode: true})
+	created := time.Now()
+	ms := waitMachinesRunning(t, ns, name, 2)
+	suite.figures.Add("pair: Cluster created -> 2 Machines with Ready nodes", time.Since(created))
+	wc, err := workloadClient(ctx, ns, name)
+	g.Expect(err).NotTo(HaveOccurred())
+	var cp, worker clusterv1.Machine
+	for _, m := range ms {
+		if _, ok := m.Labels[clusterv1.MachineControlPlaneLabel]; ok {
+			cp = m
+		} else {
+			worker = m
+		}
+	}
+	g.Expect(cp.Name).NotTo(BeEmpty())
+	g.Expect(worker.Name).NotTo(BeEmpty())
+
+	// Two replicas, one per node (a host port each), at least one available.
+	deployWorkload(t, wc, "web", 2, true)
+	_, err = wc.PolicyV1().PodDisruptionBudgets("default").Create(ctx, &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MinAvailable: ptrIntOrString(intstr.FromInt32(1)),
+			Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+		},
+	}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	var urls []string
+	for _, m := range ms {
+		ip, err := nodeIP(ctx, m.Status.NodeRef.Name)
+		g.Expect(err).NotTo(HaveOccurred())
+		urls = append(urls, fmt.Sprintf("http://%s:%d/", ip, workloadPort))
+	}
+	web := probeAny(urls)
+	api := lanekit.ProbeAPI(wc)
+	machines := watchMachines(t, ns)
+
+	start := time.Now()
+	kcp := &controlplanev1.KubeadmControlPlane{}
+	g.Expect(suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, kcp)).To(Succeed())
+	base := kcp.DeepCopy()
+	kcp.Spec.Version = to
+	g.Expect(suite.stack.Client.Patch(ctx, kcp, client.MergeFrom(base))).To(Succeed())
+	g.Eventually(func() error { return nodeAt(ctx, wc, cp.Status.NodeRef.Name, to) }, 20*time.Minute).Should(Succeed())
+	g.Eventually(func() error { return kcpReleased(ctx, ns, name, to) }).Should(Succeed())
+	suite.figures.Add("pair: control plane "+from+" -> "+to+" (single-node path)", time.Since(start))
+
+	workerStart := time.Now()
+	cordon := lanekit.WatchCordon(wc, worker.Status.NodeRef.Name)
+	md := &clusterv1.MachineDeployment{}
+	g.Expect(suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-md"}, md)).To(Succeed())
+	mdBase := md.DeepCopy()
+	md.Spec.Template.Spec.Version = to
+	g.Expect(suite.stack.Client.Patch(ctx, md, client.MergeFrom(mdBase))).To(Succeed())
+	g.Eventually(func() error { return nodeAt(ctx, wc, worker.Status.NodeRef.Name, to) }, 15*time.Minute).Should(Succeed())
+	g.Eventually(func() error { return machineUpdated(ctx, ns, worker.Name, to) }).Should(Succeed())
+	suite.figures.Add("pair: worker "+from+" -> "+to+" through the MachineDeployment's in-place hooks", time.Since(workerStart))
+	suite.figures.Add("pair: worker cordon -> uncordon", cordon.Stop())
+
+	webDown, webLongest, _ := web.Stop()
+	ok, all := web.Availability()
+	apiDown, apiLongest, apiWindows := api.Stop()
+	suite.figures.Add("pair: workload probes answered by either node (every 100 ms)", fmt.Sprintf("%d of %d (%.2f %%), down %s, longest gap %s", ok, all, 100*float64(ok)/float64(max(all, 1)), webDown.Round(100*time.Millisecond), webLongest.Round(100*time.Millisecond)))
+	suite.figures.Add("pair: API server unavailable (total, longest window, windows)", fmt.Sprintf("%s, %s, %d", apiDown.Round(100*time.Millisecond), apiLongest.Round(100*time.Millisecond), apiWindows))
+
+	added, deleted := machines.result()
+	g.Expect(added).To(BeEmpty(), "no Machine created")
+	g.Expect(deleted).To(BeEmpty(), "no Machine deleted")
+	for _, m := range waitMachinesRunning(t, ns, name, 2) {
+		g.Expect([]string{string(cp.UID), string(worker.UID)}).To(ContainElement(string(m.UID)))
+		g.Expect(m.Spec.Version).To(Equal(to))
+	}
+	g.Expect(mustNodeExec(t, worker.Status.NodeRef.Name, "kubelet", "--version")).To(ContainSubstring(to))
+}
+
+func ptrIntOrString(v intstr.IntOrString) *intstr.IntOrString { return &v }
+
+// probeAny probes urls every 100 ms; a probe succeeds when any of them answers.
+func probeAny(urls []string) *lanekit.Outage {
+	hc := &http.Client{Timeout: 500 * time.Millisecond}
+	return lanekit.Probe(100*time.Millisecond, func(ctx context.Context) error {
+		var errs []error
+		for _, u := range urls {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+			if err != nil {
+				return err
+			}
+			resp, err := hc.Do(req)
+			if err == nil {
+				_ = resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return nil
+				}
+				err = fmt.Errorf("%s: HTTP %d", u, resp.StatusCode)
+			}
+			errs = append(errs, err)
+		}
+		return errors.Join(errs...)
+	})
+}

@@ -1,0 +1,114 @@
+//go:build e2ereal
+
+package e2ereal
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/capi-inplace/capi-inplace/internal/localstack"
+	"github.com/capi-inplace/capi-inplace/internal/singlenode"
+)
+
+// workloadRef is the scenarios' workload image (hack/realcapi/images.sh builds it, the
+// suite pushes it to the lane's registry); it serves HTTP on workloadPort, a host port.
+const (
+	workloadRef  = "capi-inplace.local/e2e-httpserve:v1"
+	workloadPort = 18080
+	dockerCLI    = "/usr/bin/docker"
+)
+
+// registerHoldWebhook registers our extension's single-node hold webhook with the
+// management API server, as the release's MutatingWebhookConfiguration does, for the
+// lane's namespaces.
+func registerHoldWebhook(ctx context.Context, stack *localstack.Stack, ext *localstack.Extension) error {
+	url := fmt.Sprintf("https://127.0.0.1:%d%s", ext.Port, singlenode.DefaultWebhookPath)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ext.Cert.CAPEM)
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	resp, err := hc.Post(url, "application/json", bytes.NewReader([]byte(`{}`)))
+	if err != nil {
+		return fmt.Errorf("probe %s: %w", url, err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound {
+		return fmt.Errorf("the extension does not serve %s", singlenode.DefaultWebhookPath)
+	}
+	hook := singlenode.MutatingWebhook(admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ext.Cert.CAPEM})
+	hook.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{extensionLabel: "true"}}
+	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "capi-inplace-single-node"},
+		Webhooks:   []admissionregistrationv1.MutatingWebhook{hook},
+	}
+	if err := stack.Client.Create(ctx, cfg); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create MutatingWebhookConfiguration: %w", err)
+	}
+	return nil
+}
+
+// nodeExec runs a command in a node container.
+func nodeExec(ctx context.Context, node string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, dockerCLI, append([]string{"exec", node}, args...)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("docker exec %s %s: %w: %s", node, strings.Join(args, " "), err, errb.String())
+	}
+	return out.String(), nil
+}
+
+func mustNodeExec(t *testing.T, node string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := nodeExec(ctx, node, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// nodeIP is a node container's address on the kind network.
+func nodeIP(ctx context.Context, node string) (string, error) {
+	out, err := exec.CommandContext(ctx, dockerCLI, "inspect", "-f", "{{(index .NetworkSettings.Networks \"kind\").IPAddress}}", node).Output()
+	if err != nil {
+		return "", fmt.Errorf("docker inspect %s: %w", node, err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// workloadClient is a client of a workload cluster, from its kubeconfig Secret.
+func workloadClient(ctx context.Context, ns, cluster string) (kubernetes.Interface, error) {
+	kc, err := suite.stack.WorkloadKubeconfig(ctx, ns, cluster)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Timeout = 10 * time.Second
+	return kubernetes.NewForConfig(cfg)
+}
+
+func newG(t *testing.T) *WithT {
+	g := NewWithT(t)
+	g.SetDefaultEventuallyTimeout(15 * time.Minute)
+	g.SetDefaultEventuallyPollingInterval(2 * time.Second)
+	return g
+}
