@@ -299,16 +299,28 @@ type FleetClusterStatus struct {
 // FleetCounts count a FleetRollout's Clusters by state.
 type FleetCounts struct {
 	// total is every Cluster the rollout tracks.
+	// +optional
+	// +kubebuilder:default=0
 	Total int32 `json:"total"`
 	// pending Clusters are not started yet.
+	// +optional
+	// +kubebuilder:default=0
 	Pending int32 `json:"pending"`
 	// updating Clusters were started and have not finished.
+	// +optional
+	// +kubebuilder:default=0
 	Updating int32 `json:"updating"`
 	// succeeded Clusters have every Machine at the target.
+	// +optional
+	// +kubebuilder:default=0
 	Succeeded int32 `json:"succeeded"`
 	// failed Clusters count against maxFailures.
+	// +optional
+	// +kubebuilder:default=0
 	Failed int32 `json:"failed"`
 	// skipped Clusters were never started or no longer waited for.
+	// +optional
+	// +kubebuilder:default=0
 	Skipped int32 `json:"skipped"`
 }
 

@@ -175,6 +175,17 @@ const (
 	ReasonDeadlineExceeded = "InPlaceUpdateDeadlineExceeded"
 )
 
+// FailedReason reports whether a Machine's InPlaceUpdate condition reason says its
+// update failed: rolled back, failed, degraded, never picked up, or past a deadline.
+// `capi-inplace status` and the FleetRollout controller judge a Machine by it.
+func FailedReason(reason string) bool {
+	switch reason {
+	case ReasonFailed, ReasonRolledBack, ReasonDegraded, ReasonPlanNotPickedUp, ReasonDeadlineExceeded:
+		return true
+	}
+	return false
+}
+
 // Event reasons recorded on Machines.
 const (
 	EventDrainStarted     = "InPlaceDrainStarted"

@@ -328,8 +328,7 @@ func buildMachine(m *clusterv1.Machine, node *corev1.Node, reachable bool, now t
 		mv.Degraded = true
 	}
 	if mv.Failure == "" {
-		if c := mv.Conditions.InPlaceUpdate; c != nil && (c.Reason == inplacev1.ReasonFailed || c.Reason == inplacev1.ReasonRolledBack ||
-			c.Reason == inplacev1.ReasonDegraded || c.Reason == inplacev1.ReasonPlanNotPickedUp || c.Reason == inplacev1.ReasonDeadlineExceeded) {
+		if c := mv.Conditions.InPlaceUpdate; c != nil && inplacev1.FailedReason(c.Reason) {
 			mv.Failure = joinNonEmpty(c.Reason, c.Message)
 		}
 	}

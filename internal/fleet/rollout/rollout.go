@@ -246,8 +246,14 @@ func apply(spec inplacev1.FleetRolloutSpec, e *inplacev1.FleetClusterStatus, o O
 			// Written before (a pass whose status write was lost, or a person):
 			// adopt it into the batch being worked on.
 			e.State, e.StartedAt = inplacev1.FleetClusterUpdating, now.DeepCopy()
-			if cur != nil && (e.Batch == nil || *e.Batch > cur.Index) {
+			switch {
+			case cur != nil && (e.Batch == nil || *e.Batch > cur.Index):
 				e.Batch = ptrTo(cur.Index)
+			case cur == nil && spec.Canary != nil:
+				// Before any batch started only a canary can have been started.
+				e.Batch = ptrTo(int32(0))
+			case cur == nil:
+				e.Batch = ptrTo(int32(1))
 			}
 		case o.Blocked != "":
 			e.Batch = nil
@@ -306,9 +312,12 @@ func assignCanaries(spec inplacev1.FleetRolloutSpec, entries []*inplacev1.FleetC
 	if spec.Canary.Count == nil {
 		return
 	}
-	pending := sortedPending(entries, func(*inplacev1.FleetClusterStatus) bool { return true })
-	for i, e := range pending {
-		if i >= int(*spec.Canary.Count) {
+	// A canary already started (adopted after a lost status write) counts.
+	n := int(*spec.Canary.Count) - count(entries, func(e *inplacev1.FleetClusterStatus) bool {
+		return e.State != inplacev1.FleetClusterPending && inBatch(e, 0)
+	})
+	for i, e := range sortedPending(entries, func(*inplacev1.FleetClusterStatus) bool { return true }) {
+		if i >= n {
 			break
 		}
 		e.Batch = ptrTo(int32(0))

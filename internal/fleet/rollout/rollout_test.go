@@ -57,6 +57,7 @@ type step struct {
 	remove  []string          // Clusters that leave it
 	spec    func(*inplacev1.FleetRolloutSpec)
 	advance time.Duration
+	lose    bool // the status write of this pass is lost
 
 	wantStart []string
 	wantPhase inplacev1.FleetRolloutPhase
@@ -101,22 +102,26 @@ func run(t *testing.T, spec inplacev1.FleetRolloutSpec, f *fleet, steps []step) 
 				results = append(results, Result{Key: k, Outcome: Written})
 			}
 		}
-		st = Record(spec, d.Status, results, now)
+		recorded := Record(spec, d.Status, results, now)
+		if !s.lose {
+			st = recorded
+		}
 		g.Expect(started).To(Equal(s.wantStart), "step %d: started", i)
 		if s.wantPhase != "" {
-			g.Expect(st.Phase).To(Equal(s.wantPhase), "step %d: phase", i)
+			g.Expect(recorded.Phase).To(Equal(s.wantPhase), "step %d: phase", i)
 		}
-		halted := condition(st, inplacev1.FleetHaltedCondition)
+		halted := condition(recorded, inplacev1.FleetHaltedCondition)
 		if s.wantHalt == "" {
 			g.Expect(halted.Status).To(Equal(metav1.ConditionFalse), "step %d: halted: %s", i, halted.Message)
 		} else {
 			g.Expect(halted.Status).To(Equal(metav1.ConditionTrue), "step %d: halted", i)
 			g.Expect(halted.Reason).To(Equal(s.wantHalt), "step %d: halt reason", i)
 		}
-		g.Expect(st.ObservedGeneration).To(Equal(int64(1)))
-		g.Expect(st.Counts.Total).To(Equal(st.Counts.Pending+st.Counts.Updating+st.Counts.Succeeded+st.Counts.Failed+st.Counts.Skipped), "step %d: counts add up", i)
+		g.Expect(recorded.ObservedGeneration).To(Equal(int64(1)))
+		c := recorded.Counts
+		g.Expect(c.Total).To(Equal(c.Pending+c.Updating+c.Succeeded+c.Failed+c.Skipped), "step %d: counts add up", i)
 		if s.check != nil {
-			s.check(g, st, d)
+			s.check(g, recorded, d)
 		}
 	}
 }
@@ -406,6 +411,30 @@ func TestStep(t *testing.T) {
 				{set: map[string]Progress{"s2": InProgress}, wantStart: []string{"s1", "s3"}, check: func(g Gomega, st inplacev1.FleetRolloutStatus, _ Decision) {
 					g.Expect(entry(st, "s2").State).To(Equal(inplacev1.FleetClusterUpdating))
 				}},
+			},
+		},
+		{
+			name:  "a canary written but not recorded (a lost status write) is adopted as the canary, not joined by another",
+			spec:  spec(batches(intstr.FromInt32(2), canary(1), func(s *inplacev1.FleetRolloutSpec) { s.Paused = true })),
+			fleet: newFleet("s1", "s2", "s3"),
+			steps: []step{
+				{wantStart: nil, wantPhase: inplacev1.FleetPhasePaused},
+				{set: map[string]Progress{"s1": InProgress}, wantStart: nil, check: func(g Gomega, st inplacev1.FleetRolloutStatus, _ Decision) {
+					g.Expect(entry(st, "s1").State).To(Equal(inplacev1.FleetClusterUpdating))
+					g.Expect(*entry(st, "s2").Batch).To(Equal(int32(1)), "one canary only")
+				}},
+				{set: map[string]Progress{"s1": Reached}, spec: func(s *inplacev1.FleetRolloutSpec) { s.Paused = false }, wantStart: []string{"s2", "s3"}},
+			},
+		},
+		{
+			name:  "every status write lost: the canary is adopted on each pass, nothing else starts",
+			spec:  spec(batches(intstr.FromInt32(2), canary(1))),
+			fleet: newFleet("s1", "s2", "s3"),
+			steps: []step{
+				{lose: true, wantStart: []string{"s1"}},
+				{lose: true, wantStart: nil},
+				{lose: true, wantStart: nil, check: hasState("s1", inplacev1.FleetClusterUpdating, "")},
+				{failed: map[string]string{"s1": inplacev1.FleetReasonMachineFailed}, lose: true, wantStart: nil, wantHalt: inplacev1.FleetHaltFailureBudget},
 			},
 		},
 		{

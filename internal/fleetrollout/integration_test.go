@@ -1,0 +1,324 @@
+package fleetrollout
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/testenv"
+)
+
+// The controller runs against a real API server with Cluster API's CRDs and ours;
+// no Cluster API controller runs: the tests play them, marking Machines updated.
+var (
+	env *testenv.Env
+	c   client.Client
+)
+
+const (
+	from   = "v1.35.0"
+	target = "v1.36.0"
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(testenv.MainFunc(m, testenv.Options{
+		CAPI:    []testenv.CRDSet{testenv.CAPICore, testenv.KubeadmControlPlane},
+		CRDDirs: []string{filepath.Join("..", "..", "config", "crd", "bases")},
+	}, &env, startManager))
+}
+
+func startManager(e *testenv.Env) (func(), error) {
+	ctrl.SetLogger(funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{}))
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		return nil, err
+	}
+	if err := SetupWithManager(mgr, Options{Interval: 200 * time.Millisecond}); err != nil {
+		return nil, err
+	}
+	if c, err = client.New(e.Config, client.Options{Scheme: scheme}); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+	}, nil
+}
+
+// stores creates n plain Clusters (KubeadmControlPlane at from, one control-plane
+// Machine; with workers, a MachineDeployment and one worker Machine) labelled
+// fleet=<ns> in a namespace that opted in.
+func stores(ctx context.Context, g Gomega, ns string, n int, workers bool) []string {
+	g.Expect(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
+		Labels: map[string]string{inplacev1.NamespaceEnabledLabel: "true"}}})).To(Succeed())
+	infra := func(name string) clusterv1.ContractVersionedObjectReference {
+		return clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "DevMachine", Name: name}
+	}
+	var names []string
+	for i := 1; i <= n; i++ {
+		name := fmt.Sprintf("%s-%d", ns, i)
+		names = append(names, name)
+		g.Expect(c.Create(ctx, &clusterv1.Cluster{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"fleet": ns}},
+			Spec: clusterv1.ClusterSpec{ControlPlaneRef: clusterv1.ContractVersionedObjectReference{
+				APIGroup: controlplanev1.GroupVersion.Group, Kind: "KubeadmControlPlane", Name: name}},
+		})).To(Succeed())
+		g.Expect(c.Create(ctx, &controlplanev1.KubeadmControlPlane{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{clusterv1.ClusterNameLabel: name}},
+			Spec: controlplanev1.KubeadmControlPlaneSpec{Replicas: ptr.To[int32](1), Version: from,
+				MachineTemplate: controlplanev1.KubeadmControlPlaneMachineTemplate{Spec: controlplanev1.KubeadmControlPlaneMachineTemplateSpec{InfrastructureRef: infra(name)}}},
+		})).To(Succeed())
+		machine := func(suffix string, labels map[string]string) {
+			g.Expect(c.Create(ctx, &clusterv1.Machine{
+				ObjectMeta: metav1.ObjectMeta{Name: name + suffix, Namespace: ns, Labels: labels},
+				Spec: clusterv1.MachineSpec{ClusterName: name, Version: from, InfrastructureRef: infra(name + suffix),
+					Bootstrap: clusterv1.Bootstrap{DataSecretName: ptr.To("bootstrap")}},
+			})).To(Succeed())
+		}
+		machine("-cp", map[string]string{clusterv1.ClusterNameLabel: name, clusterv1.MachineControlPlaneLabel: ""})
+		if !workers {
+			continue
+		}
+		g.Expect(c.Create(ctx, &clusterv1.MachineDeployment{
+			ObjectMeta: metav1.ObjectMeta{Name: name + "-md", Namespace: ns, Labels: map[string]string{clusterv1.ClusterNameLabel: name}},
+			Spec: clusterv1.MachineDeploymentSpec{ClusterName: name,
+				Selector: metav1.LabelSelector{MatchLabels: map[string]string{"md": name}},
+				Template: clusterv1.MachineTemplateSpec{
+					ObjectMeta: clusterv1.ObjectMeta{Labels: map[string]string{"md": name}},
+					Spec: clusterv1.MachineSpec{ClusterName: name, Version: from, InfrastructureRef: infra(name + "-tmpl"),
+						Bootstrap: clusterv1.Bootstrap{DataSecretName: ptr.To("bootstrap")}}}},
+		})).To(Succeed())
+		machine("-w", map[string]string{clusterv1.ClusterNameLabel: name, clusterv1.MachineDeploymentNameLabel: name + "-md", "md": name})
+	}
+	return names
+}
+
+func kcpVersion(ctx context.Context, ns, name string) func() (string, error) {
+	return func() (string, error) {
+		kcp := &controlplanev1.KubeadmControlPlane{}
+		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, kcp)
+		return kcp.Spec.Version, err
+	}
+}
+
+func mdVersion(ctx context.Context, ns, name string) func() (string, error) {
+	return func() (string, error) {
+		md := &clusterv1.MachineDeployment{}
+		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-md"}, md)
+		return md.Spec.Template.Spec.Version, err
+	}
+}
+
+// versions are the KubeadmControlPlanes' versions of the named Clusters.
+func versions(ctx context.Context, ns string, names ...string) func() ([]string, error) {
+	return func() ([]string, error) {
+		var out []string
+		for _, n := range names {
+			v, err := kcpVersion(ctx, ns, n)()
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, v)
+		}
+		return out, nil
+	}
+}
+
+func repeat(s string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = s
+	}
+	return out
+}
+
+// setMachine plays Cluster API and the coordinator on one Machine: spec.version
+// and, when cond is set, our InPlaceUpdate condition.
+func setMachine(ctx context.Context, g Gomega, ns, name, version string, cond *metav1.Condition) {
+	m := &clusterv1.Machine{}
+	g.Expect(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, m)).To(Succeed())
+	m.Spec.Version = version
+	g.Expect(c.Update(ctx, m)).To(Succeed())
+	if cond != nil {
+		meta.SetStatusCondition(&m.Status.Conditions, *cond)
+		g.Expect(c.Status().Update(ctx, m)).To(Succeed())
+	}
+}
+
+// finish plays an in-place update of a whole Cluster: its control plane once the
+// rollout wrote the KubeadmControlPlane, then its workers once it wrote the
+// MachineDeployment.
+func finish(ctx context.Context, g Gomega, ns, name string, workers bool) {
+	g.Eventually(kcpVersion(ctx, ns, name)).Should(Equal(target), "the rollout writes %s's KubeadmControlPlane", name)
+	if workers {
+		g.Expect(mdVersion(ctx, ns, name)()).To(Equal(from), "workers wait for the control plane")
+	}
+	setMachine(ctx, g, ns, name+"-cp", target, nil)
+	if workers {
+		g.Eventually(mdVersion(ctx, ns, name)).Should(Equal(target), "the rollout writes %s's MachineDeployment once the control plane is done", name)
+		setMachine(ctx, g, ns, name+"-w", target, nil)
+	}
+}
+
+func fleetRollout(name, ns string, mod func(*inplacev1.FleetRolloutSpec)) *inplacev1.FleetRollout {
+	fr := &inplacev1.FleetRollout{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: inplacev1.FleetRolloutSpec{
+		ClusterSelector: metav1.LabelSelector{MatchLabels: map[string]string{"fleet": ns}},
+		Canary:          &inplacev1.FleetCanary{Count: ptr.To[int32](1)},
+		Target:          inplacev1.FleetTarget{Version: target},
+		Strategy:        inplacev1.FleetStrategy{BatchSize: ptr.To(intstr.FromInt32(2))},
+	}}
+	if mod != nil {
+		mod(&fr.Spec)
+	}
+	return fr
+}
+
+func status(ctx context.Context, name string) func() (inplacev1.FleetRolloutStatus, error) {
+	return func() (inplacev1.FleetRolloutStatus, error) {
+		fr := &inplacev1.FleetRollout{}
+		err := c.Get(ctx, client.ObjectKey{Name: name}, fr)
+		return fr.Status, err
+	}
+}
+
+func setPaused(ctx context.Context, g Gomega, name string, paused bool) {
+	fr := &inplacev1.FleetRollout{}
+	g.Expect(c.Get(ctx, client.ObjectKey{Name: name}, fr)).To(Succeed())
+	orig := fr.DeepCopy()
+	fr.Spec.Paused = paused
+	g.Expect(c.Patch(ctx, fr, client.MergeFrom(orig))).To(Succeed())
+}
+
+const hold = 1500 * time.Millisecond // several controller passes (200 ms apart)
+
+func TestRolloutGoesBatchByBatch(t *testing.T) {
+	env.Require(t)
+	g := NewWithT(t)
+	g.SetDefaultEventuallyTimeout(20 * time.Second)
+	ctx := context.Background()
+	const ns = "wave"
+	s := stores(ctx, g, ns, 5, true)
+	g.Expect(c.Create(ctx, fleetRollout(ns, ns, nil))).To(Succeed())
+
+	// The canary alone.
+	g.Eventually(kcpVersion(ctx, ns, s[0])).Should(Equal(target))
+	g.Consistently(versions(ctx, ns, s[1:]...)).WithTimeout(hold).Should(Equal(repeat(from, 4)), "nothing else starts while the canary updates")
+	finish(ctx, g, ns, s[0], true)
+	// Batch 1: s[1], s[2]; batch 2 waits for both.
+	g.Eventually(versions(ctx, ns, s[1], s[2])).Should(Equal(repeat(target, 2)))
+	g.Consistently(versions(ctx, ns, s[3:]...)).WithTimeout(hold).Should(Equal(repeat(from, 2)))
+	finish(ctx, g, ns, s[1], true)
+	g.Consistently(versions(ctx, ns, s[3:]...)).WithTimeout(hold).Should(Equal(repeat(from, 2)), "batch 2 waits for all of batch 1")
+	finish(ctx, g, ns, s[2], true)
+	// Batch 2.
+	finish(ctx, g, ns, s[3], true)
+	finish(ctx, g, ns, s[4], true)
+	g.Eventually(status(ctx, ns)).Should(And(
+		HaveField("Phase", inplacev1.FleetPhaseCompleted),
+		HaveField("Counts", inplacev1.FleetCounts{Total: 5, Succeeded: 5}),
+		HaveField("Batches", int32(3)),
+	))
+	st, _ := status(ctx, ns)()
+	g.Expect(st.ObservedGeneration).To(Equal(int64(1)))
+	for i, e := range st.Clusters {
+		g.Expect(*e.Batch).To(Equal(int32((i+1)/2)), "canary in batch 0, then two per batch: %s", e.Name)
+		g.Expect(e.StartedAt).NotTo(BeNil())
+	}
+}
+
+func TestFailedCanaryHaltsBeforeTheFirstBatch(t *testing.T) {
+	env.Require(t)
+	g := NewWithT(t)
+	g.SetDefaultEventuallyTimeout(20 * time.Second)
+	ctx := context.Background()
+	const ns = "canary"
+	s := stores(ctx, g, ns, 5, false)
+	// A failure budget of 3 would let one failure through: the canary's rule does not.
+	g.Expect(c.Create(ctx, fleetRollout(ns, ns, func(s *inplacev1.FleetRolloutSpec) { s.Strategy.MaxFailures = ptr.To[int32](3) }))).To(Succeed())
+
+	g.Eventually(kcpVersion(ctx, ns, s[0])).Should(Equal(target))
+	setMachine(ctx, g, ns, s[0]+"-cp", target, &metav1.Condition{Type: inplacev1.InPlaceUpdateCondition, Status: metav1.ConditionFalse,
+		Reason: inplacev1.ReasonRolledBack, Message: "gate kubelet-ready failed; rolled back"})
+	g.Eventually(status(ctx, ns)).Should(And(
+		HaveField("Phase", inplacev1.FleetPhaseHalted),
+		HaveField("Counts", inplacev1.FleetCounts{Total: 5, Failed: 1, Pending: 4}),
+	))
+	st, _ := status(ctx, ns)()
+	halted := meta.FindStatusCondition(st.Conditions, inplacev1.FleetHaltedCondition)
+	g.Expect(halted).NotTo(BeNil())
+	g.Expect(halted.Reason).To(Equal(inplacev1.FleetHaltCanaryFailed))
+	g.Expect(st.Clusters[0].Reason).To(Equal(inplacev1.FleetReasonMachineFailed))
+	g.Expect(st.Clusters[0].Message).To(ContainSubstring("gate kubelet-ready failed"))
+	g.Consistently(versions(ctx, ns, s[1:]...)).WithTimeout(hold).Should(Equal(repeat(from, 4)), "no batch starts after a failed canary")
+}
+
+func TestPauseStopsNewStarts(t *testing.T) {
+	env.Require(t)
+	g := NewWithT(t)
+	g.SetDefaultEventuallyTimeout(20 * time.Second)
+	ctx := context.Background()
+	const ns = "paused"
+	s := stores(ctx, g, ns, 3, false)
+	g.Expect(c.Create(ctx, fleetRollout(ns, ns, func(s *inplacev1.FleetRolloutSpec) { s.Paused = true }))).To(Succeed())
+
+	g.Eventually(status(ctx, ns)).Should(HaveField("Phase", inplacev1.FleetPhasePaused))
+	g.Consistently(versions(ctx, ns, s...)).WithTimeout(hold).Should(Equal(repeat(from, 3)), "paused from the start: nothing starts")
+
+	setPaused(ctx, g, ns, false)
+	g.Eventually(kcpVersion(ctx, ns, s[0])).Should(Equal(target), "resumed: the canary starts")
+	setPaused(ctx, g, ns, true)
+	// The canary, already updating, goes on and finishes; the batch after it waits.
+	setMachine(ctx, g, ns, s[0]+"-cp", target, nil)
+	g.Eventually(status(ctx, ns)).Should(And(
+		HaveField("Phase", inplacev1.FleetPhasePaused),
+		HaveField("Counts.Succeeded", int32(1)),
+	))
+	g.Consistently(versions(ctx, ns, s[1:]...)).WithTimeout(hold).Should(Equal(repeat(from, 2)), "paused: the first batch does not start")
+	setPaused(ctx, g, ns, false)
+	g.Eventually(versions(ctx, ns, s[1:]...)).Should(Equal(repeat(target, 2)))
+}
+
+func TestAPIRefusesUnsafeSpecs(t *testing.T) {
+	env.Require(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	empty := fleetRollout("empty-selector", "x", func(s *inplacev1.FleetRolloutSpec) { s.ClusterSelector = metav1.LabelSelector{} })
+	err := c.Create(ctx, empty)
+	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "an empty clusterSelector selects every Cluster: %v", err)
+	g.Expect(err.Error()).To(ContainSubstring("clusterSelector must hold at least one requirement"))
+
+	fr := fleetRollout("abort-once", "x", func(s *inplacev1.FleetRolloutSpec) { s.Abort = true })
+	g.Expect(c.Create(ctx, fr)).To(Succeed())
+	err = c.Patch(ctx, fr, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"abort":false}}`)))
+	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "abort cannot be undone: %v", err)
+}
