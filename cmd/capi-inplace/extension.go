@@ -28,6 +28,7 @@ import (
 	"github.com/capi-inplace/capi-inplace/internal/cli"
 	"github.com/capi-inplace/capi-inplace/internal/coordinator"
 	"github.com/capi-inplace/capi-inplace/internal/extension"
+	"github.com/capi-inplace/capi-inplace/internal/fleetrollout"
 	"github.com/capi-inplace/capi-inplace/internal/guard"
 	"github.com/capi-inplace/capi-inplace/internal/planner"
 	"github.com/capi-inplace/capi-inplace/internal/policy"
@@ -54,7 +55,11 @@ type extensionOptions struct {
 	verbosity            int
 }
 
-func newExtensionCommand() *cobra.Command {
+func newExtensionCommand() *cobra.Command { return newExtensionCommandWith(runExtension) }
+
+// newExtensionCommandWith is `capi-inplace extension` running run with the parsed
+// flags.
+func newExtensionCommandWith(run func(context.Context, extensionOptions) error) *cobra.Command {
 	o := extensionOptions{}
 	cmd := &cobra.Command{
 		Use:   "extension",
@@ -65,7 +70,7 @@ over HTTPS (register it with an ExtensionConfig whose caBundle is the CA of
 --webhook-cert-dir/tls.crt) and runs inside a controller-runtime manager.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runExtension(cmd.Context(), o)
+			return run(cmd.Context(), o)
 		},
 	}
 	f := cmd.Flags()
@@ -83,7 +88,7 @@ over HTTPS (register it with an ExtensionConfig whose caBundle is the CA of
 	f.StringVar(&o.policyFile, "policy-file", "", "Path to the policy file (YAML or JSON); empty means the built-in policy (no OS image artifacts, bootstrap-only fields refused).")
 	f.BoolVar(&o.manageAgents, "manage-agents", true, "Install and upgrade the node agent (DaemonSet and RBAC) in each workload cluster.")
 	f.StringVar(&o.agentImage, "agent-image", "", "Container image of the node agent that --manage-agents installs.")
-	f.StringVar(&o.extensionConfigName, "extension-config-name", "", "Name of the ExtensionConfig that registers these hooks; the single-node control-plane path then reads its spec.settings (disableInPlaceUpdates) as Cluster API passes them to the hooks (needs get on runtime.cluster.x-k8s.io extensionconfigs). Empty: no settings.")
+	f.StringVar(&o.extensionConfigName, "extension-config-name", "", "Name of the ExtensionConfig that registers these hooks; the single-node control-plane path and the in-place-only guard then read its spec.settings (disableInPlaceUpdates) as Cluster API passes them to the hooks (needs get on runtime.cluster.x-k8s.io extensionconfigs), and the guard judges a ClusterClass's chained upgrades by its GenerateUpgradePlan handler of that name. Empty: no settings, no chained-upgrade preview in the guard.")
 	f.IntVarP(&o.verbosity, "v", "v", 0, "Log verbosity (0 or 1).")
 	return cmd
 }
@@ -244,8 +249,12 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 	// The in-place-only guard, on the same admission server as the hold webhook. It
 	// reads through the manager's cache (typed and unstructured): it answers every
 	// spec write of an opted-in Cluster's objects within its latency budget.
-	if err := setupGuard(mgr, admission, pol); err != nil {
+	if err := setupGuard(mgr, admission, pol, guardOptions(o)); err != nil {
 		return err
+	}
+	// FleetRollouts (internal/fleetrollout): leader-elected, as the single-node controller.
+	if err := fleetrollout.SetupWithManager(mgr, fleetrollout.Options{}); err != nil {
+		return fmt.Errorf("set up fleet rollouts: %w", err)
 	}
 	// The hook server needs no leader election: every replica answers hooks.
 	if err := mgr.Add(hookServer); err != nil {
@@ -336,8 +345,17 @@ func (w workloadClients) WorkloadClient(ctx context.Context, cluster client.Obje
 	return wc.Client, nil
 }
 
-// setupGuard registers the in-place-only guard (internal/guard) on registry.
-func setupGuard(mgr ctrl.Manager, registry guard.WebhookRegistry, pol *policy.Policy) error {
+// guardOptions are the guard's options that come from the flags: the
+// ExtensionConfig is the one --extension-config-name names, as for the
+// single-node path.
+func guardOptions(o extensionOptions) guard.Options {
+	return guard.Options{ExtensionConfig: o.extensionConfigName}
+}
+
+// setupGuard registers the in-place-only guard (internal/guard) on registry, with
+// opts (guardOptions) completed by the manager's readers, the policy's planner,
+// metrics and an Event recorder.
+func setupGuard(mgr ctrl.Manager, registry guard.WebhookRegistry, pol *policy.Policy, opts guard.Options) error {
 	for _, add := range []func(*runtime.Scheme) error{apiextensionsv1.AddToScheme, runtimev1.AddToScheme} {
 		if err := add(mgr.GetScheme()); err != nil {
 			return fmt.Errorf("guard: register types: %w", err)
@@ -363,10 +381,7 @@ func setupGuard(mgr ctrl.Manager, registry guard.WebhookRegistry, pol *policy.Po
 	if err != nil {
 		return err
 	}
-	return guard.Register(registry, guard.Options{
-		Reader: cached, LiveReader: direct, Planner: pl, Policy: pol, Metrics: gm,
-		// config/extensionconfig's name: its settings are the ones the hooks get.
-		ExtensionConfig: "capi-inplace",
-		Recorder:        mgr.GetEventRecorder("capi-inplace-guard"),
-	})
+	opts.Reader, opts.LiveReader, opts.Planner, opts.Policy, opts.Metrics = cached, direct, pl, pol, gm
+	opts.Recorder = mgr.GetEventRecorder("capi-inplace-guard")
+	return guard.Register(registry, opts)
 }

@@ -42,8 +42,10 @@ type Extension struct {
 }
 
 // OurExtension returns the spec for bin/capi-inplace extension, serving namespaces
-// labelled with labels. The agents are run by the stack, so the extension does not
-// install them (--manage-agents=false).
+// labelled with labels and registered as the ExtensionConfig name, which it reads
+// its settings from (--extension-config-name, as config/manager sets it). The
+// agents are run by the stack, so the extension does not install them
+// (--manage-agents=false).
 func OurExtension(binDir, name string, labels, settings map[string]string) ExtensionSpec {
 	return ExtensionSpec{
 		Name: name,
@@ -56,6 +58,7 @@ func OurExtension(binDir, name string, labels, settings map[string]string) Exten
 				"--webhook-cert-dir=" + certDir,
 				"--kubeconfig=" + kubeconfig,
 				"--manage-agents=false",
+				"--extension-config-name=" + name,
 				"--health-addr=127.0.0.1:0",
 				"--diagnostics-address=0",
 				"--v=1",
