@@ -1,0 +1,114 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// updateFlagReference rewrites docs/flags.md from the commands:
+//
+//	go test ./cmd/capi-inplace -run TestFlagReference -update
+var updateFlagReference = flag.Bool("update", false, "rewrite docs/flags.md from the command trees")
+
+const flagReferencePath = "docs/flags.md"
+
+// TestFlagReference: docs/flags.md is the flag reference rendered from the
+// binaries' command trees; it fails when the page is stale (a flag added,
+// removed, renamed, or its default or help changed) and says how to regenerate.
+func TestFlagReference(t *testing.T) {
+	want := renderFlagReference(commandTrees(t))
+	path := filepath.Join(repoRoot, flagReferencePath)
+	if *updateFlagReference {
+		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want {
+		t.Errorf("%s is stale: regenerate it with `go test ./cmd/capi-inplace -run TestFlagReference -update`\n--- want:\n%s", flagReferencePath, want)
+	}
+}
+
+// renderFlagReference is the page: one table per command with flags, in the
+// order an operator meets them.
+func renderFlagReference(trees map[string]*cobra.Command) string {
+	var b strings.Builder
+	b.WriteString(`# Command-line flags
+
+Generated from the commands themselves (their cobra flag sets) by
+` + "`go test ./cmd/capi-inplace -run TestFlagReference -update`" + `; the test fails when
+this page is stale. Edit the flags' help in the code, not here. What the settings mean
+in context: [extension.md](extension.md), [agent.md](agent.md), [cli.md](cli.md).
+`)
+	find := func(program string, path ...string) *cobra.Command {
+		c := trees[program]
+		for _, name := range path {
+			c = findSubcommand(c, name)
+		}
+		return c
+	}
+	section := func(title, note string, c *cobra.Command) {
+		fmt.Fprintf(&b, "\n## `%s`\n\n", title)
+		if note != "" {
+			b.WriteString(note + "\n\n")
+		}
+		b.WriteString(flagTable(c))
+	}
+	section("capi-inplace extension", "The Cluster API runtime extension (the Deployment of config/manager).",
+		find("capi-inplace", "extension"))
+	section("capi-inplace-agent", "The node agent (the DaemonSet the extension installs; its arguments are `agent --host-root=/host`). `capi-inplace-agent agent` has the same flags.",
+		find("capi-inplace-agent"))
+	var differ []string
+	for _, sub := range []string{"status", "plan"} {
+		note := fmt.Sprintf("`kubectl inplace %s` has the same flags.", sub)
+		if flagTable(find("capi-inplace", sub)) != flagTable(find("kubectl-inplace", sub)) {
+			note, differ = "", append(differ, sub)
+		}
+		section("capi-inplace "+sub, note, find("capi-inplace", sub))
+	}
+	for _, sub := range differ {
+		section("kubectl inplace "+sub, "", find("kubectl-inplace", sub))
+	}
+	return b.String()
+}
+
+// flagTable is a command's flags, its own and inherited, as a Markdown table.
+func flagTable(c *cobra.Command) string {
+	var b strings.Builder
+	b.WriteString("| flag | default | meaning |\n|---|---|---|\n")
+	row := func(f *pflag.Flag) {
+		if f.Hidden {
+			return
+		}
+		name := "`--" + f.Name + "`"
+		if f.Shorthand != "" {
+			name = "`-" + f.Shorthand + "`, " + name
+		}
+		def := ""
+		if f.DefValue != "" && f.DefValue != "[]" {
+			def = "`" + f.DefValue + "`"
+		}
+		// kubectl's --cache-dir defaults under $HOME: the page is the same for everyone.
+		if home, err := os.UserHomeDir(); err == nil && home != "/" {
+			def = strings.ReplaceAll(def, home+"/", "~/")
+		}
+		usage := strings.ReplaceAll(strings.Join(strings.Fields(f.Usage), " "), "|", `\|`)
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", name, def, usage)
+	}
+	fs := pflag.NewFlagSet(c.Name(), pflag.ContinueOnError)
+	fs.AddFlagSet(c.Flags())
+	fs.AddFlagSet(c.InheritedFlags())
+	fs.VisitAll(row)
+	return b.String()
+}
