@@ -320,6 +320,12 @@ func (fc *flagChecker) checkCommand(cmd *cobra.Command, args []word) []string {
 				cmd = sub
 				continue
 			}
+			// A command that only groups others takes no argument: the word names
+			// a subcommand that does not exist (`capi-inplace demo`).
+			if !cmd.Runnable() && cmd.HasSubCommands() && regexp.MustCompile(`^[a-z][a-z0-9-]*$`).MatchString(a) {
+				problems = append(problems, fmt.Sprintf("%d: `%s` has no subcommand %s", args[i].line, commandName(cmd), a))
+				return problems
+			}
 			positional = true
 		}
 	}
@@ -692,6 +698,8 @@ func TestDocsChecksCatchMistakes(t *testing.T) {
 			want: []string{"3: `capi-inplace status` has no flag --watchh"}},
 		{name: "other programs' flags", doc: "`kubeadm upgrade apply v1.36.0 --yes`\n```sh\nclusterctl init --infrastructure docker | kubectl apply --server-side -f -\n```\n"},
 		{name: "an upstream flag in prose", doc: "kubeadm's `--skip-phases=preflight`\n"},
+		{name: "a subcommand that is gone", doc: "`capi-inplace demo` and `capi-inplace agent --host-root=/host`\n",
+			want: []string{"1: `capi-inplace` has no subcommand demo", "1: `capi-inplace` has no subcommand agent"}},
 		{name: "a subcommand on its own", doc: "the DaemonSet's `agent --host-root=/host`; `status -w --nope`\n",
 			want: []string{"1: `capi-inplace status` has no flag --nope"}},
 	}
