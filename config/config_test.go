@@ -389,6 +389,8 @@ func TestRenderedObjects(t *testing.T) {
 			"/secrets":                                                   {"get", "list", "watch"},
 			"apiextensions.k8s.io/customresourcedefinitions":             {"get", "list", "watch"},
 			"runtime.cluster.x-k8s.io/extensionconfigs":                  {"get", "list", "watch"},
+			// Only its own configuration (resourceNames): guard.Registrar.
+			"admissionregistration.k8s.io/validatingwebhookconfigurations": {"get", "patch"},
 			"/namespaces":                               {"get", "list", "watch"},
 			"/events":                                   {"create", "patch"},
 			"events.k8s.io/events":                      {"create", "patch"},

@@ -252,6 +252,10 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 	if err := setupGuard(mgr, admission, pol, guardOptions(o)); err != nil {
 		return err
 	}
+	// Its registration follows the infrastructure providers installed (leader-elected).
+	if err := (&guard.Registrar{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up the guard's registration: %w", err)
+	}
 	// FleetRollouts (internal/fleetrollout): leader-elected, as the single-node controller.
 	if err := fleetrollout.SetupWithManager(mgr, fleetrollout.Options{}); err != nil {
 		return fmt.Errorf("set up fleet rollouts: %w", err)

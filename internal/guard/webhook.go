@@ -41,20 +41,12 @@ const WebhookPath = "/validate-cluster-x-k8s-io-inplace-guard"
 // WebhookName is the name of the webhook inside its ValidatingWebhookConfiguration.
 const WebhookName = "guard.inplace.capi-inplace.dev"
 
-// infraTemplateResources are the infrastructure machine template kinds the guard
-// registers for (the Docker and Dev providers the e2e and bench stacks run); a
-// deployment with another provider adds its template resource to the rule.
-// Their version is the one the providers' CRDs name for the v1beta2 contract: with
-// matchPolicy Equivalent, writes of other versions reach the guard converted to it, the
-// version preview.Gatherer reads.
-var infraTemplateResources = []string{"dockermachinetemplates", "devmachinetemplates"}
-
-const infraTemplateVersion = "v1beta2"
-
 // ValidatingWebhook returns the guard's registration for a
 // ValidatingWebhookConfiguration, pointing at clientConfig (a Service or URL whose
 // path is WebhookPath). config/webhook registers it with a namespaceSelector on
-// inplace.capi-inplace.dev/enabled=true, so it never sees other namespaces.
+// inplace.capi-inplace.dev/enabled=true, so it never sees other namespaces. Its
+// infrastructure rule names the Docker and Dev providers' templates (what the e2e and
+// bench stacks run); the Registrar replaces it with the templates installed.
 //
 // failurePolicy is Fail on purpose: an opted-in Cluster's writes must not reach Cluster
 // API unguarded while the extension is down (fails closed). The rules cover UPDATE
@@ -65,24 +57,10 @@ func ValidatingWebhook(clientConfig admissionregistrationv1.WebhookClientConfig)
 	fail := admissionregistrationv1.Fail
 	equivalent := admissionregistrationv1.Equivalent
 	none := admissionregistrationv1.SideEffectClassNoneOnDryRun
-	update := []admissionregistrationv1.OperationType{admissionregistrationv1.Update}
-	rule := func(ops []admissionregistrationv1.OperationType, group, version string, resources ...string) admissionregistrationv1.RuleWithOperations {
-		return admissionregistrationv1.RuleWithOperations{Operations: ops, Rule: admissionregistrationv1.Rule{
-			APIGroups: []string{group}, APIVersions: []string{version}, Resources: resources,
-			Scope: ptr.To(admissionregistrationv1.NamespacedScope),
-		}}
-	}
 	return admissionregistrationv1.ValidatingWebhook{
-		Name:         WebhookName,
-		ClientConfig: clientConfig,
-		Rules: []admissionregistrationv1.RuleWithOperations{
-			rule(update, clusterv1.GroupVersion.Group, clusterv1.GroupVersion.Version, "clusters", "machinedeployments"),
-			rule([]admissionregistrationv1.OperationType{admissionregistrationv1.Update, admissionregistrationv1.Delete},
-				clusterv1.GroupVersion.Group, clusterv1.GroupVersion.Version, "machinesets"),
-			rule(update, controlplanev1.GroupVersion.Group, controlplanev1.GroupVersion.Version, "kubeadmcontrolplanes"),
-			rule(update, bootstrapv1.GroupVersion.Group, bootstrapv1.GroupVersion.Version, "kubeadmconfigtemplates"),
-			rule(update, "infrastructure.cluster.x-k8s.io", infraTemplateVersion, infraTemplateResources...),
-		},
+		Name:                    WebhookName,
+		ClientConfig:            clientConfig,
+		Rules:                   Rules(defaultInfraTemplates),
 		MatchConditions:         MatchConditions(),
 		FailurePolicy:           &fail,
 		MatchPolicy:             &equivalent,
@@ -90,6 +68,39 @@ func ValidatingWebhook(clientConfig admissionregistrationv1.WebhookClientConfig)
 		TimeoutSeconds:          ptr.To[int32](10),
 		AdmissionReviewVersions: []string{"v1"},
 	}
+}
+
+// Rules are the guard's rules, with one for the infrastructure machine templates of
+// each version in infra: UPDATE of the objects whose change rolls Machines out, and
+// DELETE of MachineSets (a MachineDeployment replaces the Machines of a deleted
+// MachineSet).
+func Rules(infra []InfraTemplate) []admissionregistrationv1.RuleWithOperations {
+	update := []admissionregistrationv1.OperationType{admissionregistrationv1.Update}
+	rule := func(ops []admissionregistrationv1.OperationType, group, version string, resources ...string) admissionregistrationv1.RuleWithOperations {
+		return admissionregistrationv1.RuleWithOperations{Operations: ops, Rule: admissionregistrationv1.Rule{
+			APIGroups: []string{group}, APIVersions: []string{version}, Resources: resources,
+			Scope: ptr.To(admissionregistrationv1.NamespacedScope),
+		}}
+	}
+	rules := []admissionregistrationv1.RuleWithOperations{
+		rule(update, clusterv1.GroupVersion.Group, clusterv1.GroupVersion.Version, "clusters", "machinedeployments"),
+		rule([]admissionregistrationv1.OperationType{admissionregistrationv1.Update, admissionregistrationv1.Delete},
+			clusterv1.GroupVersion.Group, clusterv1.GroupVersion.Version, "machinesets"),
+		rule(update, controlplanev1.GroupVersion.Group, controlplanev1.GroupVersion.Version, "kubeadmcontrolplanes"),
+		rule(update, bootstrapv1.GroupVersion.Group, bootstrapv1.GroupVersion.Version, "kubeadmconfigtemplates"),
+	}
+	var versions []string
+	byVersion := map[string][]string{}
+	for _, t := range infra {
+		if _, ok := byVersion[t.Version]; !ok {
+			versions = append(versions, t.Version)
+		}
+		byVersion[t.Version] = append(byVersion[t.Version], t.Resource)
+	}
+	for _, v := range versions {
+		rules = append(rules, rule(update, InfraGroup, v, byVersion[v]...))
+	}
+	return rules
 }
 
 // MatchConditions send the guard only the writes it may refuse, so that the API
