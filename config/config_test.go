@@ -119,6 +119,7 @@ func TestRenderedObjects(t *testing.T) {
 	}
 	g.Expect(got).To(ConsistOf(
 		"Namespace//"+namespace,
+		"CustomResourceDefinition//fleetrollouts.inplace.capi-inplace.dev",
 		"ConfigMap/"+namespace+"/capi-inplace-policy",
 		"Deployment/"+namespace+"/"+deploymentName,
 		"Service/"+namespace+"/"+serviceName,
@@ -373,7 +374,9 @@ func TestRenderedObjects(t *testing.T) {
 		g.Expect(grants(cr.Rules)).To(Equal(map[string][]string{
 			"cluster.x-k8s.io/clusters":                                  {"get", "list", "patch", "watch"},
 			"cluster.x-k8s.io/machinesets":                               {"get", "list", "watch"},
-			"cluster.x-k8s.io/machinedeployments":                        {"get", "list", "watch"},
+			"cluster.x-k8s.io/machinedeployments":                        {"get", "list", "patch", "watch"},
+			"inplace.capi-inplace.dev/fleetrollouts":                     {"get", "list", "watch"},
+			"inplace.capi-inplace.dev/fleetrollouts/status":              {"patch", "update"},
 			"cluster.x-k8s.io/clusterclasses":                            {"get", "list", "watch"},
 			"controlplane.cluster.x-k8s.io/kubeadmcontrolplanetemplates": {"get", "list", "watch"},
 			"cluster.x-k8s.io/machinedrainrules":                         {"get", "list", "watch"},
@@ -543,6 +546,9 @@ func TestManifestsApplyToAPIServer(t *testing.T) {
 		{"default", "list", "cluster.x-k8s.io", "clusters", ""},
 		{"default", "patch", "cluster.x-k8s.io", "clusters", ""},
 		{"default", "watch", "cluster.x-k8s.io", "machinedeployments", ""},
+		{"default", "patch", "cluster.x-k8s.io", "machinedeployments", ""},
+		{"", "list", "inplace.capi-inplace.dev", "fleetrollouts", ""},
+		{"", "patch", "inplace.capi-inplace.dev", "fleetrollouts", "status"},
 		{"default", "patch", "cluster.x-k8s.io", "machines", ""},
 		{"default", "patch", "cluster.x-k8s.io", "machines", "status"},
 		{"default", "patch", "controlplane.cluster.x-k8s.io", "kubeadmcontrolplanes", ""},
@@ -561,7 +567,8 @@ func TestManifestsApplyToAPIServer(t *testing.T) {
 		{"default", "create", "cluster.x-k8s.io", "machines", ""},
 		{"default", "delete", "cluster.x-k8s.io", "machines", ""},
 		{"default", "delete", "cluster.x-k8s.io", "clusters", ""},
-		{"default", "patch", "cluster.x-k8s.io", "machinedeployments", ""},
+		{"default", "delete", "cluster.x-k8s.io", "machinedeployments", ""},
+		{"", "patch", "inplace.capi-inplace.dev", "fleetrollouts", ""},
 		{"default", "patch", "bootstrap.cluster.x-k8s.io", "kubeadmconfigtemplates", ""},
 		{"default", "delete", "infrastructure.cluster.x-k8s.io", "devmachines", ""},
 		{"default", "create", "", "secrets", ""},
