@@ -53,8 +53,10 @@ rootfs() {
 }
 
 # The node.
+# One root filesystem serves both images (one mmdebstrap run: CI time); the node
+# never starts haproxy.
 node_base=$(rootfs node systemd systemd-sysv dbus containerd runc iptables conntrack socat ethtool ebtables \
-	containernetworking-plugins iproute2 ca-certificates procps kmod util-linux mount)
+	containernetworking-plugins iproute2 ca-certificates procps kmod util-linux mount haproxy)
 bins=$realnode_cache/k8s/$FROM_VERSION
 [[ -x $bins/kubeadm ]] || die "no kubeadm $FROM_VERSION in $bins (hack/realnode/build.sh)"
 ctx=$cache/node-context
@@ -99,7 +101,7 @@ COPY bin/ /usr/bin/
 COPY images/ /kind/images/
 RUN systemctl enable containerd kubelet capi-real-images \
  && systemctl mask getty.target console-getty.service systemd-logind.service systemd-udevd.service \
-      systemd-udev-trigger.service systemd-modules-load.service sys-kernel-config.mount sys-kernel-debug.mount \
+      systemd-udev-trigger.service systemd-modules-load.service sys-kernel-config.mount sys-kernel-debug.mount haproxy.service \
  && echo -n >/etc/machine-id && echo "$FROM_VERSION" >/kind/version
 ENV container=docker
 STOPSIGNAL SIGRTMIN+3
@@ -115,7 +117,6 @@ fi
 rm -rf "$ctx"
 
 # The load balancer: Debian's haproxy with the provider's entrypoint and config path.
-lb_base=$(rootfs haproxy haproxy)
 ctx=$cache/haproxy-context
 rm -rf "$ctx" && mkdir -p "$ctx"
 cat >"$ctx/haproxy.cfg" <<'CFG'
@@ -131,7 +132,7 @@ frontend placeholder
   bind 127.0.0.1:65000
 CFG
 cat >"$ctx/Dockerfile" <<DOCKERFILE
-FROM $lb_base
+FROM $node_base
 COPY haproxy.cfg /usr/local/etc/haproxy/haproxy.cfg
 STOPSIGNAL SIGUSR1
 ENTRYPOINT ["haproxy", "-W", "-db", "-f", "/usr/local/etc/haproxy/haproxy.cfg"]

@@ -155,6 +155,14 @@ metadata:
 spec:
   clusterName: {{.Name}}
   replicas: {{.Workers}}
+  # No surge: Cluster API moves a Machine to the new MachineSet and updates it in
+  # place instead of creating one first.
+  rollout:
+    strategy:
+      type: RollingUpdate
+      rollingUpdate:
+        maxSurge: 0
+        maxUnavailable: 1
   selector:
     matchLabels: {}
   template:

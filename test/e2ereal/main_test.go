@@ -149,7 +149,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	suite.ext = ext
-	if err := registerHoldWebhook(ctx, stack, ext); err != nil {
+	if err := registerWebhooks(ctx, stack, ext); err != nil {
 		fmt.Fprintln(os.Stderr, "e2ereal:", err)
 		return 1
 	}

@@ -27,6 +27,8 @@ import (
 // own MachineDeployment in-place hooks, drained with real evictions, while a
 // workload with a PodDisruptionBudget serves from both nodes.
 func TestControlPlaneAndWorker(t *testing.T) {
+	// The scenarios run at once, each on clusters of its own: CI time.
+	t.Parallel()
 	g := newG(t)
 	ctx := suite.ctx
 	const ns, name = "real-pair", "pair"
@@ -77,9 +79,25 @@ func TestControlPlaneAndWorker(t *testing.T) {
 	g.Eventually(func() error { return kcpReleased(ctx, ns, name, to) }).Should(Succeed())
 	suite.figures.Add("pair: control plane "+from+" -> "+to+" (single-node path)", time.Since(start))
 
+	// The guard refuses, at the API, a write that would replace the worker: another
+	// infrastructure template (another node image), which no node can take in place.
+	md := &clusterv1.MachineDeployment{}
+	g.Expect(suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-md"}, md)).To(Succeed())
+	other, err := render(otherTemplate, struct{ Name string }{name})
+	g.Expect(err).NotTo(HaveOccurred())
+	other[0].SetNamespace(ns)
+	g.Expect(suite.stack.Client.Create(ctx, other[0])).To(Succeed())
+	replacing := md.DeepCopy()
+	replacing.Spec.Template.Spec.InfrastructureRef.Name = other[0].GetName()
+	err = suite.stack.Client.Patch(ctx, replacing, client.MergeFrom(md))
+	g.Expect(err).To(HaveOccurred(), "the guard refuses a write that would replace a Machine")
+	g.Expect(err.Error()).To(ContainSubstring(worker.Name), "the refusal names the Machine it would replace")
+	sets := &clusterv1.MachineSetList{}
+	g.Expect(suite.stack.Client.List(ctx, sets, client.InNamespace(ns))).To(Succeed())
+	g.Expect(sets.Items).To(HaveLen(1), "no MachineSet created for the refused write")
+
 	workerStart := time.Now()
 	cordon := lanekit.WatchCordon(wc, worker.Status.NodeRef.Name)
-	md := &clusterv1.MachineDeployment{}
 	g.Expect(suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-md"}, md)).To(Succeed())
 	mdBase := md.DeepCopy()
 	md.Spec.Template.Spec.Version = to
@@ -104,6 +122,20 @@ func TestControlPlaneAndWorker(t *testing.T) {
 	}
 	g.Expect(mustNodeExec(t, worker.Status.NodeRef.Name, "kubelet", "--version")).To(ContainSubstring(to))
 }
+
+// otherTemplate is an infrastructure template with another node image.
+const otherTemplate = `
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+kind: DevMachineTemplate
+metadata:
+  name: {{.Name}}-node-other
+spec:
+  template:
+    spec:
+      backend:
+        docker:
+          customImage: capi-real/node:other
+`
 
 func ptrIntOrString(v intstr.IntOrString) *intstr.IntOrString { return &v }
 

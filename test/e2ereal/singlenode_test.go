@@ -32,6 +32,8 @@ import (
 // asks for the next minor, an API server argument and a file; the node is updated
 // where it stands while a workload on it keeps serving.
 func TestSingleNodeControlPlane(t *testing.T) {
+	// The scenarios run at once, each on clusters of its own: CI time.
+	t.Parallel()
 	g := newG(t)
 	ctx := suite.ctx
 	const ns, name = "real-single", "single"

@@ -20,7 +20,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/capi-inplace/capi-inplace/internal/guard"
 	"github.com/capi-inplace/capi-inplace/internal/localstack"
 	"github.com/capi-inplace/capi-inplace/internal/singlenode"
 )
@@ -33,30 +35,51 @@ const (
 	dockerCLI    = "/usr/bin/docker"
 )
 
-// registerHoldWebhook registers our extension's single-node hold webhook with the
-// management API server, as the release's MutatingWebhookConfiguration does, for the
-// lane's namespaces.
-func registerHoldWebhook(ctx context.Context, stack *localstack.Stack, ext *localstack.Extension) error {
-	url := fmt.Sprintf("https://127.0.0.1:%d%s", ext.Port, singlenode.DefaultWebhookPath)
+// registerWebhooks registers our extension's admission webhooks with the management
+// API server for the lane's namespaces, as the release's webhook configurations do:
+// the single-node hold webhook and the guard.
+func registerWebhooks(ctx context.Context, stack *localstack.Stack, ext *localstack.Extension) error {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ext.Cert.CAPEM)
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
-	resp, err := hc.Post(url, "application/json", bytes.NewReader([]byte(`{}`)))
+	url := func(path string) (string, error) {
+		u := fmt.Sprintf("https://127.0.0.1:%d%s", ext.Port, path)
+		resp, err := hc.Post(u, "application/json", bytes.NewReader([]byte(`{}`)))
+		if err != nil {
+			return "", fmt.Errorf("probe %s: %w", u, err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode == http.StatusNotFound {
+			return "", fmt.Errorf("the extension does not serve %s", path)
+		}
+		return u, nil
+	}
+	lane := &metav1.LabelSelector{MatchLabels: map[string]string{extensionLabel: "true"}}
+	holdURL, err := url(singlenode.DefaultWebhookPath)
 	if err != nil {
-		return fmt.Errorf("probe %s: %w", url, err)
+		return err
 	}
-	_ = resp.Body.Close()
-	if resp.StatusCode == http.StatusNotFound {
-		return fmt.Errorf("the extension does not serve %s", singlenode.DefaultWebhookPath)
+	hold := singlenode.MutatingWebhook(admissionregistrationv1.WebhookClientConfig{URL: &holdURL, CABundle: ext.Cert.CAPEM})
+	hold.NamespaceSelector = lane
+	guardURL, err := url(guard.WebhookPath)
+	if err != nil {
+		return err
 	}
-	hook := singlenode.MutatingWebhook(admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ext.Cert.CAPEM})
-	hook.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{extensionLabel: "true"}}
-	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: "capi-inplace-single-node"},
-		Webhooks:   []admissionregistrationv1.MutatingWebhook{hook},
-	}
-	if err := stack.Client.Create(ctx, cfg); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create MutatingWebhookConfiguration: %w", err)
+	guardHook := guard.ValidatingWebhook(admissionregistrationv1.WebhookClientConfig{URL: &guardURL, CABundle: ext.Cert.CAPEM})
+	guardHook.NamespaceSelector = lane
+	for _, cfg := range []client.Object{
+		&admissionregistrationv1.MutatingWebhookConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Name: "capi-inplace-single-node"},
+			Webhooks:   []admissionregistrationv1.MutatingWebhook{hold},
+		},
+		&admissionregistrationv1.ValidatingWebhookConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Name: "capi-inplace-guard"},
+			Webhooks:   []admissionregistrationv1.ValidatingWebhook{guardHook},
+		},
+	} {
+		if err := stack.Client.Create(ctx, cfg); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create %T: %w", cfg, err)
+		}
 	}
 	return nil
 }
