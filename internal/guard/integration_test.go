@@ -501,6 +501,46 @@ func TestGuardAgainstAPIServer(t *testing.T) {
 		out, err = apply(write("", back))
 		g.Expect(err).NotTo(HaveOccurred(), out)
 	})
+	// The admission port is open to every pod: a request sent there directly, with a
+	// namespace and a user of the sender's choosing, is not the API server's (review F13).
+	direct := func(g Gomega, ns, preKubeadm, override string) admission.Request {
+		kcp := &controlplanev1.KubeadmControlPlane{}
+		g.Expect(admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "demo-cp"}, kcp)).To(Succeed())
+		written := kcp.DeepCopy()
+		written.Spec.KubeadmConfigSpec.PreKubeadmCommands = []string{preKubeadm}
+		if override != "" {
+			written.Annotations = map[string]string{inplacev1.AllowReplaceAnnotation: override}
+		}
+		req := updateRequest(t, controlplanev1.GroupVersion.WithKind("KubeadmControlPlane"), "kubeadmcontrolplanes", kcp, written)
+		req.UserInfo.Username = "alice"
+		return req
+	}
+	t.Run("a direct request about a namespace not opted in plans nothing and learns nothing", func(t *testing.T) {
+		g := NewWithT(t)
+		h, err := guard.NewHandler(guard.Options{Reader: admin, Planner: pl, Policy: policy.Builtin(), Recorder: mgr.GetEventRecorder("test")})
+		g.Expect(err).NotTo(HaveOccurred())
+		resp := h.Handle(ctx, direct(g, "other", "echo replaced", ""))
+		g.Expect(resp.Allowed).To(BeTrue(), "%+v", resp.Result)
+		g.Expect(resp.Result.Message).To(BeEmpty(), "no Machine, version or path of that namespace")
+		// The same change in an opted-in namespace is refused, naming the Machine.
+		resp = h.Handle(ctx, direct(g, "plain", "echo replaced", ""))
+		g.Expect(resp.Allowed).To(BeFalse())
+		g.Expect(resp.Result.Message).To(ContainSubstring("demo-cp-0"))
+	})
+	t.Run("a direct request records no override Event for a write that never happened", func(t *testing.T) {
+		g := NewWithT(t)
+		h, err := guard.NewHandler(guard.Options{Reader: admin, Planner: pl, Policy: policy.Builtin(), Recorder: mgr.GetEventRecorder("test")})
+		g.Expect(err).NotTo(HaveOccurred())
+		resp := h.Handle(ctx, direct(g, "plain", "echo forged", "FORGED-1"))
+		g.Expect(resp.Allowed).To(BeTrue(), "the override admits it: %+v", resp.Result)
+		g.Consistently(func(g Gomega) {
+			list := &eventsv1.EventList{}
+			g.Expect(admin.List(ctx, list, client.InNamespace("plain"))).To(Succeed())
+			for _, e := range list.Items {
+				g.Expect(e.Note).NotTo(ContainSubstring("FORGED-1"), "an Event claiming alice wrote it")
+			}
+		}, 5*time.Second, 250*time.Millisecond).Should(Succeed())
+	})
 	t.Run("refusals are counted by reason", func(t *testing.T) {
 		g := NewWithT(t)
 		counts := refusalCounts(t, reg)

@@ -13,6 +13,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -181,9 +182,10 @@ func Register(registry WebhookRegistry, opts Options) error {
 
 // Handler is the admission adapter around Decide.
 type Handler struct {
-	opts Options
-	mu   sync.Mutex
-	memo map[string]memoEntry
+	opts   Options
+	mu     sync.Mutex
+	memo   map[string]memoEntry
+	events *overrideEvents
 }
 
 var _ admission.Handler = &Handler{}
@@ -201,7 +203,11 @@ func NewHandler(opts Options) (*Handler, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Handler{opts: opts, memo: map[string]memoEntry{}}, nil
+	events := &overrideEvents{reader: opts.Reader, recorder: opts.Recorder}
+	if opts.LiveReader != nil {
+		events.reader = opts.LiveReader
+	}
+	return &Handler{opts: opts, memo: map[string]memoEntry{}, events: events}, nil
 }
 
 // Handle implements admission.Handler.
@@ -218,6 +224,14 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 	errored := func(code int32, err error) (admission.Response, string, []preview.CauseKind) {
 		log.Error(err, "Guard refused a write it could not decide")
 		return admission.Errored(code, fmt.Errorf("capi-inplace guard (fails closed for Clusters in namespaces labelled %s=true): %w", inplacev1.NamespaceEnabledLabel, err)), ResultError, nil
+	}
+	// The API server sends only opted-in namespaces (the namespaceSelector), but the
+	// admission port is open to any pod: nothing of another namespace is read or
+	// planned, so a direct request learns nothing about it.
+	if enabled, err := h.namespaceEnabled(ctx, req.Namespace); err != nil {
+		return errored(http.StatusServiceUnavailable, err)
+	} else if !enabled {
+		return admission.Allowed(""), ResultAllowed, nil
 	}
 	old := &unstructured.Unstructured{}
 	if err := old.UnmarshalJSON(req.OldObject.Raw); err != nil {
@@ -280,14 +294,30 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 		case v.Override != "":
 			result = ResultOverridden
 			if !ptr.Deref(req.DryRun, false) {
-				h.opts.Recorder.Eventf(written, nil, corev1.EventTypeWarning, inplacev1.EventGuardOverridden, "AllowReplace",
-					"%s=%q let a change by %s through that replaces Machine(s) %v of Cluster %s: %s",
-					inplacev1.AllowReplaceAnnotation, v.Override, req.UserInfo.Username, v.Machines(), cluster, v.Refusals[0].Message)
+				h.events.claim(overrideClaim{old: old, written: written, value: v.Override,
+					note: fmt.Sprintf("%s=%q let a change by %s through that replaces Machine(s) %v of Cluster %s: %s",
+						inplacev1.AllowReplaceAnnotation, v.Override, req.UserInfo.Username, v.Machines(), cluster, v.Refusals[0].Message)})
 			}
 			log.Info("Guard let a replacing write through on an override", "cluster", cluster, "override", v.Override, "user", req.UserInfo.Username, "machines", v.Machines())
 		}
 	}
 	return admission.Allowed("").WithWarnings(warnings...), result, nil
+}
+
+// namespaceEnabled reads whether a namespace opted in to capi-inplace
+// (inplacev1.NamespaceEnabled); one that does not exist did not.
+func (h *Handler) namespaceEnabled(ctx context.Context, name string) (bool, error) {
+	if name == "" {
+		return false, nil
+	}
+	ns := &corev1.Namespace{}
+	if err := h.opts.Reader.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("read namespace %s: %w", name, err)
+	}
+	return inplacev1.NamespaceEnabled(ns.Labels), nil
 }
 
 // fallbackWarning is the admission warning (kubectl prints it) for a topology write
@@ -444,7 +474,7 @@ func (h *Handler) snapshots(ctx context.Context, reader client.Reader, settings 
 
 // upgrades is how the preview answers a ClusterClass that names this extension's
 // GenerateUpgradePlan hook: with the hook's own planner and the settings Cluster API
-// calls it with; the namespace opted in (only such namespaces reach the guard).
+// calls it with; the namespace opted in (handle checks it first).
 func (h *Handler) upgrades(settings map[string]string) *preview.ChainedUpgrades {
 	if h.opts.ExtensionConfig == "" {
 		return nil
