@@ -156,7 +156,7 @@ func TestClusterctlRoundTrip(t *testing.T) {
 	})
 
 	// delete: every object of ours goes but the namespace (clusterctl keeps it unless
-	// --include-namespace) and the ExtensionConfig; the Cluster API providers and
+	// --include-namespace), our CRDs (unless --include-crd) and the ExtensionConfig; the Cluster API providers and
 	// cert-manager stay.
 	run(ctx, "delete", "--runtime-extension", release.ProviderName)
 
@@ -165,6 +165,11 @@ func TestClusterctlRoundTrip(t *testing.T) {
 		for _, o := range objects(t, to.Components) {
 			switch o.GetKind() {
 			case "Namespace":
+				continue
+			case "CustomResourceDefinition":
+				// clusterctl keeps a provider's CRDs (and so its users' objects) unless
+				// --include-crd.
+				g.Expect(get(ctx, t, c, o)).NotTo(BeNil(), "clusterctl delete keeps %s without --include-crd", o.GetName())
 				continue
 			case "ExtensionConfig":
 				// clusterctl never lists objects whose kind is another provider's CRD
