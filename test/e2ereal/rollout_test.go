@@ -65,6 +65,7 @@ func TestControlPlaneAndWorker(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		urls = append(urls, fmt.Sprintf("http://%s:%d/", ip, workloadPort))
 	}
+	waitControlPlaneHealthy(t, ns, name)
 	web := probeAny(urls)
 	api := lanekit.ProbeAPI(wc)
 	machines := watchMachines(t, ns)

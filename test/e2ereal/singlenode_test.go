@@ -49,6 +49,7 @@ func TestSingleNodeControlPlane(t *testing.T) {
 	// the update below includes pulling and starting it.
 
 	pod := deployWorkload(t, wc, "web", 1, true)
+	waitControlPlaneHealthy(t, ns, name)
 	ip, err := nodeIP(ctx, node)
 	g.Expect(err).NotTo(HaveOccurred())
 	web := probeAny([]string{fmt.Sprintf("http://%s:%d/", ip, workloadPort)})
@@ -198,6 +199,36 @@ func waitMachinesRunning(t *testing.T, ns, cluster string, n int) []clusterv1.Ma
 		return nil
 	}, 15*time.Minute).Should(Succeed())
 	return ms
+}
+
+// waitControlPlaneHealthy waits until KubeadmControlPlane reports every component of
+// the cluster's control-plane Machines healthy, as an operator waits before a change:
+// KCP replaces an outdated Machine whose components are unhealthy, so the guard
+// refuses a change before then (seen in this lane when the write came too early).
+func waitControlPlaneHealthy(t *testing.T, ns, cluster string) {
+	t.Helper()
+	newG(t).Eventually(func() error {
+		list := &clusterv1.MachineList{}
+		if err := suite.stack.Client.List(suite.ctx, list, client.InNamespace(ns), client.MatchingLabels{
+			clusterv1.ClusterNameLabel: cluster, clusterv1.MachineControlPlaneLabel: "",
+		}); err != nil {
+			return err
+		}
+		for _, m := range list.Items {
+			for _, c := range []string{
+				controlplanev1.KubeadmControlPlaneMachineAPIServerPodHealthyCondition,
+				controlplanev1.KubeadmControlPlaneMachineControllerManagerPodHealthyCondition,
+				controlplanev1.KubeadmControlPlaneMachineSchedulerPodHealthyCondition,
+				controlplanev1.KubeadmControlPlaneMachineEtcdPodHealthyCondition,
+				controlplanev1.KubeadmControlPlaneMachineEtcdMemberHealthyCondition,
+			} {
+				if !conditionTrue(m.Status.Conditions, c) {
+					return fmt.Errorf("control-plane Machine %s: %s not True", m.Name, c)
+				}
+			}
+		}
+		return nil
+	}, 10*time.Minute).Should(Succeed())
 }
 
 func conditionTrue(conds []metav1.Condition, typ string) bool {
