@@ -17,7 +17,8 @@
 // Activate marks the slot active (`rauc status mark-active`); Verify checks that
 // the booted slot holds the artifact; Commit is `rauc status mark-good booted`,
 // which ends the bootloader's boot counting; Rollback marks the previous slot
-// active again, before or after the reboot.
+// active again, before or after the reboot, and the slot holding the artifact
+// bad, so that no bootloader tries it again without a new plan.
 //
 // Allowed imports: the standard library and internal/backend. All commands go
 // through backend.Runner. RAUC itself runs as a D-Bus service; this package is

@@ -282,11 +282,24 @@ func (b *Backend) Rollback(ctx context.Context, a backend.Artifact) error {
 		}
 		want = prev
 	}
-	if st.BootPrimary == want.Name {
-		return nil
+	if st.BootPrimary != want.Name {
+		if _, err := b.rauc(ctx, "status", "mark-active", want.Name); err != nil {
+			return fmt.Errorf("rollback %s: %w", a.Ref, err)
+		}
 	}
-	if _, err := b.rauc(ctx, "status", "mark-active", want.Name); err != nil {
-		return fmt.Errorf("rollback %s: %w", a.Ref, err)
+	// The slot that holds the artifact failed its trial: marked bad, the
+	// bootloader never tries it again until a new plan installs and activates a
+	// slot. Marked whatever RAUC reports as its state: RAUC reads a slot whose
+	// trial is still counted (GRUB's <slot>_TRY=1) as bad too, but that state is
+	// only as good as the bootloader script's rule; <slot>_OK=0 is explicit.
+	failed, ok := st.holder(imgs)
+	if booted.holds(imgs) {
+		failed, ok = booted, true
+	}
+	if ok && failed.Name != want.Name {
+		if _, err := b.rauc(ctx, "status", "mark-bad", failed.Name); err != nil {
+			return fmt.Errorf("rollback %s: %w", a.Ref, err)
+		}
 	}
 	return nil
 }

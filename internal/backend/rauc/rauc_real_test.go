@@ -42,13 +42,15 @@ func read(t *testing.T, path string) []byte {
 }
 
 // bootScript is RAUC's "custom" bootloader backend, keeping the bootloader's
-// state in files: what a U-Boot/GRUB environment would hold.
+// state in files: what a U-Boot/GRUB environment would hold. Making a slot
+// primary also makes it good to try, as RAUC's GRUB and U-Boot backends do
+// (GRUB: <slot>_OK=1, <slot>_TRY=0; measured on the OS image lane's VM).
 const bootScript = `#!/bin/sh
 d=$(dirname "$0")
 echo "$*" >> "$d/boot.log"
 case "$1" in
 get-primary) cat "$d/primary" ;;
-set-primary) echo "$2" > "$d/primary" ;;
+set-primary) echo "$2" > "$d/primary"; rm -f "$d/state.$2" ;;
 get-state) cat "$d/state.$2" 2>/dev/null || echo good ;;
 set-state) echo "$3" > "$d/state.$2" ;;
 get-current) cat "$d/current" ;;
@@ -274,6 +276,7 @@ func TestRealRAUCFailedVerifyRollsBack(t *testing.T) {
 			g.Expect(b.Rollback(ctx, a)).To(Succeed())
 		}
 		g.Expect(d.primary(t)).To(Equal("A"))
+		g.Expect(d.bootState(t, "B")).To(Equal("bad"), "the failed slot is never tried again")
 	})
 	t.Run("new slot booted but the gates failed", func(t *testing.T) {
 		g := NewWithT(t)
@@ -289,6 +292,7 @@ func TestRealRAUCFailedVerifyRollsBack(t *testing.T) {
 			g.Expect(b.Rollback(ctx, a)).To(Succeed())
 		}
 		g.Expect(d.primary(t)).To(Equal("A"))
+		g.Expect(d.bootState(t, "B")).To(Equal("bad"), "the failed slot is never tried again")
 		d.boot(t)
 		g.Expect(b.Verify(ctx, a)).To(MatchError(backend.ErrVerifyFailed))
 		g.Expect(read(t, d.slotA)).To(Equal([]byte("old image")))
