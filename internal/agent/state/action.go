@@ -107,6 +107,10 @@ type Spec struct {
 	// before the field, restores.
 	KeepEtcd   bool                       `json:"keepEtcd,omitempty"`
 	EtcdReason protocol.EtcdRestoreReason `json:"etcdReason,omitempty"`
+	// BinariesDelivered: the plan brings kubeadm and the kubelet of its version
+	// (protocol.KubernetesPlan.Binaries), so the Kubernetes change can run before
+	// the node boots a new image. False: they come with the image.
+	BinariesDelivered bool `json:"binariesDelivered,omitempty"`
 }
 
 // EtcdRollback fills in KeepEtcd and EtcdReason for the plan's policy and what
@@ -131,26 +135,50 @@ func SpecFor(p *protocol.NodePlan, caps backend.Capabilities) Spec {
 		NTP:          protocol.NTPEnabled(p.NTP),
 		OS:           p.OS != nil,
 		Caps:         caps,
+
+		BinariesDelivered: p.Kubernetes.Binaries != nil,
 	}
 }
 
 func (s Spec) kubeadm() bool { return s.Kubeadm != "" && s.Kubeadm != protocol.KubeadmNone }
 
+// kubernetesBeforeImage reports whether the Kubernetes change runs before the new
+// OS image boots. A kubelet must never be newer than its API server, and the new
+// image may carry the new kubelet: so a control plane that reboots into a new
+// image upgrades its static pods first, with the kubeadm the plan delivers, and
+// boots the image last. Without delivered binaries the new kubeadm exists only in
+// the image, so the image boots first and, until kubeadm has upgraded the static
+// pods, its kubelet runs ahead of the API server (docs/backends.md). Workers keep
+// the image first: Cluster API updates them after the control plane.
+func (s Spec) kubernetesBeforeImage() bool {
+	return s.ControlPlane && s.OS && s.Caps.NeedsReboot && s.kubeadm() && s.BinariesDelivered
+}
+
 // Derive returns the forward actions for a spec. The OS image is switched first
 // (binaries of the new Kubernetes version may come with the image, and with
 // NeedsReboot they exist only after the reboot), then the Kubernetes part runs on
-// top of it, then the gates decide whether to commit.
+// top of it, then the gates decide whether to commit; except on a control plane
+// that can upgrade its static pods before booting the image
+// (kubernetesBeforeImage): there the image is staged first, activated and booted
+// after kubeadm, and the reboot restarts the kubelet.
 func Derive(s Spec) []Action {
 	var names []ActionName
 	if s.ControlPlane && !s.ExternalEtcd && (s.EtcdSnapshot || s.kubeadm() || s.OS) {
 		names = append(names, ActEtcdSnapshot)
 	}
-	if s.OS {
-		names = append(names, ActBackendStage, ActBackendActivate)
+	k8sFirst := s.kubernetesBeforeImage()
+	switchImage := func() {
+		names = append(names, ActBackendActivate)
 		if s.Caps.NeedsReboot {
 			names = append(names, ActReboot)
 		}
 		names = append(names, ActBackendVerify)
+	}
+	if s.OS {
+		names = append(names, ActBackendStage)
+		if !k8sFirst {
+			switchImage()
+		}
 	}
 	cpConfig := s.ControlPlane && s.ControlPlaneConfig && !s.kubeadm()
 	if s.Files || s.Users || s.NTP || s.KubeletArgs || cpConfig || s.kubeadm() {
@@ -174,8 +202,11 @@ func Derive(s Spec) []Action {
 	if s.kubeadm() {
 		names = append(names, ActInstallBinaries, ActKubeadmUpgrade)
 	}
-	if s.KubeletArgs || s.kubeadm() {
+	if (s.KubeletArgs || s.kubeadm()) && !k8sFirst {
 		names = append(names, ActRestartKubelet)
+	}
+	if k8sFirst {
+		switchImage()
 	}
 	names = append(names, ActGates)
 	if s.OS {

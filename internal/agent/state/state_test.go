@@ -39,6 +39,18 @@ func TestDerive(t *testing.T) {
 			ActEtcdSnapshot, ActBackendStage, ActBackendActivate, ActReboot, ActBackendVerify,
 			ActBackupFiles, ActWriteFiles, ActKubeletConfig, ActInstallBinaries, ActKubeadmUpgrade, ActRestartKubelet,
 			ActGates, ActBackendCommit}},
+		{"control plane, upgrade with delivered binaries, A/B image: static pods before the image boots",
+			withBinaries(cpFull), []ActionName{
+				ActEtcdSnapshot, ActBackendStage,
+				ActBackupFiles, ActWriteFiles, ActKubeletConfig, ActInstallBinaries, ActKubeadmUpgrade,
+				ActBackendActivate, ActReboot, ActBackendVerify,
+				ActGates, ActBackendCommit}},
+		{"control plane, upgrade with delivered binaries, image applied live: image first",
+			Spec{ControlPlane: true, Kubeadm: protocol.KubeadmUpgradeApply, OS: true, BinariesDelivered: true, Caps: backend.Capabilities{SupportsRollback: true}},
+			[]ActionName{ActEtcdSnapshot, ActBackendStage, ActBackendActivate, ActBackendVerify, ActBackupFiles, ActInstallBinaries, ActKubeadmUpgrade, ActRestartKubelet, ActGates, ActBackendCommit}},
+		{"worker, upgrade with delivered binaries, A/B image: image first (the control plane is done)",
+			Spec{Kubeadm: protocol.KubeadmUpgradeNode, OS: true, BinariesDelivered: true, Caps: cpFull.Caps},
+			[]ActionName{ActBackendStage, ActBackendActivate, ActReboot, ActBackendVerify, ActBackupFiles, ActInstallBinaries, ActKubeadmUpgrade, ActRestartKubelet, ActGates, ActBackendCommit}},
 		{"worker, Kubernetes only", workerK8s, []ActionName{ActBackupFiles, ActInstallBinaries, ActKubeadmUpgrade, ActRestartKubelet, ActGates}},
 		{"worker, files only", Spec{Kubeadm: protocol.KubeadmNone, Files: true}, []ActionName{ActBackupFiles, ActWriteFiles, ActGates}},
 		{"control plane, files only, no snapshot asked", Spec{ControlPlane: true, Kubeadm: protocol.KubeadmNone, Files: true}, []ActionName{ActBackupFiles, ActWriteFiles, ActGates}},
@@ -62,6 +74,11 @@ func TestDerive(t *testing.T) {
 			g.Expect(names(Derive(tt.spec))).To(Equal(tt.want))
 		})
 	}
+}
+
+func withBinaries(s Spec) Spec {
+	s.BinariesDelivered = true
+	return s
 }
 
 // done marks the first n actions of Derive(s) done.
@@ -98,6 +115,10 @@ func TestDeriveRollback(t *testing.T) {
 		{"kubeadm upgrade fails on control plane: everything", cpFull, ActKubeadmUpgrade, []ActionName{ActBackendRollback, ActRestoreFiles, ActRestoreEtcd, ActReboot}},
 		{"gates fail on control plane: everything, image first (read-only /usr comes back with it)", cpFull, ActGates, []ActionName{ActBackendRollback, ActRestoreFiles, ActRestoreEtcd, ActReboot}},
 		{"commit fails", cpFull, ActBackendCommit, []ActionName{ActBackendRollback, ActRestoreFiles, ActRestoreEtcd, ActReboot}},
+		{"static pods first, kubeadm upgrade fails: image staged only, files, etcd, kubelet restart (no reboot happened)",
+			withBinaries(cpFull), ActKubeadmUpgrade, []ActionName{ActBackendRollback, ActRestoreFiles, ActRestoreEtcd, ActRestartKubelet}},
+		{"static pods first, gates fail after booting the image: everything and reboot back",
+			withBinaries(cpFull), ActGates, []ActionName{ActBackendRollback, ActRestoreFiles, ActRestoreEtcd, ActReboot}},
 		{"worker gates fail: files, kubelet restart", workerK8s, ActGates, []ActionName{ActRestoreFiles, ActRestartKubelet}},
 		{"worker write-files fails: restore, restart", Spec{Kubeadm: protocol.KubeadmNone, Files: true}, ActWriteFiles, []ActionName{ActRestoreFiles, ActRestartKubelet}},
 		{"control-plane-config fails: files and etcd", Spec{ControlPlane: true, EtcdSnapshot: true, Kubeadm: protocol.KubeadmNone, ControlPlaneConfig: true}, ActControlPlaneConfig, []ActionName{ActRestoreFiles, ActRestoreEtcd}},
