@@ -156,6 +156,18 @@ e2e-real: tools-capi build ## Real Cluster API lane: upstream CAPI and its Docke
 		$(ROOT)/hack/realcapi/dockerd.sh run $(REALCAPI_ARTIFACTS)/e2ereal.test $(E2EREAL_FLAGS); \
 	rc=$$?; $(ROOT)/hack/realcapi/dockerd.sh down; exit $$rc
 
+# The OS image lane (hack/osimage, test/e2eos, docs/backends.md): Debian images with
+# RAUC A/B slots and GRUB boot counting, booted in QEMU under software emulation.
+# One vCPU per VM and the scenarios side by side: a boot under TCG is mostly one
+# thread, and the boots' waits overlap.
+E2EOS_FLAGS ?= -v -timeout 60m -parallel 4
+
+.PHONY: e2e-os
+e2e-os: ## OS image lane: RAUC A/B slots, GRUB boot counting, real reboots and power cuts in QEMU VMs (root; docs/backends.md).
+	hack/install-deps.sh
+	@img=$$(hack/osimage/build.sh) && echo "==> OS images $$img" && \
+	E2EOS_IMAGE=$$img $(GO) test $(E2EOS_FLAGS) -tags e2eos ./test/e2eos/
+
 # BENCH_FLAGS are passed to the driver, e.g. BENCH_FLAGS='-sections hooks,agent -rounds 5'.
 BENCH_FLAGS ?=
 

@@ -39,6 +39,15 @@ need nsenter util-linux
 # balancer images.
 need dockerd docker.io
 need mmdebstrap mmdebstrap
+# The OS image lane (hack/osimage, make e2e-os): QEMU under software emulation,
+# UEFI firmware, GRUB's EFI loader and tools, the EFI system partition's tools.
+need qemu-system-x86_64 qemu-system-x86
+[[ -f /usr/share/OVMF/OVMF_CODE_4M.fd ]] || packages+=(ovmf)
+[[ -d /usr/lib/grub/x86_64-efi ]] || packages+=(grub-efi-amd64-bin)
+need grub-editenv grub-common
+need mcopy mtools
+need mkfs.vfat dosfstools
+need sfdisk fdisk
 
 if [[ ${#packages[@]} -eq 0 ]]; then
 	exit 0

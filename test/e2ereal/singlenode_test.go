@@ -171,8 +171,9 @@ func kcpReleased(ctx context.Context, ns, name, version string) error {
 	if _, paused := kcp.Annotations[clusterv1.PausedAnnotation]; paused {
 		return fmt.Errorf("KCP %s still paused", name)
 	}
-	if kcp.Status.Version != version {
-		return fmt.Errorf("KCP %s reports %q", name, kcp.Status.Version)
+	// Every Machine of the KCP at the version: one entry, that version.
+	if v := kcp.Status.Versions; len(v) != 1 || v[0].Version != version {
+		return fmt.Errorf("KCP %s reports versions %+v", name, v)
 	}
 	return nil
 }

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# build.sh builds the OS image lane's disk and update bundles (make e2e-os,
+# test/e2eos, docs/backends.md), cached by content under _cache/osimage/<key>:
+#   disk.raw        GPT: ESP (GRUB EFI loader + its environment), rootA (image v1),
+#                   rootB (empty), data (/data: RAUC's status, the lane's state)
+#   OVMF_VARS.fd    the firmware's variable store, copied per VM by the test
+#   v2-good.raucb   a signed RAUC bundle of image v2, which boots
+#   v3-broken.raucb a signed RAUC bundle of image v3, whose init exits at once:
+#                   its kernel starts and panics, its userspace never comes up
+# Every root filesystem comes from Debian's packages (mmdebstrap) with the
+# product's RAUC backend driven by test/e2eos/vmhelper inside. Prints the cache
+# directory.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+# shellcheck source=../tools/lib.sh
+source "$root/hack/tools/lib.sh"
+die() { printf "osimage: %s\n" "$*" >&2; exit 1; }
+[[ $(id -u) == 0 ]] || die "needs root (mmdebstrap, image files owned by root)"
+
+packages=(systemd systemd-sysv udev dbus linux-image-amd64 initramfs-tools rauc rauc-service
+	grub-common e2fsprogs dosfstools iproute2 kmod util-linux mount procps squashfs-tools)
+
+tools=${OSIMAGE_CACHE:-$root/_cache/osimage}
+mkdir -p "$tools"
+helper=$tools/capi-inplace-vmhelper
+(cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$helper.tmp" ./test/e2eos/vmhelper) && mv "$helper.tmp" "$helper"
+
+# The content key: this script, the overlay, the loader's script, the helper, the packages.
+key=$( (cat "$here/build.sh" "$here/grub.cfg" "$helper"; printf '%s\n' "${packages[@]}"
+	(cd "$here/rootfs" && find . -type f | sort | xargs sha256sum)) | sha256sum | cut -c1-16)
+out=$tools/$key
+if [[ -f $out/done ]]; then
+	echo "$out"
+	exit 0
+fi
+start=$SECONDS
+# Earlier builds are a gigabyte each: keep only the one being made.
+find "$tools" -mindepth 1 -maxdepth 1 -type d ! -name "$key" -exec rm -rf {} +
+rm -rf "$out" && mkdir -p "$out"
+work=$out/work
+mkdir -p "$work"
+
+# One root filesystem; the versions differ only in what build_version writes.
+base=$tools/rootfs-$(printf '%s\n' "${packages[@]}" | sha256sum | cut -c1-12).tar
+if [[ ! -f $base ]]; then
+	log "building the VM root filesystem from Debian packages (first time only)"
+	t0=$SECONDS
+	# Modules the VM never loads are most of the kernel's size: every slot write and
+	# bundle carries them.
+	mmdebstrap --quiet --variant=minbase --include="$(IFS=,; echo "${packages[*]}")" \
+		--dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
+		--dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/info/*' \
+		--customize-hook='for d in drivers/gpu drivers/media drivers/net/wireless drivers/net/ethernet drivers/infiniband drivers/staging drivers/bluetooth drivers/iio drivers/hid drivers/usb drivers/input drivers/isdn drivers/mtd drivers/scsi drivers/ata drivers/md drivers/target drivers/thunderbolt sound net/wireless net/bluetooth net/mac80211; do rm -rf "$1"/usr/lib/modules/*/kernel/$d; done' \
+		--customize-hook='mkdir -p "$1/etc/initramfs-tools/conf.d"; printf "MODULES=list\n" > "$1/etc/initramfs-tools/conf.d/modules"; printf "virtio_pci\nvirtio_blk\next4\n" > "$1/etc/initramfs-tools/modules"' \
+		--customize-hook='chroot "$1" depmod -a "$(ls "$1/usr/lib/modules")" && chroot "$1" update-initramfs -u -k all >/dev/null' \
+		--format=tar bookworm "$base.tmp" >&2
+	mv "$base.tmp" "$base"
+	log "VM root filesystem in $((SECONDS - t0))s ($(du -h "$base" | cut -f1))"
+fi
+
+# CA and signing key of the bundles; the image trusts the CA. The key never lands
+# in $out, which the lane serves to its VMs.
+openssl req -x509 -newkey rsa:2048 -nodes -keyout "$work/key.pem" -out "$out/ca.pem" \
+	-days 3650 -subj "/CN=capi-inplace OS image lane" 2>/dev/null
+
+# build_version <version> <ext4 image>: the root filesystem of one OS image version.
+build_version() {
+	local version=$1 img=$2 tree=$work/tree-$1
+	rm -rf "$tree" && mkdir -p "$tree"
+	tar -xf "$base" -C "$tree"
+	cp -a "$here/rootfs/." "$tree/"
+	cp "$out/ca.pem" "$tree/etc/rauc/ca.pem"
+	install -m 0755 "$helper" "$tree/usr/local/bin/capi-inplace-vmhelper"
+	mkdir -p "$tree/efi" "$tree/data"
+	echo "capi-inplace-vm-$version" > "$tree/etc/hostname"
+	# The image's identity as the node sees it: os-release, read by the test in the VM.
+	sed -i '/^VERSION_ID=\|^IMAGE_VERSION=\|^IMAGE_ID=/d' "$tree/usr/lib/os-release"
+	printf 'IMAGE_ID=capi-inplace-vm\nIMAGE_VERSION=%s\n' "$version" >> "$tree/usr/lib/os-release"
+	# A root without a password on the serial console: a lane VM, never a product image.
+	sed -i 's/^root:[^:]*:/root::/' "$tree/etc/shadow"
+	local wants=$tree/etc/systemd/system/multi-user.target.wants
+	mkdir -p "$wants"
+	ln -sf /etc/systemd/system/rauc-mark-good.service "$wants/"
+	ln -sf /etc/systemd/system/capi-inplace-vmhelper.service "$wants/"
+	ln -sf /lib/systemd/system/systemd-networkd.service "$wants/"
+	# Every second of boot is paid a dozen times per lane run under emulation: no
+	# console on a display nobody watches, no scrub of snapshots nobody takes.
+	for unit in getty@tty1.service e2scrub_reap.service e2scrub_all.timer apt-daily.timer \
+		apt-daily-upgrade.timer dpkg-db-backup.timer fstrim.timer; do
+		ln -sf /dev/null "$tree/etc/systemd/system/$unit"
+	done
+	# GRUB loads the kernel and initramfs from the slot itself.
+	ln -sf "$(cd "$tree" && ls boot/vmlinuz-*)" "$tree/vmlinuz"
+	ln -sf "$(cd "$tree" && ls boot/initrd.img-*)" "$tree/initrd.img"
+	if [[ $version == v3-broken ]]; then
+		# An image whose userspace never starts: its init exits at once, the kernel
+		# panics ("Attempted to kill init") and, with panic=5, resets the machine.
+		rm -f "$tree/sbin/init"
+		printf '#!/bin/sh\nexit 1\n' > "$tree/sbin/init"
+		chmod 0755 "$tree/sbin/init"
+	fi
+	# Room for a root filesystem that grows a little, no more: RAUC writes the
+	# whole file system image into the slot.
+	mkfs.ext4 -q -F -L "root-$version" -d "$tree" "$img" "$(($(du -sm "$tree" | cut -f1) * 5 / 4 + 32))M" >&2
+	rm -rf "$tree"
+}
+
+# bundle <version>: a signed RAUC bundle holding the version's root filesystem.
+bundle() {
+	local version=$1 content=$work/bundle-$1
+	mkdir -p "$content"
+	build_version "$version" "$content/rootfs.ext4"
+	printf '[update]\ncompatible=capi-inplace-vm\nversion=%s\n\n[bundle]\nformat=plain\n\n[image.rootfs]\nfilename=rootfs.ext4\n' \
+		"$version" > "$content/manifest.raucm"
+	# lz4: the VM unpacks the bundle under emulation, where gzip costs minutes.
+	rauc bundle --mksquashfs-args="-comp lz4" --cert="$out/ca.pem" --key="$work/key.pem" \
+		"$content" "$out/$version.raucb" >/dev/null
+	rm -rf "$content"
+}
+
+log "building OS image versions v1 (slot A), v2-good and v3-broken (bundles)"
+t0=$SECONDS
+build_version v1 "$work/rootA.ext4"
+bundle v2-good
+bundle v3-broken
+
+# The EFI system partition: GRUB as the removable-media loader, its environment.
+esp=$work/esp.vfat
+grub-mkstandalone -O x86_64-efi --locales= --fonts= --themes= \
+	--modules="part_gpt fat ext2 loadenv linux test echo normal" \
+	-o "$work/BOOTX64.EFI" "boot/grub/grub.cfg=$here/grub.cfg"
+grub-editenv "$work/grubenv" create
+grub-editenv "$work/grubenv" set ORDER="A B" A_OK=1 A_TRY=0 B_OK=0 B_TRY=0
+rm -f "$esp" && mkfs.vfat -C -n ESP "$esp" $((32 * 1024)) >/dev/null
+mmd -i "$esp" ::/EFI ::/EFI/BOOT
+mcopy -i "$esp" "$work/BOOTX64.EFI" "$work/grubenv" ::/EFI/BOOT/
+
+# The data partition, /data in every slot.
+mkdir -p "$work/data/rauc" "$work/data/capi-inplace"
+mkfs.ext4 -q -F -L data -d "$work/data" "$work/data.ext4" 512M >&2
+
+# The disk: partitions at fixed MiB offsets, written without loop devices.
+disk=$out/disk.raw
+rm -f "$disk" && truncate -s 1600M "$disk"
+sfdisk -q "$disk" <<PARTS
+label: gpt
+unit: sectors
+start=2048, size=$((32 * 2048)), type=C12A7328-F81F-11D2-BA4B-00A0C93EC93B, name=esp
+start=$((34 * 2048)), size=$((500 * 2048)), type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=rootA
+start=$((534 * 2048)), size=$((500 * 2048)), type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=rootB
+start=$((1034 * 2048)), size=$((520 * 2048)), type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=data
+PARTS
+place() { dd if="$1" of="$disk" bs=1M seek="$2" conv=notrunc,sparse status=none; }
+place "$esp" 1
+place "$work/rootA.ext4" 34
+place "$work/data.ext4" 1034
+cp /usr/share/OVMF/OVMF_VARS_4M.fd "$out/OVMF_VARS.fd"
+rm -rf "$work"
+touch "$out/done"
+log "OS images in $((SECONDS - t0))s: disk $(du -h "$disk" | cut -f1) allocated, bundles $(du -ch "$out"/*.raucb | tail -1 | cut -f1)"
+log "osimage ready in $((SECONDS - start))s"
+echo "$out"

@@ -1,0 +1,359 @@
+//go:build e2eos
+
+package e2eos
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/capi-inplace/capi-inplace/internal/backend"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
+	"github.com/capi-inplace/capi-inplace/test/e2eos/vmapi"
+	"github.com/capi-inplace/capi-inplace/test/lanekit"
+)
+
+// Bounds of one step under emulation; the figures say what they took.
+const (
+	bootTimeout  = 6 * time.Minute
+	stepTimeout  = 10 * time.Minute
+	artifactsDir = "../../_artifacts/osimage"
+)
+
+var (
+	imageDir string
+	server   *lanekit.ArtifactServer
+	figures  = &lanekit.Figures{Title: "OS image lane: RAUC A/B slots, GRUB boot counting, QEMU TCG"}
+)
+
+func TestMain(m *testing.M) {
+	imageDir = os.Getenv("E2EOS_IMAGE")
+	if imageDir == "" {
+		fmt.Fprintln(os.Stderr, "E2EOS_IMAGE is not set: run `make e2e-os` (it builds the images with hack/osimage/build.sh)")
+		os.Exit(1)
+	}
+	var err error
+	// QEMU's user-mode network reaches the host's loopback as 10.0.2.2.
+	server, err = lanekit.ServeArtifacts("127.0.0.1:0", imageDir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	server.Close()
+	if err := figures.Write(filepath.Join(artifactsDir, "figures.md")); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	os.Exit(code)
+}
+
+// bundle is a bundle of the lane as the VM fetches it.
+func bundle(t *testing.T, name string) protocol.BinaryArtifact {
+	t.Helper()
+	hex, err := lanekit.SHA256File(filepath.Join(imageDir, name+".raucb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := server.URL[strings.LastIndex(server.URL, ":")+1:]
+	return protocol.BinaryArtifact{URL: "http://10.0.2.2:" + port + "/" + name + ".raucb", Digest: "sha256:" + hex}
+}
+
+// lane is one scenario's VM and clock.
+type lane struct {
+	t     *testing.T
+	ctx   context.Context
+	vm    *VM
+	start time.Time
+	boot  vmapi.Facts
+}
+
+func newLane(t *testing.T) *lane {
+	t.Helper()
+	dir := filepath.Join(artifactsDir, t.Name())
+	_ = os.RemoveAll(dir)
+	vm, err := NewVM(t.Name(), dir, imageDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		vm.PowerCut()
+		// The disk is the bulk of the directory; the console logs stay for the reader.
+		_ = os.Remove(filepath.Join(dir, "disk.raw"))
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	t.Cleanup(cancel)
+	return &lane{t: t, ctx: ctx, vm: vm, start: time.Now()}
+}
+
+func (l *lane) figure(name string, v any) { figures.Add(l.t.Name()+": "+name, v) }
+
+// powerOn starts QEMU and waits for the first boot that reaches the helper.
+func (l *lane) powerOn() vmapi.Facts {
+	l.t.Helper()
+	t0 := time.Now()
+	if err := l.vm.Start(); err != nil {
+		l.t.Fatal(err)
+	}
+	f, err := l.vm.WaitBoot(l.ctx, "", bootTimeout)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	l.t.Logf("powered on: slot %s, image %s, in %s", f.Slot, f.ImageVersion, time.Since(t0).Round(time.Second))
+	l.boot = f
+	return f
+}
+
+// reboot asks for an orderly reboot and waits for the next boot to reach the helper.
+func (l *lane) reboot() (vmapi.Facts, time.Duration) {
+	l.t.Helper()
+	t0 := time.Now()
+	if err := l.vm.Reboot(l.ctx); err != nil {
+		l.t.Fatal(err)
+	}
+	f, err := l.vm.WaitBoot(l.ctx, l.boot.BootID, bootTimeout)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	d := time.Since(t0)
+	l.t.Logf("rebooted in %s: slot %s, image %s", d.Round(time.Second), f.Slot, f.ImageVersion)
+	l.boot = f
+	return f, d
+}
+
+func (l *lane) fetch(a protocol.BinaryArtifact) backend.Artifact {
+	l.t.Helper()
+	path, err := l.vm.Fetch(l.ctx, a)
+	if err != nil {
+		l.t.Fatalf("fetch %s: %v", a.URL, err)
+	}
+	return backend.Artifact{Ref: path, Digest: a.Digest}
+}
+
+// step runs a backend step that must succeed and returns how long it took.
+func (l *lane) step(name string, a backend.Artifact) time.Duration {
+	l.t.Helper()
+	t0 := time.Now()
+	res, err := l.vm.Step(l.ctx, name, a)
+	if err != nil {
+		l.t.Fatalf("%s: %v", name, err)
+	}
+	if res.Error != "" {
+		l.t.Fatalf("%s failed: %s", name, res.Error)
+	}
+	return time.Since(t0)
+}
+
+func (l *lane) facts() vmapi.Facts {
+	l.t.Helper()
+	f, err := l.vm.Facts(l.ctx)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	return f
+}
+
+// expectBooted checks, from inside the VM, which slot and image run.
+func expectBooted(t *testing.T, f vmapi.Facts, slot, image string) {
+	t.Helper()
+	if f.Slot != slot || f.ImageVersion != image {
+		t.Fatalf("booted slot %q image %q (cmdline %q), want slot %s image %s", f.Slot, f.ImageVersion, f.Cmdline, slot, image)
+	}
+	wantRoot := map[string]string{"A": "root=/dev/vda2", "B": "root=/dev/vda3"}[slot]
+	if !strings.Contains(" "+f.Cmdline+" ", " "+wantRoot+" ") {
+		t.Fatalf("cmdline %q does not mount %s", f.Cmdline, wantRoot)
+	}
+}
+
+// expectEnv checks GRUB's environment, the bootloader's own record.
+func expectEnv(t *testing.T, f vmapi.Facts, want map[string]string) {
+	t.Helper()
+	for k, v := range want {
+		if f.Grubenv[k] != v {
+			t.Fatalf("grubenv %s=%q, want %q (all: %v)", k, f.Grubenv[k], v, f.Grubenv)
+		}
+	}
+}
+
+// slotsBooted lists the slot of every boot that reached userspace.
+func slotsBooted(f vmapi.Facts) string {
+	var s []string
+	for _, b := range f.Boots {
+		s = append(s, b.Slot+":"+b.ImageVersion)
+	}
+	return strings.Join(s, " ")
+}
+
+// TestGoodImage: the new image is staged while the old one runs, the VM reboots
+// into it, it is marked good and stays the default across an ordinary reboot.
+func TestGoodImage(t *testing.T) {
+	t.Parallel()
+	l := newLane(t)
+	f := l.powerOn()
+	expectBooted(t, f, "A", "v1")
+	l.figure("power on to helper", time.Since(l.start))
+
+	a := l.fetch(bundle(t, "v2-good"))
+	l.figure("stage (rauc install into slot B)", l.step("stage", a))
+	f = l.facts()
+	expectBooted(t, f, "A", "v1")
+	expectEnv(t, f, map[string]string{"ORDER": "A B"})
+
+	l.step("activate", a)
+	expectEnv(t, l.facts(), map[string]string{"ORDER": "B A", "B_OK": "1", "B_TRY": "0"})
+
+	f, d := l.reboot()
+	l.figure("reboot into the new slot", d)
+	expectBooted(t, f, "B", "v2-good")
+	l.step("verify", a)
+	l.step("commit", a)
+	f = l.facts()
+	expectEnv(t, f, map[string]string{"ORDER": "B A", "B_OK": "1", "B_TRY": "0"})
+	l.figure("boot of the new slot (systemd-analyze)", f.BootTime)
+
+	// Committed means the default from then on: an ordinary reboot is not a trial.
+	f, d = l.reboot()
+	l.figure("ordinary reboot", d)
+	expectBooted(t, f, "B", "v2-good")
+	if got, want := slotsBooted(f), "A:v1 B:v2-good B:v2-good"; got != want {
+		t.Fatalf("boots that reached userspace: %s, want %s", got, want)
+	}
+	l.figure("total", time.Since(l.start))
+}
+
+// TestUnbootableImage: the new slot's userspace never starts; GRUB falls back to
+// the old slot by itself, the backend reports that the old slot booted, and the
+// rollback keeps it primary and marks the failed slot bad.
+func TestUnbootableImage(t *testing.T) {
+	t.Parallel()
+	l := newLane(t)
+	expectBooted(t, l.powerOn(), "A", "v1")
+
+	a := l.fetch(bundle(t, "v3-broken"))
+	l.step("stage", a)
+	l.step("activate", a)
+	f, d := l.reboot()
+	l.figure("reboot, failed trial and fallback", d)
+	expectBooted(t, f, "A", "v1")
+	// GRUB started slot B (its trial flag is set) and B never reached userspace.
+	expectEnv(t, f, map[string]string{"B_TRY": "1"})
+	if got, want := slotsBooted(f), "A:v1 A:v1"; got != want {
+		t.Fatalf("boots that reached userspace: %s, want %s", got, want)
+	}
+
+	res, err := l.vm.Step(l.ctx, "verify", a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.VerifyFailed {
+		t.Fatalf("verify after the fallback: %+v, want a failed verification", res)
+	}
+	l.step("rollback", a)
+	// Marked bad: GRUB never tries slot B again until a new plan activates it
+	// (TestGateFailsAfterBoot reboots a VM in this state: slot A boots).
+	f = l.facts()
+	expectEnv(t, f, map[string]string{"B_OK": "0"})
+	if got, want := slotsBooted(f), "A:v1 A:v1"; got != want {
+		t.Fatalf("boots that reached userspace: %s, want %s", got, want)
+	}
+	l.figure("total", time.Since(l.start))
+}
+
+// TestGateFailsAfterBoot: the new image boots but a health gate fails: the
+// rollback makes the old slot primary and the new one bad, and the VM reboots
+// into the old image.
+func TestGateFailsAfterBoot(t *testing.T) {
+	t.Parallel()
+	l := newLane(t)
+	expectBooted(t, l.powerOn(), "A", "v1")
+	a := l.fetch(bundle(t, "v2-good"))
+	l.step("stage", a)
+	l.step("activate", a)
+	f, _ := l.reboot()
+	expectBooted(t, f, "B", "v2-good")
+	l.step("verify", a)
+
+	// The gates did not pass: the agent rolls back and reboots.
+	l.step("rollback", a)
+	expectEnv(t, l.facts(), map[string]string{"ORDER": "A B", "A_OK": "1", "A_TRY": "0", "B_OK": "0"})
+	f, d := l.reboot()
+	l.figure("reboot back into the old slot", d)
+	expectBooted(t, f, "A", "v1")
+	res, err := l.vm.Step(l.ctx, "verify", a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.VerifyFailed {
+		t.Fatalf("verify after the rollback: %+v, want a failed verification", res)
+	}
+	if got, want := slotsBooted(f), "A:v1 B:v2-good A:v1"; got != want {
+		t.Fatalf("boots that reached userspace: %s, want %s", got, want)
+	}
+	l.figure("total", time.Since(l.start))
+}
+
+// TestPowerCut: the power fails while the new slot is written and again while the
+// new slot boots for its trial; each time the old slot boots, and the update is
+// retried to done.
+func TestPowerCut(t *testing.T) {
+	t.Parallel()
+	l := newLane(t)
+	expectBooted(t, l.powerOn(), "A", "v1")
+	a := l.fetch(bundle(t, "v2-good"))
+
+	// The cut during the install.
+	staged := make(chan vmapi.StepResult, 1)
+	go func() {
+		res, err := l.vm.Step(l.ctx, "stage", a)
+		if err != nil {
+			res.Error = err.Error()
+		}
+		staged <- res
+	}()
+	time.Sleep(8 * time.Second)
+	select {
+	case res := <-staged:
+		t.Fatalf("the install ended before the power cut (%+v): lengthen the image or cut sooner", res)
+	default:
+	}
+	l.vm.PowerCut()
+	f := l.powerOn()
+	expectBooted(t, f, "A", "v1")
+	expectEnv(t, f, map[string]string{"ORDER": "A B"})
+
+	l.step("stage", a)
+	l.step("activate", a)
+
+	// The cut during the trial boot of slot B: GRUB has started B's trial.
+	if err := l.vm.Reboot(l.ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The loader's line on the serial console says when the trial has begun.
+	if err := l.vm.WaitConsole(l.ctx, "capi-inplace: booting slot B", bootTimeout); err != nil {
+		t.Fatal(err)
+	}
+	l.vm.PowerCut()
+	f = l.powerOn()
+	expectBooted(t, f, "A", "v1")
+	res, err := l.vm.Step(l.ctx, "verify", a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.VerifyFailed {
+		t.Fatalf("verify after the cut trial: %+v, want a failed verification", res)
+	}
+
+	// Retried to done: activate again (a new trial), reboot, verify, commit.
+	l.step("activate", a)
+	f, _ = l.reboot()
+	expectBooted(t, f, "B", "v2-good")
+	l.step("verify", a)
+	l.step("commit", a)
+	if got, want := slotsBooted(f), "A:v1 A:v1 A:v1 B:v2-good"; got != want {
+		t.Fatalf("boots that reached userspace: %s, want %s", got, want)
+	}
+	l.figure("total", time.Since(l.start))
+}

@@ -1,0 +1,222 @@
+// Command capi-inplace-vmhelper runs inside the OS image lane's VM (hack/osimage,
+// test/e2eos). It drives the product's RAUC backend and artifact store, the agent's
+// edges for an OS image switch, on request of the test on the host, and reports
+// what the VM booted as the VM itself sees it: /proc/cmdline, os-release, GRUB's
+// environment, RAUC's slot status and every boot that reached userspace.
+//
+// It is a test harness: the test decides the order of the steps (as the agent's
+// executor would) and asserts on what this reports. It is never part of a
+// product image.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/capi-inplace/capi-inplace/internal/agent/artifact"
+	"github.com/capi-inplace/capi-inplace/internal/backend"
+	"github.com/capi-inplace/capi-inplace/internal/backend/rauc"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
+	"github.com/capi-inplace/capi-inplace/test/e2eos/vmapi"
+)
+
+func main() {
+	addr := flag.String("addr", ":8080", "Listen address.")
+	stateDir := flag.String("state-dir", "/data/capi-inplace", "The backend's state directory (on the data partition).")
+	flag.Parse()
+	if err := run(*addr, *stateDir); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(addr, stateDir string) error {
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return err
+	}
+	if err := recordBoot(); err != nil {
+		return err
+	}
+	b, err := rauc.New(rauc.Options{Runner: backend.ExecRunner{}, StateDir: filepath.Join(stateDir, "rauc-backend")})
+	if err != nil {
+		return err
+	}
+	h := &helper{backend: b, store: &artifact.Store{Root: "/", ReserveBytes: -1}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /facts", h.facts)
+	mux.HandleFunc("POST /fetch", h.fetch)
+	mux.HandleFunc("POST /backend/{step}", h.step)
+	mux.HandleFunc("POST /reboot", h.reboot)
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return srv.ListenAndServe()
+}
+
+// recordBoot appends this boot to the boots file on the data partition: a boot is
+// recorded only when its userspace came up far enough to start this service.
+func recordBoot() error {
+	f, err := bootFacts()
+	if err != nil {
+		return err
+	}
+	line, err := json.Marshal(vmapi.Boot{ID: f.BootID, Slot: f.Slot, ImageVersion: f.ImageVersion})
+	if err != nil {
+		return err
+	}
+	out, err := os.OpenFile(vmapi.BootsFile, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := out.Write(append(line, '\n')); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+type helper struct {
+	backend *rauc.Backend
+	store   *artifact.Store
+}
+
+func bootFacts() (vmapi.Facts, error) {
+	var f vmapi.Facts
+	cmdline, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		return f, err
+	}
+	f.Cmdline = strings.TrimSpace(string(cmdline))
+	for _, arg := range strings.Fields(f.Cmdline) {
+		if v, ok := strings.CutPrefix(arg, "rauc.slot="); ok {
+			f.Slot = v
+		}
+	}
+	id, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return f, err
+	}
+	f.BootID = strings.TrimSpace(string(id))
+	osRelease, err := os.ReadFile("/etc/os-release")
+	if err != nil {
+		return f, err
+	}
+	for _, line := range strings.Split(string(osRelease), "\n") {
+		if v, ok := strings.CutPrefix(line, "IMAGE_VERSION="); ok {
+			f.ImageVersion = strings.Trim(v, `"`)
+		}
+	}
+	return f, nil
+}
+
+func (h *helper) facts(w http.ResponseWriter, r *http.Request) {
+	f, err := bootFacts()
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	env, err := exec.CommandContext(r.Context(), "grub-editenv", "/efi/EFI/BOOT/grubenv", "list").Output()
+	if err != nil {
+		fail(w, fmt.Errorf("grub-editenv: %w", err))
+		return
+	}
+	f.Grubenv = map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(env)), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			f.Grubenv[k] = v
+		}
+	}
+	if out, err := exec.CommandContext(r.Context(), "systemd-analyze", "time").Output(); err == nil {
+		f.BootTime = strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
+	}
+	boots, err := os.ReadFile(vmapi.BootsFile)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(boots)), "\n") {
+		var b vmapi.Boot
+		if err := json.Unmarshal([]byte(line), &b); err != nil {
+			fail(w, fmt.Errorf("boots file: %w", err))
+			return
+		}
+		f.Boots = append(f.Boots, b)
+	}
+	if st, err := h.backend.Status(r.Context()); err == nil {
+		f.Backend = st
+	} else {
+		f.BackendErr = err.Error()
+	}
+	reply(w, f)
+}
+
+func (h *helper) fetch(w http.ResponseWriter, r *http.Request) {
+	var a protocol.BinaryArtifact
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&a); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	path, err := h.store.Fetch(r.Context(), protocol.StageItem{Name: protocol.StageItemName("os"), Artifact: a}, nil)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	reply(w, vmapi.Fetched{Path: path})
+}
+
+// step runs one backend step; its outcome is the answer's body, never its status
+// code, so that the test tells a refused artifact from a failed verification.
+func (h *helper) step(w http.ResponseWriter, r *http.Request) {
+	var a backend.Artifact
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&a); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	steps := map[string]func(context.Context, backend.Artifact) error{
+		"stage": h.backend.Stage, "activate": h.backend.Activate, "verify": h.backend.Verify,
+		"commit": h.backend.Commit, "rollback": h.backend.Rollback,
+	}
+	run, ok := steps[r.PathValue("step")]
+	if !ok {
+		http.Error(w, "unknown step", http.StatusNotFound)
+		return
+	}
+	err := run(r.Context(), a)
+	out := vmapi.StepResult{}
+	if err != nil {
+		out.Error = err.Error()
+		out.VerifyFailed = errors.Is(err, backend.ErrVerifyFailed)
+		out.Refused = errors.Is(err, backend.ErrArtifactRefused)
+	}
+	reply(w, out)
+}
+
+func (h *helper) reboot(w http.ResponseWriter, _ *http.Request) {
+	reply(w, vmapi.StepResult{})
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		if out, err := exec.Command("systemctl", "reboot").CombinedOutput(); err != nil {
+			log.Printf("systemctl reboot: %v: %s", err, out)
+		}
+	}()
+}
+
+func reply(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func fail(w http.ResponseWriter, err error) {
+	http.Error(w, err.Error(), http.StatusInternalServerError)
+}
