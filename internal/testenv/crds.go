@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -60,16 +61,28 @@ func capiDirs(sets []CRDSet) ([]string, error) {
 	return dirs, nil
 }
 
-// ModuleDir is a module's directory in the module cache, as `go list -m` run in
-// dir ("" for the current directory) resolves it.
+// ModuleDir is a module's directory in the module cache at the version the
+// module in dir ("" for the current directory) requires. `go mod download`
+// fetches it when the cache does not hold it yet (`go list -m` would answer an
+// empty directory: whether a test found the module then hung on which other
+// package's test had downloaded it first).
 func ModuleDir(dir, module string) (string, error) {
-	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", module)
+	cmd := exec.Command("go", "mod", "download", "-json", module)
 	cmd.Dir = dir
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
 	out, err := cmd.Output()
-	if err != nil || strings.TrimSpace(string(out)) == "" {
-		return "", fmt.Errorf("locate %s in the module cache (run make tools): %w", module, err)
+	if err != nil {
+		return "", fmt.Errorf("locate %s in the module cache: %w: %s%s", module, err, out, stderr.String())
 	}
-	return strings.TrimSpace(string(out)), nil
+	var m struct{ Dir, Error string }
+	if err := json.Unmarshal(out, &m); err != nil {
+		return "", fmt.Errorf("locate %s in the module cache: %w", module, err)
+	}
+	if m.Dir == "" {
+		return "", fmt.Errorf("locate %s in the module cache: %s", module, m.Error)
+	}
+	return m.Dir, nil
 }
 
 // repoRoot is the module's root, two levels above this file.
