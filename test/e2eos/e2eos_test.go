@@ -89,6 +89,16 @@ func newLane(t *testing.T) *lane {
 	return &lane{t: t, ctx: ctx, vm: vm, start: time.Now()}
 }
 
+// startLane starts a scenario, side by side with the others, on a VM powered on
+// into the image every scenario starts from: v1 in slot A.
+func startLane(t *testing.T) *lane {
+	t.Helper()
+	t.Parallel()
+	l := newLane(t)
+	expectBooted(t, l.powerOn(), "A", "v1")
+	return l
+}
+
 func (l *lane) figure(name string, v any) { figures.Add(l.t.Name()+": "+name, v) }
 
 // powerOn starts QEMU and waits for the first boot that reaches the helper.
@@ -156,6 +166,40 @@ func (l *lane) facts() vmapi.Facts {
 	return f
 }
 
+// verifyFails runs Verify, which must report that the image is not the one that
+// booted (the backend's ErrVerifyFailed), not any other error.
+func (l *lane) verifyFails(a backend.Artifact, when string) {
+	l.t.Helper()
+	res, err := l.vm.Step(l.ctx, "verify", a)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	if !res.VerifyFailed {
+		l.t.Fatalf("verify %s: %+v, want a failed verification", when, res)
+	}
+}
+
+// switchTo stages and activates an image, then reboots; it returns the boot that
+// reached the helper and how long the reboot took.
+func (l *lane) switchTo(a backend.Artifact) (vmapi.Facts, time.Duration) {
+	l.t.Helper()
+	l.step("stage", a)
+	l.step("activate", a)
+	return l.reboot()
+}
+
+// expectBoots checks the slot and image of every boot that reached userspace.
+func expectBoots(t *testing.T, f vmapi.Facts, want string) {
+	t.Helper()
+	var got []string
+	for _, b := range f.Boots {
+		got = append(got, b.Slot+":"+b.ImageVersion)
+	}
+	if strings.Join(got, " ") != want {
+		t.Fatalf("boots that reached userspace: %s, want %s", strings.Join(got, " "), want)
+	}
+}
+
 // expectBooted checks, from inside the VM, which slot and image run.
 func expectBooted(t *testing.T, f vmapi.Facts, slot, image string) {
 	t.Helper()
@@ -176,15 +220,6 @@ func expectEnv(t *testing.T, f vmapi.Facts, want map[string]string) {
 			t.Fatalf("grubenv %s=%q, want %q (all: %v)", k, f.Grubenv[k], v, f.Grubenv)
 		}
 	}
-}
-
-// slotsBooted lists the slot of every boot that reached userspace.
-func slotsBooted(f vmapi.Facts) string {
-	var s []string
-	for _, b := range f.Boots {
-		s = append(s, b.Slot+":"+b.ImageVersion)
-	}
-	return strings.Join(s, " ")
 }
 
 // TestGoodImage: the new image is staged while the old one runs, the VM reboots
@@ -218,9 +253,7 @@ func TestGoodImage(t *testing.T) {
 	f, d = l.reboot()
 	l.figure("ordinary reboot", d)
 	expectBooted(t, f, "B", "v2-good")
-	if got, want := slotsBooted(f), "A:v1 B:v2-good B:v2-good"; got != want {
-		t.Fatalf("boots that reached userspace: %s, want %s", got, want)
-	}
+	expectBoots(t, f, "A:v1 B:v2-good B:v2-good")
 	l.figure("total", time.Since(l.start))
 }
 
@@ -228,37 +261,23 @@ func TestGoodImage(t *testing.T) {
 // the old slot by itself, the backend reports that the old slot booted, and the
 // rollback keeps it primary and marks the failed slot bad.
 func TestUnbootableImage(t *testing.T) {
-	t.Parallel()
-	l := newLane(t)
-	expectBooted(t, l.powerOn(), "A", "v1")
+	l := startLane(t)
 
 	a := l.fetch(bundle(t, "v3-broken"))
-	l.step("stage", a)
-	l.step("activate", a)
-	f, d := l.reboot()
+	f, d := l.switchTo(a)
 	l.figure("reboot, failed trial and fallback", d)
 	expectBooted(t, f, "A", "v1")
 	// GRUB started slot B (its trial flag is set) and B never reached userspace.
 	expectEnv(t, f, map[string]string{"B_TRY": "1"})
-	if got, want := slotsBooted(f), "A:v1 A:v1"; got != want {
-		t.Fatalf("boots that reached userspace: %s, want %s", got, want)
-	}
+	expectBoots(t, f, "A:v1 A:v1")
 
-	res, err := l.vm.Step(l.ctx, "verify", a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !res.VerifyFailed {
-		t.Fatalf("verify after the fallback: %+v, want a failed verification", res)
-	}
+	l.verifyFails(a, "after the fallback")
 	l.step("rollback", a)
 	// Marked bad: GRUB never tries slot B again until a new plan activates it
 	// (TestGateFailsAfterBoot reboots a VM in this state: slot A boots).
 	f = l.facts()
 	expectEnv(t, f, map[string]string{"B_OK": "0"})
-	if got, want := slotsBooted(f), "A:v1 A:v1"; got != want {
-		t.Fatalf("boots that reached userspace: %s, want %s", got, want)
-	}
+	expectBoots(t, f, "A:v1 A:v1")
 	l.figure("total", time.Since(l.start))
 }
 
@@ -266,13 +285,9 @@ func TestUnbootableImage(t *testing.T) {
 // rollback makes the old slot primary and the new one bad, and the VM reboots
 // into the old image.
 func TestGateFailsAfterBoot(t *testing.T) {
-	t.Parallel()
-	l := newLane(t)
-	expectBooted(t, l.powerOn(), "A", "v1")
+	l := startLane(t)
 	a := l.fetch(bundle(t, "v2-good"))
-	l.step("stage", a)
-	l.step("activate", a)
-	f, _ := l.reboot()
+	f, _ := l.switchTo(a)
 	expectBooted(t, f, "B", "v2-good")
 	l.step("verify", a)
 
@@ -282,16 +297,8 @@ func TestGateFailsAfterBoot(t *testing.T) {
 	f, d := l.reboot()
 	l.figure("reboot back into the old slot", d)
 	expectBooted(t, f, "A", "v1")
-	res, err := l.vm.Step(l.ctx, "verify", a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !res.VerifyFailed {
-		t.Fatalf("verify after the rollback: %+v, want a failed verification", res)
-	}
-	if got, want := slotsBooted(f), "A:v1 B:v2-good A:v1"; got != want {
-		t.Fatalf("boots that reached userspace: %s, want %s", got, want)
-	}
+	l.verifyFails(a, "after the rollback")
+	expectBoots(t, f, "A:v1 B:v2-good A:v1")
 	l.figure("total", time.Since(l.start))
 }
 
@@ -299,9 +306,7 @@ func TestGateFailsAfterBoot(t *testing.T) {
 // new slot boots for its trial; each time the old slot boots, and the update is
 // retried to done.
 func TestPowerCut(t *testing.T) {
-	t.Parallel()
-	l := newLane(t)
-	expectBooted(t, l.powerOn(), "A", "v1")
+	l := startLane(t)
 	a := l.fetch(bundle(t, "v2-good"))
 
 	// The cut during the install.
@@ -338,13 +343,7 @@ func TestPowerCut(t *testing.T) {
 	l.vm.PowerCut()
 	f = l.powerOn()
 	expectBooted(t, f, "A", "v1")
-	res, err := l.vm.Step(l.ctx, "verify", a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !res.VerifyFailed {
-		t.Fatalf("verify after the cut trial: %+v, want a failed verification", res)
-	}
+	l.verifyFails(a, "after the cut trial")
 
 	// Retried to done: activate again (a new trial), reboot, verify, commit.
 	l.step("activate", a)
@@ -352,8 +351,6 @@ func TestPowerCut(t *testing.T) {
 	expectBooted(t, f, "B", "v2-good")
 	l.step("verify", a)
 	l.step("commit", a)
-	if got, want := slotsBooted(f), "A:v1 A:v1 A:v1 B:v2-good"; got != want {
-		t.Fatalf("boots that reached userspace: %s, want %s", got, want)
-	}
+	expectBoots(t, f, "A:v1 A:v1 A:v1 B:v2-good")
 	l.figure("total", time.Since(l.start))
 }
