@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -219,6 +220,15 @@ func setPaused(ctx context.Context, g Gomega, name string, paused bool) {
 	g.Expect(c.Patch(ctx, fr, client.MergeFrom(orig))).To(Succeed())
 }
 
+// nameSeq numbers the objects the tests name, so that a test run again in the
+// same API server (go test -count=2) starts from objects of its own.
+var nameSeq atomic.Int64
+
+// uniqueName is base with a number no other test of this process used.
+func uniqueName(base string) string {
+	return fmt.Sprintf("%s-%d", base, nameSeq.Add(1))
+}
+
 const hold = 1500 * time.Millisecond // several controller passes (200 ms apart)
 
 func TestRolloutGoesBatchByBatch(t *testing.T) {
@@ -226,7 +236,7 @@ func TestRolloutGoesBatchByBatch(t *testing.T) {
 	g := NewWithT(t)
 	g.SetDefaultEventuallyTimeout(20 * time.Second)
 	ctx := context.Background()
-	const ns = "wave"
+	ns := uniqueName("wave")
 	s := stores(ctx, g, ns, 5, true)
 	g.Expect(c.Create(ctx, fleetRollout(ns, ns, nil))).To(Succeed())
 
@@ -261,7 +271,7 @@ func TestFailedCanaryHaltsBeforeTheFirstBatch(t *testing.T) {
 	g := NewWithT(t)
 	g.SetDefaultEventuallyTimeout(20 * time.Second)
 	ctx := context.Background()
-	const ns = "canary"
+	ns := uniqueName("canary")
 	s := stores(ctx, g, ns, 5, false)
 	// A failure budget of 3 would let one failure through: the canary's rule does not.
 	g.Expect(c.Create(ctx, fleetRollout(ns, ns, func(s *inplacev1.FleetRolloutSpec) { s.Strategy.MaxFailures = ptr.To[int32](3) }))).To(Succeed())
@@ -287,7 +297,7 @@ func TestPauseStopsNewStarts(t *testing.T) {
 	g := NewWithT(t)
 	g.SetDefaultEventuallyTimeout(20 * time.Second)
 	ctx := context.Background()
-	const ns = "paused"
+	ns := uniqueName("paused")
 	s := stores(ctx, g, ns, 3, false)
 	g.Expect(c.Create(ctx, fleetRollout(ns, ns, func(s *inplacev1.FleetRolloutSpec) { s.Paused = true }))).To(Succeed())
 
@@ -317,7 +327,7 @@ func TestAPIRefusesUnsafeSpecs(t *testing.T) {
 	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "an empty clusterSelector selects every Cluster: %v", err)
 	g.Expect(err.Error()).To(ContainSubstring("clusterSelector must hold at least one requirement"))
 
-	fr := fleetRollout("abort-once", "x", func(s *inplacev1.FleetRolloutSpec) { s.Abort = true })
+	fr := fleetRollout(uniqueName("abort-once"), "x", func(s *inplacev1.FleetRolloutSpec) { s.Abort = true })
 	g.Expect(c.Create(ctx, fr)).To(Succeed())
 	err = c.Patch(ctx, fr, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"abort":false}}`)))
 	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "abort cannot be undone: %v", err)
