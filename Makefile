@@ -11,7 +11,7 @@ E2E_FLAGS ?= -count=1 -timeout=60m -v
 
 .PHONY: help
 help: ## Show this help.
-	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
 
 # The product binaries (static: they run in distroless images) and the test harness's.
 # PRODUCT_FLAGS are the release build's (hack/tools/images goBuild): no local paths,
