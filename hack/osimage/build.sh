@@ -36,14 +36,16 @@ if [[ -f $out/done ]]; then
 	exit 0
 fi
 start=$SECONDS
-# Earlier builds are a gigabyte each: keep only the one being made.
-find "$tools" -mindepth 1 -maxdepth 1 -type d ! -name "$key" -exec rm -rf {} +
+# One root filesystem; the versions differ only in what build_version writes.
+base=$tools/rootfs-$(printf '%s\n' "${packages[@]}" | sha256sum | cut -c1-12).tar
+# Earlier builds and root filesystems are hundreds of megabytes each: keep only
+# the ones this build uses.
+find "$tools" -mindepth 1 -maxdepth 1 \( -type d ! -name "$key" -o -name 'rootfs-*.tar' ! -name "${base##*/}" \) \
+	-exec rm -rf {} +
 rm -rf "$out" && mkdir -p "$out"
 work=$out/work
 mkdir -p "$work"
 
-# One root filesystem; the versions differ only in what build_version writes.
-base=$tools/rootfs-$(printf '%s\n' "${packages[@]}" | sha256sum | cut -c1-12).tar
 if [[ ! -f $base ]]; then
 	log "building the VM root filesystem from Debian packages (first time only)"
 	t0=$SECONDS

@@ -5,6 +5,7 @@ package e2eos
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,10 +18,10 @@ import (
 	"github.com/capi-inplace/capi-inplace/test/lanekit"
 )
 
-// Bounds of one step under emulation; the figures say what they took.
+// bootTimeout bounds one boot under emulation (the steps' bound is the VM's
+// stepTimeout); the figures say what they took.
 const (
 	bootTimeout  = 6 * time.Minute
-	stepTimeout  = 10 * time.Minute
 	artifactsDir = "../../_artifacts/osimage"
 )
 
@@ -36,10 +37,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "E2EOS_IMAGE is not set: run `make e2e-os` (it builds the images with hack/osimage/build.sh)")
 		os.Exit(1)
 	}
-	var err error
-	// QEMU's user-mode network reaches the host's loopback as 10.0.2.2.
-	server, err = lanekit.ServeArtifacts("127.0.0.1:0", imageDir)
-	if err != nil {
+	if err := serveBundles(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -51,15 +49,38 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// bundle is a bundle of the lane as the VM fetches it.
+// bundles are the lane's bundles as the VM fetches them, by name; TestMain
+// hashes each once (hundreds of megabytes).
+var bundles = map[string]protocol.BinaryArtifact{}
+
 func bundle(t *testing.T, name string) protocol.BinaryArtifact {
 	t.Helper()
-	hex, err := lanekit.SHA256File(filepath.Join(imageDir, name+".raucb"))
-	if err != nil {
-		t.Fatal(err)
+	a, ok := bundles[name]
+	if !ok {
+		t.Fatalf("no bundle %s in %s", name, imageDir)
 	}
-	port := server.URL[strings.LastIndex(server.URL, ":")+1:]
-	return protocol.BinaryArtifact{URL: "http://10.0.2.2:" + port + "/" + name + ".raucb", Digest: "sha256:" + hex}
+	return a
+}
+
+// serveBundles serves the image directory to the VMs and hashes its bundles.
+func serveBundles() error {
+	var err error
+	// QEMU's user-mode network reaches the host's loopback as 10.0.2.2.
+	if server, err = lanekit.ServeArtifacts("127.0.0.1:0", imageDir); err != nil {
+		return err
+	}
+	u, err := url.Parse(server.URL)
+	if err != nil {
+		return err
+	}
+	for _, name := range []string{"v2-good", "v3-broken"} {
+		digest, err := backend.FileDigest(filepath.Join(imageDir, name+".raucb"))
+		if err != nil {
+			return err
+		}
+		bundles[name] = protocol.BinaryArtifact{URL: "http://10.0.2.2:" + u.Port() + "/" + name + ".raucb", Digest: digest}
+	}
+	return nil
 }
 
 // lane is one scenario's VM and clock.

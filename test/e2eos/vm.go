@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/capi-inplace/capi-inplace/bench"
 	"github.com/capi-inplace/capi-inplace/internal/backend"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 	"github.com/capi-inplace/capi-inplace/test/e2eos/vmapi"
@@ -36,15 +36,16 @@ const ovmfCode = "/usr/share/OVMF/OVMF_CODE_4M.fd"
 // reset (the console stopped after "reboot: Restarting system" for minutes), a
 // fault of the emulation, not of what the guest does.
 type VM struct {
-	Name   string
-	dir    string
-	port   int
-	client *http.Client
+	Name string
+	dir  string
+	port int
 
 	mu sync.Mutex
-	// cmd is the running QEMU; console numbers its serial log.
-	cmd     *exec.Cmd
-	console int
+	// cmd is the running QEMU; console numbers its serial log, powerOns counts
+	// the QEMU processes started so far (the next one's console number).
+	cmd      *exec.Cmd
+	console  int
+	powerOns int
 	// stop is closed by PowerCut; done when the supervisor has ended.
 	stop, done chan struct{}
 }
@@ -62,7 +63,7 @@ func NewVM(name, dir, image string) (*VM, error) {
 			return nil, fmt.Errorf("copy %s: %w: %s", f, err, out)
 		}
 	}
-	return &VM{Name: name, dir: dir, client: &http.Client{Timeout: 30 * time.Second}}, nil
+	return &VM{Name: name, dir: dir}, nil
 }
 
 // Start powers the VM on. Each power-on's serial console goes to console-<n>.log.
@@ -70,7 +71,7 @@ func (v *VM) Start() error {
 	if v.Running() {
 		return errors.New("vm already running")
 	}
-	port, err := freePort()
+	port, err := bench.FreePort()
 	if err != nil {
 		return err
 	}
@@ -93,12 +94,8 @@ func (v *VM) supervise(started chan<- error) {
 			return
 		default:
 		}
-		n := 0
-		for ; ; n++ {
-			if _, err := os.Stat(v.consolePath(n)); errors.Is(err, os.ErrNotExist) {
-				break
-			}
-		}
+		n := v.powerOns
+		v.powerOns++
 		cmd := v.qemu(n)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
@@ -215,31 +212,40 @@ func (v *VM) WaitBoot(ctx context.Context, notBootID string, timeout time.Durati
 	}
 }
 
+// Bounds of one request to the helper: facts answer at once or the VM is not up;
+// a step may install a bundle, which takes minutes under emulation.
+const (
+	factsTimeout = 30 * time.Second
+	stepTimeout  = 15 * time.Minute
+)
+
 // Facts asks the helper what the VM booted.
 func (v *VM) Facts(ctx context.Context) (vmapi.Facts, error) {
 	var f vmapi.Facts
-	return f, v.do(ctx, http.MethodGet, "/facts", nil, &f)
+	return f, v.do(ctx, factsTimeout, http.MethodGet, "/facts", nil, &f)
 }
 
 // Fetch has the VM's artifact store fetch a file and returns its path in the VM.
 func (v *VM) Fetch(ctx context.Context, a protocol.BinaryArtifact) (string, error) {
 	var out vmapi.Fetched
-	err := v.do(ctx, http.MethodPost, "/fetch", a, &out)
+	err := v.do(ctx, stepTimeout, http.MethodPost, "/fetch", a, &out)
 	return out.Path, err
 }
 
 // Step runs one step of the RAUC backend in the VM.
 func (v *VM) Step(ctx context.Context, step string, a backend.Artifact) (vmapi.StepResult, error) {
 	var out vmapi.StepResult
-	return out, v.do(ctx, http.MethodPost, "/backend/"+step, a, &out)
+	return out, v.do(ctx, stepTimeout, http.MethodPost, "/backend/"+step, a, &out)
 }
 
 // Reboot asks the VM for an orderly reboot (systemctl reboot).
 func (v *VM) Reboot(ctx context.Context) error {
-	return v.do(ctx, http.MethodPost, "/reboot", struct{}{}, &vmapi.StepResult{})
+	return v.do(ctx, stepTimeout, http.MethodPost, "/reboot", struct{}{}, &vmapi.StepResult{})
 }
 
-func (v *VM) do(ctx context.Context, method, path string, in, out any) error {
+func (v *VM) do(ctx context.Context, timeout time.Duration, method, path string, in, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -252,12 +258,7 @@ func (v *VM) do(ctx context.Context, method, path string, in, out any) error {
 	if err != nil {
 		return err
 	}
-	client := v.client
-	if path != "/facts" {
-		// Installing a bundle under emulation takes minutes.
-		client = &http.Client{Timeout: 15 * time.Minute}
-	}
-	resp, err := client.Do(req)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err
 	}
@@ -270,13 +271,4 @@ func (v *VM) do(ctx context.Context, method, path string, in, out any) error {
 		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(data))
 	}
 	return json.Unmarshal(data, out)
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
