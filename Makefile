@@ -7,7 +7,7 @@ export KUBEBUILDER_ASSETS := $(BIN)
 
 # Test time-outs are generous for CI's 2 cores; the suites finish far sooner.
 TEST_FLAGS ?= -count=1 -timeout=20m
-E2E_FLAGS ?= -count=1 -timeout=60m -v
+E2E_FLAGS ?= -count=1 -timeout=60m -v -parallel 4
 
 .PHONY: help
 help: ## Show this help.

@@ -17,6 +17,7 @@ import (
 // stack and ClusterClass: the baseline our extension must beat. The fake extension
 // touches no node; it answers retryAfterSeconds=5 until 15-20 s have passed per machine.
 func TestUpstreamFakeExtensionBaseline(t *testing.T) {
+	t.Parallel()
 	spec := localstack.UpstreamTestExtension(suite.stack.BinDir(), "upstream-fake", map[string]string{extensionLabel: extUpstream})
 	if _, err := suite.stack.StartExtension(suite.ctx, spec); err != nil {
 		t.Fatal(err)

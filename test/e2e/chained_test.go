@@ -34,6 +34,7 @@ var chainVersions = []string{"v1.33.0", "v1.34.0", "v1.35.0", "v1.36.0"}
 // reports v1.36.0 and both Machines are up to date. The namespace is guarded by the
 // in-place-only guard, which lets every step through.
 func TestChainedUpgradeInPlace(t *testing.T) {
+	t.Parallel()
 	ext := ourExtension(t)
 	s := newScenario(t, "chained", extOurs)
 	// Guarded: the in-place-only guard judges the topology write (by the hook's first

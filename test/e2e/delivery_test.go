@@ -73,6 +73,7 @@ const (
 // (CAPI's update-in-progress annotation) and the staging (stage-plan to Staged).
 // The two clusters are created and rolled at the same time to bound wall time.
 func TestDeclaredOSImageInPlace(t *testing.T) {
+	t.Parallel()
 	requireBinary(t)
 	src := startArtifactSources(t)
 	startDeliveryExtension(t, src.policyYAML())

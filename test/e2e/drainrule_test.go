@@ -30,6 +30,7 @@ import (
 // ordinary pod is never evicted here: the eviction half of a drain is covered by the
 // coordinator's envtest suite (internal/coordinator/drain), not by this scenario.
 func TestMachineDrainRuleSkipHonoured(t *testing.T) {
+	t.Parallel()
 	ourExtension(t)
 	s := newScenario(t, "drainrule", extOurs)
 	const cluster = "mdr"

@@ -27,6 +27,7 @@ import (
 // shows the cause (our Event), no other Machine starts updating after the failure,
 // and no Machine is created or deleted.
 func TestHealthGateFailureRollsBackAndHalts(t *testing.T) {
+	t.Parallel()
 	ourExtension(t)
 	s := newScenario(t, "healthgate", extOurs)
 	const cluster = "gate"
@@ -192,6 +193,7 @@ func eventTime(e corev1.Event) time.Time {
 // immutable rollout (new Machines, old ones deleted) completes, as upstream's own
 // suites run extensions of our kind.
 func TestDisableInPlaceUpdatesImmutableRollout(t *testing.T) {
+	t.Parallel()
 	ourExtension(t)
 	s := newScenario(t, "disabled", extOursDisabled)
 	if err := s.stack.CreateClusterClass(s.ctx, s.ns, "inplace"); err != nil {

@@ -88,6 +88,7 @@ func withE2EPolicy(spec localstack.ExtensionSpec) (localstack.ExtensionSpec, err
 //
 // No Machine is created or deleted throughout.
 func TestFleetControls(t *testing.T) {
+	t.Parallel()
 	ourExtension(t)
 	s := newScenario(t, fleetNS, extOurs)
 	if err := s.stack.CreateCluster(s.ctx, localstack.ClusterSpec{

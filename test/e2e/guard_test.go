@@ -84,6 +84,7 @@ func registerGuardWebhook(ctx context.Context, t *testing.T, stack *localstack.S
 // with maxUnavailable 0, a surge), recorded in an Event, and the same stored value
 // does not admit a second one. No rollout is awaited.
 func TestGuardRefusesReplacingChanges(t *testing.T) {
+	t.Parallel()
 	ext := ourExtension(t)
 	s := newScenario(t, "guard", extOurs)
 	registerGuardWebhook(s.ctx, t, s.stack, ext)

@@ -33,6 +33,7 @@ type probe struct {
 // cluster, which API features our coordinator and agent can rely on there (README.md
 // has the table). It fails when upstream's behaviour changes, so the doc stays true.
 func TestInMemoryAPIServerCapabilities(t *testing.T) {
+	t.Parallel()
 	s := newScenario(t, "probe", "none")
 	const cluster = "probe"
 	if err := s.stack.CreateCluster(s.ctx, localstack.ClusterSpec{

@@ -23,6 +23,7 @@ const rolloutTimeout = 10 * time.Minute
 // every Node reports the new kubelet version, every simulated host has the new file,
 // and the Cluster's ControlPlaneMachinesUpToDate and WorkerMachinesUpToDate are True.
 func TestClusterClassVersionAndFilesInPlace(t *testing.T) {
+	t.Parallel()
 	ourExtension(t)
 	s := newScenario(t, "cc-inplace", extOurs)
 	if err := s.stack.CreateClusterClass(s.ctx, s.ns, "inplace"); err != nil {
@@ -68,6 +69,7 @@ func TestClusterClassVersionAndFilesInPlace(t *testing.T) {
 // control-plane node loses its connection to the workload API for 30 s during its
 // kubeadm step (the simulated host's api-outage-seconds fault) and still completes.
 func TestPlainClusterVersionInPlaceThroughAPIOutage(t *testing.T) {
+	t.Parallel()
 	ourExtension(t)
 	s := newScenario(t, "plain-inplace", extOurs)
 	const cluster = "plain"

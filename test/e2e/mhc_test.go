@@ -33,6 +33,7 @@ const mhcTimeout = 5 * time.Second
 // update the skip-remediation annotation is gone. Control: the same NotReady node
 // after the update is marked unhealthy by the same MachineHealthCheck.
 func TestMachineHealthCheckSparesUpdatingNode(t *testing.T) {
+	t.Parallel()
 	ourExtension(t)
 	s := newScenario(t, "mhc", extOurs)
 	const cluster = "mhc"

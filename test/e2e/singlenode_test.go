@@ -433,6 +433,7 @@ func singleNodeClusterClassRound(t *testing.T, stack *localstack.Stack, ext *loc
 // and the topology reconciled, and the new kube-apiserver argument is in the workload
 // cluster's kubeadm-config and in the node's kube-apiserver manifest.
 func TestSingleNodeClusterClassInPlace(t *testing.T) {
+	t.Parallel()
 	ext := ourExtension(t)
 	singleNodeClusterClassRound(t, nil, ext, "sn-cc", true)
 }
@@ -448,6 +449,7 @@ func TestSingleNodeClusterClassInPlace(t *testing.T) {
 // change the planner refuses (a new API server SAN) is refused, visible on the KCP and
 // the Cluster, and KCP does not surge.
 func TestSingleNodePlainClusterWithWorkers(t *testing.T) {
+	t.Parallel()
 	ext := ourExtension(t)
 	s := newSingleNodeScenario(t, nil, ext, "sn-plain")
 	const cluster = "snp"
@@ -669,6 +671,7 @@ func TestSingleNodeInPlaceWithGateOff(t *testing.T) {
 // create a surge Machine). Cluster API refuses to lower spec.topology.version, so the
 // operator retries (cause fixed, verdicts cleared): the update succeeds, KCP is released.
 func TestSingleNodeHealthGateFailure(t *testing.T) {
+	t.Parallel()
 	ext := ourExtension(t)
 	s := newSingleNodeScenario(t, nil, ext, "sn-fail")
 	const cluster, class = "snf", "inplace-snf"

@@ -33,6 +33,7 @@ import (
 // no Machine is created or deleted, both keep name and UID, both hosts carry the file,
 // both Nodes report the new kubelet, and KCP is released with every Machine up to date.
 func TestSingleNodeTwoReplicas(t *testing.T) {
+	t.Parallel()
 	ext := ourExtension(t)
 	s := newSingleNodeScenario(t, nil, ext, "sn-two")
 	const cluster = "sn2"
