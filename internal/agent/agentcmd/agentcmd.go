@@ -114,7 +114,7 @@ systemctl, etcd and reboots are emulated there, and fault files under
 	f.DurationVar(&o.QuorumHoldTimeout, "etcd-quorum-hold-timeout", gate.DefaultHoldTimeout,
 		"How long a control-plane update waits, before touching the node, for the etcd cluster to be whole; then the update fails with nothing changed (reason EtcdQuorumTimeout).")
 	f.StringVar(&o.NodeConfig, "node-config", agent.NodeConfigPath, "Host path (under --host-root) of the node configuration: the service manager (see docs/agent-node.md); a missing file means systemd.")
-	f.StringVar(&o.HealthAddr, "health-addr", ":9441", "Address of the health probe (/healthz); \"0\" disables it.")
+	f.StringVar(&o.HealthAddr, "health-addr", "127.0.0.1:9441", "Address of the health probe (/healthz); \"0\" disables it. Loopback by default: the agent runs in the host network, where every pod of the node could reach another address.")
 	f.StringVar(&o.MetricsAddr, "metrics-addr", "0", "Address of the Prometheus metrics (/metrics, docs/metrics.md), e.g. :9442; \"0\" disables them.")
 	f.IntVarP(&o.Verbosity, "v", "v", 0, "Log verbosity (0 or 1).")
 	return cmd

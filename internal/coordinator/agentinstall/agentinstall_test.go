@@ -54,6 +54,11 @@ func TestAgentServesMetrics(t *testing.T) {
 	g.Expect(c.Args).To(ContainElement("--metrics-addr=:9442"))
 	g.Expect(c.Ports).To(Equal([]corev1.ContainerPort{{Name: "metrics", ContainerPort: 9442, HostPort: 9442, Protocol: corev1.ProtocolTCP}}))
 	g.Expect(pod.Annotations).To(Equal(map[string]string{"prometheus.io/scrape": "true", "prometheus.io/port": "9442", "prometheus.io/path": "/metrics"}))
+	// Requests so that the scheduler and the kubelet count the agent; no limit, which
+	// would OOM-kill an update half-way (kubeadm and etcd restores run in its cgroup).
+	g.Expect(c.Resources.Requests).To(HaveKey(corev1.ResourceCPU))
+	g.Expect(c.Resources.Requests).To(HaveKey(corev1.ResourceMemory))
+	g.Expect(c.Resources.Limits).To(BeEmpty())
 
 	custom := daemonSetOf(Config{Image: "agent:v1", Args: []string{"agent", "-v=1"}})
 	g.Expect(custom.Spec.Template.Spec.Containers[0].Args).To(Equal([]string{"agent", "-v=1"}), "overridden arguments are taken as given")
