@@ -216,6 +216,16 @@ kubernetesBinaries:
     linux/amd64:
       kubeadm: {url: %s/%s/kubeadm, digest: "sha256:%s"}
       kubelet: {url: %s/%s/kubelet, digest: "sha256:%s"}
-`, strings.Join(upgradePreflightIgnores, ", "), to, artifactURL, to, sums["kubeadm"], artifactURL, to, sums["kubelet"])
+gates:
+- cluster: %s/%s
+  gates:
+  # Ten seconds of gates at least, so the scenario's power cut finds them running.
+  - name: settle
+    command: ["/bin/sleep", "10"]
+  - name: %s
+    command: ["/bin/sh", "-c", "test ! -e %s"]
+    passWithinSeconds: 20
+`, strings.Join(upgradePreflightIgnores, ", "), to, artifactURL, to, sums["kubeadm"], artifactURL, to, sums["kubelet"],
+		failNamespace, failCluster, failGate, failUnhealthyFile)
 	return os.WriteFile(path, []byte(policy), 0o600)
 }

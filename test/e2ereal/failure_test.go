@@ -1,0 +1,323 @@
+//go:build e2ereal
+
+package e2ereal
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
+	"github.com/capi-inplace/capi-inplace/test/lanekit"
+)
+
+// The failure scenario's cluster and the pool gate the lane's policy gives it
+// (writePolicy): the gate fails while the node has failUnhealthyFile, which the
+// failing change itself delivers.
+const (
+	failNamespace     = "real-fail"
+	failCluster       = "fail"
+	failGate          = "lane-health"
+	failUnhealthyFile = "/etc/capi-real/unhealthy"
+)
+
+// TestSingleNodeFailureAndRetry fails a configuration change of a single
+// control plane on its health gate and checks that nothing is lost or replaced:
+// the change (an API server argument and a file that makes the pool's gate fail)
+// is rolled back on the node, the failure is visible on the KubeadmControlPlane,
+// which stays held, and every write the workload cluster acknowledged during the
+// update is still there (a configuration change leaves etcd's data as it was, so
+// the rollback does not restore the snapshot). Then the operator fixes the spec and
+// the next attempt runs to done on the same Machine.
+func TestSingleNodeFailureAndRetry(t *testing.T) {
+	// The scenarios run at once, each on clusters of its own: CI time.
+	t.Parallel()
+	g := newG(t)
+	ctx := suite.ctx
+	const ns, name = failNamespace, failCluster
+	createCluster(t, clusterSpec{Namespace: ns, Name: name, Version: from, ControlPlanes: 1, SingleNode: true})
+	machine := waitMachinesRunning(t, ns, name, 1)[0]
+	node := machine.Status.NodeRef.Name
+	wc, err := workloadClient(ctx, ns, name)
+	g.Expect(err).NotTo(HaveOccurred())
+	pod := deployWorkload(t, wc, "web", 1, true)
+	waitControlPlaneHealthy(t, ns, name)
+	machines := watchMachines(t, ns)
+	const manifest = "/etc/kubernetes/manifests/kube-apiserver.yaml"
+	manifestBefore := mustNodeExec(t, node, "cat", manifest)
+
+	// The failing change: an API server argument and the file the gate refuses.
+	kcp := &controlplanev1.KubeadmControlPlane{}
+	g.Expect(suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, kcp)).To(Succeed())
+	base := kcp.DeepCopy()
+	kcp.Spec.KubeadmConfigSpec.ClusterConfiguration.APIServer.ExtraArgs = append(kcp.Spec.KubeadmConfigSpec.ClusterConfiguration.APIServer.ExtraArgs,
+		bootstrapv1.Arg{Name: "event-ttl", Value: ptr.To("2h0m0s")})
+	kcp.Spec.KubeadmConfigSpec.Files = append(kcp.Spec.KubeadmConfigSpec.Files,
+		bootstrapv1.File{Path: failUnhealthyFile, Content: "the gate fails while this file exists\n"})
+	writes := lanekit.WriteEvery(wc, "default", "during-update", time.Second, func(ctx context.Context) string {
+		return string(agentPhase(ctx, wc, node))
+	})
+	start := time.Now()
+	g.Expect(suite.stack.Client.Patch(ctx, kcp, client.MergeFrom(base))).To(Succeed())
+
+	g.Eventually(func() error { return kcpRolledBack(ctx, ns, name) }, 20*time.Minute).Should(Succeed())
+	suite.figures.Add("failure: write -> gate failed, node rolled back, failure on the KCP", time.Since(start))
+	acked, refused := writes.Stop()
+
+	// Some acknowledged write landed after the change was applied (the agent was
+	// verifying or rolling back): that is the write a snapshot restore would drop.
+	var afterApply int
+	for _, w := range acked {
+		switch protocol.Phase(w.Label) {
+		case protocol.PhaseVerifying, protocol.PhaseRollingBack, protocol.PhaseRolledBack:
+			afterApply++
+		}
+	}
+	g.Expect(afterApply).To(BeNumerically(">", 0), "no write was acknowledged after the change was applied: the scenario proves nothing")
+	var lost []lanekit.Write
+	g.Eventually(func() (err error) {
+		lost, err = lanekit.Lost(ctx, wc, "default", acked)
+		return err
+	}, 5*time.Minute).Should(Succeed())
+	suite.figures.Add("failure: workload-cluster writes during the failed update (acknowledged, of them after apply, refused, lost)",
+		fmt.Sprintf("%d, %d, %d, %d", len(acked), afterApply, refused, len(lost)))
+	g.Expect(lost).To(BeEmpty(), "writes acknowledged during the update and gone after the rollback")
+
+	// The node is as it was and in service: its file and manifest restored, the
+	// API server without the argument, uncordoned, the agent's verdict RolledBack.
+	g.Eventually(func() error { return nodeRolledBack(ctx, wc, node) }, 5*time.Minute).Should(Succeed())
+	_, err = nodeExec(ctx, node, "test", "!", "-e", failUnhealthyFile)
+	g.Expect(err).NotTo(HaveOccurred(), "the failed change's file is still on the node")
+	g.Expect(mustNodeExec(t, node, "cat", manifest)).To(Equal(manifestBefore), "the API server's manifest is not the one before the update")
+	g.Eventually(func() error {
+		p, err := wc.CoreV1().Pods("kube-system").Get(ctx, "kube-apiserver-"+node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if args := strings.Join(p.Spec.Containers[0].Command, " "); strings.Contains(args, "--event-ttl") {
+			return fmt.Errorf("the API server still runs with the rolled-back argument: %s", args)
+		}
+		return nil
+	}, 5*time.Minute).Should(Succeed())
+
+	// Nothing was replaced, and KCP is not released with an outdated Machine (it would
+	// create a surge Machine on a node with no spare capacity).
+	held := &controlplanev1.KubeadmControlPlane{}
+	g.Expect(suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, held)).To(Succeed())
+	g.Expect(held.Annotations).To(HaveKey(clusterv1.PausedAnnotation), "KCP released with an outdated Machine")
+	now := waitMachinesRunning(t, ns, name, 1)[0]
+	g.Expect(now.UID).To(Equal(machine.UID))
+	after, err := wc.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred(), "the workload's pod is still there")
+	g.Expect(containerIDs(after)).To(Equal(containerIDs(pod)), "the same container serves")
+
+	// The operator's fix: the same argument without the file. A new target, so a new
+	// attempt, which runs to done and releases the KCP.
+	g.Expect(suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, kcp)).To(Succeed())
+	base = kcp.DeepCopy()
+	var files []bootstrapv1.File
+	for _, f := range kcp.Spec.KubeadmConfigSpec.Files {
+		if f.Path != failUnhealthyFile {
+			files = append(files, f)
+		}
+	}
+	kcp.Spec.KubeadmConfigSpec.Files = files
+	// The attempt survives a power cut: the node container is killed (SIGKILL, no
+	// shutdown) while its agent runs the gates, after every action that changed the
+	// node, and started again; the agent resumes from its journal on the node's disk.
+	backupsBefore := kubeadmBackups(ctx, node)
+	ipBefore, err := nodeIP(ctx, node)
+	g.Expect(err).NotTo(HaveOccurred())
+	powerCut := powerCutDuring(ctx, node, "gates")
+	retry := time.Now()
+	g.Expect(suite.stack.Client.Patch(ctx, kcp, client.MergeFrom(base))).To(Succeed())
+	g.Eventually(func() error { return nodeAt(ctx, wc, node, from) }, 20*time.Minute).Should(Succeed())
+	g.Eventually(func() error { return kcpReleased(ctx, ns, name, from) }).Should(Succeed())
+	suite.figures.Add("failure: fixed spec, power cut during the gates -> node committed, KCP released", time.Since(retry))
+	select {
+	case err := <-powerCut:
+		g.Expect(err).NotTo(HaveOccurred(), "the power cut")
+	default:
+		t.Fatal("the node's agent was never seen running the gates: no power cut")
+	}
+	ipAfter, err := nodeIP(ctx, node)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ipAfter).To(Equal(ipBefore), "Docker gave the restarted node another address")
+	// Each action ran once but the gates, which the power cut interrupted and the
+	// restarted agent ran again; kubeadm leaves one manifest backup per run, of
+	// `upgrade apply` or, for a configuration change, `upgrade node`.
+	j, err := readJournal(ctx, node)
+	g.Expect(err).NotTo(HaveOccurred())
+	for a, n := range j.Runs {
+		if a == "gates" {
+			g.Expect(n).To(Equal(2), "the interrupted gates ran again: %v", j.Runs)
+			continue
+		}
+		g.Expect(n).To(Equal(1), "action %s ran once: %v", a, j.Runs)
+	}
+	g.Expect(j.Runs).To(HaveKey("control-plane-config"), "a configuration change re-renders the static pods")
+	g.Expect(newEntries(backupsBefore, kubeadmBackups(ctx, node))).To(HaveLen(j.Runs["kubeadm-upgrade"]+j.Runs["control-plane-config"]),
+		"kubeadm ran as often as the journal says")
+	apiserver, err := wc.CoreV1().Pods("kube-system").Get(ctx, "kube-apiserver-"+node, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(apiserver.Spec.Containers[0].Command).To(ContainElement("--event-ttl=2h0m0s"))
+	_, err = nodeExec(ctx, node, "test", "!", "-e", failUnhealthyFile)
+	g.Expect(err).NotTo(HaveOccurred(), "the file the fix removed from the spec is on the node")
+
+	added, deleted := machines.result()
+	g.Expect(added).To(BeEmpty(), "no Machine created")
+	g.Expect(deleted).To(BeEmpty(), "no Machine deleted")
+	g.Expect(waitMachinesRunning(t, ns, name, 1)[0].UID).To(Equal(machine.UID))
+}
+
+// The agent's journal on the node (internal/agent/journal.Entry; the agent's
+// --state-dir default), the part the lane reads.
+const agentJournal = "/var/lib/capi-inplace/journal.json"
+
+type journalEntry struct {
+	Key      string         `json:"key"`
+	InFlight string         `json:"inFlight"`
+	Runs     map[string]int `json:"runs"`
+}
+
+func readJournal(ctx context.Context, node string) (journalEntry, error) {
+	var e journalEntry
+	out, err := nodeExec(ctx, node, "cat", agentJournal)
+	if err != nil {
+		return e, err
+	}
+	if err := json.Unmarshal([]byte(out), &e); err != nil {
+		return e, fmt.Errorf("journal on %s: %w", node, err)
+	}
+	return e, nil
+}
+
+// powerCutDuring reads the node's journal every second and, the first time the
+// agent has action in flight, kills the node container (SIGKILL to every process:
+// no shutdown, as a power cut) and starts it again. The channel gets the outcome
+// once it happened; nothing if it never did before ctx ends.
+func powerCutDuring(ctx context.Context, node, action string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			e, err := readJournal(rctx, node)
+			cancel()
+			if err != nil || e.InFlight != action {
+				continue
+			}
+			for _, args := range [][]string{{"kill", "--signal", "KILL", node}, {"start", node}} {
+				if out, err := exec.CommandContext(ctx, dockerCLI, args...).CombinedOutput(); err != nil {
+					done <- fmt.Errorf("docker %s: %w: %s", strings.Join(args, " "), err, out)
+					return
+				}
+			}
+			done <- nil
+			return
+		}
+	}()
+	return done
+}
+
+// kubeadmBackups lists the manifest backups kubeadm upgrade leaves on the node, one
+// per run.
+func kubeadmBackups(ctx context.Context, node string) []string {
+	out, _ := nodeExec(ctx, node, "ls", "/etc/kubernetes/tmp")
+	var names []string
+	for _, n := range strings.Fields(out) {
+		if strings.HasPrefix(n, "kubeadm-backup-manifests-") {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
+// newEntries returns the names of after that are not in before.
+func newEntries(before, after []string) []string {
+	seen := map[string]bool{}
+	for _, b := range before {
+		seen[b] = true
+	}
+	var out []string
+	for _, a := range after {
+		if !seen[a] {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// agentPhase is the phase the node's agent reports, empty when it cannot be read.
+func agentPhase(ctx context.Context, wc kubernetes.Interface, node string) protocol.Phase {
+	n, err := wc.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	st, err := protocol.DecodeStatus(n.Annotations[inplacev1.StatusAnnotation])
+	if err != nil {
+		return ""
+	}
+	return st.Phase
+}
+
+// kcpRolledBack checks the single-node path reports a rolled-back update on the KCP:
+// the hold-failed marker and InPlaceUpdate=False with the RolledBack reason.
+func kcpRolledBack(ctx context.Context, ns, name string) error {
+	kcp := &controlplanev1.KubeadmControlPlane{}
+	if err := suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, kcp); err != nil {
+		return err
+	}
+	if kcp.Annotations[inplacev1.HoldFailedAnnotation] == "" {
+		return fmt.Errorf("KCP %s: no %s yet", name, inplacev1.HoldFailedAnnotation)
+	}
+	for _, c := range kcp.Status.Conditions {
+		if c.Type == inplacev1.InPlaceUpdateCondition {
+			if c.Status == metav1.ConditionFalse && c.Reason == inplacev1.ReasonRolledBack {
+				return nil
+			}
+			return fmt.Errorf("KCP %s: %s=%s/%s", name, c.Type, c.Status, c.Reason)
+		}
+	}
+	return fmt.Errorf("KCP %s: no %s condition", name, inplacev1.InPlaceUpdateCondition)
+}
+
+// nodeRolledBack checks the node's agent reports RolledBack and the node is in
+// service again (Ready, uncordoned).
+func nodeRolledBack(ctx context.Context, wc kubernetes.Interface, node string) error {
+	n, err := wc.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if !nodeReady(n) || n.Spec.Unschedulable {
+		return fmt.Errorf("node %s: ready %v, cordoned %v", node, nodeReady(n), n.Spec.Unschedulable)
+	}
+	st, err := protocol.DecodeStatus(n.Annotations[inplacev1.StatusAnnotation])
+	if err != nil {
+		return err
+	}
+	if st.Phase != protocol.PhaseRolledBack {
+		return fmt.Errorf("agent on %s: %s", node, st.Phase)
+	}
+	return nil
+}
