@@ -3,7 +3,9 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 
@@ -54,6 +56,44 @@ func TestRollbackRestoresEtcdOnlyWhenItsDataChanged(t *testing.T) {
 			}
 			// The stub member refuses a restore: the rollback tried it.
 			g.Expect(names(st.Rollback)).To(ContainElement(state.ActRestoreEtcd))
+		})
+	}
+}
+
+// TestPreflightFailureKeepsEtcd: a minor upgrade of a single control plane whose
+// kubeadm preflight keeps failing changed nothing kubeadm manages, so its rollback
+// must not restore etcd's snapshot (every write since would be lost for nothing);
+// the status says etcd kept its data and why. A failure after the preflight still
+// restores.
+func TestPreflightFailureKeepsEtcd(t *testing.T) {
+	tests := []struct {
+		name    string
+		fail    string
+		restore bool
+	}{
+		{name: "preflight fails every attempt: etcd kept", fail: "kubeadm upgrade apply phase preflight"},
+		{name: "the upgrade after the preflight fails: etcd restored", fail: "kubeadm upgrade apply v1.36.0", restore: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			f := newFixture(t, nil)
+			f.runner.On(tt.fail, "", errors.New("exit status 1"))
+			f.kube.PreflightRetryPause = time.Millisecond
+			f.kube.Etcd = &memberStub{members: 1, dbSize: 1 << 20}
+			f.kube.FreeBytes = func(string) (uint64, error) { return 1 << 40, nil }
+			st, err := f.x.StartFrom(context.Background(), cpPlan(), "v1.35.2")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(st.FailedAction).To(Equal(state.ActKubeadmUpgrade))
+			g.Expect(st.EtcdMembers).To(Equal(1))
+			if tt.restore {
+				// The stub member refuses a restore: the rollback tried it.
+				g.Expect(names(st.Rollback)).To(ContainElement(state.ActRestoreEtcd))
+				return
+			}
+			g.Expect(names(st.Rollback)).NotTo(ContainElement(state.ActRestoreEtcd))
+			g.Expect(st.Phase).To(Equal(protocol.PhaseRolledBack))
+			g.Expect(f.reports.last().Message).To(ContainSubstring("etcd kept its data (the update failed before it changed etcd): no write to the cluster was lost"))
 		})
 	}
 }

@@ -290,7 +290,7 @@ func (x *Executor) Resume(ctx context.Context) (state.State, error) {
 		var ev state.Event = state.ActionSucceeded{Name: a.Name, EtcdMembers: etcdMembers}
 		if actErr != nil {
 			log.Info("Action failed", "action", a.Key(), "error", actErr.Error())
-			ev = state.ActionFailed{Name: a.Name, Reason: reasonOf(actErr), Message: actErr.Error()}
+			ev = state.ActionFailed{Name: a.Name, Reason: reasonOf(actErr), Message: actErr.Error(), Unchanged: errors.Is(actErr, kube.ErrNodeUnchanged)}
 		}
 		if st, out, err = state.Step(st, ev); err != nil {
 			return st, err

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -130,6 +131,13 @@ func (h *Host) KubeadmUpgrade(ctx context.Context, k protocol.KubernetesPlan) er
 	return nil
 }
 
+// ErrNodeUnchanged is wrapped by an action's error when the action failed before
+// it changed anything on the node (kubeadm's preflight phase), so that its
+// rollback need not undo it: above all, a single-member etcd keeps its data
+// instead of being restored from the snapshot, which would drop every write
+// since.
+var ErrNodeUnchanged = errors.New("the node is unchanged")
+
 // PreflightAttempts and PreflightRetryPause bound applyPreflight.
 const (
 	PreflightAttempts   = 3
@@ -154,7 +162,7 @@ func (h *Host) applyPreflight(ctx context.Context, k protocol.KubernetesPlan) er
 			return nil
 		}
 		if attempt == PreflightAttempts {
-			return fmt.Errorf("kubeadm upgrade apply: preflight failed %d times, the node is unchanged: %w", attempt, err)
+			return fmt.Errorf("kubeadm upgrade apply: preflight failed %d times, %w: %w", attempt, ErrNodeUnchanged, err)
 		}
 		select {
 		case <-ctx.Done():

@@ -238,9 +238,14 @@ func Derive(s Spec) []Action {
 // etcd-snapshot action saw: the etcd data is restored only when it was exactly one
 // (0, unknown, restores nothing), and only when the spec does not keep it
 // (KeepEtcd: the update did not change what etcd stores, or the policy says
-// never): a restore drops every write made since the snapshot.
+// never): a restore drops every write made since the snapshot. failed is the
+// action that failed while running; empty when none did or the one that failed
+// changed nothing (ActionFailed.Unchanged).
 func DeriveRollback(s Spec, forward []Action, failed ActionName, etcdMembers int) []Action {
-	started := map[ActionName]bool{failed: true}
+	started := map[ActionName]bool{}
+	if failed != "" {
+		started[failed] = true
+	}
 	done := map[ActionName]bool{}
 	for _, a := range forward {
 		if a.Done {

@@ -91,10 +91,13 @@ type ActionSucceeded struct {
 }
 
 // ActionFailed: the current action failed. Reason is one of the Reason constants.
+// Unchanged: the action failed before it changed anything on the node (kubeadm's
+// preflight), so the rollback treats it as never started.
 type ActionFailed struct {
-	Name    ActionName
-	Reason  string
-	Message string
+	Name      ActionName
+	Reason    string
+	Message   string
+	Unchanged bool
 }
 
 // RebootIssued: the executor is about to reboot the node, which had BootID.
@@ -173,7 +176,11 @@ func Step(s State, e Event) (State, Output, error) {
 			return s, Output{}, nil
 		}
 		s.Reason, s.FailedAction, s.Message = e.Reason, e.Name, e.Message
-		s.Rollback = DeriveRollback(s.Spec, s.Actions, e.Name, s.EtcdMembers)
+		started := e.Name
+		if e.Unchanged {
+			started = ""
+		}
+		s.Rollback = DeriveRollback(s.Spec, s.Actions, started, s.EtcdMembers)
 		s.Phase = s.phase()
 		return s, s.output(), nil
 	case RebootIssued:
@@ -274,10 +281,15 @@ func (s State) etcdNote() string {
 			return fmt.Sprintf("; etcd was restored from its snapshot taken when the update started%s%s: every write to the cluster since then is lost", at, why)
 		}
 	}
-	if s.Spec.KeepEtcd && s.EtcdMembers == 1 {
-		return fmt.Sprintf("; etcd kept its data%s: no write to the cluster was lost", why)
+	if s.EtcdMembers != 1 {
+		return ""
 	}
-	return ""
+	if !s.Spec.KeepEtcd {
+		// The policy would have restored, but the update failed before it
+		// changed etcd (DeriveRollback): the data is as the update left it.
+		why = " (the update failed before it changed etcd)"
+	}
+	return fmt.Sprintf("; etcd kept its data%s: no write to the cluster was lost", why)
 }
 
 func (s State) clone() State {

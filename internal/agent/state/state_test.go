@@ -142,11 +142,16 @@ func TestDeriveRollback(t *testing.T) {
 		{"one member: restore", cpFull, ActKubeadmUpgrade, 1, []ActionName{ActBackendRollback, ActRestoreFiles, ActRestoreEtcd, ActReboot}},
 		{"one member, configuration only, data kept: files only", Spec{ControlPlane: true, EtcdSnapshot: true, Kubeadm: protocol.KubeadmNone, ControlPlaneConfig: true, KeepEtcd: true}, ActControlPlaneConfig, 1, []ActionName{ActRestoreFiles}},
 		{"one member, upgrade, data kept (policy Never): no etcd restore", withKeepEtcd(cpFull), ActGates, 1, []ActionName{ActBackendRollback, ActRestoreFiles, ActReboot}},
+		{"one member, kubeadm failed before changing anything (failed empty): no etcd restore", cpFull, "", 1, []ActionName{ActBackendRollback, ActRestoreFiles, ActReboot}},
 	}
 	for _, tt := range multi {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
-			fwd := done(tt.spec, indexOf(Derive(tt.spec), tt.failed))
+			upTo := tt.failed
+			if upTo == "" {
+				upTo = ActKubeadmUpgrade
+			}
+			fwd := done(tt.spec, indexOf(Derive(tt.spec), upTo))
 			g.Expect(names(DeriveRollback(tt.spec, fwd, tt.failed, tt.members))).To(Equal(tt.want))
 		})
 	}
