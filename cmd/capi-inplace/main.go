@@ -38,6 +38,7 @@ worker nodes, with drain, health gates and automatic rollback.`,
 		newExtensionCommand(),
 		cli.NewStatusCommand("capi-inplace"),
 		cli.NewPlanCommand("capi-inplace"),
+		cli.NewPolicyCommand("capi-inplace"),
 		cli.NewVersionCommand(version),
 	)
 	return root

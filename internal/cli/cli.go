@@ -26,6 +26,9 @@ const (
 	// ExitNodeFailed: status found at least one node whose plan ended Failed or
 	// RolledBack (or is Degraded).
 	ExitNodeFailed = 3
+	// ExitInvalidPolicy: policy validate found a policy the extension would refuse
+	// to start with.
+	ExitInvalidPolicy = 4
 )
 
 // ExitCode is the process exit code for what a command returned: 0 for nil, the
@@ -166,6 +169,6 @@ Exit codes: 0 ok; 1 the command failed; 2 plan: a Machine would be replaced;
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(NewStatusCommand(pluginName), NewPlanCommand(pluginName), NewVersionCommand(version))
+	root.AddCommand(NewStatusCommand(pluginName), NewPlanCommand(pluginName), NewPolicyCommand(pluginName), NewVersionCommand(version))
 	return root
 }

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/capi-inplace/capi-inplace/internal/celgate"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
@@ -79,7 +80,7 @@ func compileGates(cfg []GatePoolConfig) (pools []gatePool, errs []error) {
 				TimeoutSeconds: g.TimeoutSeconds, PassWithinSeconds: g.PassWithinSeconds}))
 		}
 		if err := protocol.ValidateGates(gates); err != nil {
-			errs = append(errs, fmt.Errorf("%s.gates: %w", field, err))
+			errs = append(errs, eachWithField(field+".gates", err)...)
 		} else {
 			// The agent compiles the expression again; a bad one is refused here,
 			// before any plan carries it.
@@ -149,4 +150,23 @@ func (p *Policy) CELGates(namespace, cluster string) bool {
 		}
 	}
 	return false
+}
+
+// eachWithField returns the errors joined in err, each prefixed with field, so that
+// every one names its whole path (protocol.ValidateGates names paths relative to
+// the list it checks: "[1].name ...").
+func eachWithField(field string, err error) []error {
+	errs := []error{err}
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = joined.Unwrap()
+	}
+	out := make([]error, 0, len(errs))
+	for _, e := range errs {
+		if strings.HasPrefix(e.Error(), "[") {
+			out = append(out, fmt.Errorf("%s%w", field, e))
+		} else {
+			out = append(out, fmt.Errorf("%s: %w", field, e))
+		}
+	}
+	return out
 }
