@@ -76,7 +76,7 @@ func TestDeclaredOSImageInPlace(t *testing.T) {
 	t.Parallel()
 	requireBinary(t)
 	src := startArtifactSources(t)
-	startDeliveryExtension(t, src.policyYAML())
+	startExtensionWithPolicy(t, extDelivery, src.policyYAML())
 	s := newScenario(t, "delivery", extDelivery)
 	if err := s.stack.CreateClusterClass(s.ctx, s.ns, "inplace"); err != nil {
 		t.Fatal(err)
@@ -257,26 +257,27 @@ artifacts:
 		osImageOCI, src.ociURL, src.ociDigest)
 }
 
-// startDeliveryExtension starts our extension with the policy, serving namespaces
-// labelled extDelivery, and removes it when the test ends.
-func startDeliveryExtension(t *testing.T, policyYAML string) {
+// startExtensionWithPolicy starts an extension of our own for one scenario, named
+// and serving namespaces labelled name, with the policy, and removes it when the
+// test ends.
+func startExtensionWithPolicy(t *testing.T, name, policyYAML string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(path, []byte(policyYAML), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	spec := localstack.OurExtension(suite.stack.BinDir(), extDelivery, map[string]string{extensionLabel: extDelivery}, nil)
+	spec := localstack.OurExtension(suite.stack.BinDir(), name, map[string]string{extensionLabel: name}, nil)
 	args := spec.Args
 	spec.Args = func(port int, certDir, kubeconfig string) []string {
 		return append(args(port, certDir, kubeconfig), "--policy-file="+path)
 	}
 	ext, err := suite.stack.StartExtension(suite.ctx, spec)
 	if err != nil {
-		t.Fatalf("start the delivery extension: %v", err)
+		t.Fatalf("start extension %s: %v", name, err)
 	}
 	t.Cleanup(func() {
 		ec := &runtimev1.ExtensionConfig{}
-		ec.Name = extDelivery
+		ec.Name = name
 		_ = suite.stack.Client.Delete(suite.ctx, ec)
 		ext.Kill()
 	})

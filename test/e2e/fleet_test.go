@@ -102,7 +102,7 @@ func TestFleetControls(t *testing.T) {
 	s.waitClusterReady(fleetCluster, 3)
 	agents := s.startAgents(fleetCluster, 3)
 	wc := s.workloadClient(agents.Kubeconfig())
-	a, b := s.workerOf(mdA), s.workerOf(mdB)
+	a, b := s.workerOf(fleetCluster, mdA), s.workerOf(fleetCluster, mdB)
 	nodeA, nodeB := a.Status.NodeRef.Name, b.Status.NodeRef.Name
 	before := machineIDs(s.machines(fleetCluster))
 	watch := s.watchMachines()
@@ -295,10 +295,10 @@ func (s *scenario) cloneMachineDeployment(from, to string) {
 	}
 }
 
-// workerOf returns the one Machine of MachineDeployment md.
-func (s *scenario) workerOf(md string) clusterv1.Machine {
+// workerOf returns the one Machine of MachineDeployment md of cluster.
+func (s *scenario) workerOf(cluster, md string) clusterv1.Machine {
 	s.t.Helper()
-	for _, m := range s.machines(fleetCluster) {
+	for _, m := range s.machines(cluster) {
 		if m.Labels[clusterv1.MachineDeploymentNameLabel] == md {
 			return m
 		}
