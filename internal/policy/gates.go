@@ -3,7 +3,6 @@ package policy
 import (
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/capi-inplace/capi-inplace/internal/celgate"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
@@ -79,8 +78,8 @@ func compileGates(cfg []GatePoolConfig) (pools []gatePool, errs []error) {
 			gates = append(gates, copyGate(protocol.Gate{Name: g.Name, Command: g.Command, HTTPGet: g.HTTPGet, CEL: g.CEL,
 				TimeoutSeconds: g.TimeoutSeconds, PassWithinSeconds: g.PassWithinSeconds}))
 		}
-		if err := protocol.ValidateGates(gates); err != nil {
-			errs = append(errs, eachWithField(field+".gates", err)...)
+		if gateErrs := protocol.ValidateGatesAt(field+".gates", gates); len(gateErrs) > 0 {
+			errs = append(errs, gateErrs...)
 		} else {
 			// The agent compiles the expression again; a bad one is refused here,
 			// before any plan carries it.
@@ -150,23 +149,4 @@ func (p *Policy) CELGates(namespace, cluster string) bool {
 		}
 	}
 	return false
-}
-
-// eachWithField returns the errors joined in err, each prefixed with field, so that
-// every one names its whole path (protocol.ValidateGates names paths relative to
-// the list it checks: "[1].name ...").
-func eachWithField(field string, err error) []error {
-	errs := []error{err}
-	if joined, ok := err.(interface{ Unwrap() []error }); ok {
-		errs = joined.Unwrap()
-	}
-	out := make([]error, 0, len(errs))
-	for _, e := range errs {
-		if strings.HasPrefix(e.Error(), "[") {
-			out = append(out, fmt.Errorf("%s%w", field, e))
-		} else {
-			out = append(out, fmt.Errorf("%s: %w", field, e))
-		}
-	}
-	return out
 }

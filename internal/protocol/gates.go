@@ -46,11 +46,24 @@ var gateNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 // 100-599; its CA bundle parses as PEM certificates; insecureSkipVerify needs
 // https. A cel expression is non-empty and at most MaxGateExpressionBytes (the
 // policy compiles it, internal/celgate). The policy and the plan use this one rule.
+// Errors name paths relative to the list ("[1].name ..."); ValidateGatesAt names
+// whole ones.
 func ValidateGates(gates []Gate) error {
+	return errors.Join(ValidateGatesAt("", gates)...)
+}
+
+// ValidateGatesAt is ValidateGates for the list at field (e.g. "gates[0].gates"):
+// one error per problem, each naming its whole path.
+func ValidateGatesAt(field string, gates []Gate) []error {
 	var errs []error
-	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	add := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s"+format, append([]any{field}, args...)...))
+	}
 	if len(gates) > MaxGates {
-		add("%d gates, more than %d", len(gates), MaxGates)
+		if field != "" {
+			field += ": "
+		}
+		errs = append(errs, fmt.Errorf("%s%d gates, more than %d", field, len(gates), MaxGates))
 	}
 	seen := map[string]bool{}
 	for i, g := range gates {
@@ -99,7 +112,7 @@ func ValidateGates(gates []Gate) error {
 			add("[%d].passWithinSeconds %d is not between 0 and %d", i, g.PassWithinSeconds, MaxGateSeconds)
 		}
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // validateCommand checks a command gate's argv (nil: none given); each error

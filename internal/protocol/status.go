@@ -95,7 +95,22 @@ type NodeStatus struct {
 	// StartedAt and UpdatedAt are RFC 3339 times.
 	StartedAt time.Time `json:"startedAt,omitzero"`
 	UpdatedAt time.Time `json:"updatedAt,omitzero"`
+	// EtcdData says, on a RolledBack control-plane node with a single-member etcd,
+	// what the rollback did to etcd's data; empty elsewhere.
+	EtcdData EtcdDataOutcome `json:"etcdData,omitempty"`
 }
+
+// EtcdDataOutcome is what the rollback of a single-member etcd's node did to the
+// data (RestoreEtcdOnRollback decides).
+type EtcdDataOutcome string
+
+const (
+	// EtcdDataRestored: etcd was restored from the snapshot taken when the update
+	// started (NodeStatus.StartedAt); every write to the cluster since is lost.
+	EtcdDataRestored EtcdDataOutcome = "Restored"
+	// EtcdDataKept: etcd kept its data; no write to the cluster was lost.
+	EtcdDataKept EtcdDataOutcome = "Kept"
+)
 
 // ErrInvalidStatus is wrapped by every decoding error of a status.
 var ErrInvalidStatus = errors.New("invalid node status")
@@ -134,6 +149,11 @@ func DecodeStatus(value string) (NodeStatus, error) {
 	}
 	if !validReason(s.Reason) {
 		return NodeStatus{}, fmt.Errorf("%w: reason %.64q is not an identifier", ErrInvalidStatus, s.Reason)
+	}
+	switch s.EtcdData {
+	case "", EtcdDataRestored, EtcdDataKept:
+	default:
+		return NodeStatus{}, fmt.Errorf("%w: etcdData %.32q is neither %s nor %s", ErrInvalidStatus, s.EtcdData, EtcdDataRestored, EtcdDataKept)
 	}
 	s.Message = BoundText(s.Message, MaxMessageBytes)
 	s.Action = BoundText(s.Action, MaxNameBytes)

@@ -10,7 +10,7 @@ import (
 func TestStatusRoundTrip(t *testing.T) {
 	g := NewWithT(t)
 	now := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
-	in := NodeStatus{PlanHash: "abc", Phase: PhaseApplying, Step: 2, Steps: 7, Action: "kubeadm-upgrade", Message: "running kubeadm upgrade node", StartedAt: now, UpdatedAt: now}
+	in := NodeStatus{PlanHash: "abc", Phase: PhaseRolledBack, Step: 2, Steps: 7, Action: "kubeadm-upgrade", Message: "rolled back", StartedAt: now, UpdatedAt: now, EtcdData: EtcdDataKept}
 	s, err := EncodeStatus(in)
 	g.Expect(err).NotTo(HaveOccurred())
 	out, err := DecodeStatus(s)
@@ -29,6 +29,7 @@ func TestDecodeStatusRefusesBadInput(t *testing.T) {
 		{name: "unknown phase", value: `{"v":1,"planHash":"a","phase":"Dancing","step":0,"steps":1}`},
 		{name: "no plan hash", value: `{"v":1,"phase":"Pending","step":0,"steps":1}`},
 		{name: "step beyond steps", value: `{"v":1,"planHash":"a","phase":"Applying","step":5,"steps":4}`},
+		{name: "unknown etcd outcome", value: `{"v":1,"planHash":"a","phase":"RolledBack","step":1,"steps":1,"etcdData":"Shredded"}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
