@@ -52,6 +52,7 @@ func TestRollbackRestoresEtcdOnlyWhenItsDataChanged(t *testing.T) {
 				g.Expect(names(st.Rollback)).NotTo(ContainElement(state.ActRestoreEtcd))
 				g.Expect(st.Phase).To(Equal(protocol.PhaseRolledBack))
 				g.Expect(f.reports.last().Message).To(ContainSubstring(tt.message))
+				g.Expect(f.reports.last().EtcdData).To(Equal(protocol.EtcdDataKept))
 				return
 			}
 			// The stub member refuses a restore: the rollback tried it.
@@ -94,6 +95,7 @@ func TestPreflightFailureKeepsEtcd(t *testing.T) {
 			g.Expect(names(st.Rollback)).NotTo(ContainElement(state.ActRestoreEtcd))
 			g.Expect(st.Phase).To(Equal(protocol.PhaseRolledBack))
 			g.Expect(f.reports.last().Message).To(ContainSubstring("etcd kept its data (the update failed before it changed etcd): no write to the cluster was lost"))
+			g.Expect(f.reports.last().EtcdData).To(Equal(protocol.EtcdDataKept))
 		})
 	}
 }

@@ -265,31 +265,43 @@ func (s State) output() Output {
 	return Output{Next: &a}
 }
 
-// etcdNote says what a rollback did to a single-member etcd's data: restored
-// from the snapshot (every write to the cluster since it is gone) or kept.
+// etcdOutcome is what a rollback did to a single-member etcd's data: restored
+// from the snapshot (every write to the cluster since it is gone) or kept; empty
+// when the node has no single-member etcd whose snapshot was taken.
+func (s State) etcdOutcome() protocol.EtcdDataOutcome {
+	for _, a := range s.Rollback {
+		if a.Name == ActRestoreEtcd {
+			return protocol.EtcdDataRestored
+		}
+	}
+	if s.EtcdMembers == 1 {
+		return protocol.EtcdDataKept
+	}
+	return ""
+}
+
+// etcdNote says etcdOutcome in the status message, and why.
 func (s State) etcdNote() string {
 	why := ""
 	if s.Spec.EtcdReason != "" {
 		why = " (" + string(s.Spec.EtcdReason) + ")"
 	}
-	for _, a := range s.Rollback {
-		if a.Name == ActRestoreEtcd {
-			at := ""
-			if !s.StartedAt.IsZero() {
-				at = " at " + s.StartedAt.UTC().Format(time.RFC3339)
-			}
-			return fmt.Sprintf("; etcd was restored from its snapshot taken when the update started%s%s: every write to the cluster since then is lost", at, why)
+	switch s.etcdOutcome() {
+	case protocol.EtcdDataRestored:
+		at := ""
+		if !s.StartedAt.IsZero() {
+			at = " at " + s.StartedAt.UTC().Format(time.RFC3339)
 		}
+		return fmt.Sprintf("; etcd was restored from its snapshot taken when the update started%s%s: every write to the cluster since then is lost", at, why)
+	case protocol.EtcdDataKept:
+		if !s.Spec.KeepEtcd {
+			// The policy would have restored, but the update failed before it
+			// changed etcd (DeriveRollback): the data is as the update left it.
+			why = " (the update failed before it changed etcd)"
+		}
+		return fmt.Sprintf("; etcd kept its data%s: no write to the cluster was lost", why)
 	}
-	if s.EtcdMembers != 1 {
-		return ""
-	}
-	if !s.Spec.KeepEtcd {
-		// The policy would have restored, but the update failed before it
-		// changed etcd (DeriveRollback): the data is as the update left it.
-		why = " (the update failed before it changed etcd)"
-	}
-	return fmt.Sprintf("; etcd kept its data%s: no write to the cluster was lost", why)
+	return ""
 }
 
 func (s State) clone() State {
@@ -334,6 +346,7 @@ func (s State) Status() protocol.NodeStatus {
 		st.Reason = s.Reason
 		st.Action = string(s.FailedAction)
 		st.Message = fmt.Sprintf("rolled back because %s%s", cause, s.etcdNote())
+		st.EtcdData = s.etcdOutcome()
 	case protocol.PhaseFailed:
 		st.Reason = s.Reason
 		st.Action = string(s.FailedAction)

@@ -419,6 +419,7 @@ func TestFailedGateRollsBackOnceInOrder(t *testing.T) {
 			g.Expect(st.Action).To(Equal("gates"))
 			g.Expect(st.Message).To(Equal("rolled back because gates failed: kubelet-version: kubelet reports v1.35.0, want v1.36.0" +
 				"; etcd was restored from its snapshot taken when the update started at 1970-01-01T00:01:40Z: every write to the cluster since then is lost"))
+			g.Expect(st.EtcdData).To(Equal(protocol.EtcdDataRestored))
 			g.Expect(st.Step).To(Equal(4))
 			g.Expect(st.Steps).To(Equal(4))
 		})
@@ -437,6 +438,7 @@ func TestFailureDuringRollback(t *testing.T) {
 	g.Expect(h.runs).NotTo(HaveKey("rollback/reboot"), "rollback stops at its first failure")
 	st := s.Status()
 	g.Expect(st.Reason).To(Equal(ReasonRollbackFailed))
+	g.Expect(st.EtcdData).To(BeEmpty(), "a rollback that failed restored nothing for sure")
 	g.Expect(st.Message).To(ContainSubstring("rollback action restore-etcd failed: etcdutl: snapshot file missing"))
 	g.Expect(st.Message).To(ContainSubstring("gates failed: node not Ready"))
 	// Terminal: no more actions, and further results are refused.
