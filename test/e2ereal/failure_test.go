@@ -184,6 +184,102 @@ func TestSingleNodeFailureAndRetry(t *testing.T) {
 	g.Expect(waitMachinesRunning(t, ns, name, 1)[0].UID).To(Equal(machine.UID))
 }
 
+// The restore scenario's cluster: the same pool gate as the failure scenario's.
+const (
+	restoreNamespace = "real-restore"
+	restoreCluster   = "restore"
+)
+
+// TestSingleNodeMinorUpgradeRollbackRestoresEtcd fails a minor upgrade of a single
+// control plane on its health gate. A minor upgrade may have rewritten what etcd
+// stores in storage versions the old API server cannot read, so the rollback
+// restores the snapshot taken when the update started: the writes made before the
+// update are all there, those acknowledged while the new release ran are all gone,
+// and the node's status says so in a field (etcdData Restored), not only in text.
+// The node is back at the old release and nothing was replaced.
+func TestSingleNodeMinorUpgradeRollbackRestoresEtcd(t *testing.T) {
+	// The scenarios run at once, each on clusters of its own: CI time.
+	t.Parallel()
+	g := newG(t)
+	ctx := suite.ctx
+	const ns, name = restoreNamespace, restoreCluster
+	createCluster(t, clusterSpec{Namespace: ns, Name: name, Version: from, ControlPlanes: 1, SingleNode: true})
+	machine := waitMachinesRunning(t, ns, name, 1)[0]
+	node := machine.Status.NodeRef.Name
+	wc, err := workloadClient(ctx, ns, name)
+	g.Expect(err).NotTo(HaveOccurred())
+	waitControlPlaneHealthy(t, ns, name)
+	machines := watchMachines(t, ns)
+
+	// The writer runs from before the change to after the rollback.
+	writes := lanekit.WriteEvery(wc, "default", "around-restore", time.Second, func(ctx context.Context) string {
+		return string(agentPhase(ctx, wc, node))
+	})
+	time.Sleep(5 * time.Second)
+	kcp := &controlplanev1.KubeadmControlPlane{}
+	g.Expect(suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, kcp)).To(Succeed())
+	base := kcp.DeepCopy()
+	kcp.Spec.Version = to
+	kcp.Spec.KubeadmConfigSpec.Files = append(kcp.Spec.KubeadmConfigSpec.Files,
+		bootstrapv1.File{Path: failUnhealthyFile, Content: "the gate fails while this file exists\n"})
+	start := time.Now()
+	g.Expect(suite.stack.Client.Patch(ctx, kcp, client.MergeFrom(base))).To(Succeed())
+
+	g.Eventually(func() error { return kcpRolledBack(ctx, ns, name) }, 25*time.Minute).Should(Succeed())
+	suite.figures.Add("restore: write ("+from+" -> "+to+" + the file the gate refuses) -> rolled back with etcd restored, failure on the KCP", time.Since(start))
+	g.Eventually(func() error { return nodeRolledBack(ctx, wc, node) }, 5*time.Minute).Should(Succeed())
+	// Writes made while the rolled-back node still serves, after the restore.
+	time.Sleep(5 * time.Second)
+	acked, refused := writes.Stop()
+
+	// Before the change: kept. While the new release ran (the snapshot long taken):
+	// gone. Writes labelled otherwise fall around the snapshot or the restore.
+	var before, during []lanekit.Write
+	for _, w := range acked {
+		switch {
+		case w.At.Before(start):
+			before = append(before, w)
+		case protocol.Phase(w.Label) == protocol.PhaseApplying || protocol.Phase(w.Label) == protocol.PhaseVerifying:
+			during = append(during, w)
+		}
+	}
+	g.Expect(before).NotTo(BeEmpty(), "no write before the change")
+	g.Expect(during).NotTo(BeEmpty(), "no write acknowledged while the new release ran: the scenario proves nothing")
+	var lostBefore, lostDuring []lanekit.Write
+	g.Eventually(func() (err error) {
+		if lostBefore, err = lanekit.Lost(ctx, wc, "default", before); err != nil {
+			return err
+		}
+		lostDuring, err = lanekit.Lost(ctx, wc, "default", during)
+		return err
+	}, 5*time.Minute).Should(Succeed())
+	suite.figures.Add("restore: workload writes (before the change: acknowledged, lost; while the new release ran: acknowledged, lost; refused throughout)",
+		fmt.Sprintf("%d, %d; %d, %d; %d", len(before), len(lostBefore), len(during), len(lostDuring), refused))
+	g.Expect(lostBefore).To(BeEmpty(), "writes from before the update are gone: the restore went further back than its snapshot")
+	g.Expect(lostDuring).To(HaveLen(len(during)), "writes acknowledged after the snapshot survived a restore: the restore did not happen")
+
+	// Said after, in a field: the node's status.
+	n, err := wc.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	st, err := protocol.DecodeStatus(n.Annotations[inplacev1.StatusAnnotation])
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(st.EtcdData).To(Equal(protocol.EtcdDataRestored))
+
+	// The node runs the old release again, the file is gone, nothing was replaced,
+	// and KCP stays held rather than replace the outdated Machine.
+	g.Expect(mustNodeExec(t, node, "kubelet", "--version")).To(ContainSubstring(from))
+	g.Expect(mustNodeExec(t, node, "cat", "/etc/kubernetes/manifests/kube-apiserver.yaml")).To(ContainSubstring("kube-apiserver:" + from))
+	_, err = nodeExec(ctx, node, "test", "!", "-e", failUnhealthyFile)
+	g.Expect(err).NotTo(HaveOccurred(), "the failed change's file is still on the node")
+	held := &controlplanev1.KubeadmControlPlane{}
+	g.Expect(suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, held)).To(Succeed())
+	g.Expect(held.Annotations).To(HaveKey(clusterv1.PausedAnnotation), "KCP released with an outdated Machine")
+	added, deleted := machines.result()
+	g.Expect(added).To(BeEmpty(), "no Machine created")
+	g.Expect(deleted).To(BeEmpty(), "no Machine deleted")
+	g.Expect(waitMachinesRunning(t, ns, name, 1)[0].UID).To(Equal(machine.UID))
+}
+
 // The agent's journal on the node (internal/agent/journal.Entry; the agent's
 // --state-dir default), the part the lane reads.
 const agentJournal = "/var/lib/capi-inplace/journal.json"

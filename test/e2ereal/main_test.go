@@ -216,16 +216,21 @@ kubernetesBinaries:
     linux/amd64:
       kubeadm: {url: %s/%s/kubeadm, digest: "sha256:%s"}
       kubelet: {url: %s/%s/kubelet, digest: "sha256:%s"}
-gates:
+`, strings.Join(upgradePreflightIgnores, ", "), to, artifactURL, to, sums["kubeadm"], artifactURL, to, sums["kubelet"])
+	// The failure scenarios' pool gate: it fails while the node has
+	// failUnhealthyFile, which their failing change delivers.
+	failing := fmt.Sprintf(`  - name: %s
+    command: ["/bin/sh", "-c", "test ! -e %s"]
+    passWithinSeconds: 20
+`, failGate, failUnhealthyFile)
+	policy += fmt.Sprintf(`gates:
 - cluster: %s/%s
   gates:
   # Ten seconds of gates at least, so the scenario's power cut finds them running.
   - name: settle
     command: ["/bin/sleep", "10"]
-  - name: %s
-    command: ["/bin/sh", "-c", "test ! -e %s"]
-    passWithinSeconds: 20
-`, strings.Join(upgradePreflightIgnores, ", "), to, artifactURL, to, sums["kubeadm"], artifactURL, to, sums["kubelet"],
-		failNamespace, failCluster, failGate, failUnhealthyFile)
+%s- cluster: %s/%s
+  gates:
+%s`, failNamespace, failCluster, failing, restoreNamespace, restoreCluster, failing)
 	return os.WriteFile(path, []byte(policy), 0o600)
 }
