@@ -222,6 +222,18 @@ func newFlagChecker(trees map[string]*cobra.Command) *flagChecker {
 			}
 		})
 	}
+	// A name on its own means the shallowest command of that name first
+	// (`status` before `fleet status`): its problems are the ones reported.
+	depth := func(c *cobra.Command) int {
+		n := 0
+		for p := c.Parent(); p != nil; p = p.Parent() {
+			n++
+		}
+		return n
+	}
+	for _, cands := range fc.named {
+		slices.SortStableFunc(cands, func(a, b *cobra.Command) int { return depth(a) - depth(b) })
+	}
 	return fc
 }
 

@@ -37,6 +37,7 @@ worker nodes, with drain, health gates and automatic rollback.`,
 	root.AddCommand(
 		newExtensionCommand(),
 		cli.NewStatusCommand("capi-inplace"),
+		cli.NewFleetCommand("capi-inplace"),
 		cli.NewPlanCommand("capi-inplace"),
 		cli.NewPolicyCommand("capi-inplace"),
 		cli.NewVersionCommand(version),

@@ -157,11 +157,14 @@ func NewPluginCommand(version string) *cobra.Command {
 		Use:   "kubectl-inplace",
 		Short: "In-place upgrades for Cluster API clusters: status and plan, as a kubectl plugin",
 		Long: `kubectl inplace shows the in-place update progress of Cluster API clusters
-(status) and says, per Machine, whether a change would go in place or replace it
-(plan). It is the same code as capi-inplace status|plan, with kubectl's flags.
+(status, and one line per Cluster with fleet status), says, per Machine, whether a
+change would go in place or replace it (plan), and checks policy files (policy
+validate). It is the same code as capi-inplace status|fleet|plan|policy, with
+kubectl's flags.
 
 Exit codes: 0 ok; 1 the command failed; 2 plan: a Machine would be replaced;
-3 status: a node's update failed or rolled back.`,
+3 status: a node's update failed or rolled back (fleet status: a Cluster failed);
+4 policy validate: a policy is invalid.`,
 		Annotations: map[string]string{
 			// Help and usage say "kubectl inplace", as kubectl users type it.
 			cobra.CommandDisplayNameAnnotation: pluginName,
@@ -169,6 +172,6 @@ Exit codes: 0 ok; 1 the command failed; 2 plan: a Machine would be replaced;
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(NewStatusCommand(pluginName), NewPlanCommand(pluginName), NewPolicyCommand(pluginName), NewVersionCommand(version))
+	root.AddCommand(NewStatusCommand(pluginName), NewFleetCommand(pluginName), NewPlanCommand(pluginName), NewPolicyCommand(pluginName), NewVersionCommand(version))
 	return root
 }

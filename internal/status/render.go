@@ -15,9 +15,9 @@ import (
 // barWidth is the number of cells of a progress bar.
 const barWidth = 10
 
-// RenderJSON writes the Report as one JSON document: indented, or on one line (the
-// form `status -o json --watch` prints, one document per line).
-func RenderJSON(w io.Writer, r Report, indent bool) error {
+// RenderJSON writes a document (the Report, the FleetList) as JSON: indented, or on
+// one line (the form `status -o json --watch` prints, one document per line).
+func RenderJSON(w io.Writer, r any, indent bool) error {
 	var (
 		b   []byte
 		err error
@@ -37,9 +37,9 @@ func RenderJSON(w io.Writer, r Report, indent bool) error {
 	return nil
 }
 
-// RenderYAML writes the Report as one YAML document with the JSON document's field
-// names (sigs.k8s.io/yaml), so that yq and jq read the same schema.
-func RenderYAML(w io.Writer, r Report) error {
+// RenderYAML writes a document (the Report, the FleetList) as YAML with the JSON
+// document's field names (sigs.k8s.io/yaml), so that yq and jq read the same schema.
+func RenderYAML(w io.Writer, r any) error {
 	b, err := yaml.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("encode status report: %w", err)

@@ -1,0 +1,218 @@
+package status
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+)
+
+// FleetListKind is the kind of `fleet status -o json`'s document (same apiVersion
+// as the status report).
+const FleetListKind = "InPlaceFleetStatus"
+
+// States of a FleetLine, one rule for every Cluster (clusterState).
+const (
+	// ClusterUpToDate: every Machine's node runs the version it asks for and none is
+	// being updated.
+	ClusterUpToDate = "UpToDate"
+	// ClusterUpdating: at least one Machine is being updated in place.
+	ClusterUpdating = "Updating"
+	// ClusterFailed: at least one Machine's last in-place update failed (rolled
+	// back, failed, degraded, never picked up, past a deadline).
+	ClusterFailed = "Failed"
+	// ClusterOutdated: a Machine's node does not run the version the Machine asks
+	// for, and nothing is updating it yet (Cluster API has not called, or the
+	// node has not reported).
+	ClusterOutdated = "Outdated"
+)
+
+// FleetList is `fleet status`: one line per Cluster, read from the management
+// cluster alone (Clusters and Machines; no workload cluster is dialled), so that it
+// answers for a thousand clusters in one pair of list calls. Its JSON field names
+// are a stable interface: fields are only ever added.
+type FleetList struct {
+	APIVersion  string       `json:"apiVersion"`
+	Kind        string       `json:"kind"`
+	GeneratedAt time.Time    `json:"generatedAt"`
+	Summary     FleetSummary `json:"summary"`
+	Clusters    []FleetLine  `json:"clusters"`
+}
+
+// FleetSummary counts the Clusters of a FleetList by state. Held counts those the
+// fleet controls hold (Paused, Halted, WindowClosed, Soaking) with work left.
+type FleetSummary struct {
+	Clusters int `json:"clusters"`
+	UpToDate int `json:"upToDate"`
+	Updating int `json:"updating"`
+	Failed   int `json:"failed"`
+	Outdated int `json:"outdated"`
+	Held     int `json:"held"`
+}
+
+// FleetLine is one Cluster.
+type FleetLine struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Versions are the Kubernetes versions the Cluster's Machines ask for, sorted:
+	// one while no update is rolling, two while one is.
+	Versions []string `json:"versions"`
+	// Machines counts the Cluster's Machines; UpToDate those whose node runs the
+	// version the Machine asks for with no update in progress; Updating and Failed
+	// as the states say.
+	Machines int `json:"machines"`
+	UpToDate int `json:"upToDate"`
+	Updating int `json:"updating"`
+	Failed   int `json:"failed"`
+	// State is UpToDate, Updating, Failed or Outdated (clusterState), or the fleet
+	// controls' Paused, Halted, WindowClosed or Soaking when they hold work back.
+	State string `json:"state"`
+	// Message says why, for any State but UpToDate.
+	Message string `json:"message,omitempty"`
+	// Since is when the Cluster's InPlaceUpdate condition last changed, when it has one.
+	Since *time.Time `json:"since,omitempty"`
+}
+
+// Held reports whether the fleet controls hold the Cluster's work back.
+func (l FleetLine) Held() bool {
+	switch l.State {
+	case FleetPaused, FleetHalted, FleetWindowClosed, FleetSoaking:
+		return true
+	}
+	return false
+}
+
+// BuildFleetList makes the fleet list of clusters from their Machines (any order;
+// matched by namespace and cluster label), sorted by namespace and name.
+func BuildFleetList(clusters []clusterv1.Cluster, machines []clusterv1.Machine, now time.Time) FleetList {
+	byCluster := map[string][]clusterv1.Machine{}
+	for _, m := range machines {
+		k := m.Namespace + "/" + m.Labels[clusterv1.ClusterNameLabel]
+		byCluster[k] = append(byCluster[k], m)
+	}
+	l := FleetList{APIVersion: ReportAPIVersion, Kind: FleetListKind, GeneratedAt: now.UTC(), Clusters: []FleetLine{}}
+	for i := range clusters {
+		c := &clusters[i]
+		line := fleetLine(c, byCluster[c.Namespace+"/"+c.Name], now)
+		l.Clusters = append(l.Clusters, line)
+		l.Summary.Clusters++
+		switch {
+		case line.Held():
+			l.Summary.Held++
+		case line.State == ClusterUpToDate:
+			l.Summary.UpToDate++
+		case line.State == ClusterUpdating:
+			l.Summary.Updating++
+		case line.State == ClusterFailed:
+			l.Summary.Failed++
+		case line.State == ClusterOutdated:
+			l.Summary.Outdated++
+		}
+	}
+	slices.SortFunc(l.Clusters, func(a, b FleetLine) int {
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
+	return l
+}
+
+func fleetLine(c *clusterv1.Cluster, machines []clusterv1.Machine, now time.Time) FleetLine {
+	line := FleetLine{Namespace: c.Namespace, Name: c.Name, Machines: len(machines), Versions: []string{}}
+	var failure string
+	for i := range machines {
+		m := &machines[i]
+		if v := m.Spec.Version; v != "" && !slices.Contains(line.Versions, v) {
+			line.Versions = append(line.Versions, v)
+		}
+		cond := meta.FindStatusCondition(m.Status.Conditions, inplacev1.InPlaceUpdateCondition)
+		_, inProgress := m.Annotations[clusterv1.UpdateInProgressAnnotation]
+		// Cluster API's own Updating condition covers every in-place update it runs.
+		inProgress = inProgress || meta.IsStatusConditionTrue(m.Status.Conditions, clusterv1.MachineUpdatingCondition)
+		switch {
+		case cond != nil && inplacev1.FailedReason(cond.Reason):
+			line.Failed++
+			if failure == "" {
+				failure = fmt.Sprintf("Machine %s: %s: %s", m.Name, cond.Reason, cond.Message)
+			}
+		case inProgress || (cond != nil && (cond.Reason == inplacev1.ReasonInProgress || cond.Reason == inplacev1.ReasonDrainFailed)):
+			line.Updating++
+		case m.Status.NodeInfo != nil && sameRelease(m.Status.NodeInfo.KubeletVersion, m.Spec.Version):
+			line.UpToDate++
+		}
+	}
+	slices.Sort(line.Versions)
+	if cond := meta.FindStatusCondition(c.Status.Conditions, inplacev1.InPlaceUpdateCondition); cond != nil {
+		t := cond.LastTransitionTime.UTC()
+		line.Since = &t
+	}
+	line.State, line.Message = clusterState(line, failure, buildFleet(c, machines, now))
+	return line
+}
+
+// clusterState is the one rule for a Cluster's state in the fleet list: a failure
+// first (it needs a human), then what the fleet controls hold back, then progress.
+func clusterState(l FleetLine, failure string, fv FleetView) (state, message string) {
+	work := l.UpToDate < l.Machines
+	switch {
+	case l.Failed > 0:
+		return ClusterFailed, failure
+	case fv.State == FleetHalted || fv.State == FleetPaused:
+		return fv.State, fv.Message
+	case l.Updating > 0:
+		return ClusterUpdating, fmt.Sprintf("%d of %d Machines updating", l.Updating, l.Machines)
+	case work && (fv.State == FleetWindowClosed || fv.State == FleetSoaking):
+		return fv.State, fv.Message
+	case work:
+		return ClusterOutdated, fmt.Sprintf("%d of %d Machines not at the version they ask for", l.Machines-l.UpToDate, l.Machines)
+	}
+	return ClusterUpToDate, ""
+}
+
+// sameRelease compares a kubelet's version with a Machine's, which may differ by a
+// leading "v" or build metadata.
+func sameRelease(kubelet, want string) bool {
+	norm := func(v string) string {
+		v = strings.TrimPrefix(strings.TrimSpace(v), "v")
+		v, _, _ = strings.Cut(v, "+")
+		return v
+	}
+	return want != "" && norm(kubelet) == norm(want)
+}
+
+// RenderFleetTable writes the fleet list as a summary line and one row per Cluster.
+func RenderFleetTable(w io.Writer, l FleetList, now time.Time) error {
+	var buf bytes.Buffer
+	s := l.Summary
+	fmt.Fprintf(&buf, "%d clusters: %d up to date, %d updating, %d failed, %d outdated, %d held\n\n",
+		s.Clusters, s.UpToDate, s.Updating, s.Failed, s.Outdated, s.Held)
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAMESPACE\tCLUSTER\tVERSION\tUP-TO-DATE\tSTATE\tSINCE\tMESSAGE")
+	for _, c := range l.Clusters {
+		since := "-"
+		if c.Since != nil {
+			since = FormatSeconds(int64(now.Sub(*c.Since) / time.Second))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", c.Namespace, c.Name, dash(strings.Join(c.Versions, ",")),
+			c.UpToDate, c.Machines, c.State, since, dash(truncate(c.Message, 80)))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+func truncate(s string, n int) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}

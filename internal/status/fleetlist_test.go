@@ -1,0 +1,87 @@
+package status
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+)
+
+func TestBuildFleetList(t *testing.T) {
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	cluster := func(ns, name string, reason string, annotations map[string]string) clusterv1.Cluster {
+		c := clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: annotations}}
+		if reason != "" {
+			c.Status.Conditions = []metav1.Condition{{Type: inplacev1.InPlaceUpdateCondition, Status: metav1.ConditionFalse, Reason: reason,
+				Message: "held by " + reason, LastTransitionTime: metav1.NewTime(now.Add(-90 * time.Second))}}
+		}
+		return c
+	}
+	machine := func(ns, cluster, name, version, kubelet string, conds ...metav1.Condition) clusterv1.Machine {
+		return clusterv1.Machine{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{clusterv1.ClusterNameLabel: cluster}},
+			Spec:       clusterv1.MachineSpec{ClusterName: cluster, Version: version},
+			Status:     clusterv1.MachineStatus{NodeInfo: &corev1.NodeSystemInfo{KubeletVersion: kubelet}, Conditions: conds},
+		}
+	}
+	updating := metav1.Condition{Type: clusterv1.MachineUpdatingCondition, Status: metav1.ConditionTrue, Reason: clusterv1.MachineInPlaceUpdatingReason}
+	deadline := metav1.Condition{Type: inplacev1.InPlaceUpdateCondition, Status: metav1.ConditionFalse, Reason: inplacev1.ReasonDeadlineExceeded, Message: "phase Applying passed its deadline"}
+
+	clusters := []clusterv1.Cluster{
+		cluster("b", "window", inplacev1.ReasonWindowClosed, nil),
+		cluster("b", "waiting-done", inplacev1.ReasonWindowClosed, nil),
+		cluster("a", "rolling", "", nil),
+		cluster("a", "stuck", "", nil),
+		cluster("a", "behind", "", nil),
+		cluster("a", "halted", inplacev1.ReasonHalted, nil),
+		cluster("a", "empty", "", nil),
+	}
+	machines := []clusterv1.Machine{
+		machine("b", "window", "w1", "v1.36.0", "v1.35.0"),
+		machine("b", "waiting-done", "wd1", "v1.36.0", "v1.36.0"),
+		machine("a", "rolling", "r1", "v1.36.0", "v1.36.0"),
+		machine("a", "rolling", "r2", "v1.36.0", "v1.35.0", updating),
+		machine("a", "rolling", "r3", "v1.35.0", "v1.35.0"),
+		machine("a", "stuck", "s1", "v1.36.0", "v1.35.0", deadline),
+		machine("a", "behind", "b1", "v1.36.0", "v1.35.0"),
+		machine("a", "halted", "h1", "v1.36.0", "v1.35.0"),
+		// A Machine of a Cluster not listed (another selector) is ignored.
+		machine("a", "elsewhere", "e1", "v1.36.0", "v1.35.0", deadline),
+	}
+	l := BuildFleetList(clusters, machines, now)
+
+	type row struct {
+		name, state        string
+		versions           []string
+		upToDate, machines int
+	}
+	var got []row
+	for _, c := range l.Clusters {
+		got = append(got, row{c.Namespace + "/" + c.Name, c.State, c.Versions, c.UpToDate, c.Machines})
+	}
+	g := NewWithT(t)
+	g.Expect(got).To(Equal([]row{
+		{"a/behind", ClusterOutdated, []string{"v1.36.0"}, 0, 1},
+		{"a/empty", ClusterUpToDate, []string{}, 0, 0},
+		{"a/halted", FleetHalted, []string{"v1.36.0"}, 0, 1},
+		{"a/rolling", ClusterUpdating, []string{"v1.35.0", "v1.36.0"}, 2, 3},
+		{"a/stuck", ClusterFailed, []string{"v1.36.0"}, 0, 1},
+		// A closed window holds only a Cluster with work left.
+		{"b/waiting-done", ClusterUpToDate, []string{"v1.36.0"}, 1, 1},
+		{"b/window", FleetWindowClosed, []string{"v1.36.0"}, 0, 1},
+	}))
+	g.Expect(l.Summary).To(Equal(FleetSummary{Clusters: 7, UpToDate: 2, Updating: 1, Failed: 1, Outdated: 1, Held: 2}))
+	g.Expect(l.Clusters[4].Message).To(Equal("Machine s1: InPlaceUpdateDeadlineExceeded: phase Applying passed its deadline"))
+
+	var buf bytes.Buffer
+	g.Expect(RenderFleetTable(&buf, l, now)).To(Succeed())
+	g.Expect(buf.String()).To(HavePrefix("7 clusters: 2 up to date, 1 updating, 1 failed, 1 outdated, 2 held\n\nNAMESPACE"))
+	g.Expect(buf.String()).To(MatchRegexp(`(?m)^b\s+window\s+v1\.36\.0\s+0/1\s+WindowClosed\s+1m30s\s+held by ` + inplacev1.ReasonWindowClosed + `$`))
+	g.Expect(buf.String()).To(MatchRegexp(`(?m)^a\s+rolling\s+v1\.35\.0,v1\.36\.0\s+2/3\s+Updating\s+-\s+1 of 3 Machines updating$`))
+}
