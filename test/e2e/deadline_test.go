@@ -9,10 +9,7 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
@@ -58,26 +55,7 @@ func TestSilentAgentPastDeadline(t *testing.T) {
 	// A MachineHealthCheck over the workers, the coordinator's reason to hold
 	// remediation during the update. Its timeouts are long: the simulated node stays
 	// Ready, so the released hold must not turn into a replacement here.
-	mhc := &clusterv1.MachineHealthCheck{
-		ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: cluster + "-workers"},
-		Spec: clusterv1.MachineHealthCheckSpec{
-			ClusterName: cluster,
-			Selector:    metav1.LabelSelector{MatchLabels: map[string]string{clusterv1.MachineDeploymentNameLabel: md}},
-			Checks: clusterv1.MachineHealthCheckChecks{
-				NodeStartupTimeoutSeconds: ptr.To[int32](600),
-				UnhealthyNodeConditions: []clusterv1.UnhealthyNodeCondition{
-					{Type: corev1.NodeReady, Status: corev1.ConditionFalse, TimeoutSeconds: ptr.To[int32](600)},
-					{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, TimeoutSeconds: ptr.To[int32](600)},
-				},
-			},
-		},
-	}
-	if err := s.stack.Client.Create(s.ctx, mhc); err != nil {
-		t.Fatal(err)
-	}
-	s.eventually(2*time.Minute, "MachineHealthCheck watching worker "+worker.Name, func() error {
-		return conditionTrue(s.machine(worker.Name).Status.Conditions, clusterv1.MachineHealthCheckSucceededCondition)
-	})
+	s.healthCheckWorkers(cluster, md, worker.Name, 10*time.Minute)
 
 	// The agent stops before it writes the file, its plan taken and the node cordoned.
 	const pause = ".sim/pause-before-write-files"
@@ -138,24 +116,7 @@ func TestSilentAgentPastDeadline(t *testing.T) {
 	if err := os.Remove(filepath.Join(agents.HostRoot(node), pause)); err != nil {
 		t.Fatal(err)
 	}
-	s.waitRolledOut(cluster, fromVersion, 2, true, rolloutTimeout, func(ms []clusterv1.Machine) error {
-		if err := sameMachines(before, ms); err != nil {
-			return err
-		}
-		for _, m := range ms {
-			if _, ok := m.Annotations[clusterv1.UpdateInProgressAnnotation]; ok {
-				return fmt.Errorf("machine %s still updating in place", m.Name)
-			}
-		}
-		got, err := hostFile(agents, node, file.Path)
-		if err != nil {
-			return fmt.Errorf("host %s: %w", node, err)
-		}
-		if got != file.Content {
-			return fmt.Errorf("host %s: %s = %q", node, file.Path, got)
-		}
-		return nil
-	})
+	s.waitDoneInPlace(cluster, 2, before, agents, node, file)
 	if n := s.node(wc, node); n.Spec.Unschedulable || n.Annotations[inplacev1.DeadlineExceededAnnotation] != "" {
 		t.Fatalf("node %s after its agent committed: cordoned %v, %s %q", node, n.Spec.Unschedulable,
 			inplacev1.DeadlineExceededAnnotation, n.Annotations[inplacev1.DeadlineExceededAnnotation])

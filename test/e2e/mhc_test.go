@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -54,26 +55,7 @@ func TestMachineHealthCheckSparesUpdatingNode(t *testing.T) {
 	node := worker.Status.NodeRef.Name
 	wc := s.workloadClient(agents.Kubeconfig())
 
-	mhc := &clusterv1.MachineHealthCheck{
-		ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: cluster + "-workers"},
-		Spec: clusterv1.MachineHealthCheckSpec{
-			ClusterName: cluster,
-			Selector:    metav1.LabelSelector{MatchLabels: map[string]string{clusterv1.MachineDeploymentNameLabel: cluster + "-md-0"}},
-			Checks: clusterv1.MachineHealthCheckChecks{
-				NodeStartupTimeoutSeconds: ptr.To[int32](600),
-				UnhealthyNodeConditions: []clusterv1.UnhealthyNodeCondition{
-					{Type: corev1.NodeReady, Status: corev1.ConditionFalse, TimeoutSeconds: ptr.To(int32(mhcTimeout / time.Second))},
-					{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, TimeoutSeconds: ptr.To(int32(mhcTimeout / time.Second))},
-				},
-			},
-		},
-	}
-	if err := s.stack.Client.Create(s.ctx, mhc); err != nil {
-		t.Fatal(err)
-	}
-	s.eventually(2*time.Minute, "MachineHealthCheck watching worker "+worker.Name, func() error {
-		return conditionTrue(s.machine(worker.Name).Status.Conditions, clusterv1.MachineHealthCheckSucceededCondition)
-	})
+	mhc := s.healthCheckWorkers(cluster, cluster+"-md-0", worker.Name, mhcTimeout)
 	s.logf("EVIDENCE MachineHealthCheck %s (Ready False/Unknown for %s) reports worker %s healthy", mhc.Name, mhcTimeout, worker.Name)
 
 	// Hold the agent before its health gates, so that the update owns the node for
@@ -117,24 +99,7 @@ func TestMachineHealthCheckSparesUpdatingNode(t *testing.T) {
 	if err := os.Remove(filepath.Join(agents.HostRoot(node), ".sim/pause-before-gates")); err != nil {
 		t.Fatal(err)
 	}
-	s.waitRolledOut(cluster, fromVersion, 2, true, rolloutTimeout, func(ms []clusterv1.Machine) error {
-		if err := sameMachines(before, ms); err != nil {
-			return err
-		}
-		for _, m := range ms {
-			if _, ok := m.Annotations[clusterv1.UpdateInProgressAnnotation]; ok {
-				return fmt.Errorf("machine %s still updating in place", m.Name)
-			}
-		}
-		got, err := hostFile(agents, node, file.Path)
-		if err != nil {
-			return fmt.Errorf("host %s: %s: %w", node, file.Path, err)
-		}
-		if got != file.Content {
-			return fmt.Errorf("host %s: %s is %q", node, file.Path, got)
-		}
-		return nil
-	})
+	s.waitDoneInPlace(cluster, 2, before, agents, node, file)
 	s.assertNoMachineChurn(watch)
 	m = s.machine(worker.Name)
 	if _, ok := m.Annotations[clusterv1.MachineSkipRemediationAnnotation]; ok {
@@ -200,4 +165,55 @@ func (s *scenario) setNodeReady(wc client.Client, name string, status corev1.Con
 func (s *scenario) addWorkerFile(cluster, suffix string, file localstack.File) {
 	s.t.Helper()
 	s.addMDFile(cluster+"-md-0", cluster+"-worker-"+suffix, file)
+}
+
+// healthCheckWorkers creates a MachineHealthCheck over MachineDeployment md's Machines
+// that remediates a node NotReady for timeout, and waits until it watches worker.
+func (s *scenario) healthCheckWorkers(cluster, md, worker string, timeout time.Duration) *clusterv1.MachineHealthCheck {
+	s.t.Helper()
+	mhc := &clusterv1.MachineHealthCheck{
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: cluster + "-workers"},
+		Spec: clusterv1.MachineHealthCheckSpec{
+			ClusterName: cluster,
+			Selector:    metav1.LabelSelector{MatchLabels: map[string]string{clusterv1.MachineDeploymentNameLabel: md}},
+			Checks: clusterv1.MachineHealthCheckChecks{
+				NodeStartupTimeoutSeconds: ptr.To[int32](600),
+				UnhealthyNodeConditions: []clusterv1.UnhealthyNodeCondition{
+					{Type: corev1.NodeReady, Status: corev1.ConditionFalse, TimeoutSeconds: ptr.To(int32(timeout / time.Second))},
+					{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, TimeoutSeconds: ptr.To(int32(timeout / time.Second))},
+				},
+			},
+		},
+	}
+	if err := s.stack.Client.Create(s.ctx, mhc); err != nil {
+		s.t.Fatal(err)
+	}
+	s.eventually(2*time.Minute, "MachineHealthCheck watching worker "+worker, func() error {
+		return conditionTrue(s.machine(worker).Status.Conditions, clusterv1.MachineHealthCheckSucceededCondition)
+	})
+	return mhc
+}
+
+// waitDoneInPlace waits until the cluster's want Machines are the ones of before,
+// at fromVersion, none updating in place, and node's host carries file.
+func (s *scenario) waitDoneInPlace(cluster string, want int, before map[string]types.UID, agents *localstack.Agents, node string, file localstack.File) {
+	s.t.Helper()
+	s.waitRolledOut(cluster, fromVersion, want, true, rolloutTimeout, func(ms []clusterv1.Machine) error {
+		if err := sameMachines(before, ms); err != nil {
+			return err
+		}
+		for _, m := range ms {
+			if _, ok := m.Annotations[clusterv1.UpdateInProgressAnnotation]; ok {
+				return fmt.Errorf("machine %s still updating in place", m.Name)
+			}
+		}
+		got, err := hostFile(agents, node, file.Path)
+		if err != nil {
+			return fmt.Errorf("host %s: %s: %w", node, file.Path, err)
+		}
+		if got != file.Content {
+			return fmt.Errorf("host %s: %s is %q", node, file.Path, got)
+		}
+		return nil
+	})
 }

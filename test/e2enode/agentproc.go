@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/test/lanekit"
 )
 
 // The agent's files on the node (internal/agent/kube.WorkDir; the journal is the
@@ -83,28 +84,16 @@ func agentRSS(n Node) string {
 	return fmt.Sprintf("VmRSS %s, RssAnon %s, VmHWM %s", mib("VmRSS"), mib("RssAnon"), mib("VmHWM"))
 }
 
-// journalEntry is the part of the agent's journal (internal/agent/journal.Entry)
-// the lane reads on the host.
-type journalEntry struct {
-	Key      string         `json:"key"`
-	InFlight string         `json:"inFlight"`
-	Runs     map[string]int `json:"runs"`
-	Attempt  string         `json:"attempt"`
-	State    struct {
-		Phase string `json:"phase"`
-	} `json:"state"`
-}
-
-func readJournal(ctx context.Context, n Node) (journalEntry, error) {
-	var e journalEntry
+func readJournal(ctx context.Context, n Node) (lanekit.Journal, error) {
 	out, err := lane.Exec(ctx, n, "cat", agentJournal)
 	if err != nil {
-		return e, err
+		return lanekit.Journal{}, err
 	}
-	if err := json.Unmarshal([]byte(out), &e); err != nil {
-		return e, fmt.Errorf("journal on %s: %w", n.Name, err)
+	j, err := lanekit.ParseJournal([]byte(out))
+	if err != nil {
+		return lanekit.Journal{}, fmt.Errorf("%s: %w", n.Name, err)
 	}
-	return e, nil
+	return j, nil
 }
 
 // JournalWatch reads the agent's journal on the node every second and records when
@@ -112,7 +101,7 @@ func readJournal(ctx context.Context, n Node) (journalEntry, error) {
 type JournalWatch struct {
 	mu       sync.Mutex
 	spans    []span
-	onChange func(journalEntry)
+	onChange func(lanekit.Journal)
 	stop     chan struct{}
 	finished chan struct{}
 }
@@ -124,7 +113,7 @@ type span struct {
 
 // WatchJournal starts watching; onChange (may be nil) is called with every entry
 // whose in-flight action differs from the previous one.
-func WatchJournal(n Node, onChange func(journalEntry)) *JournalWatch {
+func WatchJournal(n Node, onChange func(lanekit.Journal)) *JournalWatch {
 	w := &JournalWatch{onChange: onChange, stop: make(chan struct{}), finished: make(chan struct{})}
 	go func() {
 		defer close(w.finished)
@@ -240,21 +229,6 @@ func listPrefixed(t *testing.T, n Node, dir, prefix string) []string {
 		}
 	}
 	return names
-}
-
-// newNames returns the names of after that are not in before.
-func newNames(before, after []string) []string {
-	seen := map[string]bool{}
-	for _, b := range before {
-		seen[b] = true
-	}
-	var out []string
-	for _, a := range after {
-		if !seen[a] {
-			out = append(out, a)
-		}
-	}
-	return out
 }
 
 // The control plane's pool gate in the lane's policy: it passes once the file

@@ -243,7 +243,7 @@ func TestAgentUpgradesRealNodes(t *testing.T) {
 		before := readNodeState(t, cpNode)
 		var rollbackMu sync.Mutex
 		var rollbackAt time.Time
-		steps := WatchJournal(cpNode, func(e journalEntry) {
+		steps := WatchJournal(cpNode, func(e lanekit.Journal) {
 			rollbackMu.Lock()
 			defer rollbackMu.Unlock()
 			if rollbackAt.IsZero() && strings.HasPrefix(e.InFlight, "rollback/") {
@@ -349,7 +349,7 @@ func TestAgentUpgradesRealNodes(t *testing.T) {
 		g.Expect(oldPID).NotTo(BeZero(), "the agent runs on %s", cpNode.Name)
 		killed := make(chan string, 1)
 		var once sync.Once
-		steps := WatchJournal(cpNode, func(e journalEntry) {
+		steps := WatchJournal(cpNode, func(e lanekit.Journal) {
 			// Kill once every action before the gates is done: kubeadm upgrade
 			// apply and the kubelet swap must not run again on resume.
 			if e.InFlight != "gates" {
@@ -396,7 +396,7 @@ func TestAgentUpgradesRealNodes(t *testing.T) {
 		// run, the attempt has one etcd snapshot, and the journal counts one start
 		// per action but the gates, which the kill interrupted and the new agent ran
 		// again.
-		g.Expect(newNames(backupsBefore, listPrefixed(t, cpNode, "/etc/kubernetes/tmp", "kubeadm-backup-manifests-"))).To(HaveLen(1), "kubeadm upgrade apply ran once")
+		g.Expect(lanekit.NewNames(backupsBefore, listPrefixed(t, cpNode, "/etc/kubernetes/tmp", "kubeadm-backup-manifests-"))).To(HaveLen(1), "kubeadm upgrade apply ran once")
 		j, err := readJournal(ctx, cpNode)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(j.State.Phase).To(Equal(string(protocol.PhaseCommitted)))

@@ -4,7 +4,6 @@ package e2ereal
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -170,7 +169,7 @@ func TestSingleNodeFailureAndRetry(t *testing.T) {
 		g.Expect(n).To(Equal(1), "action %s ran once: %v", a, j.Runs)
 	}
 	g.Expect(j.Runs).To(HaveKey("control-plane-config"), "a configuration change re-renders the static pods")
-	g.Expect(newEntries(backupsBefore, kubeadmBackups(ctx, node))).To(HaveLen(j.Runs["kubeadm-upgrade"]+j.Runs["control-plane-config"]),
+	g.Expect(lanekit.NewNames(backupsBefore, kubeadmBackups(ctx, node))).To(HaveLen(j.Runs["kubeadm-upgrade"]+j.Runs["control-plane-config"]),
 		"kubeadm ran as often as the journal says")
 	apiserver, err := wc.CoreV1().Pods("kube-system").Get(ctx, "kube-apiserver-"+node, metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -280,26 +279,16 @@ func TestSingleNodeMinorUpgradeRollbackRestoresEtcd(t *testing.T) {
 	g.Expect(waitMachinesRunning(t, ns, name, 1)[0].UID).To(Equal(machine.UID))
 }
 
-// The agent's journal on the node (internal/agent/journal.Entry; the agent's
-// --state-dir default), the part the lane reads.
-const agentJournal = "/var/lib/capi-inplace/journal.json"
-
-type journalEntry struct {
-	Key      string         `json:"key"`
-	InFlight string         `json:"inFlight"`
-	Runs     map[string]int `json:"runs"`
-}
-
-func readJournal(ctx context.Context, node string) (journalEntry, error) {
-	var e journalEntry
-	out, err := nodeExec(ctx, node, "cat", agentJournal)
+func readJournal(ctx context.Context, node string) (lanekit.Journal, error) {
+	out, err := nodeExec(ctx, node, "cat", lanekit.AgentJournal)
 	if err != nil {
-		return e, err
+		return lanekit.Journal{}, err
 	}
-	if err := json.Unmarshal([]byte(out), &e); err != nil {
-		return e, fmt.Errorf("journal on %s: %w", node, err)
+	j, err := lanekit.ParseJournal([]byte(out))
+	if err != nil {
+		return lanekit.Journal{}, fmt.Errorf("%s: %w", node, err)
 	}
-	return e, nil
+	return j, nil
 }
 
 // powerCutDuring reads the node's journal every second and, the first time the
@@ -347,21 +336,6 @@ func kubeadmBackups(ctx context.Context, node string) []string {
 		}
 	}
 	return names
-}
-
-// newEntries returns the names of after that are not in before.
-func newEntries(before, after []string) []string {
-	seen := map[string]bool{}
-	for _, b := range before {
-		seen[b] = true
-	}
-	var out []string
-	for _, a := range after {
-		if !seen[a] {
-			out = append(out, a)
-		}
-	}
-	return out
 }
 
 // agentPhase is the phase the node's agent reports, empty when it cannot be read.
