@@ -43,8 +43,8 @@ func (r NodeReader) PodsOnNode(ctx context.Context) ([]corev1.Pod, error) {
 // now, reported again as each gate starts (Reporter.GateStarted, wired to
 // gate.Checker.Progress); with Reason GateFailed, the gate that did not pass. It
 // stamps every status of the plan, the executor's and the agent's own re-reports
-// alike. It only knows gates run by this process: after a restart the status
-// names the failed gate in its message only.
+// alike. It only knows gates run by this process; the failed gate also comes
+// from the journaled state (state.State.FailedGate), which survives a restart.
 type gateStamp struct {
 	mu   sync.Mutex
 	last *protocol.NodeStatus // as given to Report, unstamped

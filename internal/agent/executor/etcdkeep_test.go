@@ -53,6 +53,7 @@ func TestRollbackRestoresEtcdOnlyWhenItsDataChanged(t *testing.T) {
 				g.Expect(st.Phase).To(Equal(protocol.PhaseRolledBack))
 				g.Expect(f.reports.last().Message).To(ContainSubstring(tt.message))
 				g.Expect(f.reports.last().EtcdData).To(Equal(protocol.EtcdDataKept))
+				g.Expect(f.reports.last().Gate).To(Equal(failingGate.Gate), "the failed gate, from the state")
 				return
 			}
 			// The stub member refuses a restore: the rollback tried it.

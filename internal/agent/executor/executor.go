@@ -290,7 +290,11 @@ func (x *Executor) Resume(ctx context.Context) (state.State, error) {
 		var ev state.Event = state.ActionSucceeded{Name: a.Name, EtcdMembers: etcdMembers}
 		if actErr != nil {
 			log.Info("Action failed", "action", a.Key(), "error", actErr.Error())
-			ev = state.ActionFailed{Name: a.Name, Reason: reasonOf(actErr), Message: actErr.Error(), Unchanged: errors.Is(actErr, kube.ErrNodeUnchanged)}
+			failed := state.ActionFailed{Name: a.Name, Reason: reasonOf(actErr), Message: actErr.Error(), Unchanged: errors.Is(actErr, kube.ErrNodeUnchanged)}
+			if ge := (*gate.Error)(nil); errors.As(actErr, &ge) {
+				failed.Gate = ge.Gate
+			}
+			ev = failed
 		}
 		if st, out, err = state.Step(st, ev); err != nil {
 			return st, err

@@ -53,9 +53,12 @@ type State struct {
 	EtcdMembers int `json:"etcdMembers,omitempty"`
 	// RebootFrom is the boot ID the node had when the pending reboot was issued.
 	RebootFrom string `json:"rebootFrom,omitempty"`
-	// Reason, FailedAction and Message are the cause of a rollback or failure.
+	// Reason, FailedAction and Message are the cause of a rollback or failure;
+	// FailedGate is the health gate that did not pass (Reason GateFailed), kept
+	// here so that an agent restarted during the rollback still names it.
 	Reason       string     `json:"reason,omitempty"`
 	FailedAction ActionName `json:"failedAction,omitempty"`
+	FailedGate   string     `json:"failedGate,omitempty"`
 	Message      string     `json:"message,omitempty"`
 	// RollbackError is the failure of a rollback action, when there was one.
 	RollbackError string    `json:"rollbackError,omitempty"`
@@ -91,12 +94,14 @@ type ActionSucceeded struct {
 }
 
 // ActionFailed: the current action failed. Reason is one of the Reason constants.
-// Unchanged: the action failed before it changed anything on the node (kubeadm's
-// preflight), so the rollback treats it as never started.
+// Gate is the health gate that did not pass (Reason GateFailed). Unchanged: the
+// action failed before it changed anything on the node (kubeadm's preflight), so
+// the rollback treats it as never started.
 type ActionFailed struct {
 	Name      ActionName
 	Reason    string
 	Message   string
+	Gate      string
 	Unchanged bool
 }
 
@@ -175,7 +180,7 @@ func Step(s State, e Event) (State, Output, error) {
 			s.Phase = protocol.PhaseFailed
 			return s, Output{}, nil
 		}
-		s.Reason, s.FailedAction, s.Message = e.Reason, e.Name, e.Message
+		s.Reason, s.FailedAction, s.FailedGate, s.Message = e.Reason, e.Name, e.Gate, e.Message
 		started := e.Name
 		if e.Unchanged {
 			started = ""
@@ -361,6 +366,10 @@ func (s State) Status() protocol.NodeStatus {
 		}
 	default:
 		st.Message = fmt.Sprintf("%s: action %d of %d, %s", s.Phase, st.Step+1, st.Steps, st.Action)
+	}
+	if st.Reason == ReasonGateFailed {
+		// From the journal, so an agent restarted during the rollback names it too.
+		st.Gate = s.FailedGate
 	}
 	return st
 }

@@ -588,3 +588,39 @@ func withKeepEtcd(s Spec) Spec {
 	s.KeepEtcd = true
 	return s
 }
+
+// TestFailedGateIsJournaled: the gate that did not pass is part of the state, so
+// the status names it after the agent restarted (the state read back from the
+// journal) during the rollback and once it is over; a rollback that then fails
+// reports RollbackFailed without it.
+func TestFailedGateIsJournaled(t *testing.T) {
+	g := NewWithT(t)
+	s, _ := start(t, workerK8s)
+	for _, a := range s.Actions {
+		if a.Name == ActGates {
+			break
+		}
+		var err error
+		s, _, err = Step(s, ActionSucceeded{Name: a.Name})
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	s, _, err := Step(s, ActionFailed{Name: ActGates, Reason: ReasonGateFailed, Gate: "lane-health", Message: "gate lane-health did not pass within 20s: exit status 1"})
+	g.Expect(err).NotTo(HaveOccurred())
+	s = persist(t, s)
+	g.Expect(s.Phase).To(Equal(protocol.PhaseRollingBack))
+	g.Expect(s.Status().Gate).To(Equal("lane-health"))
+
+	failed, _, err := Step(s, ActionFailed{Name: s.Rollback[0].Name, Reason: ReasonActionFailed, Message: "disk gone"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(failed.Status().Reason).To(Equal(ReasonRollbackFailed))
+	g.Expect(failed.Status().Gate).To(BeEmpty())
+
+	for _, a := range s.Rollback {
+		s, _, err = Step(persist(t, s), ActionSucceeded{Name: a.Name})
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	g.Expect(s.Phase).To(Equal(protocol.PhaseRolledBack))
+	st := s.Status()
+	g.Expect(st.Reason).To(Equal(ReasonGateFailed))
+	g.Expect(st.Gate).To(Equal("lane-health"))
+}
