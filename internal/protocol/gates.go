@@ -60,10 +60,11 @@ func ValidateGatesAt(field string, gates []Gate) []error {
 		errs = append(errs, fmt.Errorf("%s"+format, append([]any{field}, args...)...))
 	}
 	if len(gates) > MaxGates {
-		if field != "" {
-			field += ": "
+		list := field
+		if list != "" {
+			list += ": "
 		}
-		errs = append(errs, fmt.Errorf("%s%d gates, more than %d", field, len(gates), MaxGates))
+		errs = append(errs, fmt.Errorf("%s%d gates, more than %d", list, len(gates), MaxGates))
 	}
 	seen := map[string]bool{}
 	for i, g := range gates {

@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -160,4 +161,23 @@ func TestOldCommandGatePlanDecodes(t *testing.T) {
 	g.Expect(got).To(Equal(p))
 	g.Expect(got.Gates[0].Kind()).To(Equal(GateKindHTTPGet))
 	g.Expect(got.Gates[1].Kind()).To(Equal(GateKindCEL))
+}
+
+// TestValidateGatesAtNamesWholePaths: every error of ValidateGatesAt begins with
+// the list's path, the count error too, and naming one does not change the next.
+func TestValidateGatesAtNamesWholePaths(t *testing.T) {
+	g := NewWithT(t)
+	gates := make([]Gate, MaxGates+1)
+	for i := range gates {
+		gates[i] = Gate{Name: fmt.Sprintf("g%d", i), Command: []string{"/bin/true"}}
+	}
+	gates[1].Name = "Bad_Name"
+	var msgs []string
+	for _, err := range ValidateGatesAt("gates[0].gates", gates) {
+		msgs = append(msgs, err.Error())
+	}
+	g.Expect(msgs).To(Equal([]string{
+		fmt.Sprintf("gates[0].gates: %d gates, more than %d", MaxGates+1, MaxGates),
+		`gates[0].gates[1].name "Bad_Name" is not a DNS label (lower-case letters, digits and '-', at most 63)`,
+	}))
 }
