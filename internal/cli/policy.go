@@ -81,8 +81,11 @@ func validatePolicyFiles(stdin io.Reader, out io.Writer, files []string) error {
 		for _, p := range policies {
 			if _, err := policy.Parse(p.data); err != nil {
 				invalid++
-				for _, line := range policyErrorLines(err) {
-					if _, werr := fmt.Fprintf(out, "%s: %s\n", p.source, line); werr != nil {
+				for _, problem := range policyProblems(err) {
+					// A problem's own later lines (a CEL compiler's caret) are indented
+					// under it: one entry per problem, each led by its source.
+					text := strings.ReplaceAll(strings.TrimRight(problem.Error(), "\n"), "\n", "\n  ")
+					if _, werr := fmt.Fprintf(out, "%s: %s\n", p.source, text); werr != nil {
 						return werr
 					}
 				}
@@ -193,17 +196,13 @@ func isManifest(docs [][]byte) bool {
 	return true
 }
 
-// policyErrorLines is one line per validation error of a policy (policy.New
-// joins them).
-func policyErrorLines(err error) []string {
-	msg := strings.TrimPrefix(err.Error(), policy.ErrInvalid.Error()+": ")
-	var lines []string
-	for _, l := range strings.Split(msg, "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			lines = append(lines, l)
-		}
+// policyProblems are the problems policy.Parse found, one error each.
+func policyProblems(err error) []error {
+	var invalid *policy.InvalidError
+	if errors.As(err, &invalid) {
+		return invalid.Problems
 	}
-	return lines
+	return []error{err}
 }
 
 func plural(n int, one, many string) string {

@@ -69,6 +69,8 @@ data:
 		args      func(paths map[string]string) []string
 		code      int
 		wantLines []string
+		// entries, when set, is how many lines start with a file's name.
+		entries int
 	}{
 		{
 			name:  "a valid file",
@@ -89,6 +91,13 @@ data:
 			files: map[string]string{"typo.yaml": "drian: {timeoutSeconds: 300}\n"},
 			args:  func(p map[string]string) []string { return []string{"-f", p["typo.yaml"]} },
 			code:  ExitInvalidPolicy, wantLines: []string{"typo.yaml: parse: ", `unknown field "drian"`},
+		},
+		{
+			name:  "a CEL error over several lines is one entry, its later lines indented",
+			files: map[string]string{"cel.yaml": "gates:\n- gates:\n  - name: bad\n    cel: {expression: \"node.metadata.name ==\"}\n"},
+			args:  func(p map[string]string) []string { return []string{"-f", p["cel.yaml"]} },
+			code:  ExitInvalidPolicy, entries: 1,
+			wantLines: []string{"cel.yaml: gates[0].gates[0].cel.expression: CEL expression does not compile", "\n   | node.metadata.name =="},
 		},
 		{
 			name:  "manifests from standard input: the policy ConfigMap is checked, other objects skipped",
@@ -124,6 +133,17 @@ data:
 			g.Expect(code).To(Equal(tt.code), out)
 			for _, want := range tt.wantLines {
 				g.Expect(out).To(ContainSubstring(want))
+			}
+			if tt.entries > 0 {
+				n := 0
+				for _, l := range strings.Split(out, "\n") {
+					for _, p := range paths {
+						if strings.HasPrefix(l, p+": ") {
+							n++
+						}
+					}
+				}
+				g.Expect(n).To(Equal(tt.entries), out)
 			}
 		})
 	}

@@ -177,6 +177,23 @@ var knownBackends = protocol.KnownBackends()
 // ErrInvalid is wrapped by every validation error of a policy.
 var ErrInvalid = errors.New("invalid policy")
 
+// InvalidError is the error of a policy that does not parse or validate: one
+// entry per problem, each naming its field (a tool lists them one by one).
+// errors.Is matches ErrInvalid and each problem's own error.
+type InvalidError struct {
+	Problems []error
+}
+
+func (e *InvalidError) Error() string {
+	return ErrInvalid.Error() + ": " + errors.Join(e.Problems...).Error()
+}
+
+// Is matches ErrInvalid.
+func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+
+// Unwrap returns the problems.
+func (e *InvalidError) Unwrap() []error { return e.Problems }
+
 const (
 	defaultDrainTimeoutSeconds = 600
 	// TemplateSuffix turns a machine kind into its template kind.
@@ -200,7 +217,7 @@ func Builtin() *Policy {
 func Parse(data []byte) (*Policy, error) {
 	var cfg Config
 	if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
-		return nil, fmt.Errorf("%w: parse: %w", ErrInvalid, err)
+		return nil, &InvalidError{Problems: []error{fmt.Errorf("parse: %w", err)}}
 	}
 	return New(cfg)
 }
@@ -332,7 +349,7 @@ func New(cfg Config) (*Policy, error) {
 	errs = append(errs, deadlineErrs...)
 
 	if len(errs) > 0 {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
+		return nil, &InvalidError{Problems: errs}
 	}
 	return p, nil
 }
