@@ -8,8 +8,10 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/capi-inplace/capi-inplace/internal/policy"
 )
@@ -105,6 +107,30 @@ func (k kubeFlags) restConfig(userAgent string) (*rest.Config, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.UserAgent = userAgent
 	return cfg, nil
+}
+
+// readClient connects to the management cluster the way kubectl does, with a scheme
+// of the given API groups, and returns the namespace to look at (namespace).
+func (k kubeFlags) readClient(userAgent string, groups ...func(*runtime.Scheme) error) (client.Client, string, error) {
+	cfg, err := k.restConfig(userAgent)
+	if err != nil {
+		return nil, "", err
+	}
+	namespace, _, err := k.namespace()
+	if err != nil {
+		return nil, "", err
+	}
+	scheme := runtime.NewScheme()
+	for _, add := range groups {
+		if err := add(scheme); err != nil {
+			return nil, "", fmt.Errorf("scheme: %w", err)
+		}
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, "", fmt.Errorf("client for the management cluster: %w", err)
+	}
+	return c, namespace, nil
 }
 
 // namespace is the -n value when given (explicit), else the kubeconfig context's

@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -82,24 +81,12 @@ func (o *fleetStatusOptions) run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--selector: %w", err)
 	}
-	cfg, err := o.kube.restConfig("capi-inplace-fleet-status")
-	if err != nil {
-		return err
-	}
-	namespace, _, err := o.kube.namespace()
+	c, namespace, err := o.kube.readClient("capi-inplace-fleet-status", clusterv1.AddToScheme)
 	if err != nil {
 		return err
 	}
 	if o.allNamespaces {
 		namespace = ""
-	}
-	scheme := runtime.NewScheme()
-	if err := clusterv1.AddToScheme(scheme); err != nil {
-		return fmt.Errorf("scheme: %w", err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return fmt.Errorf("client for the management cluster: %w", err)
 	}
 	clusters := &clusterv1.ClusterList{}
 	if err := c.List(ctx, clusters, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {

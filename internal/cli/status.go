@@ -12,9 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/capi-inplace/capi-inplace/internal/status"
 )
@@ -215,24 +213,9 @@ func exitFor(r status.Report) error {
 // gatherer connects to the management cluster the way kubectl does and returns the
 // namespace to look at.
 func (o *statusOptions) gatherer() (status.Gatherer, string, error) {
-	cfg, err := o.kube.restConfig("capi-inplace-status")
+	c, namespace, err := o.kube.readClient("capi-inplace-status", clusterv1.AddToScheme, corev1.AddToScheme)
 	if err != nil {
 		return status.Gatherer{}, "", err
-	}
-	namespace, _, err := o.kube.namespace()
-	if err != nil {
-		return status.Gatherer{}, "", err
-	}
-	scheme := runtime.NewScheme()
-	if err := clusterv1.AddToScheme(scheme); err != nil {
-		return status.Gatherer{}, "", fmt.Errorf("scheme: %w", err)
-	}
-	if err := corev1.AddToScheme(scheme); err != nil {
-		return status.Gatherer{}, "", fmt.Errorf("scheme: %w", err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return status.Gatherer{}, "", fmt.Errorf("client for the management cluster: %w", err)
 	}
 	return status.Gatherer{Management: c, Workload: status.KubeconfigWorkload{Management: c}}, namespace, nil
 }

@@ -13,7 +13,11 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
+
+// maxFleetMessage bounds a table row's message (bytes); -o json has it whole.
+const maxFleetMessage = 80
 
 // FleetListKind is the kind of `fleet status -o json`'s document (same apiVersion
 // as the status report).
@@ -143,7 +147,7 @@ func fleetLine(c *clusterv1.Cluster, machines []clusterv1.Machine, now time.Time
 			}
 		case inProgress || (cond != nil && (cond.Reason == inplacev1.ReasonInProgress || cond.Reason == inplacev1.ReasonDrainFailed)):
 			line.Updating++
-		case m.Status.NodeInfo != nil && sameRelease(m.Status.NodeInfo.KubeletVersion, m.Spec.Version):
+		case m.Status.NodeInfo != nil && protocol.SameRelease(m.Status.NodeInfo.KubeletVersion, m.Spec.Version):
 			line.UpToDate++
 		}
 	}
@@ -175,17 +179,6 @@ func clusterState(l FleetLine, failure string, fv FleetView) (state, message str
 	return ClusterUpToDate, ""
 }
 
-// sameRelease compares a kubelet's version with a Machine's, which may differ by a
-// leading "v" or build metadata.
-func sameRelease(kubelet, want string) bool {
-	norm := func(v string) string {
-		v = strings.TrimPrefix(strings.TrimSpace(v), "v")
-		v, _, _ = strings.Cut(v, "+")
-		return v
-	}
-	return want != "" && norm(kubelet) == norm(want)
-}
-
 // RenderFleetTable writes the fleet list as a summary line and one row per Cluster.
 func RenderFleetTable(w io.Writer, l FleetList, now time.Time) error {
 	var buf bytes.Buffer
@@ -200,19 +193,11 @@ func RenderFleetTable(w io.Writer, l FleetList, now time.Time) error {
 			since = FormatSeconds(int64(now.Sub(*c.Since) / time.Second))
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", c.Namespace, c.Name, dash(strings.Join(c.Versions, ",")),
-			c.UpToDate, c.Machines, c.State, since, dash(truncate(c.Message, 80)))
+			c.UpToDate, c.Machines, c.State, since, dash(protocol.BoundText(c.Message, maxFleetMessage)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	_, err := w.Write(buf.Bytes())
 	return err
-}
-
-func truncate(s string, n int) string {
-	s = strings.ReplaceAll(s, "\n", " ")
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-3] + "..."
 }
