@@ -1,8 +1,8 @@
 // Package fleetrollout is the FleetRollout controller: the shell around the pure
 // core internal/fleet/rollout. On every pass it lists the Clusters the rollout's
 // selectors choose, observes each from the management cluster alone (observe.go:
-// the version the Cluster asks for against its Machines' spec.version, kubelet
-// version and our InPlaceUpdate condition), calls the core, writes the target to
+// the version the Cluster asks for against its Machines, each judged by
+// internal/fleet/machinestate, the rule `fleet status` counts by), calls the core, writes the target to
 // the Clusters it says to start (write.go: one write per Cluster, the Cluster's
 // spec.topology.version or its KubeadmControlPlane's spec.version; a plain
 // Cluster's MachineDeployments follow once its control plane reached the target),
@@ -18,6 +18,6 @@
 //     read is not overwritten, and is tried again on the next pass.
 //   - It runs only on the elected leader (controller-runtime's default).
 //
-// Imports: api/v1alpha1, internal/fleet/rollout, Cluster API's core and
+// Imports: api/v1alpha1, internal/fleet/rollout, internal/fleet/machinestate, Cluster API's core and
 // KubeadmControlPlane types, apimachinery, controller-runtime.
 package fleetrollout

@@ -163,17 +163,20 @@ func repeat(s string, n int) []string {
 	return out
 }
 
-// setMachine plays Cluster API and the coordinator on one Machine: spec.version
-// and, when cond is set, our InPlaceUpdate condition.
+// setMachine plays Cluster API, the node and the coordinator on one Machine:
+// spec.version, the node's kubelet at that version in status.nodeInfo (without it
+// nothing proves the Machine reached it) and, when cond is set, our InPlaceUpdate
+// condition.
 func setMachine(ctx context.Context, g Gomega, ns, name, version string, cond *metav1.Condition) {
 	m := &clusterv1.Machine{}
 	g.Expect(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, m)).To(Succeed())
 	m.Spec.Version = version
 	g.Expect(c.Update(ctx, m)).To(Succeed())
+	m.Status.NodeInfo = &corev1.NodeSystemInfo{KubeletVersion: version}
 	if cond != nil {
 		meta.SetStatusCondition(&m.Status.Conditions, *cond)
-		g.Expect(c.Status().Update(ctx, m)).To(Succeed())
 	}
+	g.Expect(c.Status().Update(ctx, m)).To(Succeed())
 }
 
 // finish plays an in-place update of a whole Cluster: its control plane once the

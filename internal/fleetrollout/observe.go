@@ -12,6 +12,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/fleet/machinestate"
 	"github.com/capi-inplace/capi-inplace/internal/fleet/rollout"
 )
 
@@ -60,20 +61,28 @@ func observe(target string, o clusterObjects) rollout.Observation {
 			return obs
 		}
 	}
-	reached := len(o.Machines) > 0
+	// A Machine going away neither blocks nor proves anything; at least one other
+	// must prove the target.
+	proved, reached := 0, true
 	for i := range o.Machines {
 		m := &o.Machines[i]
+		v := machinestate.Of(m)
 		// A failure recorded while the Machine asked for another version belongs
 		// to an earlier update.
-		if c := meta.FindStatusCondition(m.Status.Conditions, inplacev1.InPlaceUpdateCondition); c != nil && inplacev1.FailedReason(c.Reason) && sameVersion(m.Spec.Version, target) {
+		if v.State == machinestate.Failed && sameVersion(m.Spec.Version, target) {
 			obs.Progress, obs.Reason = rollout.Failed, inplacev1.FleetReasonMachineFailed
-			obs.Message = fmt.Sprintf("Machine %s: %s: %s", m.Name, c.Reason, c.Message)
+			obs.Message = fmt.Sprintf("Machine %s: %s: %s", m.Name, v.Reason, v.Message)
 			return obs
 		}
-		if !machineReached(m, target) {
+		switch {
+		case v.State == machinestate.Deleting:
+		case machinestate.Reached(m, target):
+			proved++
+		default:
 			reached = false
 		}
 	}
+	reached = reached && proved > 0
 	for _, v := range desired {
 		if !sameVersion(v, target) {
 			reached = false
@@ -103,39 +112,19 @@ func desiredVersions(o clusterObjects) []string {
 	return out
 }
 
-// machineReached reports whether a Machine runs target: it asks for it, Cluster
-// API is not updating it, and its node's kubelet (when reported) runs it.
-func machineReached(m *clusterv1.Machine, target string) bool {
-	if !m.DeletionTimestamp.IsZero() {
-		return true // going away: neither blocks nor proves anything
-	}
-	if !sameVersion(m.Spec.Version, target) {
-		return false
-	}
-	if meta.IsStatusConditionTrue(m.Status.Conditions, clusterv1.MachineUpdatingCondition) {
-		return false
-	}
-	if c := meta.FindStatusCondition(m.Status.Conditions, inplacev1.InPlaceUpdateCondition); c != nil && c.Reason == inplacev1.ReasonInProgress {
-		return false
-	}
-	if m.Status.NodeInfo != nil && m.Status.NodeInfo.KubeletVersion != "" && !sameVersion(m.Status.NodeInfo.KubeletVersion, target) {
-		return false
-	}
-	return true
-}
-
-// controlPlaneReached reports whether every control-plane Machine runs target.
+// controlPlaneReached reports whether every control-plane Machine runs target
+// (machinestate.Reached; one going away is passed over) and at least one does.
 func controlPlaneReached(o clusterObjects, target string) bool {
 	n := 0
 	for i := range o.Machines {
 		m := &o.Machines[i]
-		if _, cp := m.Labels[clusterv1.MachineControlPlaneLabel]; !cp {
+		if _, cp := m.Labels[clusterv1.MachineControlPlaneLabel]; !cp || !m.DeletionTimestamp.IsZero() {
 			continue
 		}
-		n++
-		if !machineReached(m, target) {
+		if !machinestate.Reached(m, target) {
 			return false
 		}
+		n++
 	}
 	return n > 0
 }

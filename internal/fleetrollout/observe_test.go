@@ -27,9 +27,11 @@ func plainCluster(kcpVersion string, machines ...clusterv1.Machine) clusterObjec
 	}
 }
 
+// machine asks for version and its node reported that version's kubelet.
 func machine(version string, conds ...metav1.Condition) clusterv1.Machine {
 	return clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m1", Labels: map[string]string{clusterv1.MachineControlPlaneLabel: ""}},
-		Spec: clusterv1.MachineSpec{Version: version}, Status: clusterv1.MachineStatus{Conditions: conds}}
+		Spec: clusterv1.MachineSpec{Version: version}, Status: clusterv1.MachineStatus{Conditions: conds,
+			NodeInfo: &corev1.NodeSystemInfo{KubeletVersion: version}}}
 }
 
 func failedCond() metav1.Condition {
@@ -51,6 +53,31 @@ func TestObserve(t *testing.T) {
 			m := machine(target)
 			m.Status.NodeInfo = &corev1.NodeSystemInfo{KubeletVersion: from}
 			return plainCluster(target, m)
+		}, wantProgress: rollout.InProgress},
+		{name: "the node has not reported: not proven", objs: func() clusterObjects {
+			m := machine(target)
+			m.Status.NodeInfo = nil
+			return plainCluster(target, m)
+		}, wantProgress: rollout.InProgress},
+		{name: "Cluster API's in-place update in progress, the kubelet already at the target", objs: func() clusterObjects {
+			m := machine(target)
+			m.Annotations = map[string]string{clusterv1.UpdateInProgressAnnotation: ""}
+			return plainCluster(target, m)
+		}, wantProgress: rollout.InProgress},
+		{name: "our drain blocked", objs: func() clusterObjects {
+			return plainCluster(target, machine(target, metav1.Condition{Type: inplacev1.InPlaceUpdateCondition, Status: metav1.ConditionFalse, Reason: inplacev1.ReasonDrainFailed}))
+		}, wantProgress: rollout.InProgress},
+		{name: "a Machine going away neither blocks nor proves", objs: func() clusterObjects {
+			gone := machine(from)
+			now := metav1.Now()
+			gone.DeletionTimestamp = &now
+			return plainCluster(target, machine(target), gone)
+		}, wantProgress: rollout.Reached},
+		{name: "only a Machine going away proves nothing", objs: func() clusterObjects {
+			gone := machine(target)
+			now := metav1.Now()
+			gone.DeletionTimestamp = &now
+			return plainCluster(target, gone)
 		}, wantProgress: rollout.InProgress},
 		{name: "Cluster API still updating the Machine", objs: func() clusterObjects {
 			return plainCluster(target, machine(target, metav1.Condition{Type: clusterv1.MachineUpdatingCondition, Status: metav1.ConditionTrue, Reason: "InPlaceUpdating"}))

@@ -19,6 +19,6 @@
 //   - Report.Failed counts the machines whose node is in phase Failed or RolledBack for
 //     the plan it is asked to run; the CLI turns it into a distinct exit code.
 //
-// Imports: api/v1alpha1, internal/protocol, internal/fleet (and internal/fleet/ownerread in gather.go), Cluster API's core v1beta2 types and
+// Imports: api/v1alpha1, internal/protocol, internal/fleet, internal/fleet/machinestate (and internal/fleet/ownerread in gather.go), Cluster API's core v1beta2 types and
 // util/conditions, k8s core types, sigs.k8s.io/yaml (-o yaml); client-go and controller-runtime only in gather.go.
 package status

@@ -13,6 +13,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/fleet/machinestate"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
@@ -23,19 +24,20 @@ const maxFleetMessage = 80
 // as the status report).
 const FleetListKind = "InPlaceFleetStatus"
 
-// States of a FleetLine, one rule for every Cluster (clusterState).
+// States of a FleetLine, one rule for every Cluster (clusterState) over one rule for
+// every Machine (machinestate.Of, which the FleetRollout controller shares).
 const (
-	// ClusterUpToDate: every Machine's node runs the version it asks for and none is
-	// being updated.
+	// ClusterUpToDate: every Machine's node reported the version it asks for and
+	// none is being updated.
 	ClusterUpToDate = "UpToDate"
-	// ClusterUpdating: at least one Machine is being updated in place.
+	// ClusterUpdating: at least one Machine is being updated in place (its drain
+	// may be blocked: the Machine's status says so).
 	ClusterUpdating = "Updating"
 	// ClusterFailed: at least one Machine's last in-place update failed (rolled
 	// back, failed, degraded, never picked up, past a deadline).
 	ClusterFailed = "Failed"
 	// ClusterOutdated: a Machine's node does not run the version the Machine asks
-	// for, and nothing is updating it yet (Cluster API has not called, or the
-	// node has not reported).
+	// for, or has not reported a kubelet version, and nothing is updating it yet.
 	ClusterOutdated = "Outdated"
 )
 
@@ -69,9 +71,10 @@ type FleetLine struct {
 	// Versions are the Kubernetes versions the Cluster's Machines ask for, sorted:
 	// one while no update is rolling, two while one is.
 	Versions []string `json:"versions"`
-	// Machines counts the Cluster's Machines; UpToDate those whose node runs the
-	// version the Machine asks for with no update in progress; Updating and Failed
-	// as the states say.
+	// Machines counts the Cluster's Machines but those being deleted; UpToDate
+	// those whose node reported the version the Machine asks for with no update in
+	// progress; Updating those Cluster API or capi-inplace is updating (a blocked
+	// drain included); Failed as the state says (machinestate.Of judges each).
 	Machines int `json:"machines"`
 	UpToDate int `json:"upToDate"`
 	Updating int `json:"updating"`
@@ -128,26 +131,27 @@ func BuildFleetList(clusters []clusterv1.Cluster, machines []clusterv1.Machine, 
 }
 
 func fleetLine(c *clusterv1.Cluster, machines []clusterv1.Machine, now time.Time) FleetLine {
-	line := FleetLine{Namespace: c.Namespace, Name: c.Name, Machines: len(machines), Versions: []string{}}
+	line := FleetLine{Namespace: c.Namespace, Name: c.Name, Versions: []string{}}
 	var failure string
 	for i := range machines {
 		m := &machines[i]
-		if v := m.Spec.Version; v != "" && !slices.Contains(line.Versions, v) {
-			line.Versions = append(line.Versions, v)
+		v := machinestate.Of(m)
+		if v.State == machinestate.Deleting {
+			continue // going away: neither work left nor proof (machinestate)
 		}
-		cond := meta.FindStatusCondition(m.Status.Conditions, inplacev1.InPlaceUpdateCondition)
-		_, inProgress := m.Annotations[clusterv1.UpdateInProgressAnnotation]
-		// Cluster API's own Updating condition covers every in-place update it runs.
-		inProgress = inProgress || meta.IsStatusConditionTrue(m.Status.Conditions, clusterv1.MachineUpdatingCondition)
+		line.Machines++
+		if ver := m.Spec.Version; ver != "" && !slices.Contains(line.Versions, ver) {
+			line.Versions = append(line.Versions, ver)
+		}
 		switch {
-		case cond != nil && inplacev1.FailedReason(cond.Reason):
+		case v.State == machinestate.Failed:
 			line.Failed++
 			if failure == "" {
-				failure = fmt.Sprintf("Machine %s: %s: %s", m.Name, cond.Reason, cond.Message)
+				failure = fmt.Sprintf("Machine %s: %s: %s", m.Name, v.Reason, v.Message)
 			}
-		case inProgress || (cond != nil && (cond.Reason == inplacev1.ReasonInProgress || cond.Reason == inplacev1.ReasonDrainFailed)):
+		case v.State.InProgress():
 			line.Updating++
-		case m.Status.NodeInfo != nil && protocol.SameRelease(m.Status.NodeInfo.KubeletVersion, m.Spec.Version):
+		case v.State == machinestate.UpToDate:
 			line.UpToDate++
 		}
 	}

@@ -30,6 +30,10 @@ func TestBuildFleetList(t *testing.T) {
 			Status:     clusterv1.MachineStatus{NodeInfo: &corev1.NodeSystemInfo{KubeletVersion: kubelet}, Conditions: conds},
 		}
 	}
+	gone := func(m clusterv1.Machine) clusterv1.Machine {
+		m.DeletionTimestamp = &metav1.Time{Time: now}
+		return m
+	}
 	updating := metav1.Condition{Type: clusterv1.MachineUpdatingCondition, Status: metav1.ConditionTrue, Reason: clusterv1.MachineInPlaceUpdatingReason}
 	deadline := metav1.Condition{Type: inplacev1.InPlaceUpdateCondition, Status: metav1.ConditionFalse, Reason: inplacev1.ReasonDeadlineExceeded, Message: "phase Applying passed its deadline"}
 
@@ -41,6 +45,8 @@ func TestBuildFleetList(t *testing.T) {
 		cluster("a", "behind", "", nil),
 		cluster("a", "halted", inplacev1.ReasonHalted, nil),
 		cluster("a", "empty", "", nil),
+		cluster("a", "scaling", "", nil),
+		cluster("a", "unreported", "", nil),
 	}
 	machines := []clusterv1.Machine{
 		machine("b", "window", "w1", "v1.36.0", "v1.35.0"),
@@ -51,6 +57,11 @@ func TestBuildFleetList(t *testing.T) {
 		machine("a", "stuck", "s1", "v1.36.0", "v1.35.0", deadline),
 		machine("a", "behind", "b1", "v1.36.0", "v1.35.0"),
 		machine("a", "halted", "h1", "v1.36.0", "v1.35.0"),
+		machine("a", "scaling", "sc1", "v1.36.0", "v1.36.0"),
+		// Going away: neither work left nor proof, so not counted.
+		gone(machine("a", "scaling", "sc2", "v1.35.0", "v1.35.0")),
+		// No kubelet version reported: nothing proves the node runs v1.36.0.
+		machine("a", "unreported", "u1", "v1.36.0", ""),
 		// A Machine of a Cluster not listed (another selector) is ignored.
 		machine("a", "elsewhere", "e1", "v1.36.0", "v1.35.0", deadline),
 	}
@@ -71,17 +82,19 @@ func TestBuildFleetList(t *testing.T) {
 		{"a/empty", ClusterUpToDate, []string{}, 0, 0},
 		{"a/halted", FleetHalted, []string{"v1.36.0"}, 0, 1},
 		{"a/rolling", ClusterUpdating, []string{"v1.35.0", "v1.36.0"}, 2, 3},
+		{"a/scaling", ClusterUpToDate, []string{"v1.36.0"}, 1, 1},
 		{"a/stuck", ClusterFailed, []string{"v1.36.0"}, 0, 1},
+		{"a/unreported", ClusterOutdated, []string{"v1.36.0"}, 0, 1},
 		// A closed window holds only a Cluster with work left.
 		{"b/waiting-done", ClusterUpToDate, []string{"v1.36.0"}, 1, 1},
 		{"b/window", FleetWindowClosed, []string{"v1.36.0"}, 0, 1},
 	}))
-	g.Expect(l.Summary).To(Equal(FleetSummary{Clusters: 7, UpToDate: 2, Updating: 1, Failed: 1, Outdated: 1, Held: 2}))
-	g.Expect(l.Clusters[4].Message).To(Equal("Machine s1: InPlaceUpdateDeadlineExceeded: phase Applying passed its deadline"))
+	g.Expect(l.Summary).To(Equal(FleetSummary{Clusters: 9, UpToDate: 3, Updating: 1, Failed: 1, Outdated: 2, Held: 2}))
+	g.Expect(l.Clusters[5].Message).To(Equal("Machine s1: InPlaceUpdateDeadlineExceeded: phase Applying passed its deadline"))
 
 	var buf bytes.Buffer
 	g.Expect(RenderFleetTable(&buf, l, now)).To(Succeed())
-	g.Expect(buf.String()).To(HavePrefix("7 clusters: 2 up to date, 1 updating, 1 failed, 1 outdated, 2 held\n\nNAMESPACE"))
+	g.Expect(buf.String()).To(HavePrefix("9 clusters: 3 up to date, 1 updating, 1 failed, 2 outdated, 2 held\n\nNAMESPACE"))
 	g.Expect(buf.String()).To(MatchRegexp(`(?m)^b\s+window\s+v1\.36\.0\s+0/1\s+WindowClosed\s+1m30s\s+held by ` + inplacev1.ReasonWindowClosed + `$`))
 	g.Expect(buf.String()).To(MatchRegexp(`(?m)^a\s+rolling\s+v1\.35\.0,v1\.36\.0\s+2/3\s+Updating\s+-\s+1 of 3 Machines updating$`))
 }

@@ -1,0 +1,87 @@
+package machinestate
+
+import (
+	"k8s.io/apimachinery/pkg/api/meta"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
+)
+
+// State is where a Machine stands against the version it asks for.
+type State string
+
+const (
+	// Failed: the Machine's last in-place update failed (rolled back, failed,
+	// degraded, never picked up, past a deadline: inplacev1.FailedReason).
+	Failed State = "Failed"
+	// Deleting: the Machine is going away; it neither blocks nor proves anything.
+	Deleting State = "Deleting"
+	// DrainBlocked: capi-inplace's drain of the Machine's node is blocked (a
+	// PodDisruptionBudget or a pod). The update is in progress, held where a
+	// person may have to act.
+	DrainBlocked State = "DrainBlocked"
+	// Updating: Cluster API (its update-in-progress annotation or its Updating
+	// condition) or capi-inplace (InPlaceUpdate InProgress) is updating the Machine.
+	Updating State = "Updating"
+	// Unreported: the Machine's node has not reported a kubelet version (no
+	// status.nodeInfo yet), so nothing proves which version it runs.
+	Unreported State = "Unreported"
+	// Outdated: the node's kubelet runs another release than the Machine asks for
+	// and nothing is updating it.
+	Outdated State = "Outdated"
+	// UpToDate: the node's kubelet runs the release the Machine asks for and
+	// nothing is updating it.
+	UpToDate State = "UpToDate"
+)
+
+// InProgress reports whether an update of the Machine is under way (Updating or
+// DrainBlocked).
+func (s State) InProgress() bool { return s == Updating || s == DrainBlocked }
+
+// Verdict is the rule's answer for one Machine.
+type Verdict struct {
+	State State
+	// Reason and Message are the Machine's InPlaceUpdate condition's when State is
+	// Failed or DrainBlocked, so that a view can say why.
+	Reason, Message string
+}
+
+// Of judges a Machine: the first that holds of Failed, Deleting, DrainBlocked,
+// Updating, Unreported, then UpToDate or Outdated by the node's kubelet version
+// against spec.version (the same release, build metadata aside).
+func Of(m *clusterv1.Machine) Verdict {
+	cond := meta.FindStatusCondition(m.Status.Conditions, inplacev1.InPlaceUpdateCondition)
+	switch {
+	case cond != nil && inplacev1.FailedReason(cond.Reason):
+		return Verdict{State: Failed, Reason: cond.Reason, Message: cond.Message}
+	case !m.DeletionTimestamp.IsZero():
+		return Verdict{State: Deleting}
+	case cond != nil && cond.Reason == inplacev1.ReasonDrainFailed:
+		return Verdict{State: DrainBlocked, Reason: cond.Reason, Message: cond.Message}
+	case updating(m) || (cond != nil && cond.Reason == inplacev1.ReasonInProgress):
+		return Verdict{State: Updating}
+	case m.Status.NodeInfo == nil || m.Status.NodeInfo.KubeletVersion == "":
+		return Verdict{State: Unreported}
+	case protocol.SameRelease(m.Status.NodeInfo.KubeletVersion, m.Spec.Version):
+		return Verdict{State: UpToDate}
+	}
+	return Verdict{State: Outdated}
+}
+
+// Reached reports whether the Machine asks for target and is UpToDate: its node
+// reported the target's kubelet and no update is in progress.
+func Reached(m *clusterv1.Machine, target string) bool {
+	return protocol.SameRelease(m.Spec.Version, target) && Of(m).State == UpToDate
+}
+
+// updating reports whether Cluster API has an in-place update of the Machine in
+// progress. Cluster API marks the Machine with the annotation when it starts the
+// update and its Machine controller sets the Updating condition on a later pass,
+// so either one suffices.
+func updating(m *clusterv1.Machine) bool {
+	if _, ok := m.Annotations[clusterv1.UpdateInProgressAnnotation]; ok {
+		return true
+	}
+	return meta.IsStatusConditionTrue(m.Status.Conditions, clusterv1.MachineUpdatingCondition)
+}
