@@ -250,6 +250,8 @@ func fetchReason(err error) string {
 		return protocol.StageReasonDeadline
 	case errors.Is(err, artifact.ErrDigestMismatch):
 		return protocol.StageReasonDigestMismatch
+	case errors.Is(err, artifact.ErrSizeMismatch):
+		return protocol.StageReasonSizeMismatch
 	case errors.Is(err, artifact.ErrWrongArchitecture):
 		return protocol.StageReasonWrongArchitecture
 	case errors.Is(err, artifact.ErrDiskFull):

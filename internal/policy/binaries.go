@@ -41,11 +41,18 @@ type BinaryConfig struct {
 	// Mirrors are other sources of the same file (air-gapped sites), tried in
 	// order before URL.
 	Mirrors []string `json:"mirrors,omitempty"`
+	// Size is the file's length in bytes; a source that announces or sends
+	// another length fails staging for good, as a digest mismatch does.
+	// Optional: without it the agent bounds a download at 4 GiB.
+	Size int64 `json:"size,omitempty"`
 }
 
-// artifact is the plan's form of the binary.
-func (b BinaryConfig) artifact() protocol.BinaryArtifact {
-	return protocol.BinaryArtifact{URL: b.URL, Digest: b.Digest, Mirrors: slices.Clone(b.Mirrors)}
+// artifact is the plan's form of the binary, with the settings of its
+// sources' hosts.
+func (b BinaryConfig) artifact(sources map[string]protocol.SourceHost) protocol.BinaryArtifact {
+	a := protocol.BinaryArtifact{URL: b.URL, Digest: b.Digest, Mirrors: slices.Clone(b.Mirrors), Size: b.Size}
+	withSources(&a, sources)
+	return a
 }
 
 // ErrNoBinariesForPlatform is returned by KubernetesBinaries when the policy lists
@@ -54,7 +61,7 @@ func (b BinaryConfig) artifact() protocol.BinaryArtifact {
 var ErrNoBinariesForPlatform = errors.New("policy lists Kubernetes binaries for the version, but not for the node's platform")
 
 // compileBinaries validates the table and converts it to plan artifacts.
-func compileBinaries(cfg KubernetesBinariesConfig) (map[string]map[string]protocol.KubernetesBinaries, []error) {
+func compileBinaries(cfg KubernetesBinariesConfig, sources map[string]protocol.SourceHost) (map[string]map[string]protocol.KubernetesBinaries, []error) {
 	var errs []error
 	out := map[string]map[string]protocol.KubernetesBinaries{}
 	for _, version := range sortedKeys(cfg) {
@@ -72,8 +79,8 @@ func compileBinaries(cfg KubernetesBinariesConfig) (map[string]map[string]protoc
 			b := platforms[platform]
 			entry := protocol.KubernetesBinaries{
 				Platform: platform,
-				Kubeadm:  b.Kubeadm.artifact(),
-				Kubelet:  b.Kubelet.artifact(),
+				Kubeadm:  b.Kubeadm.artifact(sources),
+				Kubelet:  b.Kubelet.artifact(sources),
 			}
 			if err := entry.Validate(); err != nil {
 				errs = append(errs, fmt.Errorf("kubernetesBinaries[%q][%q]: %w", version, platform, err))

@@ -53,6 +53,10 @@ type Config struct {
 	// Machines (see FleetPoolConfig).
 	Fleet []FleetPoolConfig `json:"fleet,omitempty"`
 
+	// ArtifactSources configure how nodes fetch from the hosts that artifacts'
+	// and kubernetesBinaries' urls and mirrors name (see ArtifactSourceConfig).
+	ArtifactSources []ArtifactSourceConfig `json:"artifactSources,omitempty"`
+
 	// RegistryCredentials name the pull Secret of each private OCI registry that
 	// artifacts come from (see RegistryCredentialConfig).
 	RegistryCredentials []RegistryCredentialConfig `json:"registryCredentials,omitempty"`
@@ -125,6 +129,10 @@ type ArtifactConfig struct {
 	URL string `json:"url,omitempty"`
 	// Mirrors are other sources of the same bundle, tried first.
 	Mirrors []string `json:"mirrors,omitempty"`
+	// Size is the bundle's length in bytes (with URL); a source that announces
+	// or sends another length fails staging for good, as a digest mismatch does.
+	// Optional: without it the agent bounds a download at 4 GiB.
+	Size int64 `json:"size,omitempty"`
 }
 
 // Drain is the validated drain policy.
@@ -162,6 +170,7 @@ type Policy struct {
 	kinds               map[string]InfraKind // key: group + "/" + kind
 	artifacts           map[string][]Artifact
 	binaries            map[string]map[string]protocol.KubernetesBinaries // version -> platform
+	sources             map[string]protocol.SourceHost                    // lowercase host -> settings
 	gatePools           []gatePool
 	fleetPools          []fleetPool
 	preflightGlobal     []string
@@ -281,6 +290,10 @@ func New(cfg Config) (*Policy, error) {
 		p.kinds[key] = kind // replaces a built-in entry on purpose
 	}
 
+	var sourceErrs []error
+	p.sources, sourceErrs = compileSources(cfg.ArtifactSources)
+	errs = append(errs, sourceErrs...)
+
 	for i, a := range cfg.Artifacts {
 		key, err := CanonicalImage(a.Image)
 		if err != nil || a.Image == nil || key == `""` || key == "" {
@@ -292,7 +305,8 @@ func New(cfg Config) (*Policy, error) {
 		case a.URL != "" && a.Ref != "":
 			add("artifacts[%d]: ref and url exclude each other (with url the agent stages the bundle at %s)", i, protocol.ArtifactPath("sha256:<hex>"))
 		case a.URL != "":
-			download = &protocol.BinaryArtifact{URL: a.URL, Digest: a.Digest, Mirrors: slices.Clone(a.Mirrors)}
+			download = &protocol.BinaryArtifact{URL: a.URL, Digest: a.Digest, Mirrors: slices.Clone(a.Mirrors), Size: a.Size}
+			withSources(download, p.sources)
 			if err := download.Validate(); err != nil {
 				add("artifacts[%d]: %w", i, err)
 			}
@@ -301,6 +315,8 @@ func New(cfg Config) (*Policy, error) {
 			add("artifacts[%d]: ref or url is required", i)
 		case len(a.Mirrors) > 0:
 			add("artifacts[%d].mirrors need a url", i)
+		case a.Size != 0:
+			add("artifacts[%d].size needs a url (the agent downloads only with url)", i)
 		}
 		if a.Digest != "" && !protocol.ValidDigest(a.Digest) {
 			add("artifacts[%d].digest %q is not sha256:<64 lowercase hex>", i, a.Digest)
@@ -319,7 +335,7 @@ func New(cfg Config) (*Policy, error) {
 		p.artifacts[key] = append(p.artifacts[key], Artifact{Kind: a.Kind, Backend: a.Backend, Ref: a.Ref, Digest: a.Digest, Download: download})
 	}
 
-	binaries, binErrs := compileBinaries(cfg.KubernetesBinaries)
+	binaries, binErrs := compileBinaries(cfg.KubernetesBinaries, p.sources)
 	p.binaries = binaries
 	errs = append(errs, binErrs...)
 
@@ -477,6 +493,7 @@ func (p *Policy) OSImageFor(machineKind string, image any, namespace, cluster st
 	if a.Download != nil {
 		d := *a.Download
 		d.Mirrors = slices.Clone(d.Mirrors)
+		d.SourceHosts = slices.Clone(d.SourceHosts)
 		img.Download = &d
 	}
 	return img, ""

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -35,11 +36,95 @@ type BinaryArtifact struct {
 	// Mirrors are other sources of the same content, tried in order before URL
 	// (an air-gapped site's mirror); the digest verifies whichever answers.
 	Mirrors []string `json:"mirrors,omitempty"`
+	// Size is the file's length in bytes; 0 means not declared (the agent then
+	// bounds it by MaxArtifactBytes). A source that announces or sends another
+	// length serves other content, refused as a digest mismatch is.
+	Size int64 `json:"size,omitempty"`
+	// SourceHosts are the settings of the hosts URL and Mirrors name (their own
+	// trust roots, the plain-http hosts they may redirect to), one per host.
+	SourceHosts []SourceHost `json:"sourceHosts,omitempty"`
 }
+
+// SourceHost is how the agent fetches from one host of an artifact's sources.
+type SourceHost struct {
+	// Host is the host of a source URL, with its port when the URL has one
+	// ("mirror.site-a.local:8443"), compared without regard to case.
+	Host string `json:"host"`
+	// CABundle is PEM certificates, the only roots that verify TLS while
+	// fetching from this host (its redirects and, for a registry, its token
+	// service included); empty means the system roots of the agent's image.
+	CABundle string `json:"caBundle,omitempty"`
+	// RedirectHosts are hosts besides Host a plain-http source of this host may
+	// be redirected to over plain http (an http mirror whose storage is on
+	// another host). A redirect to https is followed to any host; one from https
+	// to plain http never.
+	RedirectHosts []string `json:"redirectHosts,omitempty"`
+}
+
+// Bounds of an artifact's declared size and source settings.
+const (
+	// MaxArtifactBytes is the largest artifact the agent fetches, declared or
+	// not: the policy refuses a larger size, the agent a longer body.
+	MaxArtifactBytes int64 = 4 << 30
+	// MaxSourceCABundleBytes bounds a source host's CA bundle (a few PEM
+	// certificates), as MaxGateCABundleBytes does a gate's.
+	MaxSourceCABundleBytes = 16384
+	// MaxRedirectHosts bounds a source host's RedirectHosts.
+	MaxRedirectHosts = 16
+)
 
 // Sources returns where to fetch the artifact, in the order to try them.
 func (a BinaryArtifact) Sources() []string {
 	return append(slices.Clone(a.Mirrors), a.URL)
+}
+
+// SourceHostOf returns the settings of the source URL's host (a zero
+// SourceHost but for Host when the artifact has none for it).
+func (a BinaryArtifact) SourceHostOf(src string) SourceHost {
+	u, err := url.Parse(src)
+	if err != nil {
+		return SourceHost{}
+	}
+	for _, h := range a.SourceHosts {
+		if strings.EqualFold(h.Host, u.Host) {
+			return h
+		}
+	}
+	return SourceHost{Host: u.Host}
+}
+
+// validHost reports whether h is a URL host: a name or address with an
+// optional port, nothing else.
+func validHost(h string) bool {
+	if h == "" || len(h) > 261 || strings.ContainsAny(h, "/?#@\\ ") {
+		return false
+	}
+	u, err := url.Parse("//" + h)
+	return err == nil && u.Host == h && u.Hostname() != ""
+}
+
+// Validate checks one source host's settings.
+func (h SourceHost) Validate() error {
+	var errs []error
+	if !validHost(h.Host) {
+		errs = append(errs, fmt.Errorf("host %.64q is not a host[:port]", h.Host))
+	}
+	switch {
+	case len(h.CABundle) > MaxSourceCABundleBytes:
+		errs = append(errs, fmt.Errorf("caBundle is %d bytes, more than %d", len(h.CABundle), MaxSourceCABundleBytes))
+	case h.CABundle != "" && !x509.NewCertPool().AppendCertsFromPEM([]byte(h.CABundle)):
+		errs = append(errs, errors.New("caBundle holds no PEM certificate"))
+	}
+	if len(h.RedirectHosts) > MaxRedirectHosts {
+		errs = append(errs, fmt.Errorf("redirectHosts lists %d hosts, more than %d", len(h.RedirectHosts), MaxRedirectHosts))
+	} else {
+		for i, r := range h.RedirectHosts {
+			if !validHost(r) {
+				errs = append(errs, fmt.Errorf("redirectHosts[%d] %.64q is not a host[:port]", i, r))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // URL schemes of an OCI repository source.
@@ -132,6 +217,30 @@ func (a BinaryArtifact) Validate() error {
 		if err := ValidateDownloadURL(m); err != nil {
 			errs = append(errs, fmt.Errorf("mirrors[%d]: %w", i, err))
 		}
+	}
+	if a.Size < 0 || a.Size > MaxArtifactBytes {
+		errs = append(errs, fmt.Errorf("size %d is not between 0 (not declared) and %d bytes", a.Size, MaxArtifactBytes))
+	}
+	hosts := map[string]bool{}
+	for _, src := range a.Sources() {
+		if u, err := url.Parse(src); err == nil {
+			hosts[strings.ToLower(u.Host)] = true
+		}
+	}
+	seen := map[string]bool{}
+	for i, h := range a.SourceHosts {
+		if err := h.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("sourceHosts[%d]: %w", i, err))
+			continue
+		}
+		key := strings.ToLower(h.Host)
+		if !hosts[key] {
+			errs = append(errs, fmt.Errorf("sourceHosts[%d]: host %s is the host of no url or mirror", i, h.Host))
+		}
+		if seen[key] {
+			errs = append(errs, fmt.Errorf("sourceHosts[%d]: host %s is listed twice", i, h.Host))
+		}
+		seen[key] = true
 	}
 	return errors.Join(errs...)
 }

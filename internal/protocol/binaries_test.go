@@ -39,6 +39,30 @@ func TestValidateBinaries(t *testing.T) {
 		{name: "uppercase digest", mutate: func(b *KubernetesBinaries) { b.Kubeadm.Digest = strings.ToUpper(testDigest) }, wantErr: "kubeadm: digest"},
 		{name: "short digest", mutate: func(b *KubernetesBinaries) { b.Kubelet.Digest = "sha256:abc" }, wantErr: "kubelet: digest"},
 		{name: "missing digest", mutate: func(b *KubernetesBinaries) { b.Kubelet.Digest = "" }, wantErr: "kubelet: digest"},
+		{name: "declared size", mutate: func(b *KubernetesBinaries) { b.Kubelet.Size = 58 << 20 }},
+		{name: "negative size", mutate: func(b *KubernetesBinaries) { b.Kubelet.Size = -1 }, wantErr: "kubelet: size -1 is not between 0"},
+		{name: "size over the agent's bound", mutate: func(b *KubernetesBinaries) { b.Kubelet.Size = MaxArtifactBytes + 1 }, wantErr: "kubelet: size"},
+		{name: "source host with a CA bundle and redirect hosts", mutate: func(b *KubernetesBinaries) {
+			b.Kubelet.SourceHosts = []SourceHost{{Host: "Mirror.Example", CABundle: testCA, RedirectHosts: []string{"storage.example:9000"}}}
+		}},
+		{name: "source host of no source", mutate: func(b *KubernetesBinaries) {
+			b.Kubelet.SourceHosts = []SourceHost{{Host: "other.example"}}
+		}, wantErr: "kubelet: sourceHosts[0]: host other.example is the host of no url or mirror"},
+		{name: "source host listed twice", mutate: func(b *KubernetesBinaries) {
+			b.Kubelet.SourceHosts = []SourceHost{{Host: "mirror.example"}, {Host: "MIRROR.example"}}
+		}, wantErr: "is listed twice"},
+		{name: "source host with a scheme", mutate: func(b *KubernetesBinaries) {
+			b.Kubelet.SourceHosts = []SourceHost{{Host: "https://mirror.example"}}
+		}, wantErr: "is not a host[:port]"},
+		{name: "CA bundle without a certificate", mutate: func(b *KubernetesBinaries) {
+			b.Kubelet.SourceHosts = []SourceHost{{Host: "mirror.example", CABundle: "not PEM"}}
+		}, wantErr: "caBundle holds no PEM certificate"},
+		{name: "CA bundle too large", mutate: func(b *KubernetesBinaries) {
+			b.Kubelet.SourceHosts = []SourceHost{{Host: "mirror.example", CABundle: strings.Repeat("x", MaxSourceCABundleBytes+1)}}
+		}, wantErr: "caBundle is 16385 bytes"},
+		{name: "redirect host with a path", mutate: func(b *KubernetesBinaries) {
+			b.Kubeadm.SourceHosts = []SourceHost{{Host: "10.250.0.1:8080", RedirectHosts: []string{"storage/x"}}}
+		}, wantErr: "redirectHosts[0]"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -89,6 +89,9 @@ const (
 const (
 	// StageReasonDigestMismatch: a source served content with another digest.
 	StageReasonDigestMismatch = "DigestMismatch"
+	// StageReasonSizeMismatch: a source announced or sent another length than
+	// the artifact's declared size.
+	StageReasonSizeMismatch = "SizeMismatch"
 	// StageReasonUnreachable: no source of an artifact answered with it.
 	StageReasonUnreachable = "SourceUnreachable"
 	// StageReasonWrongArchitecture: the binaries are for another platform than the node's.
@@ -112,7 +115,7 @@ const (
 )
 
 // Permanent reports whether a StagePhaseFailed report's cause stays when the node
-// stages again: a source serving other bytes than the plan's digest, binaries for
+// stages again: a source serving other bytes than the plan's digest or size, binaries for
 // another architecture, an artifact over the agent's limit. Such a failure ends the
 // update (and counts against the failure budget) instead of downloading again; any
 // other (a source down, a full disk, an agent-side deadline, a failed pull, a plan
@@ -123,7 +126,7 @@ func (s StagingStatus) Permanent() bool {
 		return false
 	}
 	switch s.Reason {
-	case StageReasonDigestMismatch, StageReasonWrongArchitecture, StageReasonTooLarge:
+	case StageReasonDigestMismatch, StageReasonSizeMismatch, StageReasonWrongArchitecture, StageReasonTooLarge:
 		return true
 	}
 	return false

@@ -34,6 +34,7 @@ func TestStagingPermanent(t *testing.T) {
 		want   bool
 	}{
 		{StagePhaseFailed, StageReasonDigestMismatch, true},
+		{StagePhaseFailed, StageReasonSizeMismatch, true},
 		{StagePhaseFailed, StageReasonWrongArchitecture, true},
 		{StagePhaseFailed, StageReasonTooLarge, true},
 		{StagePhaseFailed, StageReasonUnreachable, false},

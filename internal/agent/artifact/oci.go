@@ -21,13 +21,9 @@ var errDigest = errors.New("registry blob digest check failed")
 
 // openOCI fetches the blob of the digest from an OCI repository
 // (oci://<registry>/<repository>; oci+http:// for a registry without TLS),
-// through the store's HTTP client: with the plan's credential for the registry
-// when it has one, anonymously otherwise.
-func (s *Store) openOCI(ctx context.Context, src, digest string, creds []protocol.RegistryCredential) (io.ReadCloser, int64, error) {
-	u, err := url.Parse(src)
-	if err != nil {
-		return nil, 0, err
-	}
+// through the source's transport (Store.clientFor): with the plan's credential
+// for the registry when it has one, anonymously otherwise.
+func (s *Store) openOCI(ctx context.Context, u *url.URL, digest string, creds []protocol.RegistryCredential, transport http.RoundTripper) (io.ReadCloser, int64, error) {
 	var opts []name.Option
 	if u.Scheme == protocol.SchemeOCIHTTP {
 		opts = append(opts, name.Insecure)
@@ -40,7 +36,7 @@ func (s *Store) openOCI(ctx context.Context, src, digest string, creds []protoco
 	if c, ok := protocol.Credential(creds, u.Host); ok {
 		auth = authn.FromConfig(authn.AuthConfig{Username: c.Username, Password: c.Password, IdentityToken: c.IdentityToken})
 	}
-	layer, err := remote.Layer(ref, remote.WithContext(ctx), remote.WithTransport(s.transport()), remote.WithAuth(auth))
+	layer, err := remote.Layer(ref, remote.WithContext(ctx), remote.WithTransport(transport), remote.WithAuth(auth))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -68,11 +64,4 @@ func (r digestErrReader) Read(p []byte) (int, error) {
 		err = fmt.Errorf("%w: %w", errDigest, err)
 	}
 	return n, err
-}
-
-func (s *Store) transport() http.RoundTripper {
-	if t := s.client().Transport; t != nil {
-		return t
-	}
-	return http.DefaultTransport
 }

@@ -8,10 +8,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"syscall"
 	"time"
 
@@ -21,8 +21,8 @@ import (
 
 // Defaults of a Store.
 const (
-	DefaultMaxBytes int64 = 4 << 30
-	DefaultTimeout        = 30 * time.Minute
+	DefaultMaxBytes = protocol.MaxArtifactBytes
+	DefaultTimeout  = 30 * time.Minute
 	// DefaultReserveBytes is the room a download leaves free on the host's disk:
 	// the node goes on serving (and logging) while it stages.
 	DefaultReserveBytes int64 = 256 << 20
@@ -36,6 +36,9 @@ var (
 	ErrUnreachable = errors.New("no source served the artifact")
 	// ErrTooLarge: the artifact is larger than Store.MaxBytes.
 	ErrTooLarge = errors.New("artifact exceeds the size limit")
+	// ErrSizeMismatch: a source announced or sent another length than the
+	// artifact's declared size.
+	ErrSizeMismatch = errors.New("content does not have the declared size")
 	// ErrDiskFull: the host has no room for the artifact.
 	ErrDiskFull = errors.New("no room on the host's disk for the artifact")
 	// ErrWrongArchitecture: an executable is built for another architecture.
@@ -56,7 +59,10 @@ type Store struct {
 	// path under Root.
 	Dir string
 	// Client fetches http(s) URLs and talks to registries; nil means a client with
-	// the system's trust roots, the proxy from the environment and Timeout.
+	// the system's trust roots, the proxy from the environment and Timeout. A
+	// source host's CA bundle replaces its transport's roots, and every fetch
+	// follows redirects by the store's rule (redirect.go), whatever its
+	// CheckRedirect.
 	Client *http.Client
 	// Timeout bounds one fetch when Client is nil; 0 means DefaultTimeout.
 	Timeout time.Duration
@@ -170,24 +176,34 @@ func (s *Store) Fetch(ctx context.Context, item protocol.StageItem, progress Pro
 	// Every source failed: a mismatch anywhere says the source is wrong, which is
 	// the more useful answer than "unreachable".
 	joined := errors.Join(errs...)
-	if errors.Is(joined, ErrDigestMismatch) {
+	if errors.Is(joined, ErrDigestMismatch) || errors.Is(joined, ErrSizeMismatch) {
 		return "", joined
 	}
 	return "", fmt.Errorf("%s: %w: %w", item.Name, ErrUnreachable, joined)
 }
 
 // fetchFrom downloads one source into a partial file and renames it to dest when
-// its digest matches.
+// its length and digest match.
 func (s *Store) fetchFrom(ctx context.Context, item protocol.StageItem, src, dest string, progress Progress) error {
 	wantHex, _ := protocol.DigestHex(item.Artifact.Digest)
-	body, size, err := s.open(ctx, src, item.Artifact.Digest, item.Credentials)
+	body, announced, err := s.open(ctx, src, item)
 	if err != nil {
-		return fmt.Errorf("%s from %s: %w", item.Name, src, err)
+		return fmt.Errorf("%s from %s: %w", item.Name, redactURL(src), err)
 	}
 	defer body.Close()
+	declared := item.Artifact.Size
 	limit := s.maxBytes()
-	if size > limit {
-		return fmt.Errorf("%s: %w: %s announces %d bytes, more than %d", item.Name, ErrTooLarge, src, size, limit)
+	switch {
+	case declared > limit:
+		return fmt.Errorf("%s: %w: the plan declares %d bytes, more than %d", item.Name, ErrTooLarge, declared, limit)
+	case declared > 0 && announced > 0 && announced != declared:
+		return fmt.Errorf("%s: %w: %s announces %d bytes, the plan declares %d", item.Name, ErrSizeMismatch, redactURL(src), announced, declared)
+	case announced > limit:
+		return fmt.Errorf("%s: %w: %s announces %d bytes, more than %d", item.Name, ErrTooLarge, redactURL(src), announced, limit)
+	}
+	size := announced
+	if declared > 0 {
+		size = declared
 	}
 	if err := s.checkRoom(size); err != nil {
 		return fmt.Errorf("%s: %w", item.Name, err)
@@ -205,7 +221,8 @@ func (s *Store) fetchFrom(ctx context.Context, item protocol.StageItem, src, des
 		}
 	}()
 	if size > 0 {
-		// More than announced is refused as it arrives, not after the disk took it.
+		// More than declared or announced is refused as it arrives, not after the
+		// disk took it: one byte past it ends the read.
 		limit = size
 	}
 	h := sha256.New()
@@ -217,18 +234,24 @@ func (s *Store) fetchFrom(ctx context.Context, item protocol.StageItem, src, des
 			return s.diskErr(item, err)
 		}
 		if errors.Is(err, errDigest) {
-			return fmt.Errorf("%s: %w: %s served other content than %s", item.Name, ErrDigestMismatch, src, item.Artifact.Digest)
+			return fmt.Errorf("%s: %w: %s served other content than %s", item.Name, ErrDigestMismatch, redactURL(src), item.Artifact.Digest)
 		}
-		return fmt.Errorf("%s: read %s: %w", item.Name, src, err)
+		return fmt.Errorf("%s: read %s: %w", item.Name, redactURL(src), err)
 	}
-	if n > limit {
-		if size > 0 {
-			return fmt.Errorf("%s: %w: %s sent more than the %d bytes it announced", item.Name, ErrTooLarge, src, size)
-		}
-		return fmt.Errorf("%s: %w: %s is more than %d bytes", item.Name, ErrTooLarge, src, limit)
+	switch {
+	case n > limit && declared > 0:
+		return fmt.Errorf("%s: %w: %s sent more than the %d bytes the plan declares", item.Name, ErrSizeMismatch, redactURL(src), declared)
+	case n > limit && size > 0:
+		return fmt.Errorf("%s: %w: %s sent more than the %d bytes it announced", item.Name, ErrTooLarge, redactURL(src), size)
+	case n > limit:
+		return fmt.Errorf("%s: %w: %s is more than %d bytes", item.Name, ErrTooLarge, redactURL(src), limit)
+	case declared > 0 && n < declared:
+		// The body ended cleanly (a cut connection is a read error above): the
+		// source serves a shorter file than the plan's.
+		return fmt.Errorf("%s: %w: %s sent %d bytes, the plan declares %d", item.Name, ErrSizeMismatch, redactURL(src), n, declared)
 	}
 	if got := protocol.DigestFromSum(h.Sum(nil)); got != item.Artifact.Digest {
-		return fmt.Errorf("%s: %w: %s served content with digest %s, the plan requires %s", item.Name, ErrDigestMismatch, src, got, item.Artifact.Digest)
+		return fmt.Errorf("%s: %w: %s served content with digest %s, the plan requires %s", item.Name, ErrDigestMismatch, redactURL(src), got, item.Artifact.Digest)
 	}
 	if err := tmp.Sync(); err != nil {
 		return s.diskErr(item, fmt.Errorf("fsync: %w", err))
@@ -243,17 +266,32 @@ func (s *Store) fetchFrom(ctx context.Context, item protocol.StageItem, src, des
 	return atomicfile.SyncDir(s.dir())
 }
 
-// open returns the body of one source and its announced size (0: unknown).
-func (s *Store) open(ctx context.Context, src, digest string, creds []protocol.RegistryCredential) (io.ReadCloser, int64, error) {
-	if strings.HasPrefix(src, protocol.SchemeOCI+"://") || strings.HasPrefix(src, protocol.SchemeOCIHTTP+"://") {
-		return s.openOCI(ctx, src, digest, creds)
+// open returns the body of one source and its announced size (0: unknown),
+// fetched with the settings of the source's host.
+func (s *Store) open(ctx context.Context, src string, item protocol.StageItem) (io.ReadCloser, int64, error) {
+	u, err := url.Parse(src)
+	if err != nil {
+		return nil, 0, err
+	}
+	host := item.Artifact.SourceHostOf(src)
+	client, err := s.clientFor(u, host)
+	if err != nil {
+		return nil, 0, err
+	}
+	if u.Scheme == protocol.SchemeOCI || u.Scheme == protocol.SchemeOCIHTTP {
+		return s.openOCI(ctx, u, item.Artifact.Digest, item.Credentials, client.Transport)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, src, nil)
 	if err != nil {
 		return nil, 0, err
 	}
-	resp, err := s.client().Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
+		// A refused redirect is said without the target's query (a signed URL's
+		// token), which the client's error would quote.
+		if errors.Is(err, ErrRedirectRefused) {
+			return nil, 0, errors.Unwrap(err)
+		}
 		return nil, 0, err
 	}
 	if resp.StatusCode != http.StatusOK {
