@@ -37,11 +37,11 @@ func newFleetStatusCommand(prog string) *cobra.Command {
 	o := &fleetStatusOptions{}
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "One line per Cluster: versions, Machines up to date, state, since when",
+		Short: "One line per Cluster: versions, OS images, Machines up to date, state, since when",
 		Long: `fleet status prints one line per Cluster of the namespace (or of every namespace
-with -A): the Kubernetes versions its Machines ask for, how many of its Machines run
-the version they ask for, its state and since when, and why. A summary line counts
-the Clusters by state.
+with -A): the Kubernetes versions its Machines ask for, the OS images its nodes
+report, how many of its Machines run the version they ask for, its state and since
+when, and why. A summary line counts the Clusters by state.
 
 States: UpToDate; Updating (a Machine is being updated in place); Failed (a
 Machine's last update rolled back, failed, is Degraded, was never picked up or

@@ -41,7 +41,7 @@ func TestFleetStatusCommand(t *testing.T) {
 	mk := fixtures{t: t, ctx: ctx, c: c}
 	mk.namespace("stores")
 	mk.namespace("lab")
-	machine := func(ns, cluster, version, kubelet string, annotations map[string]string, cond *metav1.Condition) {
+	machine := func(ns, cluster, version, kubelet, osImage string, annotations map[string]string, cond *metav1.Condition) {
 		t.Helper()
 		m := &clusterv1.Machine{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: cluster + "-cp", Labels: map[string]string{clusterv1.ClusterNameLabel: cluster}, Annotations: annotations},
@@ -50,7 +50,7 @@ func TestFleetStatusCommand(t *testing.T) {
 				InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "DevMachine", Name: cluster}},
 		}
 		mk.create(m)
-		m.Status = clusterv1.MachineStatus{NodeRef: clusterv1.MachineNodeReference{Name: cluster + "-cp"}, NodeInfo: &corev1.NodeSystemInfo{KubeletVersion: kubelet}}
+		m.Status = clusterv1.MachineStatus{NodeRef: clusterv1.MachineNodeReference{Name: cluster + "-cp"}, NodeInfo: &corev1.NodeSystemInfo{KubeletVersion: kubelet, OSImage: osImage}}
 		if cond != nil {
 			m.Status.Conditions = []metav1.Condition{*cond}
 		}
@@ -70,11 +70,13 @@ func TestFleetStatusCommand(t *testing.T) {
 		mk.cluster(cl.ns, cl.name, unreachable)
 		label(cl.ns, cl.name, map[string]string{"site": cl.site})
 	}
-	machine("stores", "done", "v1.36.0", "v1.36.0", nil, nil)
-	machine("stores", "busy", "v1.36.0", "v1.35.0", map[string]string{clusterv1.UpdateInProgressAnnotation: ""}, nil)
-	machine("stores", "broken", "v1.36.0", "v1.35.0", nil, &metav1.Condition{Type: inplacev1.InPlaceUpdateCondition, Status: metav1.ConditionFalse,
+	// The OS image is read from the Machines (Cluster API's copy of the Node's
+	// status.nodeInfo), as everything else: no workload cluster is dialled.
+	machine("stores", "done", "v1.36.0", "v1.36.0", "Edge OS 2026.12", nil, nil)
+	machine("stores", "busy", "v1.36.0", "v1.35.0", "Edge OS 2026.06", map[string]string{clusterv1.UpdateInProgressAnnotation: ""}, nil)
+	machine("stores", "broken", "v1.36.0", "v1.35.0", "", nil, &metav1.Condition{Type: inplacev1.InPlaceUpdateCondition, Status: metav1.ConditionFalse,
 		Reason: inplacev1.ReasonRolledBack, Message: "gate lane-health failed", LastTransitionTime: metav1.Now()})
-	machine("lab", "held", "v1.36.0", "v1.35.0", nil, nil)
+	machine("lab", "held", "v1.36.0", "v1.35.0", "", nil, nil)
 	mk.annotateCluster("lab", "held", map[string]string{inplacev1.PausedAnnotation: "true"})
 
 	run := func(args ...string) (string, int) {
@@ -96,9 +98,14 @@ func TestFleetStatusCommand(t *testing.T) {
 		g.Expect(json.Unmarshal([]byte(out), &l)).To(Succeed(), out)
 		g.Expect(l.Kind).To(Equal(status.FleetListKind))
 		states := map[string]string{}
+		images := map[string][]string{}
 		for _, c := range l.Clusters {
 			states[c.Namespace+"/"+c.Name] = c.State
+			images[c.Namespace+"/"+c.Name] = c.OSImages
 		}
+		g.Expect(images).To(Equal(map[string][]string{
+			"lab/held": {}, "stores/broken": {}, "stores/busy": {"Edge OS 2026.06"}, "stores/done": {"Edge OS 2026.12"},
+		}))
 		g.Expect(states).To(Equal(map[string]string{
 			"lab/held": status.FleetPaused, "stores/broken": status.ClusterFailed, "stores/busy": status.ClusterUpdating, "stores/done": status.ClusterUpToDate,
 		}))
@@ -114,8 +121,8 @@ func TestFleetStatusCommand(t *testing.T) {
 		out, code := run("-n", "stores", "-l", "site=eu")
 		g.Expect(code).To(Equal(ExitOK), out)
 		g.Expect(out).To(HavePrefix("2 clusters: 1 up to date, 1 updating, 0 failed, 0 outdated, 0 held\n"))
-		g.Expect(out).To(MatchRegexp(`(?m)^stores\s+done\s+v1\.36\.0\s+1/1\s+UpToDate\s`))
-		g.Expect(out).To(MatchRegexp(`(?m)^stores\s+busy\s+v1\.36\.0\s+0/1\s+Updating\s`))
+		g.Expect(out).To(MatchRegexp(`(?m)^stores\s+done\s+v1\.36\.0\s+Edge OS 2026\.12\s+1/1\s+UpToDate\s`))
+		g.Expect(out).To(MatchRegexp(`(?m)^stores\s+busy\s+v1\.36\.0\s+Edge OS 2026\.06\s+0/1\s+Updating\s`))
 		g.Expect(out).NotTo(ContainSubstring("broken"))
 	})
 	t.Run("--failed lists the failed Clusters, the summary counts all", func(t *testing.T) {

@@ -20,6 +20,10 @@ import (
 // maxFleetMessage bounds a table row's message (bytes); -o json has it whole.
 const maxFleetMessage = 80
 
+// maxFleetOSImages bounds a table row's OS images (bytes): the nodes write them, so
+// the table also cleans them of control characters; -o json has them whole.
+const maxFleetOSImages = 60
+
 // FleetListKind is the kind of `fleet status -o json`'s document (same apiVersion
 // as the status report).
 const FleetListKind = "InPlaceFleetStatus"
@@ -71,6 +75,11 @@ type FleetLine struct {
 	// Versions are the Kubernetes versions the Cluster's Machines ask for, sorted:
 	// one while no update is rolling, two while one is.
 	Versions []string `json:"versions"`
+	// OSImages are the OS images the Cluster's nodes report (Node
+	// status.nodeInfo.osImage, as Cluster API copies it onto each Machine), sorted:
+	// one when every node runs the same, more while an image switch rolls; empty
+	// while no node has reported.
+	OSImages []string `json:"osImages"`
 	// Machines counts the Cluster's Machines but those being deleted; UpToDate
 	// those whose node reported the version the Machine asks for with no update in
 	// progress; Updating those Cluster API or capi-inplace is updating (a blocked
@@ -131,7 +140,7 @@ func BuildFleetList(clusters []clusterv1.Cluster, machines []clusterv1.Machine, 
 }
 
 func fleetLine(c *clusterv1.Cluster, machines []clusterv1.Machine, now time.Time) FleetLine {
-	line := FleetLine{Namespace: c.Namespace, Name: c.Name, Versions: []string{}}
+	line := FleetLine{Namespace: c.Namespace, Name: c.Name, Versions: []string{}, OSImages: []string{}}
 	var failure string
 	for i := range machines {
 		m := &machines[i]
@@ -142,6 +151,9 @@ func fleetLine(c *clusterv1.Cluster, machines []clusterv1.Machine, now time.Time
 		line.Machines++
 		if ver := m.Spec.Version; ver != "" && !slices.Contains(line.Versions, ver) {
 			line.Versions = append(line.Versions, ver)
+		}
+		if ni := m.Status.NodeInfo; ni != nil && ni.OSImage != "" && !slices.Contains(line.OSImages, ni.OSImage) {
+			line.OSImages = append(line.OSImages, ni.OSImage)
 		}
 		switch {
 		case v.State == machinestate.Failed:
@@ -156,6 +168,7 @@ func fleetLine(c *clusterv1.Cluster, machines []clusterv1.Machine, now time.Time
 		}
 	}
 	slices.Sort(line.Versions)
+	slices.Sort(line.OSImages)
 	if cond := meta.FindStatusCondition(c.Status.Conditions, inplacev1.InPlaceUpdateCondition); cond != nil {
 		t := cond.LastTransitionTime.UTC()
 		line.Since = &t
@@ -190,14 +203,14 @@ func RenderFleetTable(w io.Writer, l FleetList, now time.Time) error {
 	fmt.Fprintf(&buf, "%d clusters: %d up to date, %d updating, %d failed, %d outdated, %d held\n\n",
 		s.Clusters, s.UpToDate, s.Updating, s.Failed, s.Outdated, s.Held)
 	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAMESPACE\tCLUSTER\tVERSION\tUP-TO-DATE\tSTATE\tSINCE\tMESSAGE")
+	fmt.Fprintln(tw, "NAMESPACE\tCLUSTER\tVERSION\tOS-IMAGE\tUP-TO-DATE\tSTATE\tSINCE\tMESSAGE")
 	for _, c := range l.Clusters {
 		since := "-"
 		if c.Since != nil {
 			since = FormatSeconds(int64(now.Sub(*c.Since) / time.Second))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", c.Namespace, c.Name, dash(strings.Join(c.Versions, ",")),
-			c.UpToDate, c.Machines, c.State, since, dash(protocol.BoundText(c.Message, maxFleetMessage)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", c.Namespace, c.Name, dash(strings.Join(c.Versions, ",")),
+			dash(protocol.BoundText(strings.Join(c.OSImages, ","), maxFleetOSImages)), c.UpToDate, c.Machines, c.State, since, dash(protocol.BoundText(c.Message, maxFleetMessage)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

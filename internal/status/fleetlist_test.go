@@ -30,6 +30,10 @@ func TestBuildFleetList(t *testing.T) {
 			Status:     clusterv1.MachineStatus{NodeInfo: &corev1.NodeSystemInfo{KubeletVersion: kubelet}, Conditions: conds},
 		}
 	}
+	image := func(img string, m clusterv1.Machine) clusterv1.Machine {
+		m.Status.NodeInfo.OSImage = img
+		return m
+	}
 	gone := func(m clusterv1.Machine) clusterv1.Machine {
 		m.DeletionTimestamp = &metav1.Time{Time: now}
 		return m
@@ -50,10 +54,12 @@ func TestBuildFleetList(t *testing.T) {
 	}
 	machines := []clusterv1.Machine{
 		machine("b", "window", "w1", "v1.36.0", "v1.35.0"),
-		machine("b", "waiting-done", "wd1", "v1.36.0", "v1.36.0"),
-		machine("a", "rolling", "r1", "v1.36.0", "v1.36.0"),
-		machine("a", "rolling", "r2", "v1.36.0", "v1.35.0", updating),
-		machine("a", "rolling", "r3", "v1.35.0", "v1.35.0"),
+		// The node writes its OS image: the table cleans it of control characters.
+		image("Edge\tOS 2026.12", machine("b", "waiting-done", "wd1", "v1.36.0", "v1.36.0")),
+		// An image switch rolling with the version: every image the nodes report.
+		image("edge-os-2026.12", machine("a", "rolling", "r1", "v1.36.0", "v1.36.0")),
+		image("edge-os-2026.06", machine("a", "rolling", "r2", "v1.36.0", "v1.35.0", updating)),
+		image("edge-os-2026.06", machine("a", "rolling", "r3", "v1.35.0", "v1.35.0")),
 		machine("a", "stuck", "s1", "v1.36.0", "v1.35.0", deadline),
 		machine("a", "behind", "b1", "v1.36.0", "v1.35.0"),
 		machine("a", "halted", "h1", "v1.36.0", "v1.35.0"),
@@ -69,25 +75,25 @@ func TestBuildFleetList(t *testing.T) {
 
 	type row struct {
 		name, state        string
-		versions           []string
+		versions, images   []string
 		upToDate, machines int
 	}
 	var got []row
 	for _, c := range l.Clusters {
-		got = append(got, row{c.Namespace + "/" + c.Name, c.State, c.Versions, c.UpToDate, c.Machines})
+		got = append(got, row{c.Namespace + "/" + c.Name, c.State, c.Versions, c.OSImages, c.UpToDate, c.Machines})
 	}
 	g := NewWithT(t)
 	g.Expect(got).To(Equal([]row{
-		{"a/behind", ClusterOutdated, []string{"v1.36.0"}, 0, 1},
-		{"a/empty", ClusterUpToDate, []string{}, 0, 0},
-		{"a/halted", FleetHalted, []string{"v1.36.0"}, 0, 1},
-		{"a/rolling", ClusterUpdating, []string{"v1.35.0", "v1.36.0"}, 2, 3},
-		{"a/scaling", ClusterUpToDate, []string{"v1.36.0"}, 1, 1},
-		{"a/stuck", ClusterFailed, []string{"v1.36.0"}, 0, 1},
-		{"a/unreported", ClusterOutdated, []string{"v1.36.0"}, 0, 1},
+		{"a/behind", ClusterOutdated, []string{"v1.36.0"}, []string{}, 0, 1},
+		{"a/empty", ClusterUpToDate, []string{}, []string{}, 0, 0},
+		{"a/halted", FleetHalted, []string{"v1.36.0"}, []string{}, 0, 1},
+		{"a/rolling", ClusterUpdating, []string{"v1.35.0", "v1.36.0"}, []string{"edge-os-2026.06", "edge-os-2026.12"}, 2, 3},
+		{"a/scaling", ClusterUpToDate, []string{"v1.36.0"}, []string{}, 1, 1},
+		{"a/stuck", ClusterFailed, []string{"v1.36.0"}, []string{}, 0, 1},
+		{"a/unreported", ClusterOutdated, []string{"v1.36.0"}, []string{}, 0, 1},
 		// A closed window holds only a Cluster with work left.
-		{"b/waiting-done", ClusterUpToDate, []string{"v1.36.0"}, 1, 1},
-		{"b/window", FleetWindowClosed, []string{"v1.36.0"}, 0, 1},
+		{"b/waiting-done", ClusterUpToDate, []string{"v1.36.0"}, []string{"Edge\tOS 2026.12"}, 1, 1},
+		{"b/window", FleetWindowClosed, []string{"v1.36.0"}, []string{}, 0, 1},
 	}))
 	g.Expect(l.Summary).To(Equal(FleetSummary{Clusters: 9, UpToDate: 3, Updating: 1, Failed: 1, Outdated: 2, Held: 2}))
 	g.Expect(l.Clusters[5].Message).To(Equal("Machine s1: InPlaceUpdateDeadlineExceeded: phase Applying passed its deadline"))
@@ -95,6 +101,8 @@ func TestBuildFleetList(t *testing.T) {
 	var buf bytes.Buffer
 	g.Expect(RenderFleetTable(&buf, l, now)).To(Succeed())
 	g.Expect(buf.String()).To(HavePrefix("9 clusters: 3 up to date, 1 updating, 1 failed, 2 outdated, 2 held\n\nNAMESPACE"))
-	g.Expect(buf.String()).To(MatchRegexp(`(?m)^b\s+window\s+v1\.36\.0\s+0/1\s+WindowClosed\s+1m30s\s+held by ` + inplacev1.ReasonWindowClosed + `$`))
-	g.Expect(buf.String()).To(MatchRegexp(`(?m)^a\s+rolling\s+v1\.35\.0,v1\.36\.0\s+2/3\s+Updating\s+-\s+1 of 3 Machines updating$`))
+	g.Expect(buf.String()).To(MatchRegexp(`(?m)^NAMESPACE\s+CLUSTER\s+VERSION\s+OS-IMAGE\s+UP-TO-DATE\s+STATE\s+SINCE\s+MESSAGE$`))
+	g.Expect(buf.String()).To(MatchRegexp(`(?m)^b\s+window\s+v1\.36\.0\s+-\s+0/1\s+WindowClosed\s+1m30s\s+held by ` + inplacev1.ReasonWindowClosed + `$`))
+	g.Expect(buf.String()).To(MatchRegexp(`(?m)^a\s+rolling\s+v1\.35\.0,v1\.36\.0\s+edge-os-2026\.06,edge-os-2026\.12\s+2/3\s+Updating\s+-\s+1 of 3 Machines updating$`))
+	g.Expect(buf.String()).To(MatchRegexp(`(?m)^b\s+waiting-done\s+v1\.36\.0\s+Edge OS 2026\.12\s+1/1\s+UpToDate\s`))
 }
