@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
+	"github.com/capi-inplace/capi-inplace/internal/agent/kube"
 	"github.com/capi-inplace/capi-inplace/internal/agent/service"
 )
 
@@ -23,10 +23,11 @@ type NodeConfig struct {
 	ServiceManager service.Config `json:"serviceManager,omitempty"`
 }
 
-// LoadNodeConfig reads the node configuration at hostPath under the host root.
+// LoadNodeConfig reads the node configuration at hostPath under the host root,
+// resolved inside it as every host file is (kube.Host.ReadFile).
 func LoadNodeConfig(hostRoot, hostPath string) (NodeConfig, error) {
 	var cfg NodeConfig
-	raw, err := os.ReadFile(filepath.Join(hostRoot, hostPath))
+	raw, err := (&kube.Host{Root: hostRoot}).ReadFile(hostPath)
 	if errors.Is(err, os.ErrNotExist) {
 		return cfg, nil
 	}

@@ -45,3 +45,26 @@ func TestLoadNodeConfig(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+// TestLoadNodeConfigStaysInTheHostRoot: /etc/capi-inplace as an absolute symlink
+// is followed where the host sees it, inside the host root: a node.json the
+// link's target holds in the agent's own file system is not read. Before, the
+// plain join read it.
+func TestLoadNodeConfigStaysInTheHostRoot(t *testing.T) {
+	g := NewWithT(t)
+	outside := t.TempDir()
+	g.Expect(os.WriteFile(filepath.Join(outside, "node.json"), []byte(`{"serviceManager":{"type":"command","reboot":["/outside"]}}`), 0o644)).To(Succeed())
+	root := t.TempDir()
+	g.Expect(os.MkdirAll(filepath.Join(root, "etc"), 0o755)).To(Succeed())
+	g.Expect(os.Symlink(outside, filepath.Join(root, "etc/capi-inplace"))).To(Succeed())
+
+	got, err := LoadNodeConfig(root, NodeConfigPath)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got).To(Equal(NodeConfig{}), "the host has no node configuration at the link's target")
+
+	g.Expect(os.MkdirAll(filepath.Join(root, outside), 0o755)).To(Succeed())
+	g.Expect(os.WriteFile(filepath.Join(root, outside, "node.json"), []byte(`{"serviceManager":{"type":"command","reboot":["/host"]}}`), 0o644)).To(Succeed())
+	got, err = LoadNodeConfig(root, NodeConfigPath)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got.ServiceManager.Reboot).To(Equal([]string{"/host"}))
+}

@@ -21,6 +21,7 @@ import (
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/agent"
 	"github.com/capi-inplace/capi-inplace/internal/agent/artifact"
+	"github.com/capi-inplace/capi-inplace/internal/agent/kube"
 	"github.com/capi-inplace/capi-inplace/internal/backend"
 	"github.com/capi-inplace/capi-inplace/internal/backend/registry"
 	"github.com/capi-inplace/capi-inplace/internal/backend/simulated"
@@ -83,7 +84,7 @@ func TestStagerOSBundleAndPoolConfig(t *testing.T) {
 	// The pool's configuration first: written, then the agent restarts.
 	err = s.Reconcile(ctx, getNode(), sec, key)
 	g.Expect(err).To(MatchError(agent.ErrNodeConfigChanged))
-	backends, err := registry.Load(ctx, registry.Env{HostRoot: root, Runner: backend.ExecRunner{}})
+	backends, err := registry.Load(ctx, registry.Env{HostRoot: root, Runner: backend.ExecRunner{}}, (&kube.Host{Root: root}).ReadFile)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(backends).To(HaveKey("packages"), "the restarted agent has the pool's backend")
 	g.Expect(getNode().Annotations).NotTo(HaveKey(inplacev1.StagingStatusAnnotation))

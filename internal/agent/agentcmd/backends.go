@@ -6,6 +6,7 @@ import (
 	"maps"
 	"sort"
 
+	"github.com/capi-inplace/capi-inplace/internal/agent/kube"
 	"github.com/capi-inplace/capi-inplace/internal/backend"
 	"github.com/capi-inplace/capi-inplace/internal/backend/none"
 	"github.com/capi-inplace/capi-inplace/internal/backend/registry"
@@ -17,7 +18,7 @@ import (
 // one is registered as registry.Unavailable, so a plan naming it fails with the
 // configuration error.
 func hostBackends(ctx context.Context, hostRoot string, runner backend.Runner) map[string]backend.Backend {
-	configured, err := registry.Load(ctx, registry.Env{HostRoot: hostRoot, Runner: runner})
+	configured, err := registry.Load(ctx, registry.Env{HostRoot: hostRoot, Runner: runner}, (&kube.Host{Root: hostRoot}).ReadFile)
 	if err != nil {
 		configured = map[string]backend.Backend{}
 		for _, name := range protocol.NodeBackends() {

@@ -14,8 +14,8 @@
 // pre-change copy), and CollectAttempts removes finished attempts' directories.
 //
 // Imports: internal/backend, internal/protocol, internal/agent/etcd,
-// internal/agent/service, internal/atomicfile, golang.org/x/sys/unix,
-// filepath-securejoin (every host path resolved inside the host root, hostfs.go),
+// internal/agent/service, internal/atomicfile, golang.org/x/sys/unix (every host
+// path resolved inside the host root, hostfs.go),
 // sigs.k8s.io/yaml (the kube-apiserver manifest's port and image, the kubelet's CRI
 // socket: apiserver.go, images.go),
 // internal/agent/artifact (the store the plan's kubeadm and kubelet are installed

@@ -11,7 +11,6 @@ import (
 	"path"
 	"strings"
 
-	pathrs "github.com/cyphar/filepath-securejoin/pathrs-lite"
 	"golang.org/x/sys/unix"
 )
 
@@ -266,20 +265,72 @@ func (h *Host) openHostFile(p string) (*os.File, *unix.Stat_t, error) {
 	return f, &st, nil
 }
 
-// hostFileExists reports whether a host path (any type) exists inside the root,
-// following symlinks inside the root (a binary under /lib -> usr/lib is found).
+// ReadFile reads a regular host file the way every host file is read: its
+// directory resolved inside the root (ResolveDir's rules), its final component
+// not followed (ErrSymlinkRefused). A missing file or directory is
+// os.ErrNotExist. The agent's configuration files (the node configuration, the
+// OS backend configuration) are read through it, so a symlink on the way lands
+// where the host sees it, never in the agent's container.
+func (h *Host) ReadFile(p string) ([]byte, error) {
+	f, err := h.readHostFile(p)
+	if err != nil {
+		return nil, err
+	}
+	return f.Data, nil
+}
+
+// hostFileExists reports whether a host path (any type) exists inside the root.
+// Symlinks are followed as ResolveDir follows them, the final one too (a binary
+// under /lib -> usr/lib, or itself a link to /usr/libexec, is found): inside the
+// root, only from directories root or the agent's user owns, and at most
+// maxSymlinks of them.
 func (h *Host) hostFileExists(p string) bool {
-	root, err := h.openRoot()
-	if err != nil {
-		return false
+	for hops := 0; hops <= maxSymlinks; hops++ {
+		dir, name, err := splitHostPath(p)
+		if err != nil {
+			return false
+		}
+		d, err := h.openDir(dir, false)
+		if err != nil {
+			return false
+		}
+		target, isLink, ok := lookupAt(d, name)
+		_ = d.Close()
+		if !ok {
+			return false
+		}
+		if !isLink {
+			return true
+		}
+		p = target
 	}
-	defer root.Close()
-	f, err := pathrs.OpenatInRoot(root, p)
-	if err != nil {
-		return false
+	return false
+}
+
+// lookupAt looks at the entry name in d (a directory ResolveDir returned, named
+// by its resolved host path): ok when it exists, and for a symlink in a
+// directory root or the agent's user owns, the host path it points to (taken
+// inside the root).
+func lookupAt(d *os.File, name string) (target string, isLink, ok bool) {
+	var st unix.Stat_t
+	if err := unix.Fstatat(int(d.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return "", false, false
 	}
-	_ = f.Close()
-	return true
+	if st.Mode&unix.S_IFMT != unix.S_IFLNK {
+		return "", false, true
+	}
+	var dst unix.Stat_t
+	if err := unix.Fstat(int(d.Fd()), &dst); err != nil || !trustedOwner(dst.Uid) {
+		return "", true, false
+	}
+	t, err := readlinkAt(d, name)
+	if err != nil {
+		return "", true, false
+	}
+	if !path.IsAbs(t) {
+		t = path.Join(d.Name(), t)
+	}
+	return path.Clean("/" + t), true, true
 }
 
 // writeHostFile writes a host file atomically (a temporary file in the same

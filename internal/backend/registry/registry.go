@@ -104,10 +104,15 @@ type Env struct {
 	Runner backend.Runner
 }
 
-// Load reads the configuration under env.HostRoot and builds its backends. A
-// missing file means no configured backends.
-func Load(ctx context.Context, env Env) (map[string]backend.Backend, error) {
-	data, err := os.ReadFile(filepath.Join(env.HostRoot, ConfigPath))
+// ReadHostFile reads a host file resolved inside the host root, never through a
+// symlink out of it (the agent's kube.Host.ReadFile); a missing file is an error
+// matching os.ErrNotExist.
+type ReadHostFile func(hostPath string) ([]byte, error)
+
+// Load reads the configuration (ConfigPath) through read and builds its
+// backends. A missing file means no configured backends.
+func Load(ctx context.Context, env Env, read ReadHostFile) (map[string]backend.Backend, error) {
+	data, err := read(ConfigPath)
 	if errors.Is(err, os.ErrNotExist) {
 		return map[string]backend.Backend{}, nil
 	}

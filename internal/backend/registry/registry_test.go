@@ -66,7 +66,8 @@ func TestLoad(t *testing.T) {
 				root = hostWith(t, tt.config)
 			}
 			r := (&backendtest.Runner{}).On("apt-get --version", "apt 2.6.1 (amd64)\n", nil)
-			bs, err := Load(context.Background(), Env{HostRoot: root, Runner: r})
+			read := func(p string) ([]byte, error) { return os.ReadFile(filepath.Join(root, p)) }
+			bs, err := Load(context.Background(), Env{HostRoot: root, Runner: r}, read)
 			if tt.wantErr {
 				g.Expect(err).To(HaveOccurred())
 				return
