@@ -1,6 +1,10 @@
 package planner
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
 
 // kubeadmCategory says how a KubeadmConfigSpec field is treated.
 type kubeadmCategory int
@@ -33,6 +37,7 @@ const (
 	reasonEtcd           = "etcd's image tag and args are applied to its static pod manifest by kubeadm on the node, after an etcd snapshot"
 	reasonBootstrapOnly  = "acts only while a machine bootstraps"
 	reasonFeatureGates   = "kubeadm feature gates"
+	reasonInitPhases     = "KubeadmControlPlane reads the first node's init configuration as a join configuration; its skipped phases that only kubeadm init has (e.g. addon/coredns, which kubeadm join refuses) have no join counterpart, so nothing changes on the node"
 	kubeadmConfigGroupV1 = "bootstrap.cluster.x-k8s.io/v1beta2"
 )
 
@@ -99,4 +104,45 @@ func kubeadmDecision(rules []kubeadmRule, kind string, rel, full fieldPath, vers
 		d.Reason = fmt.Sprintf("%s field %s %s, so it cannot take effect on a running node; set acceptBootstrapOnlyFields in the policy to accept it as a no-op", kind, full, reasonBootstrapOnly)
 	}
 	return d
+}
+
+// kubeadmJoinPhases are the top-level phases of `kubeadm join` (kubeadm's
+// cmd/kubeadm/app/cmd/join.go): a join configuration may skip only these, and
+// kubeadm join refuses any other ("invalid phase name").
+var kubeadmJoinPhases = []string{
+	"preflight", "control-plane-prepare", "check-etcd", "kubelet-start", "etcd-join",
+	"kubelet-wait-bootstrap", "control-plane-join", "wait-control-plane",
+}
+
+// initPhasesReadAsJoin reports whether the joinConfiguration.skipPhases of cur and
+// des differ only by phases kubeadm join does not have, in cur. KubeadmControlPlane
+// compares the first node's KubeadmConfig with its initConfiguration copied into
+// joinConfiguration (PrepareKubeadmConfigsForDiff), while the KCP's own
+// joinConfiguration cannot name init-only phases: a cluster without CoreDNS or
+// kube-proxy would otherwise show a skipPhases change at every update of its first
+// node. A real change of the phases a join skips is still a difference.
+func initPhasesReadAsJoin(cur, des map[string]any) bool {
+	path := fieldPath{"joinConfiguration", "skipPhases"}
+	curPhases, desPhases := stringsAt(cur, path), stringsAt(des, path)
+	joinOnly := slices.DeleteFunc(slices.Clone(curPhases), func(phase string) bool {
+		top, _, _ := strings.Cut(phase, "/")
+		return !slices.Contains(kubeadmJoinPhases, top)
+	})
+	return len(joinOnly) < len(curPhases) && slices.Equal(joinOnly, desPhases)
+}
+
+// stringsAt returns the list of strings at path in m, nil when absent or not a
+// list of strings.
+func stringsAt(m map[string]any, path fieldPath) []string {
+	v, _ := lookup(m, path)
+	items, _ := v.([]any)
+	out := make([]string, 0, len(items))
+	for _, v := range items {
+		s, ok := v.(string)
+		if !ok {
+			return nil
+		}
+		out = append(out, s)
+	}
+	return out
 }

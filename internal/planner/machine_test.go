@@ -87,6 +87,38 @@ func TestCanUpdateMachine(t *testing.T) {
 			},
 		},
 		{
+			// KCP reads the first node's init configuration as a join configuration;
+			// kubeadm join refuses addon phases, so the KCP's join list cannot match.
+			name: "first node's init-only skipped phases read as join phases",
+			mutate: func(cur, des *kcpObjects) {
+				cur.kc.Spec.JoinConfiguration.SkipPhases = []string{"addon/coredns", "addon/kube-proxy", "preflight"}
+				des.kc.Spec.JoinConfiguration.SkipPhases = []string{"preflight"}
+			},
+			want: map[string]want{"spec.joinConfiguration.skipPhases": {true, "init configuration as a join configuration"}},
+		},
+		{
+			name: "first node's init-only skipped phases and no join phases",
+			mutate: func(cur, _ *kcpObjects) {
+				cur.kc.Spec.JoinConfiguration.SkipPhases = []string{"addon/coredns", "addon/kube-proxy"}
+			},
+			want: map[string]want{"spec.joinConfiguration.skipPhases": {true, "init configuration as a join configuration"}},
+		},
+		{
+			name: "a change of the join phases skipped stays bootstrap-only",
+			mutate: func(cur, des *kcpObjects) {
+				cur.kc.Spec.JoinConfiguration.SkipPhases = []string{"addon/coredns"}
+				des.kc.Spec.JoinConfiguration.SkipPhases = []string{"preflight"}
+			},
+			want: map[string]want{"spec.joinConfiguration.skipPhases": {false, "set acceptBootstrapOnlyFields"}},
+		},
+		{
+			name: "join phases skipped only on the desired side stay bootstrap-only",
+			mutate: func(_, des *kcpObjects) {
+				des.kc.Spec.JoinConfiguration.SkipPhases = []string{"preflight"}
+			},
+			want: map[string]want{"spec.joinConfiguration.skipPhases": {false, "set acceptBootstrapOnlyFields"}},
+		},
+		{
 			name: "in-memory DevMachine timings",
 			mutate: func(_, des *kcpObjects) {
 				des.infra.Object["spec"].(map[string]any)["backend"].(map[string]any)["inMemory"].(map[string]any)["apiServer"] = map[string]any{

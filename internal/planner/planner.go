@@ -345,12 +345,15 @@ func (p *Planner) planBootstrap(s shape, cur, des *unstructured.Unstructured, ve
 	for _, rel := range diffs {
 		f := full(bp.base, rel)
 		var d Decision
-		if supported {
+		switch {
+		case supported && rel.String() == "joinConfiguration.skipPhases" && initPhasesReadAsJoin(bp.curSpec, bp.desSpec):
+			d = Decision{Object: kind, Field: f.String(), Covered: true, Reason: reasonInitPhases}
+		case supported:
 			d = kubeadmDecision(p.kubeadm, kind, rel, f, versionCovered, p.policy.AcceptBootstrapOnlyFields())
 			if gap := nodeApplyGap(rel, bp.curSpec, bp.desSpec); d.Covered && gap != "" {
 				d.Covered, d.Reason = false, fmt.Sprintf("%s field %s: %s", kind, f, gap)
 			}
-		} else {
+		default:
 			d = Decision{Object: kind, Field: f.String(), Reason: fmt.Sprintf(
 				"%s field %s: bootstrap kind %s %s is not supported, only %s %s", kind, f, des.GetAPIVersion(), kind, kubeadmConfigGroupV1, s.bootstrapKind)}
 		}

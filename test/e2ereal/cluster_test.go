@@ -125,12 +125,10 @@ spec:
     clusterConfiguration:
       apiServer:
         certSANs: [localhost, 127.0.0.1]
+    # Only in initConfiguration: kubeadm join has no addon phases and refuses them.
+    # KCP then reads the first node's init configuration as a join configuration
+    # with these phases, a difference the planner knows is none.
     initConfiguration:
-      skipPhases: [addon/coredns, addon/kube-proxy]
-    # KCP compares a first node's init configuration as a join configuration
-    # (PrepareKubeadmConfigsForDiff): without the same skipPhases here every later
-    # change would carry a skipPhases diff, a bootstrap-only field the planner refuses.
-    joinConfiguration:
       skipPhases: [addon/coredns, addon/kube-proxy]
     files:
     - path: /etc/capi-real/cluster.conf
