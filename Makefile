@@ -172,7 +172,7 @@ e2e-os: ## OS image lane: RAUC A/B slots, GRUB boot counting, real reboots and p
 BENCH_FLAGS ?=
 
 .PHONY: bench
-bench: tools-capi build ## Performance suite (hooks vs upstream, rollout vs a null extension, agent, scale); one table, also in _artifacts/bench.md.
+bench: tools-capi build ## Performance suite (hooks vs upstream, rollout vs a null extension, agent, scale, guard, fleet status); one table, also in _artifacts/bench.md.
 	$(GO) build -o $(BIN)/capi-inplace-nullext ./bench/cmd/capi-inplace-nullext
 	$(GO) build -o $(BIN)/capi-inplace-bench ./bench/cmd/capi-inplace-bench
 	CGO_ENABLED=0 $(GO) build $(PRODUCT_FLAGS) -o $(BIN)/capi-inplace-nodeinformer ./bench/cmd/capi-inplace-nodeinformer

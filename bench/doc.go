@@ -6,8 +6,9 @@
 // hook latency of `capi-inplace extension` against upstream's test extension over
 // real HTTPS at a fixed open-loop rate and at saturation; the extension's memory
 // and latency with many clusters and machines; the idle agent's footprint and its
-// plan pick-up delay; and the in-place rollout time on the local upstream stack
-// with capi-inplace against a null extension (bench/nullext) that does no work.
+// plan pick-up delay; the in-place rollout time on the local upstream stack
+// with capi-inplace against a null extension (bench/nullext) that does no work; and
+// `capi-inplace fleet status` over a seeded fleet of 1,000 clusters (fleet.go).
 //
 // Pieces: a load generator and percentile statistics (load.go, pure apart from the
 // clock and the request function it is given), realistic hook payloads built from

@@ -23,7 +23,7 @@ func main() {
 	o := options{}
 	flag.StringVar(&o.binDir, "bin", "bin", "Directory with capi-inplace, capi-test-extension, kube-apiserver, etcd and capi-config/.")
 	flag.StringVar(&o.out, "out", "_artifacts/bench.md", "Markdown file the table is written to.")
-	flag.StringVar(&o.sections, "sections", "hooks,agent,scale,rollout,guard", "Comma-separated sections to run.")
+	flag.StringVar(&o.sections, "sections", "hooks,agent,scale,rollout,guard,fleet", "Comma-separated sections to run.")
 	flag.Float64Var(&o.rate, "rate", 200, "Open-loop rate of the hook latency runs (requests/s).")
 	flag.DurationVar(&o.duration, "duration", 4*time.Second, "Length of one open-loop run (per round and server).")
 	flag.IntVar(&o.rounds, "rounds", 3, "Rounds per hook; the servers' order alternates.")
@@ -31,6 +31,7 @@ func main() {
 	flag.DurationVar(&o.satDuration, "sat-duration", 2*time.Second, "Length of one saturation run.")
 	flag.IntVar(&o.clusters, "scale-clusters", 50, "Clusters of the scale section.")
 	flag.IntVar(&o.machinesPerCluster, "scale-machines", 10, "Machines per cluster of the scale section.")
+	flag.IntVar(&o.fleetClusters, "fleet-clusters", 1000, "Single-node clusters seeded for the fleet section (timing capi-inplace fleet status).")
 	flag.DurationVar(&o.agentIdle, "agent-idle", 30*time.Second, "Idle window of the agent footprint.")
 	flag.IntVar(&o.publications, "publications", 20, "Plan publications for the agent's pick-up delay.")
 	flag.DurationVar(&o.publishPause, "publish-pause", 2*time.Second, "Pause between plan publications (0: back to back, which measures the agent's client rate limit).")
@@ -62,6 +63,7 @@ type options struct {
 	satDuration           time.Duration
 	clusters              int
 	machinesPerCluster    int
+	fleetClusters         int
 	agentIdle             time.Duration
 	publications          int
 	publishPause          time.Duration
@@ -118,6 +120,7 @@ func run(ctx context.Context, o options) error {
 	step("scale", r.scale)
 	step("agent", r.agent)
 	step("guard", r.guard)
+	step("fleet", r.fleet)
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "Measured %s on %s (%d CPUs shared), `%s`, in %s. Logs: `%s`.\n\n",
