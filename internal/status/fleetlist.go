@@ -141,7 +141,7 @@ func BuildFleetList(clusters []clusterv1.Cluster, machines []clusterv1.Machine, 
 
 func fleetLine(c *clusterv1.Cluster, machines []clusterv1.Machine, now time.Time) FleetLine {
 	line := FleetLine{Namespace: c.Namespace, Name: c.Name, Versions: []string{}, OSImages: []string{}}
-	var failure string
+	var failure, blocked string
 	for i := range machines {
 		m := &machines[i]
 		v := machinestate.Of(m)
@@ -163,6 +163,9 @@ func fleetLine(c *clusterv1.Cluster, machines []clusterv1.Machine, now time.Time
 			}
 		case v.State.InProgress():
 			line.Updating++
+			if v.State == machinestate.DrainBlocked && blocked == "" {
+				blocked = fmt.Sprintf("Machine %s: %s: %s", m.Name, v.Reason, v.Message)
+			}
 		case v.State == machinestate.UpToDate:
 			line.UpToDate++
 		}
@@ -173,19 +176,22 @@ func fleetLine(c *clusterv1.Cluster, machines []clusterv1.Machine, now time.Time
 		t := cond.LastTransitionTime.UTC()
 		line.Since = &t
 	}
-	line.State, line.Message = clusterState(line, failure, buildFleet(c, machines, now))
+	line.State, line.Message = clusterState(line, failure, blocked, buildFleet(c, machines, now))
 	return line
 }
 
 // clusterState is the one rule for a Cluster's state in the fleet list: a failure
 // first (it needs a human), then what the fleet controls hold back, then progress.
-func clusterState(l FleetLine, failure string, fv FleetView) (state, message string) {
+// A blocked drain is progress that may need a human too, so its Machine is named.
+func clusterState(l FleetLine, failure, blocked string, fv FleetView) (state, message string) {
 	work := l.UpToDate < l.Machines
 	switch {
 	case l.Failed > 0:
 		return ClusterFailed, failure
 	case fv.State == FleetHalted || fv.State == FleetPaused:
 		return fv.State, fv.Message
+	case l.Updating > 0 && blocked != "":
+		return ClusterUpdating, fmt.Sprintf("%d of %d Machines updating; %s", l.Updating, l.Machines, blocked)
 	case l.Updating > 0:
 		return ClusterUpdating, fmt.Sprintf("%d of %d Machines updating", l.Updating, l.Machines)
 	case work && (fv.State == FleetWindowClosed || fv.State == FleetSoaking):

@@ -51,6 +51,7 @@ func TestBuildFleetList(t *testing.T) {
 		cluster("a", "empty", "", nil),
 		cluster("a", "scaling", "", nil),
 		cluster("a", "unreported", "", nil),
+		cluster("a", "draining", "", nil),
 	}
 	machines := []clusterv1.Machine{
 		machine("b", "window", "w1", "v1.36.0", "v1.35.0"),
@@ -68,6 +69,9 @@ func TestBuildFleetList(t *testing.T) {
 		gone(machine("a", "scaling", "sc2", "v1.35.0", "v1.35.0")),
 		// No kubelet version reported: nothing proves the node runs v1.36.0.
 		machine("a", "unreported", "u1", "v1.36.0", ""),
+		// A blocked drain is an update in progress, named in the message.
+		machine("a", "draining", "d1", "v1.36.0", "v1.35.0", metav1.Condition{Type: inplacev1.InPlaceUpdateCondition, Status: metav1.ConditionTrue,
+			Reason: inplacev1.ReasonDrainFailed, Message: "PodDisruptionBudget pos/till refuses the eviction of pod pos/till-0"}),
 		// A Machine of a Cluster not listed (another selector) is ignored.
 		machine("a", "elsewhere", "e1", "v1.36.0", "v1.35.0", deadline),
 	}
@@ -85,6 +89,7 @@ func TestBuildFleetList(t *testing.T) {
 	g := NewWithT(t)
 	g.Expect(got).To(Equal([]row{
 		{"a/behind", ClusterOutdated, []string{"v1.36.0"}, []string{}, 0, 1},
+		{"a/draining", ClusterUpdating, []string{"v1.36.0"}, []string{}, 0, 1},
 		{"a/empty", ClusterUpToDate, []string{}, []string{}, 0, 0},
 		{"a/halted", FleetHalted, []string{"v1.36.0"}, []string{}, 0, 1},
 		{"a/rolling", ClusterUpdating, []string{"v1.35.0", "v1.36.0"}, []string{"edge-os-2026.06", "edge-os-2026.12"}, 2, 3},
@@ -95,12 +100,13 @@ func TestBuildFleetList(t *testing.T) {
 		{"b/waiting-done", ClusterUpToDate, []string{"v1.36.0"}, []string{"Edge\tOS 2026.12"}, 1, 1},
 		{"b/window", FleetWindowClosed, []string{"v1.36.0"}, []string{}, 0, 1},
 	}))
-	g.Expect(l.Summary).To(Equal(FleetSummary{Clusters: 9, UpToDate: 3, Updating: 1, Failed: 1, Outdated: 2, Held: 2}))
-	g.Expect(l.Clusters[5].Message).To(Equal("Machine s1: InPlaceUpdateDeadlineExceeded: phase Applying passed its deadline"))
+	g.Expect(l.Summary).To(Equal(FleetSummary{Clusters: 10, UpToDate: 3, Updating: 2, Failed: 1, Outdated: 2, Held: 2}))
+	g.Expect(l.Clusters[1].Message).To(Equal("1 of 1 Machines updating; Machine d1: DrainBlocked: PodDisruptionBudget pos/till refuses the eviction of pod pos/till-0"))
+	g.Expect(l.Clusters[6].Message).To(Equal("Machine s1: InPlaceUpdateDeadlineExceeded: phase Applying passed its deadline"))
 
 	var buf bytes.Buffer
 	g.Expect(RenderFleetTable(&buf, l, now)).To(Succeed())
-	g.Expect(buf.String()).To(HavePrefix("9 clusters: 3 up to date, 1 updating, 1 failed, 2 outdated, 2 held\n\nNAMESPACE"))
+	g.Expect(buf.String()).To(HavePrefix("10 clusters: 3 up to date, 2 updating, 1 failed, 2 outdated, 2 held\n\nNAMESPACE"))
 	g.Expect(buf.String()).To(MatchRegexp(`(?m)^NAMESPACE\s+CLUSTER\s+VERSION\s+OS-IMAGE\s+UP-TO-DATE\s+STATE\s+SINCE\s+MESSAGE$`))
 	g.Expect(buf.String()).To(MatchRegexp(`(?m)^b\s+window\s+v1\.36\.0\s+-\s+0/1\s+WindowClosed\s+1m30s\s+held by ` + inplacev1.ReasonWindowClosed + `$`))
 	g.Expect(buf.String()).To(MatchRegexp(`(?m)^a\s+rolling\s+v1\.35\.0,v1\.36\.0\s+edge-os-2026\.06,edge-os-2026\.12\s+2/3\s+Updating\s+-\s+1 of 3 Machines updating$`))
