@@ -27,8 +27,8 @@ type KubeadmConfig struct {
 	// single-member etcd from the snapshot taken before the update, which drops
 	// every write to the cluster since then: IfDataChanged (the default) only
 	// when the update may have changed what etcd stores (a Kubernetes minor
-	// version or etcd version change, protocol.RestoreEtcdOnRollback), Always,
-	// or Never.
+	// version or etcd minor version change, protocol.RestoreEtcdOnRollback),
+	// Always, or Never.
 	EtcdRestore protocol.EtcdRestore `json:"etcdRestore,omitempty"`
 }
 

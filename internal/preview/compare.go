@@ -445,12 +445,12 @@ func controllerOf(refs []metav1.OwnerReference) *metav1.OwnerReference {
 
 // singleMemberEtcdChange is what the update of a control-plane Machine does to
 // its local etcd's data, as the agent judges it (the Machine's version before,
-// the etcd version its ClusterConfiguration names against the desired one);
-// nil unless the control plane has one member with a local etcd.
+// the etcd image tags its ClusterConfiguration and the desired one name); nil
+// unless the control plane has one member with a local etcd.
 func singleMemberEtcdChange(m *clusterv1.Machine, des *controlplanev1.KubeadmControlPlane, cur, desired *bootstrapv1.KubeadmConfig) *protocol.EtcdChange {
 	if ptr.Deref(des.Spec.Replicas, 1) != 1 || desired.Spec.ClusterConfiguration.Etcd.External.IsDefined() {
 		return nil
 	}
-	from, to := cur.Spec.ClusterConfiguration.Etcd.Local.ImageTag, desired.Spec.ClusterConfiguration.Etcd.Local.ImageTag
-	return &protocol.EtcdChange{FromVersion: m.Spec.Version, ToVersion: des.Spec.Version, EtcdImageChanged: to != "" && to != from}
+	return &protocol.EtcdChange{FromVersion: m.Spec.Version, ToVersion: des.Spec.Version,
+		FromEtcdImageTag: cur.Spec.ClusterConfiguration.Etcd.Local.ImageTag, ToEtcdImageTag: desired.Spec.ClusterConfiguration.Etcd.Local.ImageTag}
 }

@@ -16,14 +16,23 @@ import (
 // TestRollbackRestoresEtcdOnlyWhenItsDataChanged: on a single-member etcd, the
 // rollback of a configuration-only change (same version, ClusterConfiguration
 // without another etcd version) restores the files and keeps etcd's data, so no
-// write to the cluster since the snapshot is lost, and says so; a minor upgrade's
-// rollback restores the snapshot, as does a configuration change under the
-// policy Always.
+// write to the cluster since the snapshot is lost, and says so; so does a patch
+// upgrade whose kubeadm deploys etcd of the same minor. A minor upgrade's
+// rollback restores the snapshot, as does a patch upgrade past the table of
+// kubeadm's default etcd versions (a newer etcd minor cannot be ruled out) and
+// a configuration change under the policy Always.
 func TestRollbackRestoresEtcdOnlyWhenItsDataChanged(t *testing.T) {
 	configOnly := func(policy protocol.EtcdRestore) *protocol.NodePlan {
 		p := protocol.NewPlan("cp1")
 		p.Kubernetes = protocol.KubernetesPlan{Role: protocol.RoleControlPlane, Version: "v1.36.0", Action: protocol.KubeadmNone, EtcdSnapshot: true, EtcdRestore: policy}
 		p.ClusterConfiguration = json.RawMessage(`{"apiServer":{"extraArgs":[{"name":"v","value":"4"}]}}`)
+		return p
+	}
+	// A patch upgrade whose kubeadm may deploy a newer etcd than the node runs
+	// when its version is past the table of kubeadm's defaults.
+	patchPlan := func(version string) *protocol.NodePlan {
+		p := cpPlan()
+		p.Kubernetes.Version = version
 		return p
 	}
 	tests := []struct {
@@ -37,11 +46,15 @@ func TestRollbackRestoresEtcdOnlyWhenItsDataChanged(t *testing.T) {
 			message: "etcd kept its data (DataFormatUnchanged): no write to the cluster was lost"},
 		{name: "configuration only under Always: etcd restored", plan: configOnly(protocol.EtcdRestoreAlways), from: "v1.36.0", restore: true},
 		{name: "minor upgrade: etcd restored", plan: cpPlan(), from: "v1.35.2", restore: true},
+		{name: "patch upgrade within kubeadm's etcd table: etcd kept", plan: patchPlan("v1.36.3"), from: "v1.36.0",
+			message: "etcd kept its data (DataFormatUnchanged): no write to the cluster was lost"},
+		{name: "patch upgrade past kubeadm's etcd table: etcd restored", plan: patchPlan("v1.36.4"), from: "v1.36.3", restore: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
 			f := newFixture(t, failingGate)
+			f.runner.On("kubeadm version", tt.plan.Kubernetes.Version+"\n", nil)
 			f.kube.Etcd = &memberStub{members: 1, dbSize: 1 << 20}
 			f.kube.FreeBytes = func(string) (uint64, error) { return 1 << 40, nil }
 			st, err := f.x.StartFrom(context.Background(), tt.plan, tt.from)

@@ -489,18 +489,18 @@ func clusterConfigChanged(committed json.RawMessage, p *protocol.NodePlan) bool 
 
 // etcdChange is what the node knows of the plan's change to etcd's data: the
 // version before is the last committed plan's, else the kubelet's; the etcd
-// version the plan names is compared with the committed plan's, and counts as
-// changed when there is none to compare with.
+// image tag the plan names is compared with the committed plan's. Without a
+// committed plan, a tag the plan names cannot be compared with what the node
+// runs (its kubeadm init may have pinned another).
 func etcdChange(committed json.RawMessage, p *protocol.NodePlan, kubeletVersion string) protocol.EtcdChange {
-	c := protocol.EtcdChange{FromVersion: kubeletVersion, ToVersion: p.Kubernetes.Version}
-	tag := protocol.EtcdImageTag(p.ClusterConfiguration)
+	c := protocol.EtcdChange{FromVersion: kubeletVersion, ToVersion: p.Kubernetes.Version, ToEtcdImageTag: protocol.EtcdImageTag(p.ClusterConfiguration)}
 	prev, err := protocol.DecodePlan(committed)
 	if len(committed) == 0 || err != nil {
-		c.EtcdImageChanged = tag != ""
+		c.FromEtcdUnknown = c.ToEtcdImageTag != ""
 		return c
 	}
 	c.FromVersion = prev.Kubernetes.Version
-	c.EtcdImageChanged = tag != "" && tag != protocol.EtcdImageTag(prev.ClusterConfiguration)
+	c.FromEtcdImageTag = protocol.EtcdImageTag(prev.ClusterConfiguration)
 	return c
 }
 
