@@ -199,7 +199,7 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 		return fmt.Errorf("add coordinator: %w", err)
 	}
 
-	handlers, err := extension.NewHandlers(extension.Options{Policy: pol, Updater: updater, Metrics: metrics, UpgradePlans: extension.NewUpgradePlanReader(direct), Secrets: secrets})
+	handlers, err := extension.NewHandlers(extension.Options{Policy: pol, Updater: updater, Metrics: metrics, UpgradePlans: extension.NewUpgradePlanReader(direct)})
 	if err != nil {
 		return err
 	}

@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,19 +19,6 @@ import (
 // Secret that crosses the bound, so one call holds at most this plus one Secret,
 // whatever the namespace holds.
 const MaxReferencedSecretBytes int64 = 2 << 20
-
-// overBudgetError says a KubeadmConfig's Secrets are over
-// MaxReferencedSecretBytes: UpdateMachine's failure and the CanUpdate hooks'
-// refusal give the same sentence.
-type overBudgetError struct {
-	count, read int
-	crossing    string
-}
-
-func (e *overBudgetError) Error() string {
-	return fmt.Sprintf("the %d Secrets the KubeadmConfig references hold more than %d bytes (passed at Secret %s, %d of them); reference fewer or smaller Secrets",
-		e.count, MaxReferencedSecretBytes, e.crossing, e.read)
-}
 
 // referencedSecrets reads the Secrets cfg references in namespace, by name; a
 // missing one is left out (nodeplan.Build reports it with the file that needs it).
@@ -52,23 +38,10 @@ func referencedSecrets(ctx context.Context, r client.Reader, namespace string, c
 			return nil, fmt.Errorf("%w: read secret %s/%s: %w", nodeplan.ErrInput, namespace, name, err)
 		}
 		if total += SecretBytes(sec); total > MaxReferencedSecretBytes {
-			return nil, fmt.Errorf("%w: %w: %w", nodeplan.ErrInput, nodeplan.ErrTooLarge, &overBudgetError{count: len(names), read: i + 1, crossing: name})
+			return nil, fmt.Errorf("%w: %w: the %d Secrets the KubeadmConfig references hold more than %d bytes (passed at Secret %s, %d of them); reference fewer or smaller Secrets",
+				nodeplan.ErrInput, nodeplan.ErrTooLarge, len(names), MaxReferencedSecretBytes, name, i+1)
 		}
 		out[name] = sec.Data
 	}
 	return out, nil
-}
-
-// ReferencedSecretsOverBudget reads, through r, the Secrets spec's files and
-// users reference in namespace, as UpdateMachine does, so that the CanUpdate
-// hooks can refuse a configuration UpdateMachine would fail on only after
-// Cluster API committed to the in-place update. reason is set when they exceed
-// MaxReferencedSecretBytes (reading stops at the Secret that crosses it); err
-// is a failure to read them.
-func ReferencedSecretsOverBudget(ctx context.Context, r client.Reader, namespace string, spec *bootstrapv1.KubeadmConfigSpec) (reason string, err error) {
-	_, err = referencedSecrets(ctx, r, namespace, &bootstrapv1.KubeadmConfig{Spec: *spec})
-	if over := (*overBudgetError)(nil); errors.As(err, &over) {
-		return over.Error(), nil
-	}
-	return "", err
 }

@@ -6,19 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
-	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/capi-inplace/capi-inplace/internal/coordinator"
 	"github.com/capi-inplace/capi-inplace/internal/planner"
@@ -55,11 +51,6 @@ type Options struct {
 	// UpgradePlans reads what GenerateUpgradePlan needs from the management
 	// cluster; nil makes GenerateUpgradePlan answer Failure.
 	UpgradePlans UpgradePlanReader
-	// Secrets reads management Secrets (the coordinator's SecretCache, as
-	// UpdateMachine reads them), so that the CanUpdate hooks refuse a
-	// configuration whose referenced Secrets are over UpdateMachine's budget
-	// (coordinator.ReferencedSecretsOverBudget); nil skips that check.
-	Secrets client.Reader
 }
 
 // Handlers answer the runtime hooks.
@@ -68,7 +59,6 @@ type Handlers struct {
 	updater  MachineUpdater
 	metrics  *Metrics
 	upgrades UpgradePlanReader
-	secrets  client.Reader
 }
 
 // NewHandlers validates opts and returns the handlers.
@@ -80,7 +70,7 @@ func NewHandlers(opts Options) (*Handlers, error) {
 	if err != nil {
 		return nil, fmt.Errorf("extension handlers: %w", err)
 	}
-	return &Handlers{planner: p, updater: opts.Updater, metrics: opts.Metrics, upgrades: opts.UpgradePlans, secrets: opts.Secrets}, nil
+	return &Handlers{planner: p, updater: opts.Updater, metrics: opts.Metrics, upgrades: opts.UpgradePlans}, nil
 }
 
 // DoCanUpdateMachine answers CanUpdateMachine (KubeadmControlPlane machines).
@@ -89,10 +79,7 @@ func (h *Handlers) DoCanUpdateMachine(ctx context.Context, req *runtimehooksv1.C
 	log := ctrl.LoggerFrom(ctx).WithValues("hook", hookCanUpdateMachine, "Machine", klog.KRef(req.Desired.Machine.Namespace, req.Desired.Machine.Name))
 	defer h.finish(ctx, hookCanUpdateMachine, start, resp, func() { *resp = runtimehooksv1.CanUpdateMachineResponse{} })
 
-	res, des, err := computeCanUpdateMachine(h.planner, req)
-	if err == nil {
-		err = h.secretBudget(ctx, des, []string{"spec"}, res)
-	}
+	res, err := computeCanUpdateMachine(h.planner, req)
 	if err != nil {
 		fail(resp, err)
 		return
@@ -110,10 +97,7 @@ func (h *Handlers) DoCanUpdateMachineSet(ctx context.Context, req *runtimehooksv
 	log := ctrl.LoggerFrom(ctx).WithValues("hook", hookCanUpdateMachineSet, "MachineSet", klog.KRef(req.Desired.MachineSet.Namespace, req.Desired.MachineSet.Name))
 	defer h.finish(ctx, hookCanUpdateMachineSet, start, resp, func() { *resp = runtimehooksv1.CanUpdateMachineSetResponse{} })
 
-	res, des, err := computeCanUpdateMachineSet(h.planner, req)
-	if err == nil {
-		err = h.secretBudget(ctx, des, []string{"spec", "template", "spec"}, res)
-	}
+	res, err := computeCanUpdateMachineSet(h.planner, req)
 	if err != nil {
 		fail(resp, err)
 		return
@@ -190,88 +174,36 @@ func jsonPatch(p []byte) runtimehooksv1.Patch {
 	return runtimehooksv1.Patch{PatchType: runtimehooksv1.JSONPatchType, Patch: p}
 }
 
-// computeCanUpdateMachine decodes a CanUpdateMachine request and plans it; it
-// returns the desired objects too.
-func computeCanUpdateMachine(p *planner.Planner, req *runtimehooksv1.CanUpdateMachineRequest) (*planner.Result, planner.Objects, error) {
+// computeCanUpdateMachine decodes a CanUpdateMachine request and plans it.
+func computeCanUpdateMachine(p *planner.Planner, req *runtimehooksv1.CanUpdateMachineRequest) (*planner.Result, error) {
 	if err := checkRequestKind(req.Kind, req.APIVersion, "CanUpdateMachineRequest"); err != nil {
-		return nil, planner.Objects{}, fmt.Errorf("%s: %w", hookCanUpdateMachine, err)
+		return nil, fmt.Errorf("%s: %w", hookCanUpdateMachine, err)
 	}
 	cur, err := decodeSide("current", "machine", &req.Current.Machine, "infrastructureMachine", req.Current.InfrastructureMachine, "bootstrapConfig", req.Current.BootstrapConfig)
 	if err != nil {
-		return nil, planner.Objects{}, fmt.Errorf("%s: %w", hookCanUpdateMachine, err)
+		return nil, fmt.Errorf("%s: %w", hookCanUpdateMachine, err)
 	}
 	des, err := decodeSide("desired", "machine", &req.Desired.Machine, "infrastructureMachine", req.Desired.InfrastructureMachine, "bootstrapConfig", req.Desired.BootstrapConfig)
 	if err != nil {
-		return nil, planner.Objects{}, fmt.Errorf("%s: %w", hookCanUpdateMachine, err)
+		return nil, fmt.Errorf("%s: %w", hookCanUpdateMachine, err)
 	}
-	res, err := p.CanUpdateMachine(req.GetSettings(), cur, des)
-	return res, des, err
+	return p.CanUpdateMachine(req.GetSettings(), cur, des)
 }
 
-// computeCanUpdateMachineSet decodes a CanUpdateMachineSet request and plans
-// it; it returns the desired objects too.
-func computeCanUpdateMachineSet(p *planner.Planner, req *runtimehooksv1.CanUpdateMachineSetRequest) (*planner.Result, planner.Objects, error) {
+// computeCanUpdateMachineSet decodes a CanUpdateMachineSet request and plans it.
+func computeCanUpdateMachineSet(p *planner.Planner, req *runtimehooksv1.CanUpdateMachineSetRequest) (*planner.Result, error) {
 	if err := checkRequestKind(req.Kind, req.APIVersion, "CanUpdateMachineSetRequest"); err != nil {
-		return nil, planner.Objects{}, fmt.Errorf("%s: %w", hookCanUpdateMachineSet, err)
+		return nil, fmt.Errorf("%s: %w", hookCanUpdateMachineSet, err)
 	}
 	cur, err := decodeSide("current", "machineSet", &req.Current.MachineSet, "infrastructureMachineTemplate", req.Current.InfrastructureMachineTemplate, "bootstrapConfigTemplate", req.Current.BootstrapConfigTemplate)
 	if err != nil {
-		return nil, planner.Objects{}, fmt.Errorf("%s: %w", hookCanUpdateMachineSet, err)
+		return nil, fmt.Errorf("%s: %w", hookCanUpdateMachineSet, err)
 	}
 	des, err := decodeSide("desired", "machineSet", &req.Desired.MachineSet, "infrastructureMachineTemplate", req.Desired.InfrastructureMachineTemplate, "bootstrapConfigTemplate", req.Desired.BootstrapConfigTemplate)
 	if err != nil {
-		return nil, planner.Objects{}, fmt.Errorf("%s: %w", hookCanUpdateMachineSet, err)
+		return nil, fmt.Errorf("%s: %w", hookCanUpdateMachineSet, err)
 	}
-	res, err := p.CanUpdateMachineSet(req.GetSettings(), cur, des)
-	return res, des, err
-}
-
-// secretBudget turns a plan Cluster API would update in place into a refusal
-// when the desired bootstrap configuration (its KubeadmConfigSpec at specPath)
-// references Secrets over UpdateMachine's budget: UpdateMachine would fail on
-// them only after Cluster API committed to the in-place update. Secrets are
-// read only for a plan that is in place otherwise; an error reading them fails
-// the call (Cluster API calls again).
-func (h *Handlers) secretBudget(ctx context.Context, des planner.Objects, specPath []string, res *planner.Result) error {
-	if h.secrets == nil || des.Bootstrap == nil || len(res.Decisions) == 0 || !res.FullyCovered() {
-		return nil
-	}
-	spec, err := referencingSpec(des.Bootstrap, specPath)
-	if err != nil {
-		return fmt.Errorf("%w: desired %s: %w", planner.ErrMalformed, des.Bootstrap.GetKind(), err)
-	}
-	reason, err := coordinator.ReferencedSecretsOverBudget(ctx, h.secrets, des.Machine.GetNamespace(), spec)
-	if err != nil || reason == "" {
-		return err
-	}
-	reason = "cannot update in place: " + reason
-	res.MachinePatch, res.InfrastructurePatch, res.BootstrapPatch = nil, nil, nil
-	for i := range res.Decisions {
-		res.Decisions[i].Covered = false
-		res.Decisions[i].Reason = reason
-	}
-	res.Decisions = append(res.Decisions, planner.Decision{Object: des.Bootstrap.GetKind(), Field: strings.Join(specPath, ".") + ".files", Reason: reason})
-	return nil
-}
-
-// referencingSpec is the part of a bootstrap object's KubeadmConfigSpec that
-// references Secrets: files and users.
-func referencingSpec(bootstrap *unstructured.Unstructured, specPath []string) (*bootstrapv1.KubeadmConfigSpec, error) {
-	spec := &bootstrapv1.KubeadmConfigSpec{}
-	part := map[string]any{}
-	for _, field := range []string{"files", "users"} {
-		v, found, err := unstructured.NestedFieldNoCopy(bootstrap.Object, append(slices.Clone(specPath), field)...)
-		if err != nil {
-			return nil, err
-		}
-		if found {
-			part[field] = v
-		}
-	}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(part, spec); err != nil {
-		return nil, fmt.Errorf("%s files and users: %w", strings.Join(specPath, "."), err)
-	}
-	return spec, nil
+	return p.CanUpdateMachineSet(req.GetSettings(), cur, des)
 }
 
 // checkRequestKind refuses a request sent to the wrong hook. CAPI's runtime client
