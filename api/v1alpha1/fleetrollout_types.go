@@ -55,6 +55,7 @@ type FleetRolloutList struct {
 //
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.abort) || !oldSelf.abort || (has(self.abort) && self.abort)",message="abort cannot be undone: create a new FleetRollout"
 // +kubebuilder:validation:XValidation:rule="self.target == oldSelf.target",message="target is immutable: create a new FleetRollout"
+// +kubebuilder:validation:XValidation:rule="!has(self.strategy) || !has(self.strategy.approval) || self.strategy.approval.mode != 'AfterCanaries' || has(self.canary)",message="strategy.approval.mode AfterCanaries needs canary"
 type FleetRolloutSpec struct {
 	// clusterSelector selects the Clusters to move by their labels. It must hold at
 	// least one requirement: an empty selector would select every Cluster.
@@ -93,6 +94,18 @@ type FleetRolloutSpec struct {
 	// started are left alone (skipped, reason Aborted). It cannot be undone.
 	// +optional
 	Abort bool `json:"abort,omitempty"`
+
+	// approvedBatch is the highest batch the operator approved to start, when
+	// strategy.approval asks for approval: a batch that waits for approval starts
+	// once approvedBatch reaches its index (the canaries are batch 0, the first
+	// batch after them 1). Raise it to approve the next batch, for example with
+	// kubectl patch fleetrollout <name> --type merge -p '{"spec":{"approvedBatch":2}}';
+	// setting the same value again changes nothing. Lowering it withdraws the
+	// approval of batches not started yet; started batches go on.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10000
+	ApprovedBatch *int32 `json:"approvedBatch,omitempty"`
 }
 
 // FleetCanary chooses the canary Clusters: by name, or the first count of the
@@ -145,6 +158,8 @@ const (
 // FleetStrategy is how fast a FleetRollout moves and when it halts. A halt is
 // decided afresh on every pass from the spec and the Clusters' states: raising
 // maxFailures or lowering successThreshold lets a halted rollout go on.
+//
+// +kubebuilder:validation:XValidation:rule="!(has(self.batchSize) && has(self.batchSizes))",message="set batchSize or batchSizes, not both"
 type FleetStrategy struct {
 	// batchSize is how many Clusters each batch after the canaries holds: a count
 	// ("20") or a percentage of the Clusters after the canaries ("10%", rounded up).
@@ -153,6 +168,20 @@ type FleetStrategy struct {
 	// +kubebuilder:validation:XIntOrString
 	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^(100|[1-9][0-9]?)%$')",message="batchSize is a count of at least 1 or a percentage from 1% to 100%"
 	BatchSize *intstr.IntOrString `json:"batchSize,omitempty"`
+
+	// batchSizes are growing batches: the size of batch 1, 2, ... after the
+	// canaries in turn, each a count or a percentage of the Clusters after the
+	// canaries (rounded up), as batchSize; batches past the list's end take its
+	// last size. [1, 5, "25%"] over 300 Clusters makes batches of 1, 5, then 75
+	// until every Cluster is in one. Exclusive with batchSize.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=20
+	// +kubebuilder:validation:items:XIntOrString
+	// +kubebuilder:validation:items:MaxLength=4
+	// +kubebuilder:validation:items:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^(100|[1-9][0-9]?)%$')",message="each of batchSizes is a count of at least 1 or a percentage from 1% to 100%"
+	BatchSizes []intstr.IntOrString `json:"batchSizes,omitempty"`
 
 	// maxConcurrent caps how many Clusters update at once, across the fleet; a
 	// batch larger than it starts its Clusters as others finish. Omitted: a whole
@@ -187,6 +216,63 @@ type FleetStrategy struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	MaxFailures *int32 `json:"maxFailures,omitempty"`
+
+	// spreadBy caps how many Clusters sharing the value of a Cluster label (a
+	// site, a zone) update at once, on top of maxConcurrent. Omitted: no cap.
+	// +optional
+	SpreadBy *FleetSpread `json:"spreadBy,omitempty"`
+
+	// approval makes the rollout wait for the operator between batches: a finished
+	// batch's successor starts only once spec.approvedBatch reaches its index.
+	// Omitted: each batch starts as soon as the one before it is done.
+	// +optional
+	Approval *FleetApproval `json:"approval,omitempty"`
+}
+
+// FleetSpread caps the Clusters updating at once per value of a Cluster label.
+type FleetSpread struct {
+	// labelKey is the Cluster label whose value groups Clusters, for example
+	// topology.kubernetes.io/zone or a site label. Clusters without the label form
+	// one group of their own, capped like any value: nothing tells them apart.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=317
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`
+	LabelKey string `json:"labelKey"`
+
+	// maxConcurrent is how many Clusters with the same value of labelKey may update
+	// at once. Default 1.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	MaxConcurrent int32 `json:"maxConcurrent,omitempty"`
+}
+
+// FleetApprovalMode is when a FleetRollout waits for the operator's approval.
+//
+// +kubebuilder:validation:Enum=EveryBatch;AfterCanaries
+type FleetApprovalMode string
+
+const (
+	// FleetApprovalEveryBatch waits after every batch, the canaries' included.
+	FleetApprovalEveryBatch FleetApprovalMode = "EveryBatch"
+	// FleetApprovalAfterCanaries waits once, after the canaries; later batches
+	// follow each other without approval.
+	FleetApprovalAfterCanaries FleetApprovalMode = "AfterCanaries"
+)
+
+// FleetApproval is when a FleetRollout waits for the operator between batches.
+// The first batch the rollout starts needs no approval: creating the rollout
+// approves it. The approval is spec.approvedBatch, a spec field rather than an
+// annotation: the API validates it, raising it bumps the generation (which wakes
+// the controller at once and shows in status.observedGeneration), and the audit
+// log records who approved which batch as a write of the spec.
+type FleetApproval struct {
+	// mode is EveryBatch (wait after each batch, the canaries' included) or
+	// AfterCanaries (wait once, after the canaries).
+	// +required
+	Mode FleetApprovalMode `json:"mode"`
 }
 
 // FleetRolloutPhase summarises a FleetRollout.
@@ -197,6 +283,9 @@ const (
 	FleetPhaseProgressing FleetRolloutPhase = "Progressing"
 	// FleetPhasePaused: spec.paused; Clusters already updating go on.
 	FleetPhasePaused FleetRolloutPhase = "Paused"
+	// FleetPhaseWaitingForApproval: the current batch is done and the next one
+	// waits for spec.approvedBatch to reach it.
+	FleetPhaseWaitingForApproval FleetRolloutPhase = "WaitingForApproval"
 	// FleetPhaseHalted: the failure budget, a success threshold, a canary or a
 	// timeout (onTimeout Abort) stopped further starts; the Halted condition says which.
 	FleetPhaseHalted FleetRolloutPhase = "Halted"
@@ -366,6 +455,10 @@ const (
 	FleetReasonRolloutAborted = "Aborted"
 	FleetReasonCompleted      = "AllClustersFinished"
 	FleetReasonInProgress     = "ClustersInProgress"
+
+	// FleetReasonWaitingForApproval: Progressing is False until spec.approvedBatch
+	// reaches the batch the message names (status.waitingForApproval).
+	FleetReasonWaitingForApproval = "WaitingForApproval"
 )
 
 // FleetRolloutStatus is a FleetRollout's progress.
@@ -373,9 +466,9 @@ type FleetRolloutStatus struct {
 	// observedGeneration is the spec generation this status was computed from.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// phase is Progressing, Paused, Halted, Aborted or Completed.
+	// phase is Progressing, Paused, WaitingForApproval, Halted, Aborted or Completed.
 	// +optional
-	// +kubebuilder:validation:Enum=Progressing;Paused;Halted;Aborted;Completed
+	// +kubebuilder:validation:Enum=Progressing;Paused;WaitingForApproval;Halted;Aborted;Completed
 	Phase FleetRolloutPhase `json:"phase,omitempty"`
 	// counts are the rollout's Clusters by state.
 	// +optional
@@ -387,6 +480,10 @@ type FleetRolloutStatus struct {
 	// before the first started. Batches up to its index keep their Clusters.
 	// +optional
 	CurrentBatch *FleetBatchStatus `json:"currentBatch,omitempty"`
+	// waitingForApproval is the batch that waits for spec.approvedBatch to reach
+	// it; absent when none does.
+	// +optional
+	WaitingForApproval *int32 `json:"waitingForApproval,omitempty"`
 	// clusters are every tracked Cluster's state, in the rollout's order (batch,
 	// then namespace and name).
 	// +optional

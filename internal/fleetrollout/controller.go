@@ -97,7 +97,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	for _, o := range objs {
 		obs = append(obs, observe(target, o))
 	}
-	d := rollout.Step(rollout.Input{Spec: fr.Spec, Generation: fr.Generation, Status: fr.Status, Clusters: obs, Now: now()})
+	d := rollout.Step(rollout.Input{Name: fr.Name, Spec: fr.Spec, Generation: fr.Generation, Status: fr.Status, Clusters: obs, Now: now()})
 
 	byKey := make(map[rollout.Key]clusterObjects, len(objs))
 	for _, o := range objs {
@@ -131,7 +131,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// make this pass's status (and the starts it records) be lost. Only this
 	// controller, on the elected leader, one pass at a time, writes the status.
 	orig := fr.DeepCopy()
-	fr.Status = rollout.Record(fr.Spec, d.Status, results, now())
+	fr.Status = rollout.Record(fr.Name, fr.Spec, d.Status, results, now())
 	if err := r.Client.Status().Patch(ctx, &fr, client.MergeFrom(orig)); err != nil {
 		// The writes above are observed on the next pass and adopted.
 		return ctrl.Result{}, fmt.Errorf("write FleetRollout %s status: %w", fr.Name, err)

@@ -335,3 +335,154 @@ func TestAPIRefusesUnsafeSpecs(t *testing.T) {
 	err = c.Patch(ctx, fr, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"abort":false}}`)))
 	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "abort cannot be undone: %v", err)
 }
+
+func TestApprovalBetweenBatches(t *testing.T) {
+	env.Require(t)
+	g := NewWithT(t)
+	g.SetDefaultEventuallyTimeout(20 * time.Second)
+	ctx := context.Background()
+	ns := uniqueName("approval")
+	s := stores(ctx, g, ns, 3, false)
+	g.Expect(c.Create(ctx, fleetRollout(ns, ns, func(s *inplacev1.FleetRolloutSpec) {
+		s.Strategy.Approval = &inplacev1.FleetApproval{Mode: inplacev1.FleetApprovalEveryBatch}
+	}))).To(Succeed())
+
+	// Creating the rollout approved the canaries.
+	finish(ctx, g, ns, s[0], false)
+	g.Eventually(status(ctx, ns)).Should(And(
+		HaveField("Phase", inplacev1.FleetPhaseWaitingForApproval),
+		HaveField("WaitingForApproval", ptr.To[int32](1)),
+	))
+	st, _ := status(ctx, ns)()
+	progressing := meta.FindStatusCondition(st.Conditions, inplacev1.FleetProgressingCondition)
+	g.Expect(progressing).NotTo(BeNil())
+	g.Expect(progressing.Status).To(Equal(metav1.ConditionFalse))
+	g.Expect(progressing.Reason).To(Equal(inplacev1.FleetReasonWaitingForApproval))
+	g.Expect(progressing.Message).To(ContainSubstring(`kubectl patch fleetrollout %s --type merge -p '{"spec":{"approvedBatch":1}}'`, ns))
+	g.Consistently(versions(ctx, ns, s[1:]...)).WithTimeout(hold).Should(Equal(repeat(from, 2)), "batch 1 waits for its approval")
+
+	// Pause works while waiting; an approval given meanwhile waits for the resume.
+	setPaused(ctx, g, ns, true)
+	g.Eventually(status(ctx, ns)).Should(HaveField("Phase", inplacev1.FleetPhasePaused))
+	approve := []byte(`{"spec":{"approvedBatch":1}}`)
+	g.Expect(c.Patch(ctx, fleetRollout(ns, ns, nil), client.RawPatch(types.MergePatchType, approve))).To(Succeed())
+	g.Consistently(versions(ctx, ns, s[1:]...)).WithTimeout(hold).Should(Equal(repeat(from, 2)), "paused: the approved batch does not start")
+	setPaused(ctx, g, ns, false)
+	g.Eventually(versions(ctx, ns, s[1:]...)).Should(Equal(repeat(target, 2)), "resumed and approved: batch 1 starts")
+	finish(ctx, g, ns, s[1], false)
+	finish(ctx, g, ns, s[2], false)
+	g.Eventually(status(ctx, ns)).Should(And(
+		HaveField("Phase", inplacev1.FleetPhaseCompleted),
+		HaveField("WaitingForApproval", BeNil()),
+	))
+}
+
+// label sets a label on each named Cluster of ns.
+func label(ctx context.Context, g Gomega, ns, key string, values map[string]string) {
+	for name, v := range values {
+		cl := &clusterv1.Cluster{}
+		g.Expect(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cl)).To(Succeed())
+		orig := cl.DeepCopy()
+		cl.Labels[key] = v
+		g.Expect(c.Patch(ctx, cl, client.MergeFrom(orig))).To(Succeed())
+	}
+}
+
+func TestSpreadBySite(t *testing.T) {
+	env.Require(t)
+	g := NewWithT(t)
+	g.SetDefaultEventuallyTimeout(20 * time.Second)
+	ctx := context.Background()
+	ns := uniqueName("spread")
+	s := stores(ctx, g, ns, 4, false)
+	label(ctx, g, ns, "site", map[string]string{s[0]: "lyon", s[1]: "lyon", s[2]: "oslo", s[3]: "oslo"})
+	g.Expect(c.Create(ctx, fleetRollout(ns, ns, func(s *inplacev1.FleetRolloutSpec) {
+		s.Canary = nil
+		s.Strategy.BatchSize = ptr.To(intstr.FromInt32(4))
+		s.Strategy.SpreadBy = &inplacev1.FleetSpread{LabelKey: "site"}
+	}))).To(Succeed())
+
+	g.Eventually(versions(ctx, ns, s...)).Should(Equal([]string{target, from, target, from}), "one store per site")
+	g.Consistently(versions(ctx, ns, s...)).WithTimeout(hold).Should(Equal([]string{target, from, target, from}))
+	st, _ := status(ctx, ns)()
+	g.Expect(st.Batches).To(Equal(int32(1)))
+	finish(ctx, g, ns, s[0], false)
+	g.Eventually(kcpVersion(ctx, ns, s[1])).Should(Equal(target), "lyon's second store starts once its first is done")
+	g.Expect(kcpVersion(ctx, ns, s[3])()).To(Equal(from), "oslo's first store is still updating")
+}
+
+func TestGrowingBatches(t *testing.T) {
+	env.Require(t)
+	g := NewWithT(t)
+	g.SetDefaultEventuallyTimeout(20 * time.Second)
+	ctx := context.Background()
+	ns := uniqueName("growing")
+	s := stores(ctx, g, ns, 4, false)
+	g.Expect(c.Create(ctx, fleetRollout(ns, ns, func(s *inplacev1.FleetRolloutSpec) {
+		s.Canary = nil
+		s.Strategy.BatchSize = nil
+		s.Strategy.BatchSizes = []intstr.IntOrString{intstr.FromInt32(1), intstr.FromString("75%")}
+	}))).To(Succeed())
+
+	g.Eventually(kcpVersion(ctx, ns, s[0])).Should(Equal(target))
+	g.Eventually(status(ctx, ns)).Should(HaveField("Batches", int32(2)))
+	g.Consistently(versions(ctx, ns, s[1:]...)).WithTimeout(hold).Should(Equal(repeat(from, 3)), "batch 1 holds one store")
+	finish(ctx, g, ns, s[0], false)
+	g.Eventually(versions(ctx, ns, s[1:]...)).Should(Equal(repeat(target, 3)), "batch 2 holds 75% of 4: three stores")
+}
+
+func TestAPIRefusesBadHowFastSettings(t *testing.T) {
+	env.Require(t)
+	ctx := context.Background()
+	tests := []struct {
+		name string
+		mod  func(*inplacev1.FleetRolloutSpec)
+		want string
+	}{
+		{"batchSize and batchSizes", func(s *inplacev1.FleetRolloutSpec) {
+			s.Strategy.BatchSizes = []intstr.IntOrString{intstr.FromInt32(1)}
+		}, "set batchSize or batchSizes, not both"},
+		{"a zero batch size", func(s *inplacev1.FleetRolloutSpec) {
+			s.Strategy.BatchSize = nil
+			s.Strategy.BatchSizes = []intstr.IntOrString{intstr.FromInt32(1), intstr.FromString("0%")}
+		}, "each of batchSizes is a count of at least 1 or a percentage from 1% to 100%"},
+		{"a batch size past 100%", func(s *inplacev1.FleetRolloutSpec) {
+			s.Strategy.BatchSize = nil
+			s.Strategy.BatchSizes = []intstr.IntOrString{intstr.FromString("150%")}
+		}, "each of batchSizes is a count of at least 1 or a percentage from 1% to 100%"},
+		{"AfterCanaries without canaries", func(s *inplacev1.FleetRolloutSpec) {
+			s.Canary = nil
+			s.Strategy.Approval = &inplacev1.FleetApproval{Mode: inplacev1.FleetApprovalAfterCanaries}
+		}, "strategy.approval.mode AfterCanaries needs canary"},
+		{"an unknown approval mode", func(s *inplacev1.FleetRolloutSpec) {
+			s.Strategy.Approval = &inplacev1.FleetApproval{Mode: "Sometimes"}
+		}, "spec.strategy.approval.mode"},
+		{"a negative approvedBatch", func(s *inplacev1.FleetRolloutSpec) { s.ApprovedBatch = ptr.To[int32](-1) }, "spec.approvedBatch"},
+		{"a label key that is no label key", func(s *inplacev1.FleetRolloutSpec) {
+			s.Strategy.SpreadBy = &inplacev1.FleetSpread{LabelKey: "site name"}
+		}, "spec.strategy.spreadBy.labelKey"},
+		{"zero Clusters per site", func(s *inplacev1.FleetRolloutSpec) {
+			s.Strategy.SpreadBy = &inplacev1.FleetSpread{LabelKey: "site", MaxConcurrent: -1}
+		}, "spec.strategy.spreadBy.maxConcurrent"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			err := c.Create(ctx, fleetRollout(uniqueName("refused"), "x", tt.mod))
+			g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+			g.Expect(err.Error()).To(ContainSubstring(tt.want))
+		})
+	}
+
+	g := NewWithT(t)
+	fr := fleetRollout(uniqueName("accepted"), "x", func(s *inplacev1.FleetRolloutSpec) {
+		s.Paused = true
+		s.Strategy.BatchSize = nil
+		s.Strategy.BatchSizes = []intstr.IntOrString{intstr.FromInt32(1), intstr.FromInt32(5), intstr.FromString("25%"), intstr.FromString("100%")}
+		s.Strategy.SpreadBy = &inplacev1.FleetSpread{LabelKey: "topology.kubernetes.io/zone"}
+		s.Strategy.Approval = &inplacev1.FleetApproval{Mode: inplacev1.FleetApprovalAfterCanaries}
+		s.ApprovedBatch = ptr.To[int32](0)
+	})
+	g.Expect(c.Create(ctx, fr)).To(Succeed())
+	g.Expect(fr.Spec.Strategy.SpreadBy.MaxConcurrent).To(Equal(int32(1)), "one Cluster per zone by default")
+}

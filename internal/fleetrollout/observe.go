@@ -32,7 +32,7 @@ func (o clusterObjects) topology() bool { return o.Cluster.Spec.Topology.IsDefin
 
 // observe is what the management cluster shows of one Cluster against target.
 func observe(target string, o clusterObjects) rollout.Observation {
-	obs := rollout.Observation{Key: rollout.Key{Namespace: o.Cluster.Namespace, Name: o.Cluster.Name}, Progress: rollout.NotStarted}
+	obs := rollout.Observation{Key: rollout.Key{Namespace: o.Cluster.Namespace, Name: o.Cluster.Name}, Progress: rollout.NotStarted, Labels: o.Cluster.Labels}
 	switch {
 	case o.Namespace == nil || o.Namespace.Labels[inplacev1.NamespaceEnabledLabel] != "true":
 		obs.Blocked = inplacev1.FleetReasonNotGuarded

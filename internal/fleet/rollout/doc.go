@@ -3,9 +3,14 @@
 // shows of each, and the time, Step returns the Clusters to start now and the new
 // status. Canaries go first, then batches; a batch is done when each of its
 // Clusters succeeded, failed or was skipped, and the next starts only if the batch
-// met its success threshold (canaries: every one succeeded); the fleet-wide
-// failure budget, a per-cluster timeout with onTimeout Abort, pause and abort stop
-// further starts while Clusters already updating go on.
+// met its success threshold (canaries: every one succeeded) and, with
+// strategy.approval, once spec.approvedBatch reached it (approval.go); the
+// fleet-wide failure budget, a per-cluster timeout with onTimeout Abort, pause and
+// abort stop further starts while Clusters already updating go on. Batches take
+// strategy.batchSize, or in turn the sizes of strategy.batchSizes (growing
+// batches); strategy.maxConcurrent caps the Clusters updating at once across the
+// fleet and strategy.spreadBy per value of a Cluster label, whose groups the
+// batches are dealt across round-robin (spread.go).
 //
 // Like etcd's raft core it does no I/O and reads no clock. The caller's duties, in
 // order, on every pass:
@@ -26,9 +31,11 @@
 //   - Batches up to Status.CurrentBatch keep their Clusters; later ones are
 //     planned afresh on every pass from the Clusters still Pending, so Clusters
 //     that join or leave the selection move no started batch.
-//   - Halts are derived, never latched: each pass decides them from the spec and
-//     the Clusters' states, so raising maxFailures or lowering successThreshold
-//     lets a halted rollout go on. Abort is final (the API refuses undoing it).
+//   - Halts and waits for approval are derived, never latched: each pass decides
+//     them from the spec and the Clusters' states, so raising maxFailures,
+//     lowering successThreshold or raising approvedBatch lets the rollout go on,
+//     and approving the same batch twice changes nothing. Abort is final (the API
+//     refuses undoing it).
 //
 // Imports: the standard library, api/v1alpha1, apimachinery's meta/v1 and intstr.
 package rollout

@@ -47,10 +47,14 @@ type Observation struct {
 	// Unsupported); BlockedMessage says more. A blocked Cluster not started yet is
 	// skipped.
 	Blocked, BlockedMessage string
+	// Labels are the Cluster's labels; strategy.spreadBy groups Clusters by one.
+	Labels map[string]string
 }
 
 // Input is one pass of the core.
 type Input struct {
+	// Name is the FleetRollout's name, for the commands the status suggests.
+	Name       string
 	Spec       inplacev1.FleetRolloutSpec
 	Generation int64
 	// Status is the status the last pass wrote (zero on the first).
@@ -80,8 +84,9 @@ const (
 
 // Step decides one pass: it folds the observations into the Clusters' states,
 // plans the batches not started yet, moves to the next batch when the current one
-// is done and met its threshold, and starts the current batch's Pending Clusters
-// up to maxConcurrent, unless a halt, pause or abort holds.
+// is done, met its threshold and, with strategy.approval, the next one was
+// approved, and starts the current batch's Pending Clusters up to maxConcurrent
+// and spreadBy's cap per group, unless a halt, pause or abort holds.
 func Step(in Input) Decision {
 	st := *in.Status.DeepCopy()
 	now := metav1.NewTime(in.Now)
@@ -97,7 +102,8 @@ func Step(in Input) Decision {
 	if st.CurrentBatch == nil {
 		assignCanaries(in.Spec, entries)
 	}
-	plan(in.Spec.Strategy, entries, st.CurrentBatch)
+	groups := spreadGroups(in.Spec.Strategy.SpreadBy, in.Clusters)
+	plan(in.Spec.Strategy, entries, st.CurrentBatch, groups)
 
 	var start []Key
 	mayStart := !in.Spec.Abort && !in.Spec.Paused
@@ -114,6 +120,9 @@ func Step(in Input) Decision {
 		}
 		cur := st.CurrentBatch.Index
 		if batchDone(entries, cur) {
+			if _, wait := awaitingApproval(in.Spec, entries, cur); wait {
+				break
+			}
 			next, ok := nextBatch(entries, cur)
 			if !ok {
 				break
@@ -121,23 +130,37 @@ func Step(in Input) Decision {
 			st.CurrentBatch = &inplacev1.FleetBatchStatus{Index: next, Canary: next == 0}
 			continue
 		}
+		updating := func(e *inplacev1.FleetClusterStatus) bool { return e.State == inplacev1.FleetClusterUpdating }
 		free := math.MaxInt
 		if m := in.Spec.Strategy.MaxConcurrent; m != nil {
-			free = int(*m) - count(entries, func(e *inplacev1.FleetClusterStatus) bool { return e.State == inplacev1.FleetClusterUpdating })
+			free = int(*m) - count(entries, updating)
 		}
+		perGroup := map[spreadGroup]int{}
+		for _, e := range entries {
+			if g, ok := groups[keyOf(e)]; ok && updating(e) {
+				perGroup[g]++
+			}
+		}
+		perValue := spreadMax(in.Spec.Strategy.SpreadBy)
 		for _, e := range sortedPending(entries, func(e *inplacev1.FleetClusterStatus) bool { return inBatch(e, cur) }) {
 			if free <= 0 {
 				break
 			}
+			g, spread := groups[keyOf(e)]
+			if spread && perGroup[g] >= perValue {
+				// A later Cluster of another group may start in its place.
+				continue
+			}
 			e.State, e.StartedAt, e.Reason, e.Message = inplacev1.FleetClusterUpdating, now.DeepCopy(), "", ""
 			start = append(start, keyOf(e))
+			perGroup[g]++
 			free--
 		}
 		break
 	}
 
 	st.Clusters = flatten(entries)
-	summarise(in.Spec, in.Generation, &st, now)
+	summarise(in.Name, in.Spec, in.Generation, &st, now)
 	return Decision{Start: start, Status: st, RequeueAfter: nextTimeout(in.Spec.Strategy, st.Clusters, in.Now)}
 }
 
@@ -164,8 +187,9 @@ type Result struct {
 	Reason, Message string
 }
 
-// Record folds the results of Decision.Start's writes into status.
-func Record(spec inplacev1.FleetRolloutSpec, status inplacev1.FleetRolloutStatus, results []Result, now time.Time) inplacev1.FleetRolloutStatus {
+// Record folds the results of Decision.Start's writes into status; name and spec
+// are Input's.
+func Record(name string, spec inplacev1.FleetRolloutSpec, status inplacev1.FleetRolloutStatus, results []Result, now time.Time) inplacev1.FleetRolloutStatus {
 	st := *status.DeepCopy()
 	t := metav1.NewTime(now)
 	byKey := make(map[Key]*inplacev1.FleetClusterStatus, len(st.Clusters))
@@ -185,7 +209,7 @@ func Record(spec inplacev1.FleetRolloutSpec, status inplacev1.FleetRolloutStatus
 			e.State, e.StartedAt = inplacev1.FleetClusterPending, nil
 		}
 	}
-	summarise(spec, st.ObservedGeneration, &st, t)
+	summarise(name, spec, st.ObservedGeneration, &st, t)
 	return st
 }
 
@@ -325,8 +349,9 @@ func assignCanaries(spec inplacev1.FleetRolloutSpec, entries []*inplacev1.FleetC
 }
 
 // plan assigns the Pending Clusters outside the started batches (and the
-// canaries') to the batches after the current one, in the rollout's order.
-func plan(s inplacev1.FleetStrategy, entries []*inplacev1.FleetClusterStatus, cur *inplacev1.FleetBatchStatus) {
+// canaries') to the batches after the current one, in the rollout's order, or
+// with strategy.spreadBy round-robin across its groups (spreadOrder).
+func plan(s inplacev1.FleetStrategy, entries []*inplacev1.FleetClusterStatus, cur *inplacev1.FleetBatchStatus, groups map[Key]spreadGroup) {
 	fixed := int32(0) // the canaries' batch is fixed while it is planned
 	if cur != nil {
 		fixed = cur.Index
@@ -334,17 +359,35 @@ func plan(s inplacev1.FleetStrategy, entries []*inplacev1.FleetClusterStatus, cu
 	free := sortedPending(entries, func(e *inplacev1.FleetClusterStatus) bool {
 		return e.Batch == nil || *e.Batch > fixed
 	})
+	if groups != nil {
+		free = spreadOrder(free, groups)
+	}
 	// A percentage is of every Cluster after the canaries that is or was in a batch.
 	total := len(free) + count(entries, func(e *inplacev1.FleetClusterStatus) bool {
 		return e.Batch != nil && *e.Batch >= 1 && *e.Batch <= fixed
 	})
-	size := batchSize(s.BatchSize, total)
-	for i, e := range free {
-		e.Batch = ptrTo(fixed + 1 + int32(i/size))
+	b, left := fixed+1, sizeOf(s, fixed+1, total)
+	for _, e := range free {
+		if left == 0 {
+			b++
+			left = sizeOf(s, b, total)
+		}
+		e.Batch = ptrTo(b)
+		left--
 	}
 }
 
-// batchSize is the size of every batch after the canaries: a count, or a
+// sizeOf is the size of batch b (1 the first after the canaries): batchSizes'
+// entry for it (past the list's end, its last), or else batchSize.
+func sizeOf(s inplacev1.FleetStrategy, b int32, total int) int {
+	if n := len(s.BatchSizes); n > 0 {
+		i := min(max(int(b)-1, 0), n-1)
+		return batchSize(&s.BatchSizes[i], total)
+	}
+	return batchSize(s.BatchSize, total)
+}
+
+// batchSize is the size of a batch after the canaries: a count, or a
 // percentage of total rounded up; at least 1.
 func batchSize(v *intstr.IntOrString, total int) int {
 	if v == nil {
@@ -405,7 +448,7 @@ func required(v *intstr.IntOrString, c inplacev1.FleetCounts) int32 {
 	return int32(min(n, started))
 }
 
-func summarise(spec inplacev1.FleetRolloutSpec, generation int64, st *inplacev1.FleetRolloutStatus, now metav1.Time) {
+func summarise(name string, spec inplacev1.FleetRolloutSpec, generation int64, st *inplacev1.FleetRolloutStatus, now metav1.Time) {
 	entries := make([]*inplacev1.FleetClusterStatus, len(st.Clusters))
 	for i := range st.Clusters {
 		entries[i] = &st.Clusters[i]
@@ -424,6 +467,7 @@ func summarise(spec inplacev1.FleetRolloutSpec, generation int64, st *inplacev1.
 	st.Batches = batches
 
 	haltReason, haltMessage := "", ""
+	st.WaitingForApproval = nil
 	if cb := st.CurrentBatch; cb != nil {
 		cb.Counts = batchCounts(entries, cb.Index)
 		if cb.Index == 0 {
@@ -438,6 +482,9 @@ func summarise(spec inplacev1.FleetRolloutSpec, generation int64, st *inplacev1.
 			}
 		}
 		haltReason, haltMessage = halt(spec, entries, cb.Index)
+		if next, wait := awaitingApproval(spec, entries, cb.Index); wait && haltReason == "" && !spec.Abort {
+			st.WaitingForApproval = ptrTo(next)
+		}
 	} else if r, m := halt(spec, entries, -1); r == inplacev1.FleetHaltFailureBudget || r == inplacev1.FleetHaltTimeout {
 		haltReason, haltMessage = r, m
 	}
@@ -452,6 +499,8 @@ func summarise(spec inplacev1.FleetRolloutSpec, generation int64, st *inplacev1.
 		st.Phase = inplacev1.FleetPhaseHalted
 	case spec.Paused:
 		st.Phase = inplacev1.FleetPhasePaused
+	case st.WaitingForApproval != nil:
+		st.Phase = inplacev1.FleetPhaseWaitingForApproval
 	default:
 		st.Phase = inplacev1.FleetPhaseProgressing
 	}
@@ -470,6 +519,10 @@ func summarise(spec inplacev1.FleetRolloutSpec, generation int64, st *inplacev1.
 	case inplacev1.FleetPhasePaused:
 		reason = inplacev1.FleetReasonPaused
 		msg = fmt.Sprintf("%d Clusters still updating", st.Counts.Updating)
+	case inplacev1.FleetPhaseWaitingForApproval:
+		reason = inplacev1.FleetReasonWaitingForApproval
+		b := *st.WaitingForApproval
+		msg = fmt.Sprintf(`batch %d waits for approval: kubectl patch fleetrollout %s --type merge -p '{"spec":{"approvedBatch":%d}}'`, b, name, b)
 	default:
 		if st.CurrentBatch != nil {
 			msg = fmt.Sprintf("batch %d of %d", st.CurrentBatch.Index, st.Batches)

@@ -21,10 +21,12 @@ type fleet struct {
 	blocked  map[Key]string
 	refuse   map[Key]string
 	fail     map[Key]bool // the write fails for now (NotWritten)
+	labels   map[Key]map[string]string
 }
 
 func newFleet(names ...string) *fleet {
-	f := &fleet{progress: map[Key]Progress{}, reason: map[Key]string{}, blocked: map[Key]string{}, refuse: map[Key]string{}, fail: map[Key]bool{}}
+	f := &fleet{progress: map[Key]Progress{}, reason: map[Key]string{}, blocked: map[Key]string{}, refuse: map[Key]string{}, fail: map[Key]bool{},
+		labels: map[Key]map[string]string{}}
 	for _, n := range names {
 		f.progress[key(n)] = NotStarted
 	}
@@ -43,7 +45,7 @@ func key(s string) Key {
 func (f *fleet) observations() []Observation {
 	var out []Observation
 	for k, p := range f.progress {
-		out = append(out, Observation{Key: k, Progress: p, Reason: f.reason[k], Message: f.reason[k], Blocked: f.blocked[k], BlockedMessage: f.blocked[k]})
+		out = append(out, Observation{Key: k, Progress: p, Reason: f.reason[k], Message: f.reason[k], Blocked: f.blocked[k], BlockedMessage: f.blocked[k], Labels: f.labels[k]})
 	}
 	return out
 }
@@ -87,7 +89,7 @@ func run(t *testing.T, spec inplacev1.FleetRolloutSpec, f *fleet, steps []step) 
 		if s.spec != nil {
 			s.spec(&spec)
 		}
-		d := Step(Input{Spec: spec, Generation: 1, Status: st, Clusters: f.observations(), Now: now})
+		d := Step(Input{Name: "stores", Spec: spec, Generation: 1, Status: st, Clusters: f.observations(), Now: now})
 		var started []string
 		var results []Result
 		for _, k := range d.Start {
@@ -102,7 +104,7 @@ func run(t *testing.T, spec inplacev1.FleetRolloutSpec, f *fleet, steps []step) 
 				results = append(results, Result{Key: k, Outcome: Written})
 			}
 		}
-		recorded := Record(spec, d.Status, results, now)
+		recorded := Record("stores", spec, d.Status, results, now)
 		if !s.lose {
 			st = recorded
 		}
@@ -520,4 +522,284 @@ func TestBatchSizeAndRequired(t *testing.T) {
 	g.Expect(required(nil, c)).To(Equal(int32(10)), "100% of the started, skipped ones left out")
 	g.Expect(required(ptr.To(intstr.FromString("75%")), c)).To(Equal(int32(8)))
 	g.Expect(required(ptr.To(intstr.FromInt32(50)), c)).To(Equal(int32(10)), "a count is capped at the started Clusters")
+}
+
+func approval(mode inplacev1.FleetApprovalMode) func(*inplacev1.FleetRolloutSpec) {
+	return func(s *inplacev1.FleetRolloutSpec) { s.Strategy.Approval = &inplacev1.FleetApproval{Mode: mode} }
+}
+
+func approve(b int32) func(*inplacev1.FleetRolloutSpec) {
+	return func(s *inplacev1.FleetRolloutSpec) { s.ApprovedBatch = ptr.To(b) }
+}
+
+// waitsFor checks that the rollout waits for the approval of batch b, and says how.
+func waitsFor(b int32) func(Gomega, inplacev1.FleetRolloutStatus, Decision) {
+	return func(g Gomega, st inplacev1.FleetRolloutStatus, _ Decision) {
+		g.Expect(st.WaitingForApproval).To(Equal(ptr.To(b)))
+		p := condition(st, inplacev1.FleetProgressingCondition)
+		g.Expect(p.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(p.Reason).To(Equal(inplacev1.FleetReasonWaitingForApproval))
+		g.Expect(p.Message).To(ContainSubstring(`kubectl patch fleetrollout stores --type merge -p '{"spec":{"approvedBatch":%d}}'`, b))
+	}
+}
+
+func notWaiting(g Gomega, st inplacev1.FleetRolloutStatus, _ Decision) {
+	g.Expect(st.WaitingForApproval).To(BeNil())
+}
+
+func TestApproval(t *testing.T) {
+	five := []string{"s1", "s2", "s3", "s4", "s5"}
+	tests := []struct {
+		name  string
+		spec  inplacev1.FleetRolloutSpec
+		fleet *fleet
+		steps []step
+	}{
+		{
+			name:  "every batch: the canaries start at once, each later batch waits for approvedBatch to reach it",
+			spec:  spec(batches(intstr.FromInt32(2), canary(1), approval(inplacev1.FleetApprovalEveryBatch))),
+			fleet: newFleet(five...),
+			steps: []step{
+				{wantStart: []string{"s1"}, wantPhase: inplacev1.FleetPhaseProgressing, check: notWaiting},
+				{set: map[string]Progress{"s1": Reached}, wantStart: nil, wantPhase: inplacev1.FleetPhaseWaitingForApproval, check: func(g Gomega, st inplacev1.FleetRolloutStatus, d Decision) {
+					waitsFor(1)(g, st, d)
+					g.Expect(st.CurrentBatch.Index).To(Equal(int32(0)), "the current batch stays the finished one")
+				}},
+				{advance: time.Hour, wantStart: nil, wantPhase: inplacev1.FleetPhaseWaitingForApproval, check: waitsFor(1)},
+				{spec: approve(1), wantStart: []string{"s2", "s3"}, wantPhase: inplacev1.FleetPhaseProgressing, check: notWaiting},
+				// Approving the same batch again changes nothing.
+				{spec: approve(1), set: map[string]Progress{"s2": Reached}, wantStart: nil, wantPhase: inplacev1.FleetPhaseProgressing},
+				{set: map[string]Progress{"s3": Reached}, wantStart: nil, wantPhase: inplacev1.FleetPhaseWaitingForApproval, check: waitsFor(2)},
+				{spec: approve(2), wantStart: []string{"s4", "s5"}},
+				{set: map[string]Progress{"s4": Reached, "s5": Reached}, wantStart: nil, wantPhase: inplacev1.FleetPhaseCompleted, check: notWaiting},
+			},
+		},
+		{
+			name:  "every batch without canaries: the first batch needs no approval",
+			spec:  spec(batches(intstr.FromInt32(2), approval(inplacev1.FleetApprovalEveryBatch))),
+			fleet: newFleet("s1", "s2", "s3"),
+			steps: []step{
+				{wantStart: []string{"s1", "s2"}},
+				{set: map[string]Progress{"s1": Reached, "s2": Reached}, wantStart: nil, wantPhase: inplacev1.FleetPhaseWaitingForApproval, check: waitsFor(2)},
+			},
+		},
+		{
+			name:  "after canaries: one wait, then the batches follow each other",
+			spec:  spec(batches(intstr.FromInt32(2), canary(1), approval(inplacev1.FleetApprovalAfterCanaries))),
+			fleet: newFleet(five...),
+			steps: []step{
+				{wantStart: []string{"s1"}},
+				{set: map[string]Progress{"s1": Reached}, wantStart: nil, check: waitsFor(1)},
+				{spec: approve(1), wantStart: []string{"s2", "s3"}},
+				{set: map[string]Progress{"s2": Reached, "s3": Reached}, wantStart: []string{"s4", "s5"}, check: notWaiting},
+			},
+		},
+		{
+			name:  "approved ahead: no wait",
+			spec:  spec(batches(intstr.FromInt32(2), canary(1), approval(inplacev1.FleetApprovalEveryBatch), approve(5))),
+			fleet: newFleet(five...),
+			steps: []step{
+				{wantStart: []string{"s1"}},
+				{set: map[string]Progress{"s1": Reached}, wantStart: []string{"s2", "s3"}, check: notWaiting},
+			},
+		},
+		{
+			name:  "lowering approvedBatch withdraws the approval of batches not started; started ones go on",
+			spec:  spec(batches(intstr.FromInt32(2), canary(1), approval(inplacev1.FleetApprovalEveryBatch), approve(2))),
+			fleet: newFleet(five...),
+			steps: []step{
+				{wantStart: []string{"s1"}},
+				{set: map[string]Progress{"s1": Reached}, wantStart: []string{"s2", "s3"}},
+				{spec: approve(1), set: map[string]Progress{"s2": Reached}, wantStart: nil, wantPhase: inplacev1.FleetPhaseProgressing},
+				{set: map[string]Progress{"s3": Reached}, wantStart: nil, check: waitsFor(2)},
+			},
+		},
+		{
+			name:  "pause and abort work while waiting",
+			spec:  spec(batches(intstr.FromInt32(2), canary(1), approval(inplacev1.FleetApprovalEveryBatch))),
+			fleet: newFleet(five...),
+			steps: []step{
+				{wantStart: []string{"s1"}},
+				{set: map[string]Progress{"s1": Reached}, wantStart: nil, check: waitsFor(1)},
+				{spec: func(s *inplacev1.FleetRolloutSpec) { s.Paused = true }, wantStart: nil, wantPhase: inplacev1.FleetPhasePaused},
+				// Approved while paused: still nothing starts until resumed.
+				{spec: approve(1), wantStart: nil, wantPhase: inplacev1.FleetPhasePaused},
+				{spec: func(s *inplacev1.FleetRolloutSpec) { s.Paused, s.ApprovedBatch = false, nil }, wantStart: nil, check: waitsFor(1)},
+				{spec: func(s *inplacev1.FleetRolloutSpec) { s.Abort = true }, wantStart: nil, wantPhase: inplacev1.FleetPhaseAborted, check: func(g Gomega, st inplacev1.FleetRolloutStatus, d Decision) {
+					notWaiting(g, st, d)
+					g.Expect(st.Counts).To(Equal(inplacev1.FleetCounts{Total: 5, Succeeded: 1, Skipped: 4}))
+				}},
+			},
+		},
+		{
+			name:  "Clusters that left the selection are not waited for",
+			spec:  spec(batches(intstr.FromInt32(1), approval(inplacev1.FleetApprovalEveryBatch))),
+			fleet: newFleet("s1", "s2", "s3"),
+			steps: []step{
+				{wantStart: []string{"s1"}},
+				{remove: []string{"s2"}, set: map[string]Progress{"s1": Reached}, wantStart: nil, check: waitsFor(2)},
+				{remove: []string{"s3"}, wantStart: nil, wantPhase: inplacev1.FleetPhaseCompleted, check: notWaiting},
+			},
+		},
+		{
+			name: "a halt wins over a wait: the missed threshold is what the operator must see",
+			spec: spec(batches(intstr.FromInt32(2), approval(inplacev1.FleetApprovalEveryBatch), func(s *inplacev1.FleetRolloutSpec) {
+				s.Strategy.MaxFailures = ptr.To(int32(5))
+			})),
+			fleet: newFleet("s1", "s2", "s3"),
+			steps: []step{
+				{wantStart: []string{"s1", "s2"}},
+				{failed: map[string]string{"s1": inplacev1.FleetReasonMachineFailed}, set: map[string]Progress{"s2": Reached}, wantStart: nil,
+					wantPhase: inplacev1.FleetPhaseHalted, wantHalt: inplacev1.FleetHaltSuccessThreshold, check: notWaiting},
+				{spec: approve(2), wantStart: nil, wantPhase: inplacev1.FleetPhaseHalted, wantHalt: inplacev1.FleetHaltSuccessThreshold},
+				{spec: func(s *inplacev1.FleetRolloutSpec) { s.Strategy.SuccessThreshold = ptr.To(intstr.FromString("50%")) }, wantStart: []string{"s3"}},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			run(t, tt.spec, tt.fleet, tt.steps)
+		})
+	}
+}
+
+func spreadBy(key string, perValue int32) func(*inplacev1.FleetRolloutSpec) {
+	return func(s *inplacev1.FleetRolloutSpec) {
+		s.Strategy.SpreadBy = &inplacev1.FleetSpread{LabelKey: key, MaxConcurrent: perValue}
+	}
+}
+
+// sites labels Clusters by site: name -> site; "-" leaves the label off.
+func sites(f *fleet, bySite map[string]string) *fleet {
+	for n, site := range bySite {
+		if site != "-" {
+			f.labels[key(n)] = map[string]string{"site": site, "fleet": "stores"}
+		} else {
+			f.labels[key(n)] = map[string]string{"fleet": "stores"}
+		}
+	}
+	return f
+}
+
+func batchOf(g Gomega, st inplacev1.FleetRolloutStatus) map[string]int32 {
+	out := map[string]int32{}
+	for _, e := range st.Clusters {
+		g.Expect(e.Batch).NotTo(BeNil(), e.Name)
+		out[e.Name] = *e.Batch
+	}
+	return out
+}
+
+func TestSpreadBy(t *testing.T) {
+	tests := []struct {
+		name  string
+		spec  inplacev1.FleetRolloutSpec
+		fleet *fleet
+		steps []step
+	}{
+		{
+			name: "one Cluster per site at once; Clusters without the label are one group; an empty value is a value",
+			spec: spec(batches(intstr.FromInt32(7), spreadBy("site", 1))),
+			fleet: sites(newFleet("s1", "s2", "s3", "s4", "s5", "s6", "s7"),
+				map[string]string{"s1": "a", "s2": "a", "s3": "b", "s4": "b", "s5": "-", "s6": "-", "s7": ""}),
+			steps: []step{
+				{wantStart: []string{"s1", "s3", "s5", "s7"}},
+				{wantStart: nil},
+				{set: map[string]Progress{"s1": Reached, "s5": Reached}, wantStart: []string{"s2", "s6"}},
+				{set: map[string]Progress{"s3": Reached}, wantStart: []string{"s4"}},
+			},
+		},
+		{
+			name:  "two per site",
+			spec:  spec(batches(intstr.FromInt32(5), spreadBy("site", 2))),
+			fleet: sites(newFleet("s1", "s2", "s3", "s4", "s5"), map[string]string{"s1": "a", "s2": "a", "s3": "a", "s4": "b", "s5": "b"}),
+			steps: []step{
+				{wantStart: []string{"s1", "s2", "s4", "s5"}},
+				{set: map[string]Progress{"s2": Reached}, wantStart: []string{"s3"}},
+			},
+		},
+		{
+			name: "the fleet-wide cap still holds",
+			spec: spec(batches(intstr.FromInt32(4), spreadBy("site", 1), func(s *inplacev1.FleetRolloutSpec) {
+				s.Strategy.MaxConcurrent = ptr.To(int32(2))
+			})),
+			fleet: sites(newFleet("s1", "s2", "s3", "s4"), map[string]string{"s1": "a", "s2": "b", "s3": "c", "s4": "d"}),
+			steps: []step{
+				{wantStart: []string{"s1", "s2"}},
+				{set: map[string]Progress{"s1": Reached}, wantStart: []string{"s3"}},
+			},
+		},
+		{
+			name:  "batches are dealt round-robin across sites",
+			spec:  spec(batches(intstr.FromInt32(2), spreadBy("site", 1))),
+			fleet: sites(newFleet("s1", "s2", "s3", "s4", "s5"), map[string]string{"s1": "a", "s2": "a", "s3": "a", "s4": "b", "s5": "b"}),
+			steps: []step{
+				{wantStart: []string{"s1", "s4"}, check: func(g Gomega, st inplacev1.FleetRolloutStatus, _ Decision) {
+					g.Expect(batchOf(g, st)).To(Equal(map[string]int32{"s1": 1, "s4": 1, "s2": 2, "s5": 2, "s3": 3}))
+				}},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			run(t, tt.spec, tt.fleet, tt.steps)
+		})
+	}
+}
+
+func TestBatchSizes(t *testing.T) {
+	ten := []string{"s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9"}
+	growing := func(v ...intstr.IntOrString) func(*inplacev1.FleetRolloutSpec) {
+		return func(s *inplacev1.FleetRolloutSpec) { s.Strategy.BatchSizes = v }
+	}
+	tests := []struct {
+		name  string
+		spec  inplacev1.FleetRolloutSpec
+		fleet *fleet
+		steps []step
+	}{
+		{
+			name:  "growing sizes, the last one repeated",
+			spec:  spec(growing(intstr.FromInt32(1), intstr.FromInt32(2), intstr.FromString("30%"))),
+			fleet: newFleet(ten...),
+			steps: []step{
+				{wantStart: []string{"s0"}, check: func(g Gomega, st inplacev1.FleetRolloutStatus, _ Decision) {
+					g.Expect(batchOf(g, st)).To(Equal(map[string]int32{
+						"s0": 1, "s1": 2, "s2": 2, "s3": 3, "s4": 3, "s5": 3, "s6": 4, "s7": 4, "s8": 4, "s9": 5}))
+					g.Expect(st.Batches).To(Equal(int32(5)))
+				}},
+				{set: map[string]Progress{"s0": Reached}, wantStart: []string{"s1", "s2"}},
+			},
+		},
+		{
+			name: "canaries come first; sizes count from batch 1 and percentages of the Clusters after the canaries",
+			spec: spec(func(s *inplacev1.FleetRolloutSpec) {
+				growing(intstr.FromInt32(2), intstr.FromString("50%"))(s)
+				canary(2)(s)
+			}),
+			fleet: newFleet(ten...),
+			steps: []step{
+				{wantStart: []string{"s0", "s1"}, check: func(g Gomega, st inplacev1.FleetRolloutStatus, _ Decision) {
+					g.Expect(batchOf(g, st)).To(Equal(map[string]int32{
+						"s0": 0, "s1": 0, "s2": 1, "s3": 1, "s4": 2, "s5": 2, "s6": 2, "s7": 2, "s8": 3, "s9": 3}))
+				}},
+			},
+		},
+		{
+			name:  "Clusters that join later take the sizes of the batches they land in",
+			spec:  spec(growing(intstr.FromInt32(1), intstr.FromInt32(3))),
+			fleet: newFleet("s1", "s2"),
+			steps: []step{
+				{wantStart: []string{"s1"}},
+				{add: []string{"s0", "s3", "s4", "s5"}, wantStart: nil, check: func(g Gomega, st inplacev1.FleetRolloutStatus, _ Decision) {
+					g.Expect(batchOf(g, st)).To(Equal(map[string]int32{"s1": 1, "s0": 2, "s2": 2, "s3": 2, "s4": 3, "s5": 3}))
+				}},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			run(t, tt.spec, tt.fleet, tt.steps)
+		})
+	}
 }
