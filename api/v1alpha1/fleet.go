@@ -31,6 +31,12 @@ const (
 	// the whole Cluster: "Mon-Fri 22:00-04:00 Europe/Berlin; Sat,Sun 00:00-24:00 UTC"
 	// (internal/fleet.ParseWindows). Node updates start only inside an open window.
 	MaintenanceWindowsAnnotation = GroupName + "/maintenance-windows"
+
+	// DownloadWindowsAnnotation overrides the policy's download windows for the
+	// whole Cluster, in the syntax of MaintenanceWindowsAnnotation: a node update
+	// that a closed maintenance window holds begins staging only inside one
+	// ("" or absent from both: any time).
+	DownloadWindowsAnnotation = GroupName + "/download-windows"
 )
 
 // FleetStateAnnotation on a Cluster holds the coordinator's fleet record as JSON

@@ -28,8 +28,11 @@
 // Fleet controls (fleet.go, pure core internal/fleet) run after Decide and before
 // cordon: retry and cancel requests on the Machine, resume on the Cluster, and for
 // an update not yet started the failure budget, maintenance windows and soak; a
-// held update answers in progress and touches nothing. Their record (failures,
-// last finished node, measured durations) is the Cluster's fleet-state annotation.
+// held update answers in progress and touches nothing, except that one a closed
+// maintenance window holds has its plan staged meanwhile (stageahead.go: fetched
+// and verified beside what the node runs, no cordon), within the pool's download
+// windows. Their record (failures, last finished node, measured durations) is the
+// Cluster's fleet-state annotation.
 //
 // Invariants:
 //   - No state lives only in memory: the plan hash is a pure function of the desired

@@ -95,7 +95,8 @@ func (c *Coordinator) fleetCheck(ctx context.Context, s *scope, o Observation, d
 }
 
 // gateStart holds an update that has not started (nothing cordoned yet) while its
-// pool's budget is spent, its window is closed or the previous node soaks.
+// pool's budget is spent, its window is closed or the previous node soaks. An
+// update held by a closed window stages its plan meanwhile (stageAhead).
 func (c *Coordinator) gateStart(ctx context.Context, s *scope) (Outcome, bool) {
 	pool := c.fleetPool(s)
 	st, stErr := fleet.Decode(s.cluster.Annotations[inplacev1.FleetStateAnnotation])
@@ -147,6 +148,9 @@ func (c *Coordinator) gateStart(ctx context.Context, s *scope) (Outcome, bool) {
 	}
 	c.setFleetCondition(ctx, s, reason, event, hold.Message)
 	c.countHold(string(hold.Reason))
+	if hold.Reason == fleet.HoldWindowClosed {
+		return c.stageAhead(ctx, s, pool, hold), true
+	}
 	return inProgress(int32(hold.RetryAfter/time.Second), stepMsg(stepAgent, "%s", hold.Message)), true
 }
 

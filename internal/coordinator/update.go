@@ -44,6 +44,9 @@ type scope struct {
 	drainBlocker string // the PDB that refused an eviction in this call (metrics.go)
 	// pastDeadline is the phase whose deadline the update passed (watchdog.go).
 	pastDeadline UpdatePhase
+	// stagingAhead: a closed maintenance window holds the update and this call
+	// asked for, or waited on, its staging (stageAhead).
+	stagingAhead bool
 }
 
 func (c *Coordinator) update(ctx context.Context, desired desiredObjects) Outcome {
@@ -88,6 +91,13 @@ func (c *Coordinator) act(ctx context.Context, s *scope) (out Outcome) {
 		}
 	}
 	if out, held := c.fleetCheck(ctx, s, o, d); held {
+		if s.stagingAhead && w.Write {
+			// Staging ahead of the window is timed as any staging, so that a stalled
+			// download fails before the window opens. Once staged the update is in
+			// no timed phase (phaseOf: draining, which has no deadline of its own):
+			// waiting for the window is not staging.
+			c.recordPhase(ctx, s, w.Record)
+		}
 		return out
 	}
 	mark(ctx, "fleet")

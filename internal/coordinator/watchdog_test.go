@@ -61,6 +61,9 @@ func TestWatch(t *testing.T) {
 	tests = append(tests, []watchCase{
 		{name: "draining has no deadline of its own (the drain timeout answers)",
 			in: WatchInput{Now: t0.Add(100 * time.Hour), Reachable: true, Plan: "h1", Phase: UpdatePhaseDraining, Record: rec(UpdatePhaseDraining, t0)}},
+		{name: "staged ahead of a closed window: waiting for it is not staging, however long",
+			in:    WatchInput{Now: t0.Add(72 * time.Hour), Reachable: true, Plan: "h1", Phase: UpdatePhaseDraining, Record: rec(UpdatePhaseStaging, t0)},
+			write: true, wantSince: t0.Add(72 * time.Hour)},
 		{name: "a new phase is dated when seen",
 			in:    WatchInput{Now: t0.Add(2 * time.Hour), Reachable: true, Plan: "h1", Phase: UpdatePhaseRebooting, Record: rec(UpdatePhaseApplying, t0.Add(time.Minute))},
 			write: true, wantSince: t0.Add(2 * time.Hour)},

@@ -15,6 +15,9 @@ type Pool struct {
 	Budget Budget
 	// Windows are the pool's maintenance windows; empty: always open.
 	Windows Schedule
+	// DownloadWindows are when a node update held by a closed maintenance window
+	// may begin staging (downloading and verifying) ahead of it; empty: any time.
+	DownloadWindows Schedule
 	// Soak is how long a finished node must stay healthy before the next starts.
 	Soak time.Duration
 	// ExpectedDuration is the expected update length before one was measured.

@@ -17,6 +17,7 @@ import (
 //	    matchLabels: {cluster.x-k8s.io/deployment-name: md-0}
 //	  failureBudget: 1
 //	  maintenanceWindows: ["Mon-Fri 22:00-04:00 Europe/Berlin"]
+//	  downloadWindows: ["Mon-Fri 01:00-05:00 Europe/Berlin"]
 //	  soakSeconds: 300
 //
 // A Machine gets the first entry that selects it; Machines no entry selects get
@@ -35,6 +36,14 @@ type FleetPoolConfig struct {
 	// the expected duration ends before it closes. Empty: always open. A Cluster's
 	// inplace.capi-inplace.dev/maintenance-windows annotation overrides them.
 	MaintenanceWindows []string `json:"maintenanceWindows,omitempty"`
+	// DownloadWindows, in the syntax of MaintenanceWindows, are when a node update
+	// that a closed maintenance window holds may begin staging its artifacts
+	// (downloads, verified by digest; nothing on the node changes), so that the
+	// maintenance window is spent on the switch alone. Empty: staging ahead may
+	// begin any time. Inside an open maintenance window an update stages what is
+	// still missing whatever these say. A Cluster's
+	// inplace.capi-inplace.dev/download-windows annotation overrides them.
+	DownloadWindows []string `json:"downloadWindows,omitempty"`
 	// SoakSeconds is how long the pool's last updated node must stay Ready before
 	// the next node starts; 0: no soak.
 	SoakSeconds int32 `json:"soakSeconds,omitempty"`
@@ -75,6 +84,13 @@ func compileFleet(cfg []FleetPoolConfig) (pools []fleetPool, errs []error) {
 				errs = append(errs, fmt.Errorf("%s.maintenanceWindows[%d]: %w", field, j, err))
 			}
 			fp.Windows = append(fp.Windows, s...)
+		}
+		for j, w := range fc.DownloadWindows {
+			s, err := fleet.ParseWindows(w)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s.downloadWindows[%d]: %w", field, j, err))
+			}
+			fp.DownloadWindows = append(fp.DownloadWindows, s...)
 		}
 		if fc.SoakSeconds < 0 || fc.ExpectedDurationSeconds < 0 {
 			errs = append(errs, fmt.Errorf("%s: soakSeconds and expectedDurationSeconds must not be negative", field))

@@ -18,6 +18,7 @@ fleet:
     matchLabels: {cluster.x-k8s.io/deployment-name: md-0}
   failureBudget: 2
   maintenanceWindows: ["Mon-Fri 22:00-04:00 Europe/Berlin", "Sat,Sun 00:00-24:00 Europe/Berlin", "cron 0 2 * * Sun 4h UTC"]
+  downloadWindows: ["Mon-Fri 00:00-06:00 Europe/Berlin"]
   soakSeconds: 300
   expectedDurationSeconds: 900
 - name: everything-else
@@ -32,6 +33,7 @@ func TestFleetPools(t *testing.T) {
 	g.Expect(md0.Name).To(Equal("edge-workers"))
 	g.Expect(md0.Budget).To(Equal(fleet.Budget(2)))
 	g.Expect(md0.Windows).To(HaveLen(3))
+	g.Expect(md0.DownloadWindows).To(HaveLen(1))
 	g.Expect(md0.Soak).To(Equal(5 * time.Minute))
 	g.Expect(md0.ExpectedDuration).To(Equal(15 * time.Minute))
 
@@ -39,6 +41,7 @@ func TestFleetPools(t *testing.T) {
 	g.Expect(other.Name).To(Equal("everything-else"))
 	g.Expect(other.Budget).To(Equal(fleet.Budget(0)), "0 disables the budget")
 	g.Expect(other.ExpectedDuration).To(Equal(fleet.DefaultExpectedDuration))
+	g.Expect(other.DownloadWindows).To(BeEmpty(), "none: staging ahead may begin any time")
 
 	none, err := Parse([]byte("{}"))
 	g.Expect(err).NotTo(HaveOccurred())
@@ -52,6 +55,7 @@ func TestFleetValidation(t *testing.T) {
 		{"fleet: [{name: a, failureBudget: -1}]", "fleet[0].failureBudget -1 is negative"},
 		{"fleet: [{name: a, maintenanceWindows: ['Mon 22:00 UTC']}]", "fleet[0].maintenanceWindows[0]: invalid maintenance window"},
 		{"fleet: [{name: a, maintenanceWindows: ['cron 0 22 * * * 6h']}]", `fleet[0].maintenanceWindows[0]: invalid maintenance window "cron 0 22 * * * 6h"`},
+		{"fleet: [{name: a, downloadWindows: ['Mon-Fri 01:00-05:00']}]", "fleet[0].downloadWindows[0]: invalid maintenance window"},
 		{"fleet: [{name: a, soakSeconds: -5}]", "must not be negative"},
 		{"fleet: [{name: a, cluster: nope}]", `fleet[0].cluster "nope"`},
 	} {
