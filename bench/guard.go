@@ -84,7 +84,8 @@ func MeasureGuard(ctx context.Context, env *Env, rate float64, duration time.Dur
 	if err != nil {
 		return GuardMeasure{}, err
 	}
-	opts := guard.Options{Reader: reader, Planner: pl, Policy: pol, Recorder: discardEvents{}}
+	// The fixture's KubeadmConfigs reference no Secret: none is read.
+	opts := guard.Options{Reader: reader, Secrets: admin, Planner: pl, Policy: pol, Recorder: discardEvents{}}
 	h, err := guard.NewHandler(opts)
 	if err != nil {
 		return GuardMeasure{}, err

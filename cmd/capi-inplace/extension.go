@@ -199,7 +199,7 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 		return fmt.Errorf("add coordinator: %w", err)
 	}
 
-	handlers, err := extension.NewHandlers(extension.Options{Policy: pol, Updater: updater, Metrics: metrics, UpgradePlans: extension.NewUpgradePlanReader(direct)})
+	handlers, err := extension.NewHandlers(extension.Options{Policy: pol, Updater: updater, Metrics: metrics, UpgradePlans: extension.NewUpgradePlanReader(direct), Secrets: secrets})
 	if err != nil {
 		return err
 	}
@@ -248,8 +248,12 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 	}
 	// The in-place-only guard, on the same admission server as the hold webhook. It
 	// reads through the manager's cache (typed and unstructured): it answers every
-	// spec write of an opted-in Cluster's objects within its latency budget.
-	if err := setupGuard(mgr, admission, pol, guardOptions(o)); err != nil {
+	// spec write of an opted-in Cluster's objects within its latency budget. It
+	// counts the Secrets a write's KubeadmConfigs reference through the hooks' own
+	// bounded Secret cache, by the hooks' rule.
+	gopts := guardOptions(o)
+	gopts.Secrets = secrets
+	if err := setupGuard(mgr, admission, pol, gopts); err != nil {
 		return err
 	}
 	// Its registration follows the infrastructure providers installed (leader-elected).

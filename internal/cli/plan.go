@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -124,7 +125,9 @@ func (o *planOptions) run(ctx context.Context, out io.Writer, in io.Reader, clus
 	// A ClusterClass naming the extension's GenerateUpgradePlan hook (shipped
 	// ExtensionConfig name capi-inplace) is planned with the hook's own plan, as the
 	// guard does: the first step of a chained upgrade.
-	g := preview.Gatherer{Reader: c, Upgrades: &preview.ChainedUpgrades{Planner: pl, Extension: planner.UpgradePlanHandler + ".capi-inplace"}}
+	// The Secrets the KubeadmConfigs reference are counted as the hooks count them;
+	// a user who may not read Secrets gets a note instead.
+	g := preview.Gatherer{Reader: c, Upgrades: &preview.ChainedUpgrades{Planner: pl, Extension: planner.UpgradePlanHandler + ".capi-inplace"}, Secrets: c, SecretsOptional: true}
 	live, notes, err := g.Gather(ctx, namespace, cluster)
 	if err != nil {
 		return err
@@ -222,7 +225,8 @@ func (o *planOptions) connect(change []*unstructured.Unstructured) (client.Reade
 		}
 	}
 	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clusterv1.AddToScheme, controlplanev1.AddToScheme} {
+	// Secrets (corev1): the ones the KubeadmConfigs reference are counted.
+	for _, add := range []func(*runtime.Scheme) error{clusterv1.AddToScheme, controlplanev1.AddToScheme, corev1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			return nil, "", fmt.Errorf("scheme: %w", err)
 		}

@@ -186,6 +186,58 @@ spec: {template: {spec: {infrastructureRef: {apiGroup: infrastructure.cluster.x-
 		g.Expect(out).To(ContainSubstring("demo-md-0-v1-0, demo-md-0-v1-1: in place (MachineDeployment: CanUpdateMachineSet)\n  + KubeadmConfigTemplate spec.template.spec.files:"))
 	})
 
+	// Three Secrets of 1 MiB: over the 2 MiB budget of referenced Secrets together.
+	for i := range 3 {
+		g.Expect(admin.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: fx.Namespace, Name: fmt.Sprintf("big-%d", i)},
+			Data: map[string][]byte{"f": bytes.Repeat([]byte("x"), 1<<20)}})).To(Succeed())
+	}
+	fromSecrets := func(name string, secrets ...string) string {
+		// The fixture's worker configuration (as in files.yaml), plus files from secrets.
+		doc := "apiVersion: bootstrap.cluster.x-k8s.io/v1beta2\nkind: KubeadmConfigTemplate\nmetadata: {name: " + name + ", namespace: fleet}\nspec:\n  template:\n    spec:\n" +
+			"      joinConfiguration: {nodeRegistration: {kubeletExtraArgs: [{name: eviction-hard, value: \"nodefs.available<0%\"}]}}\n" +
+			"      files:\n      - {path: /etc/motd, content: \"worker\\n\"}\n"
+		for i, sec := range secrets {
+			doc += fmt.Sprintf("      - {path: /etc/big-%d, contentFrom: {secret: {name: %s, key: f}}}\n", i, sec)
+		}
+		return file(name+".yaml", doc+"---\napiVersion: cluster.x-k8s.io/v1beta2\nkind: MachineDeployment\nmetadata: {name: demo-md-0, namespace: fleet}\n"+
+			"spec:\n  template:\n    spec:\n      bootstrap:\n        configRef: {apiGroup: bootstrap.cluster.x-k8s.io, kind: KubeadmConfigTemplate, name: "+name+"}\n")
+	}
+
+	t.Run("files from Secrets over the budget: workers replaced with the budget and the Secrets, exit 2", func(t *testing.T) {
+		g := NewWithT(t)
+		out, err := run("demo", "-n", "fleet", "-f", fromSecrets("demo-md-0-big", "big-0", "big-1", "big-2"))
+		g.Expect(ExitCode(err)).To(Equal(ExitReplace), "err: %v\n%s", err, out)
+		for _, m := range workers {
+			g.Expect(rows(out)).To(HaveKeyWithValue(m, "v1.35.0 replace yes (by Cluster API) - -"))
+		}
+		g.Expect(out).To(ContainSubstring("KubeadmConfigTemplate demo-md-0-big files and users: the 3 Secrets the KubeadmConfig references hold more than 2097152 bytes (2 MiB)"))
+		g.Expect(out).To(ContainSubstring("2 of them (big-0, big-1)"))
+		g.Expect(out).To(ContainSubstring("passed at Secret big-1"))
+
+		// One of them fits: in place.
+		out, err = run("demo", "-n", "fleet", "-f", fromSecrets("demo-md-0-two", "big-0"))
+		g.Expect(err).NotTo(HaveOccurred(), out)
+		for _, m := range workers {
+			g.Expect(rows(out)).To(HaveKeyWithValue(m, "v1.35.0 in-place yes no none"))
+		}
+	})
+
+	t.Run("a referenced Secret that does not exist yet is not counted, with a note", func(t *testing.T) {
+		g := NewWithT(t)
+		out, err := run("demo", "-n", "fleet", "-f", fromSecrets("demo-md-0-later", "big-0", "created-later"), "-o", "json")
+		g.Expect(err).NotTo(HaveOccurred(), out)
+		var r preview.Report
+		g.Expect(json.Unmarshal([]byte(out), &r)).To(Succeed())
+		g.Expect(r.Summary.InPlace).To(Equal(2))
+		g.Expect(r.Notes).To(ContainElement(And(ContainSubstring("MachineDeployment/demo-md-0 references Secret(s) created-later, which do not exist"),
+			ContainSubstring("CanUpdate and UpdateMachine count them when Cluster API updates the Machines"))))
+		for _, m := range r.Machines {
+			if m.Role == preview.RoleWorker {
+				g.Expect(m.SecretsNotFound).To(Equal([]string{"created-later"}))
+			}
+		}
+	})
+
 	t.Run("OS image change with the extension's policy: workers in place with a rauc reboot", func(t *testing.T) {
 		g := NewWithT(t)
 		out, err := run("demo", "-n", "fleet", "-f", osImage, "--policy-file", policyFile)

@@ -24,6 +24,7 @@ import (
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
+	"github.com/capi-inplace/capi-inplace/internal/secretbudget"
 )
 
 // requests counts the HTTP requests of every client built on a config it wrapped,
@@ -256,7 +257,7 @@ func TestSecretCache(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = informers.Start(ctx) }()
-	sc := NewSecretCache(SyncedReader{Cache: informers}, live, 2*secretOverheadBytes+8)
+	sc := NewSecretCache(SyncedReader{Cache: informers}, live, 2*secretbudget.OverheadBytes+8)
 
 	for _, name := range []string{"a", "b", "c"} {
 		g.Expect(f.mgmt.Create(f.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name}, Data: map[string][]byte{"k": []byte(name)}})).To(Succeed())
@@ -287,7 +288,7 @@ func TestSecretCache(t *testing.T) {
 		g.Expect(v).To(Equal(name))
 	}
 	g.Expect(sc.Len()).To(Equal(2))
-	g.Expect(sc.Bytes()).To(BeNumerically("<=", 2*secretOverheadBytes+8))
+	g.Expect(sc.Bytes()).To(BeNumerically("<=", 2*secretbudget.OverheadBytes+8))
 
 	g.Expect(f.mgmt.Delete(f.ctx, s)).To(Succeed())
 	g.Eventually(func() bool { _, err := read("a"); return apierrors.IsNotFound(err) }).WithTimeout(5 * time.Second).Should(BeTrue())

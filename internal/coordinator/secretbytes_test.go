@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/capi-inplace/capi-inplace/internal/coordinator/nodeplan"
+	"github.com/capi-inplace/capi-inplace/internal/secretbudget"
 )
 
 // bigSecrets is a namespace of count Secrets of size bytes each, as a reader that
@@ -93,7 +94,7 @@ func TestSecretCacheBoundsBytes(t *testing.T) {
 }
 
 // TestReferencedSecretsStopAtTheBudget: a KubeadmConfig referencing 300 Secrets of
-// 512 KiB makes one call read only as many as fit MaxReferencedSecretBytes (plus the
+// 512 KiB makes one call read only as many as fit secretbudget.MaxBytes (plus the
 // one that crosses it), and fail with an input error the Machine shows.
 func TestReferencedSecretsStopAtTheBudget(t *testing.T) {
 	g := NewWithT(t)
@@ -101,8 +102,8 @@ func TestReferencedSecretsStopAtTheBudget(t *testing.T) {
 	_, err := referencedSecrets(context.Background(), ns, "tenant", configReferencing(300))
 	g.Expect(err).To(MatchError(nodeplan.ErrInput))
 	g.Expect(err).To(MatchError(nodeplan.ErrTooLarge))
-	g.Expect(err.Error()).To(ContainSubstring(fmt.Sprintf("hold more than %d bytes", MaxReferencedSecretBytes)))
-	g.Expect(int64(ns.gets)).To(BeNumerically("<=", MaxReferencedSecretBytes/int64(ns.size)+1))
+	g.Expect(err.Error()).To(ContainSubstring(fmt.Sprintf("hold more than %d bytes", secretbudget.MaxBytes)))
+	g.Expect(int64(ns.gets)).To(BeNumerically("<=", secretbudget.MaxBytes/int64(ns.size)+1))
 
 	// Within the budget, every referenced Secret is read.
 	ns.gets = 0
@@ -129,7 +130,7 @@ func TestManyLargeReferencedSecretsFailTheCall(t *testing.T) {
 	out := f.coordinator().Update(f.ctx, f.request(m, configReferencing(count)))
 	g.Expect(out.Kind).To(Equal(OutcomeFailedRetryable), out.Message)
 	g.Expect(out.Cause).To(Equal(CauseInvalidInput))
-	g.Expect(out.Message).To(ContainSubstring(fmt.Sprintf("hold more than %d bytes", MaxReferencedSecretBytes)))
+	g.Expect(out.Message).To(ContainSubstring(fmt.Sprintf("hold more than %d bytes", secretbudget.MaxBytes)))
 	resp := call(f.coordinator(), f.request(m, configReferencing(count)))
 	g.Expect(string(resp.Status)).To(Equal("Failure"))
 	g.Expect(resp.Message).To(Equal(out.Message))

@@ -9,6 +9,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/capi-inplace/capi-inplace/internal/secretbudget"
 )
 
 // SecretCache reads management Secrets without holding every Secret of the management
@@ -16,7 +18,7 @@ import (
 // metadata-only informer (Meta reads metav1.PartialObjectMetadata of kind Secret), and
 // the bodies of the Secrets the coordinator read (kubeconfigs, file contents) from a
 // map keyed by resourceVersion, filled by one live GET per change and bounded in
-// bytes (SecretBytes of each body; the least recently used go first), because a
+// bytes (secretbudget.Bytes of each body; the least recently used go first), because a
 // namespace editor decides how large the Secrets are that a KubeadmConfig
 // references. A Secret the metadata cache does not know (not synced, just created)
 // is read live. Secrets of any other type than *corev1.Secret, and lists, are read
@@ -45,44 +47,14 @@ type cachedSecret struct {
 // Secrets of the updates in flight, a small part of the extension's 256Mi.
 const DefaultSecretCacheBytes int64 = 16 << 20
 
-// secretOverheadBytes is what a cached Secret costs beyond its data and metadata
-// maps (the object, its strings and the cache's bookkeeping).
-const secretOverheadBytes = 1 << 10
-
 // NewSecretCache returns a SecretCache holding at most maxBytes of Secret bodies
-// (SecretBytes); maxBytes <= 0 means DefaultSecretCacheBytes. A Secret larger than
+// (secretbudget.Bytes); maxBytes <= 0 means DefaultSecretCacheBytes. A Secret larger than
 // the whole bound is read live every time.
 func NewSecretCache(meta, live client.Reader, maxBytes int64) *SecretCache {
 	if maxBytes <= 0 {
 		maxBytes = DefaultSecretCacheBytes
 	}
 	return &SecretCache{meta: meta, live: live, maxBytes: maxBytes, bodies: map[client.ObjectKey]*list.Element{}, order: list.New()}
-}
-
-// SecretBytes is what a Secret holds in memory, decoded: its data (and stringData)
-// keys and values, its labels, annotations and managed fields, and a fixed
-// overhead. It is the size the SecretCache and the coordinator's per-call budget of
-// referenced Secrets count.
-func SecretBytes(sec *corev1.Secret) int64 {
-	n := int64(secretOverheadBytes)
-	for k, v := range sec.Data {
-		n += int64(len(k) + len(v))
-	}
-	for k, v := range sec.StringData {
-		n += int64(len(k) + len(v))
-	}
-	for k, v := range sec.Labels {
-		n += int64(len(k) + len(v))
-	}
-	for k, v := range sec.Annotations {
-		n += int64(len(k) + len(v))
-	}
-	for _, mf := range sec.ManagedFields {
-		if mf.FieldsV1 != nil {
-			n += int64(len(mf.FieldsV1.GetRawBytes()))
-		}
-	}
-	return n
 }
 
 // Get implements client.Reader.
@@ -123,7 +95,7 @@ func (s *SecretCache) Len() int {
 	return s.order.Len()
 }
 
-// Bytes is what the bodies held cost (SecretBytes), at most the cache's bound.
+// Bytes is what the bodies held cost (secretbudget.Bytes), at most the cache's bound.
 func (s *SecretCache) Bytes() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -149,7 +121,7 @@ func (s *SecretCache) store(key client.ObjectKey, sec *corev1.Secret) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.remove(key)
-	size := SecretBytes(sec)
+	size := secretbudget.Bytes(sec)
 	if size > s.maxBytes {
 		return
 	}

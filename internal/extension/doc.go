@@ -23,10 +23,17 @@
 // bounds per client (remote address) on connections and on bodies being received,
 // so that no client can delay another's calls (limits.go).
 //
+// The CanUpdate hooks also read the Secrets the desired bootstrap configuration
+// references (Options.Secrets, the coordinator's bounded SecretCache) and answer
+// "cannot update in place" when they are over UpdateMachine's budget
+// (internal/secretbudget, the rule the guard counts by), so that Cluster API never
+// commits to an update UpdateMachine must fail.
+//
 // Imports: cluster-api hook, catalog and core types, the runtime server
 // (sigs.k8s.io/cluster-api/exp/runtime/server), controller-runtime logging,
 // webhook server, certwatcher and client (UpgradePlanReader), k8s.io/api core (namespaces), golang.org/x/sync/semaphore (the in-flight request budget),
 // internal/connlimit (connections per client),
-// prometheus, internal/metrics (Register), internal/planner, internal/policy, internal/coordinator (its Outcome
+// prometheus, internal/metrics (Register), internal/planner, internal/policy,
+// internal/secretbudget, internal/coordinator (its Outcome
 // type: UpdateMachine writes the coordinator's typed answer).
 package extension

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -15,10 +16,12 @@ import (
 	"k8s.io/klog/v2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/capi-inplace/capi-inplace/internal/coordinator"
 	"github.com/capi-inplace/capi-inplace/internal/planner"
 	"github.com/capi-inplace/capi-inplace/internal/policy"
+	"github.com/capi-inplace/capi-inplace/internal/secretbudget"
 )
 
 // MachineUpdater performs an in-place update: the coordinator. It must be
@@ -51,6 +54,11 @@ type Options struct {
 	// UpgradePlans reads what GenerateUpgradePlan needs from the management
 	// cluster; nil makes GenerateUpgradePlan answer Failure.
 	UpgradePlans UpgradePlanReader
+	// Secrets reads management Secrets (the coordinator's SecretCache, as
+	// UpdateMachine reads them), so that the CanUpdate hooks refuse a
+	// configuration whose referenced Secrets are over UpdateMachine's budget
+	// (secretbudget); nil skips that check.
+	Secrets client.Reader
 }
 
 // Handlers answer the runtime hooks.
@@ -59,6 +67,7 @@ type Handlers struct {
 	updater  MachineUpdater
 	metrics  *Metrics
 	upgrades UpgradePlanReader
+	secrets  client.Reader
 }
 
 // NewHandlers validates opts and returns the handlers.
@@ -70,7 +79,7 @@ func NewHandlers(opts Options) (*Handlers, error) {
 	if err != nil {
 		return nil, fmt.Errorf("extension handlers: %w", err)
 	}
-	return &Handlers{planner: p, updater: opts.Updater, metrics: opts.Metrics, upgrades: opts.UpgradePlans}, nil
+	return &Handlers{planner: p, updater: opts.Updater, metrics: opts.Metrics, upgrades: opts.UpgradePlans, secrets: opts.Secrets}, nil
 }
 
 // DoCanUpdateMachine answers CanUpdateMachine (KubeadmControlPlane machines).
@@ -79,7 +88,10 @@ func (h *Handlers) DoCanUpdateMachine(ctx context.Context, req *runtimehooksv1.C
 	log := ctrl.LoggerFrom(ctx).WithValues("hook", hookCanUpdateMachine, "Machine", klog.KRef(req.Desired.Machine.Namespace, req.Desired.Machine.Name))
 	defer h.finish(ctx, hookCanUpdateMachine, start, resp, func() { *resp = runtimehooksv1.CanUpdateMachineResponse{} })
 
-	res, err := computeCanUpdateMachine(h.planner, req)
+	res, des, err := computeCanUpdateMachine(h.planner, req)
+	if err == nil {
+		err = h.secretBudget(ctx, des, []string{"spec"}, res)
+	}
 	if err != nil {
 		fail(resp, err)
 		return
@@ -97,7 +109,10 @@ func (h *Handlers) DoCanUpdateMachineSet(ctx context.Context, req *runtimehooksv
 	log := ctrl.LoggerFrom(ctx).WithValues("hook", hookCanUpdateMachineSet, "MachineSet", klog.KRef(req.Desired.MachineSet.Namespace, req.Desired.MachineSet.Name))
 	defer h.finish(ctx, hookCanUpdateMachineSet, start, resp, func() { *resp = runtimehooksv1.CanUpdateMachineSetResponse{} })
 
-	res, err := computeCanUpdateMachineSet(h.planner, req)
+	res, des, err := computeCanUpdateMachineSet(h.planner, req)
+	if err == nil {
+		err = h.secretBudget(ctx, des, []string{"spec", "template", "spec"}, res)
+	}
 	if err != nil {
 		fail(resp, err)
 		return
@@ -174,36 +189,74 @@ func jsonPatch(p []byte) runtimehooksv1.Patch {
 	return runtimehooksv1.Patch{PatchType: runtimehooksv1.JSONPatchType, Patch: p}
 }
 
-// computeCanUpdateMachine decodes a CanUpdateMachine request and plans it.
-func computeCanUpdateMachine(p *planner.Planner, req *runtimehooksv1.CanUpdateMachineRequest) (*planner.Result, error) {
+// computeCanUpdateMachine decodes a CanUpdateMachine request and plans it; it
+// returns the desired objects too.
+func computeCanUpdateMachine(p *planner.Planner, req *runtimehooksv1.CanUpdateMachineRequest) (*planner.Result, planner.Objects, error) {
 	if err := checkRequestKind(req.Kind, req.APIVersion, "CanUpdateMachineRequest"); err != nil {
-		return nil, fmt.Errorf("%s: %w", hookCanUpdateMachine, err)
+		return nil, planner.Objects{}, fmt.Errorf("%s: %w", hookCanUpdateMachine, err)
 	}
 	cur, err := decodeSide("current", "machine", &req.Current.Machine, "infrastructureMachine", req.Current.InfrastructureMachine, "bootstrapConfig", req.Current.BootstrapConfig)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", hookCanUpdateMachine, err)
+		return nil, planner.Objects{}, fmt.Errorf("%s: %w", hookCanUpdateMachine, err)
 	}
 	des, err := decodeSide("desired", "machine", &req.Desired.Machine, "infrastructureMachine", req.Desired.InfrastructureMachine, "bootstrapConfig", req.Desired.BootstrapConfig)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", hookCanUpdateMachine, err)
+		return nil, planner.Objects{}, fmt.Errorf("%s: %w", hookCanUpdateMachine, err)
 	}
-	return p.CanUpdateMachine(req.GetSettings(), cur, des)
+	res, err := p.CanUpdateMachine(req.GetSettings(), cur, des)
+	return res, des, err
 }
 
-// computeCanUpdateMachineSet decodes a CanUpdateMachineSet request and plans it.
-func computeCanUpdateMachineSet(p *planner.Planner, req *runtimehooksv1.CanUpdateMachineSetRequest) (*planner.Result, error) {
+// computeCanUpdateMachineSet decodes a CanUpdateMachineSet request and plans
+// it; it returns the desired objects too.
+func computeCanUpdateMachineSet(p *planner.Planner, req *runtimehooksv1.CanUpdateMachineSetRequest) (*planner.Result, planner.Objects, error) {
 	if err := checkRequestKind(req.Kind, req.APIVersion, "CanUpdateMachineSetRequest"); err != nil {
-		return nil, fmt.Errorf("%s: %w", hookCanUpdateMachineSet, err)
+		return nil, planner.Objects{}, fmt.Errorf("%s: %w", hookCanUpdateMachineSet, err)
 	}
 	cur, err := decodeSide("current", "machineSet", &req.Current.MachineSet, "infrastructureMachineTemplate", req.Current.InfrastructureMachineTemplate, "bootstrapConfigTemplate", req.Current.BootstrapConfigTemplate)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", hookCanUpdateMachineSet, err)
+		return nil, planner.Objects{}, fmt.Errorf("%s: %w", hookCanUpdateMachineSet, err)
 	}
 	des, err := decodeSide("desired", "machineSet", &req.Desired.MachineSet, "infrastructureMachineTemplate", req.Desired.InfrastructureMachineTemplate, "bootstrapConfigTemplate", req.Desired.BootstrapConfigTemplate)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", hookCanUpdateMachineSet, err)
+		return nil, planner.Objects{}, fmt.Errorf("%s: %w", hookCanUpdateMachineSet, err)
 	}
-	return p.CanUpdateMachineSet(req.GetSettings(), cur, des)
+	res, err := p.CanUpdateMachineSet(req.GetSettings(), cur, des)
+	return res, des, err
+}
+
+// secretBudget turns a plan Cluster API would update in place into a refusal
+// when the desired bootstrap configuration (its KubeadmConfigSpec at specPath)
+// references Secrets over UpdateMachine's budget (secretbudget, the rule the
+// guard admitted the write by): UpdateMachine would fail on them only after
+// Cluster API committed to the in-place update. Secrets are read only for a plan
+// that is in place otherwise; an error reading them fails the call (Cluster API
+// calls again). A Secret created or grown after the guard admitted the write is
+// counted here for the first time.
+func (h *Handlers) secretBudget(ctx context.Context, des planner.Objects, specPath []string, res *planner.Result) error {
+	if h.secrets == nil || des.Bootstrap == nil || len(res.Decisions) == 0 || !res.FullyCovered() {
+		return nil
+	}
+	spec, err := secretbudget.SpecAt(des.Bootstrap, specPath...)
+	if err != nil {
+		return fmt.Errorf("%w: desired %w", planner.ErrMalformed, err)
+	}
+	sizes := secretbudget.Sizes{}
+	if err := sizes.Read(ctx, h.secrets, des.Machine.GetNamespace(), spec); err != nil {
+		return err
+	}
+	over, _, err := sizes.Check(spec)
+	if err != nil || over == nil {
+		return err
+	}
+	reason := "cannot update in place: " + over.Error()
+	res.MachinePatch, res.InfrastructurePatch, res.BootstrapPatch = nil, nil, nil
+	for i := range res.Decisions {
+		res.Decisions[i].Covered = false
+		res.Decisions[i].Reason = reason
+	}
+	res.Decisions = append(res.Decisions, planner.Decision{Object: des.Bootstrap.GetKind(), Field: strings.Join(specPath, ".") + ".files", Reason: reason})
+	return nil
 }
 
 // checkRequestKind refuses a request sent to the wrong hook. CAPI's runtime client

@@ -12,6 +12,7 @@ import (
 	"github.com/capi-inplace/capi-inplace/internal/planner"
 	"github.com/capi-inplace/capi-inplace/internal/policy"
 	"github.com/capi-inplace/capi-inplace/internal/preview"
+	"github.com/capi-inplace/capi-inplace/internal/secretbudget"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 )
@@ -107,10 +108,30 @@ func Decide(in Input) (Verdict, error) {
 		}
 	}
 	v := Verdict{Allowed: len(refusals) == 0, Refusals: refusals}
+	v.Warnings = missingSecretWarnings(in, after)
 	if !v.Allowed && in.Override != "" {
 		v.Allowed, v.Override = true, in.Override
 	}
 	return v, nil
+}
+
+// missingSecretWarnings warn, for each owner the write changes, about the Secrets
+// its desired KubeadmConfig references that do not exist yet: the guard cannot
+// count them (one created right after the write is normal), CanUpdate and
+// UpdateMachine count them when Cluster API updates the Machines.
+func missingSecretWarnings(in Input, after preview.Report) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, m := range after.Machines {
+		if len(m.SecretsNotFound) == 0 || seen[m.Owner] || !ownerChanged(in.Live, in.Proposed, m.Owner) {
+			continue
+		}
+		seen[m.Owner] = true
+		out = append(out, fmt.Sprintf("capi-inplace guard: %s references Secret(s) %s, which do not exist yet: the guard did not count them against the %d-byte budget of referenced Secrets; "+
+			"if they are over it when Cluster API updates the Machines, the CanUpdate hooks answer that they cannot be updated in place and Cluster API replaces them",
+			m.Owner, strings.Join(m.SecretsNotFound, ", "), secretbudget.MaxBytes))
+	}
+	return out
 }
 
 // ownerChanged reports whether the write changes the desired state of a Machine's

@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+	bootstrapv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
@@ -20,6 +22,7 @@ import (
 	"github.com/capi-inplace/capi-inplace/internal/policy"
 	"github.com/capi-inplace/capi-inplace/internal/preview"
 	"github.com/capi-inplace/capi-inplace/internal/preview/previewtest"
+	"github.com/capi-inplace/capi-inplace/internal/secretbudget"
 )
 
 var now = time.Date(2026, 12, 1, 14, 0, 0, 0, time.UTC)
@@ -116,6 +119,22 @@ func unhealthyAPIServer(machine string) func(*preview.Snapshot) {
 	}
 }
 
+// bigSecrets records, as Gatherer.Secrets reads them, three Secrets of 1 MiB (two
+// cross the budget) and one that does not exist.
+func bigSecrets(s *preview.Snapshot) {
+	s.SecretSizes = secretbudget.Sizes{"big-0": 1<<20 + 1100, "big-1": 1<<20 + 1100, "big-2": 1<<20 + 1100, "created-later": secretbudget.NotFound}
+}
+
+// filesFrom adds to a KubeadmControlPlane files whose content comes from secrets.
+func filesFrom(secrets ...string) func(*controlplanev1.KubeadmControlPlane) {
+	return func(k *controlplanev1.KubeadmControlPlane) {
+		for i, name := range secrets {
+			k.Spec.KubeadmConfigSpec.Files = append(k.Spec.KubeadmConfigSpec.Files, bootstrapv1.File{Path: fmt.Sprintf("/etc/big-%d", i),
+				ContentFrom: bootstrapv1.FileSource{Secret: bootstrapv1.SecretFileSource{Name: name, Key: "f"}}})
+		}
+	}
+}
+
 func TestDecide(t *testing.T) {
 	classy := previewtest.Default()
 	plain := previewtest.Default()
@@ -158,6 +177,17 @@ func TestDecide(t *testing.T) {
 			machines: cp, kinds: []preview.CauseKind{preview.CauseField}, says: []string{"preKubeadmCommands", "in-place", "Machines demo-cp-0, demo-cp-1, demo-cp-2: KubeadmConfig field spec.preKubeadmCommands"},
 		},
 		{name: "plain: a KubeadmControlPlane patch version is in place", opts: plain, write: kcpWrite(kcpVersion("v1.35.2")), allowed: true},
+		{
+			name: "plain: KubeadmControlPlane files whose Secrets are over the budget replace the control plane", opts: plain,
+			prepare: bigSecrets, write: kcpWrite(filesFrom("big-0", "big-1", "big-2")),
+			machines: cp, kinds: []preview.CauseKind{preview.CauseSecretBudget},
+			says: []string{"KubeadmControlPlane demo-cp kubeadmConfigSpec files and users", "more than 2097152 bytes (2 MiB)", "(big-0, big-1)", "passed at Secret big-1", "in-place"},
+		},
+		{name: "plain: KubeadmControlPlane files whose Secrets fit the budget are in place", opts: plain, prepare: bigSecrets, write: kcpWrite(filesFrom("big-0")), allowed: true},
+		{
+			name: "plain: a referenced Secret that does not exist is not over the budget", opts: plain,
+			prepare: bigSecrets, write: kcpWrite(filesFrom("big-0", "created-later")), allowed: true,
+		},
 		{
 			name: "KubeadmControlPlane maxSurge 1 with a version change surges", opts: plain,
 			write: kcpWrite(func(k *controlplanev1.KubeadmControlPlane) {

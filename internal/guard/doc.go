@@ -42,7 +42,14 @@
 //   - The override is one write: AllowReplaceAnnotation admits the write that sets or
 //     changes its value, and is recorded in an Event on the object (not on dry runs).
 //
+// The Secrets a write's KubeadmConfigs reference are counted against the budget
+// the CanUpdate hooks refuse by (internal/secretbudget, through Options.Secrets,
+// the extension's bounded Secret cache): over it the write is refused as any
+// other replacing write; a referenced Secret that does not exist yet is not over
+// it, and the write is admitted with a warning.
+//
 // Imports: api/v1alpha1, internal/preview, internal/planner, internal/policy,
-// internal/extsettings, Cluster API API types, apimachinery, client-go events,
-// controller-runtime's client and admission, prometheus, internal/metrics (Register).
+// internal/secretbudget, internal/extsettings, Cluster API API types, apimachinery,
+// client-go events, controller-runtime's client and admission, prometheus,
+// internal/metrics (Register).
 package guard

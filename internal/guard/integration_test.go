@@ -90,8 +90,11 @@ func TestGuardAgainstAPIServer(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	metrics, err := guard.NewMetrics(reg)
 	g.Expect(err).NotTo(HaveOccurred())
+	// Secrets are read live, as the extension's Secret cache reads what it does not hold.
+	secrets, err := client.New(cfg, client.Options{Scheme: scheme})
+	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(guard.Register(mgr.GetWebhookServer(), guard.Options{
-		Reader: cached, Planner: pl, Policy: policy.Builtin(), Metrics: metrics, Recorder: mgr.GetEventRecorder("capi-inplace-guard"),
+		Reader: cached, Secrets: secrets, Planner: pl, Policy: policy.Builtin(), Metrics: metrics, Recorder: mgr.GetEventRecorder("capi-inplace-guard"),
 		ExtensionConfig: "capi-inplace",
 	})).To(Succeed())
 	mctx, stop := context.WithCancel(ctx)
@@ -222,6 +225,33 @@ func TestGuardAgainstAPIServer(t *testing.T) {
 		out, err := apply("apiVersion: controlplane.cluster.x-k8s.io/v1beta2\nkind: KubeadmControlPlane\nmetadata: {name: demo-cp, namespace: plain}\nspec: {version: v1.35.2}\n")
 		g.Expect(err).NotTo(HaveOccurred(), out)
 	})
+	t.Run("files whose Secrets are over the budget are refused, naming the Secrets and the budget", func(t *testing.T) {
+		g := NewWithT(t)
+		for i := range 3 {
+			g.Expect(admin.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "plain", Name: fmt.Sprintf("big-%d", i)},
+				Data: map[string][]byte{"f": []byte(strings.Repeat("x", 1<<20))}})).To(Succeed())
+		}
+		kcp := func(secrets ...string) string {
+			// The fixture's file stays: files is replaced as a whole.
+			doc := "apiVersion: controlplane.cluster.x-k8s.io/v1beta2\nkind: KubeadmControlPlane\nmetadata: {name: demo-cp, namespace: plain}\nspec:\n  kubeadmConfigSpec:\n    files:\n" +
+				"    - {path: /etc/motd, content: \"control plane\\n\"}\n"
+			for i, sec := range secrets {
+				doc += fmt.Sprintf("    - {path: /etc/big-%d, contentFrom: {secret: {name: %s, key: f}}}\n", i, sec)
+			}
+			return doc
+		}
+		// Each alone is in place: the planner covers files; together they are over
+		// the budget, so the CanUpdate hooks would refuse and KCP replace.
+		refused(t, "plain", kcp("big-0", "big-1", "big-2"),
+			"KubeadmControlPlane plain/demo-cp", "demo-cp-0", "KubeadmControlPlane demo-cp kubeadmConfigSpec files and users",
+			"hold more than 2097152 bytes (2 MiB), the budget of one in-place update", "(big-0, big-1)", "passed at Secret big-1")
+
+		// A Secret that does not exist yet is not over the budget: admitted, with a
+		// warning that CanUpdate counts it later.
+		out, err := apply(kcp("big-0", "created-later"))
+		g.Expect(err).NotTo(HaveOccurred(), out)
+		g.Expect(out).To(ContainSubstring("Warning: capi-inplace guard: KubeadmControlPlane/demo-cp references Secret(s) created-later, which do not exist yet"))
+	})
 	t.Run("the override lets one replacing change through, recorded in an Event, and only one", func(t *testing.T) {
 		g := NewWithT(t)
 		out, err := apply("apiVersion: controlplane.cluster.x-k8s.io/v1beta2\nkind: KubeadmControlPlane\nmetadata: {name: demo-cp, namespace: plain, annotations: {" +
@@ -274,7 +304,7 @@ func TestGuardAgainstAPIServer(t *testing.T) {
 			live    client.Reader
 			allowed bool
 		}{{nil, false}, {admin, true}} {
-			h, err := guard.NewHandler(guard.Options{Reader: stale, LiveReader: tc.live, Planner: pl, Policy: policy.Builtin(), Recorder: mgr.GetEventRecorder("test")})
+			h, err := guard.NewHandler(guard.Options{Reader: stale, LiveReader: tc.live, Secrets: admin, Planner: pl, Policy: policy.Builtin(), Recorder: mgr.GetEventRecorder("test")})
 			g.Expect(err).NotTo(HaveOccurred())
 			resp := h.Handle(ctx, req)
 			g.Expect(resp.Allowed).To(Equal(tc.allowed), "%+v", resp.Result)
@@ -469,7 +499,7 @@ func TestGuardAgainstAPIServer(t *testing.T) {
 
 		// A derived write (the topology controller's MachineDeployment) is admitted by
 		// the Cluster's value until the topology it was set with is reconciled.
-		h, err := guard.NewHandler(guard.Options{Reader: admin, Planner: pl, Policy: policy.Builtin(), Recorder: mgr.GetEventRecorder("test")})
+		h, err := guard.NewHandler(guard.Options{Reader: admin, Secrets: admin, Planner: pl, Policy: policy.Builtin(), Recorder: mgr.GetEventRecorder("test")})
 		g.Expect(err).NotTo(HaveOccurred())
 		fx := previewtest.Default()
 		md := &clusterv1.MachineDeployment{}
@@ -517,7 +547,7 @@ func TestGuardAgainstAPIServer(t *testing.T) {
 	}
 	t.Run("a direct request about a namespace not opted in plans nothing and learns nothing", func(t *testing.T) {
 		g := NewWithT(t)
-		h, err := guard.NewHandler(guard.Options{Reader: admin, Planner: pl, Policy: policy.Builtin(), Recorder: mgr.GetEventRecorder("test")})
+		h, err := guard.NewHandler(guard.Options{Reader: admin, Secrets: admin, Planner: pl, Policy: policy.Builtin(), Recorder: mgr.GetEventRecorder("test")})
 		g.Expect(err).NotTo(HaveOccurred())
 		resp := h.Handle(ctx, direct(g, "other", "echo replaced", ""))
 		g.Expect(resp.Allowed).To(BeTrue(), "%+v", resp.Result)
@@ -529,7 +559,7 @@ func TestGuardAgainstAPIServer(t *testing.T) {
 	})
 	t.Run("a direct request records no override Event for a write that never happened", func(t *testing.T) {
 		g := NewWithT(t)
-		h, err := guard.NewHandler(guard.Options{Reader: admin, Planner: pl, Policy: policy.Builtin(), Recorder: mgr.GetEventRecorder("test")})
+		h, err := guard.NewHandler(guard.Options{Reader: admin, Secrets: admin, Planner: pl, Policy: policy.Builtin(), Recorder: mgr.GetEventRecorder("test")})
 		g.Expect(err).NotTo(HaveOccurred())
 		resp := h.Handle(ctx, direct(g, "plain", "echo forged", "FORGED-1"))
 		g.Expect(resp.Allowed).To(BeTrue(), "the override admits it: %+v", resp.Result)
@@ -544,7 +574,7 @@ func TestGuardAgainstAPIServer(t *testing.T) {
 	t.Run("refusals are counted by reason", func(t *testing.T) {
 		g := NewWithT(t)
 		counts := refusalCounts(t, reg)
-		for _, reason := range []string{"field", "rollout", "missing-object", "unhealthy-control-plane"} {
+		for _, reason := range []string{"field", "rollout", "missing-object", "unhealthy-control-plane", "secret-budget"} {
 			g.Expect(counts).To(HaveKeyWithValue(reason, BeNumerically(">=", 1)), reason)
 		}
 	})

@@ -143,6 +143,12 @@ type Options struct {
 	// yet the template that was created just before the write that references it (the
 	// topology controller's rotation does exactly that).
 	LiveReader client.Reader
+	// Secrets reads the Secrets the written KubeadmConfigs reference, so that a
+	// write whose Secrets are over the budget the CanUpdate hooks refuse by
+	// (secretbudget) is refused here, before Cluster API would replace its Machines.
+	// The extension passes its bounded Secret cache (never an informer of every
+	// Secret). Required.
+	Secrets client.Reader
 	// Planner and Policy are the extension's own, so that the guard and the hooks
 	// decide alike. Required.
 	Planner *planner.Planner
@@ -195,6 +201,8 @@ func NewHandler(opts Options) (*Handler, error) {
 	switch {
 	case opts.Reader == nil:
 		return nil, errors.New("guard: Options.Reader is required")
+	case opts.Secrets == nil:
+		return nil, errors.New("guard: Options.Secrets is required")
 	case opts.Planner == nil || opts.Policy == nil:
 		return nil, errors.New("guard: Options.Planner and Options.Policy are required")
 	case opts.Recorder == nil:
@@ -397,8 +405,8 @@ type memoEntry struct {
 }
 
 // fingerprint identifies what the plan of the Cluster as it is depends on: every
-// stored object's UID and resourceVersion, the settings, and the time to the minute
-// (rollout.after deadlines).
+// stored object's UID and resourceVersion, the sizes of the referenced Secrets, the
+// settings, and the time to the minute (rollout.after deadlines).
 func fingerprint(in Input) string {
 	var b strings.Builder
 	add := func(o metav1.Object) { b.WriteString(string(o.GetUID()) + "@" + o.GetResourceVersion() + ";") }
@@ -424,6 +432,12 @@ func fingerprint(in Input) string {
 		b.WriteString(k.Group + "/" + k.Kind + "/")
 		add(in.Live.Objects[k])
 	}
+	secrets := make([]string, 0, len(in.Live.SecretSizes))
+	for name, size := range in.Live.SecretSizes {
+		secrets = append(secrets, fmt.Sprintf("%s=%d", name, size))
+	}
+	slices.Sort(secrets)
+	b.WriteString("secrets:" + strings.Join(secrets, ",") + ";")
 	settings := make([]string, 0, len(in.Settings))
 	for k, v := range in.Settings {
 		settings = append(settings, k+"="+v)
@@ -457,7 +471,7 @@ func missingObject(v Verdict) bool {
 // Cluster does not exist. fallback, when set, says why a topology write is judged by
 // its version alone.
 func (h *Handler) snapshots(ctx context.Context, reader client.Reader, settings map[string]string, namespace, cluster string, old, written *unstructured.Unstructured) (live, proposed preview.Snapshot, fallback *preview.TopologyFallbackError, found bool, err error) {
-	g := preview.Gatherer{Reader: reader, Upgrades: h.upgrades(settings)}
+	g := preview.Gatherer{Reader: reader, Upgrades: h.upgrades(settings), Secrets: h.opts.Secrets}
 	live, _, err = g.Gather(ctx, namespace, cluster)
 	if errors.Is(err, preview.ErrClusterNotFound) {
 		return preview.Snapshot{}, preview.Snapshot{}, nil, false, nil

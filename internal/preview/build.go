@@ -61,6 +61,11 @@ type comparison struct {
 	// etcd is what the update does to a single-member local etcd's data; nil
 	// for a worker, an external etcd or an etcd of several members.
 	etcd *protocol.EtcdChange
+	// desiredSpec is the desired KubeadmConfigSpec whose referenced Secrets the
+	// CanUpdate hooks count, named by desiredSpecOf; nil when the desired
+	// bootstrap object is not a kubeadm one.
+	desiredSpec   *bootstrapv1.KubeadmConfigSpec
+	desiredSpecOf string
 }
 
 // Build decides every Machine of the snapshot. Errors are about data the planner
@@ -91,6 +96,11 @@ func Build(in Input) (Report, error) {
 		mp, err := buildMachine(in, m, nodes)
 		if err != nil {
 			return Report{}, fmt.Errorf("plan Machine %s: %w", m.Name, err)
+		}
+		if len(mp.SecretsNotFound) > 0 {
+			if note := missingSecretsNote(mp.Owner, mp.SecretsNotFound); !slices.Contains(r.Notes, note) {
+				r.Notes = append(r.Notes, note)
+			}
 		}
 		r.Machines = append(r.Machines, mp)
 	}
@@ -185,6 +195,18 @@ func buildMachine(in Input, m *clusterv1.Machine, nodes int) (MachinePlan, error
 		if !d.Covered {
 			mp.Causes = append(mp.Causes, Cause{Kind: CauseField, Message: refusal(d)})
 		}
+	}
+	if len(mp.Causes) == 0 {
+		// In place as far as the planner goes: the hooks then count the Secrets the
+		// desired configuration references, as UpdateMachine would read them.
+		over, missing, err := secretBudget(in, c)
+		if err != nil {
+			return MachinePlan{}, err
+		}
+		if over != nil {
+			mp.Causes = append(mp.Causes, *over)
+		}
+		mp.SecretsNotFound = missing
 	}
 	for _, cause := range mp.Causes {
 		mp.Reasons = append(mp.Reasons, cause.Message)

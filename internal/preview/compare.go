@@ -48,6 +48,7 @@ func compareControlPlaneMachine(in Input, m *clusterv1.Machine, kcpName string) 
 	}
 	c.ownerAnnotations = des.Annotations
 	c.desiredVersion = des.Spec.Version
+	c.desiredSpec, c.desiredSpecOf = &des.Spec.KubeadmConfigSpec, "KubeadmControlPlane "+des.Name+" kubeadmConfigSpec"
 	c.rollout = append(eligibility(m), controlPlaneRollout(in, m)...)
 	if ptr.Deref(des.Spec.Replicas, 1) < kcpMinReplicasForMaxSurge0 && optedIn(in.Proposed.Cluster, des) {
 		c.path = PathSingleNode
@@ -273,6 +274,14 @@ func compareWorkerMachine(in Input, m *clusterv1.Machine, msName string) (compar
 			c.blocked = append(c.blocked, s+": the MachineDeployment cannot update the Machine in place without it")
 		}
 		return c, nil
+	}
+
+	spec, err := templateSpec(desBoot)
+	if err != nil {
+		return c, err
+	}
+	if spec != nil {
+		c.desiredSpec, c.desiredSpecOf = spec, desBoot.GetKind()+" "+desBoot.GetName()
 	}
 
 	curMS, desMS, err := in.memo.machineSetPair(ms, md)

@@ -48,8 +48,13 @@
 //   - Report.Summary.Replace counts the machines Cluster API would delete and recreate;
 //     the CLI turns a non-zero count into its own exit code.
 //
-// Imports: api/v1alpha1, internal/planner, internal/policy, internal/backend (for
-// Capabilities only), Cluster API API types, KCP's public desired-state package and
+// The Secrets the desired KubeadmConfigs reference are counted by
+// internal/secretbudget, the rule the CanUpdate hooks refuse by: gather.go reads
+// their sizes into the Snapshot (Gatherer.Secrets) and Build turns a configuration
+// over the budget into a replacement (CauseSecretBudget), as Cluster API would.
+//
+// Imports: api/v1alpha1, internal/planner, internal/policy, internal/secretbudget,
+// internal/backend (for Capabilities only), Cluster API API types, KCP's public desired-state package and
 // the topology desired-state generator (exp/topology desiredstate and scope, in
 // topology.go), apimachinery, k8s.io/api core (namespaces); controller-runtime's client
 // only in gather.go and topology.go.

@@ -14,6 +14,8 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/external"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/capi-inplace/capi-inplace/internal/secretbudget"
 )
 
 // ErrClusterNotFound is returned by Gather when the named Cluster does not exist.
@@ -28,6 +30,14 @@ type Gatherer struct {
 	// capi-inplace's own (a chained upgrade); nil: a class that names one is planned
 	// by the topology version alone.
 	Upgrades *ChainedUpgrades
+	// Secrets, when set, reads the Secrets the desired KubeadmConfigs reference, so
+	// that Build counts them against the budget the CanUpdate hooks refuse by
+	// (secretbudget; one Secret body at a time, none kept). nil: not counted.
+	Secrets client.Reader
+	// SecretsOptional makes a Secret the reader may not read (Forbidden) a note,
+	// with the Secrets left uncounted, instead of an error: plan run by a user who
+	// may not read Secrets. The guard leaves it false: it fails closed.
+	SecretsOptional bool
 }
 
 // Gather reads the live Snapshot of a Cluster: its KubeadmControlPlane,
@@ -84,7 +94,38 @@ func (g Gatherer) Gather(ctx context.Context, namespace, name string) (Snapshot,
 	if err := g.Fetch(ctx, &s, s.Refs()); err != nil {
 		return Snapshot{}, nil, err
 	}
-	return s, notes, nil
+	note, err := g.readSecretSizes(ctx, &s)
+	if err != nil {
+		return Snapshot{}, nil, err
+	}
+	return s, append(notes, note...), nil
+}
+
+// readSecretSizes records in s.SecretSizes the sizes of the Secrets its desired
+// KubeadmConfigs reference (budgetSpecs), under the budget, reading only those it
+// does not hold yet; nothing without g.Secrets.
+func (g Gatherer) readSecretSizes(ctx context.Context, s *Snapshot) ([]string, error) {
+	if g.Secrets == nil || s.Cluster == nil {
+		return nil, nil
+	}
+	specs, err := budgetSpecs(*s)
+	if err != nil {
+		return nil, err
+	}
+	if s.SecretSizes == nil {
+		s.SecretSizes = secretbudget.Sizes{}
+	}
+	for _, spec := range specs {
+		err := s.SecretSizes.Read(ctx, g.Secrets, s.Cluster.Namespace, spec)
+		switch {
+		case g.SecretsOptional && apierrors.IsForbidden(err):
+			s.SecretSizes = nil
+			return []string{fmt.Sprintf("the Secrets the KubeadmConfigs reference could not be read (%v): they are not counted against the %d-byte budget the CanUpdate hooks refuse by", err, secretbudget.MaxBytes)}, nil
+		case err != nil:
+			return nil, fmt.Errorf("count the Secrets the KubeadmConfigs reference: %w", err)
+		}
+	}
+	return nil, nil
 }
 
 // Fetch reads the objects with the given keys that s does not hold yet into
@@ -181,7 +222,11 @@ func (g Gatherer) ProposeChange(ctx context.Context, live *Snapshot, change []*u
 	if len(missing) == 0 {
 		// Nothing to read: the first merge is the answer (the guard proposes on every
 		// admission request; a second merge is a second copy of the whole Snapshot).
-		return Proposal{Snapshot: proposed, Notes: notes, TopologyFallback: fallback}, nil
+		note, err := g.proposedSecretSizes(ctx, live, &proposed)
+		if err != nil {
+			return Proposal{}, err
+		}
+		return Proposal{Snapshot: proposed, Notes: append(notes, note...), TopologyFallback: fallback}, nil
 	}
 	if err := g.Fetch(ctx, live, missing); err != nil {
 		return Proposal{}, err
@@ -193,7 +238,21 @@ func (g Gatherer) ProposeChange(ctx context.Context, live *Snapshot, change []*u
 	if fallback != nil {
 		notes2 = append(notes2, fallback.Error())
 	}
-	return Proposal{Snapshot: proposed, Notes: notes2, TopologyFallback: fallback}, nil
+	note, err := g.proposedSecretSizes(ctx, live, &proposed)
+	if err != nil {
+		return Proposal{}, err
+	}
+	return Proposal{Snapshot: proposed, Notes: append(notes2, note...), TopologyFallback: fallback}, nil
+}
+
+// proposedSecretSizes adds to proposed the sizes of the Secrets the change makes
+// its desired KubeadmConfigs reference, when Gather counted live's (a Secret the
+// reader may not read left them uncounted, with Gather's note).
+func (g Gatherer) proposedSecretSizes(ctx context.Context, live *Snapshot, proposed *Snapshot) ([]string, error) {
+	if live.SecretSizes == nil {
+		return nil, nil
+	}
+	return g.readSecretSizes(ctx, proposed)
 }
 
 // changesTopology reports whether change holds the Cluster and changes its

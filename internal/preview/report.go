@@ -89,6 +89,10 @@ type MachinePlan struct {
 	Causes []Cause `json:"causes,omitempty"`
 	// Changes are the planner's decisions, one per differing field, covered or not.
 	Changes []planner.Decision `json:"changes,omitempty"`
+	// SecretsNotFound are the Secrets the desired KubeadmConfig of a Machine updated
+	// in place references that do not exist: they are not counted against the
+	// budget of referenced Secrets now, but when Cluster API updates the Machine.
+	SecretsNotFound []string `json:"secretsNotFound,omitempty"`
 
 	Drain  Drain  `json:"drain"`
 	Reboot Reboot `json:"reboot"`
@@ -177,4 +181,8 @@ const (
 	CauseNoNode CauseKind = "no-node"
 	// CauseMissingObject: an object the comparison needs was not found.
 	CauseMissingObject CauseKind = "missing-object"
+	// CauseSecretBudget: the Secrets the desired KubeadmConfig references are over
+	// the budget UpdateMachine reads them by (secretbudget), so the CanUpdate hooks
+	// answer that the Machine cannot be updated in place.
+	CauseSecretBudget CauseKind = "secret-budget"
 )

@@ -2,12 +2,15 @@ package preview
 
 import (
 	"fmt"
+	"maps"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	"github.com/capi-inplace/capi-inplace/internal/secretbudget"
 )
 
 // ObjectKey names an object of the Cluster's namespace by API group, kind and name:
@@ -43,6 +46,12 @@ type Snapshot struct {
 	// Objects are the bootstrap configs, infrastructure machines and their templates
 	// the objects above reference.
 	Objects map[ObjectKey]*unstructured.Unstructured
+	// SecretSizes are the sizes of the Secrets that the desired KubeadmConfigs
+	// (the KubeadmControlPlane's, each MachineDeployment's KubeadmConfigTemplate's)
+	// reference, read under the budget UpdateMachine reads them by
+	// (Gatherer.Secrets); nil when they were not read, and Build then does not
+	// count them.
+	SecretSizes secretbudget.Sizes
 }
 
 // DeepCopy returns an independent copy.
@@ -66,6 +75,7 @@ func (s Snapshot) DeepCopy() Snapshot {
 	for k, v := range s.Objects {
 		out.Objects[k] = v.DeepCopy()
 	}
+	out.SecretSizes = maps.Clone(s.SecretSizes)
 	return out
 }
 

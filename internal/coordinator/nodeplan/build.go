@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 	"text/template"
 
@@ -56,8 +55,9 @@ type Input struct {
 	// KubeadmConfig is the desired bootstrap config; nil when the Machine is not
 	// bootstrapped by kubeadm, in which case only version and OS are planned.
 	KubeadmConfig *bootstrapv1.KubeadmConfig
-	// Secrets holds the data of the Secrets named by SecretRefs, by name, from the
-	// KubeadmConfig's namespace. A missing name means the Secret does not exist.
+	// Secrets holds the data of the Secrets the KubeadmConfig references
+	// (secretbudget.Refs), by name, from the KubeadmConfig's namespace. A missing
+	// name means the Secret does not exist.
 	Secrets map[string]map[string][]byte
 	// ControlPlaneVersion feeds {{ .controlPlane.version }} in files with
 	// contentFormat Template, as CABPK does; empty omits the key.
@@ -81,30 +81,6 @@ type Input struct {
 	// EtcdRestore is the policy's choice for a single-member etcd on rollback,
 	// carried by the plans of nodes with a local etcd member.
 	EtcdRestore protocol.EtcdRestore
-}
-
-// SecretRefs returns the names of the Secrets the plan needs, sorted and unique.
-func SecretRefs(cfg *bootstrapv1.KubeadmConfig) []string {
-	if cfg == nil {
-		return nil
-	}
-	set := map[string]bool{}
-	for _, f := range cfg.Spec.Files {
-		if f.ContentFrom.Secret.Name != "" {
-			set[f.ContentFrom.Secret.Name] = true
-		}
-	}
-	for _, u := range cfg.Spec.Users {
-		if u.PasswdFrom.Secret.Name != "" {
-			set[u.PasswdFrom.Secret.Name] = true
-		}
-	}
-	out := make([]string, 0, len(set))
-	for name := range set {
-		out = append(out, name)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // NeedsControlPlaneVersion reports whether some file is a template, so that the caller

@@ -64,20 +64,6 @@ func TestKubeadmActionFor(t *testing.T) {
 	}
 }
 
-func TestSecretRefs(t *testing.T) {
-	g := NewWithT(t)
-	cfg := &bootstrapv1.KubeadmConfig{Spec: bootstrapv1.KubeadmConfigSpec{
-		Files: []bootstrapv1.File{
-			{Path: "/a", ContentFrom: bootstrapv1.FileSource{Secret: bootstrapv1.SecretFileSource{Name: "zz", Key: "k"}}},
-			{Path: "/b", Content: "inline"},
-			{Path: "/c", ContentFrom: bootstrapv1.FileSource{Secret: bootstrapv1.SecretFileSource{Name: "aa", Key: "k"}}},
-		},
-		Users: []bootstrapv1.User{{Name: "u", PasswdFrom: bootstrapv1.PasswdSource{Secret: bootstrapv1.SecretPasswdSource{Name: "zz", Key: "p"}}}},
-	}}
-	g.Expect(SecretRefs(cfg)).To(Equal([]string{"aa", "zz"}))
-	g.Expect(SecretRefs(nil)).To(BeEmpty())
-}
-
 func TestBuild(t *testing.T) {
 	b64 := base64.StdEncoding.EncodeToString([]byte("decoded"))
 	gzb64 := base64.StdEncoding.EncodeToString(gz(t, "zipped"))

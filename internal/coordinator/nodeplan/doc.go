@@ -2,8 +2,9 @@
 // Machine, its KubeadmConfig and the OS image the policy resolved for its
 // infrastructure machine, plus a few facts observed in the workload cluster.
 //
-// Everything here is pure: the caller fetches the Secrets named by SecretRefs and the
-// node facts, then calls Build. No client, no context, no clock.
+// Everything here is pure: the caller fetches the Secrets the KubeadmConfig
+// references (secretbudget.Refs, under its budget) and the node facts, then calls
+// Build. No client, no context, no clock.
 //
 // Invariants:
 //   - The same inputs always give the same plan, and so the same plan hash: this is
