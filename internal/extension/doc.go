@@ -24,10 +24,10 @@
 // so that no client can delay another's calls (limits.go).
 //
 // The CanUpdate hooks also read the Secrets the desired bootstrap configuration
-// references (Options.Secrets, the coordinator's bounded SecretCache) and answer
-// "cannot update in place" when they are over UpdateMachine's budget
-// (internal/secretbudget, the rule the guard counts by), so that Cluster API never
-// commits to an update UpdateMachine must fail.
+// references (Options.Secrets, the coordinator's bounded SecretCache) and fail the
+// call when they are over UpdateMachine's budget (internal/secretbudget, the rule
+// the guard counts by): Cluster API never commits to an update UpdateMachine must
+// fail, and never replaces the Machines, as it would on "cannot update in place".
 //
 // Imports: cluster-api hook, catalog and core types, the runtime server
 // (sigs.k8s.io/cluster-api/exp/runtime/server), controller-runtime logging,

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -225,14 +224,15 @@ func computeCanUpdateMachineSet(p *planner.Planner, req *runtimehooksv1.CanUpdat
 	return res, des, err
 }
 
-// secretBudget turns a plan Cluster API would update in place into a refusal
-// when the desired bootstrap configuration (its KubeadmConfigSpec at specPath)
-// references Secrets over UpdateMachine's budget (secretbudget, the rule the
-// guard admitted the write by): UpdateMachine would fail on them only after
-// Cluster API committed to the in-place update. Secrets are read only for a plan
-// that is in place otherwise; an error reading them fails the call (Cluster API
-// calls again). A Secret created or grown after the guard admitted the write is
-// counted here for the first time.
+// secretBudget fails the call when the desired bootstrap configuration (its
+// KubeadmConfigSpec at specPath) references Secrets over UpdateMachine's budget
+// (secretbudget, the rule the guard admitted the write by). It fails rather than
+// answer "cannot update in place": Cluster API replaces Machines it may not update
+// in place, and the guard, which refuses such a write at the API, can only have
+// admitted it because a Secret was created or grew afterwards. A failed call
+// stops the rollout until the Secrets fit (Cluster API calls again), before
+// anything reached a node. Secrets are read only for a plan that is in place
+// otherwise; an error reading them fails the call too.
 func (h *Handlers) secretBudget(ctx context.Context, des planner.Objects, specPath []string, res *planner.Result) error {
 	if h.secrets == nil || des.Bootstrap == nil || len(res.Decisions) == 0 || !res.FullyCovered() {
 		return nil
@@ -246,16 +246,12 @@ func (h *Handlers) secretBudget(ctx context.Context, des planner.Objects, specPa
 		return err
 	}
 	over, _, err := sizes.Check(spec)
-	if err != nil || over == nil {
+	if err != nil {
 		return err
 	}
-	reason := "cannot update in place: " + over.Error()
-	res.MachinePatch, res.InfrastructurePatch, res.BootstrapPatch = nil, nil, nil
-	for i := range res.Decisions {
-		res.Decisions[i].Covered = false
-		res.Decisions[i].Reason = reason
+	if over != nil {
+		return fmt.Errorf("in-place update waits until the referenced Secrets fit: %w", over)
 	}
-	res.Decisions = append(res.Decisions, planner.Decision{Object: des.Bootstrap.GetKind(), Field: strings.Join(specPath, ".") + ".files", Reason: reason})
 	return nil
 }
 

@@ -75,12 +75,11 @@ func referencing(spec bootstrapv1.KubeadmConfigSpec, files, users int) bootstrap
 }
 
 // TestCanUpdateMachineSetCountsReferencedSecrets: a KubeadmConfigTemplate whose
-// files reference Secrets over UpdateMachine's budget (12 of 256 KiB, 3 MiB) is
-// answered "cannot update in place" with the budget as the reason: no patch, so
-// Cluster API never commits to an in-place update that UpdateMachine would fail
-// on. The hook reads no more Secrets than the budget plus the one crossing it.
-// Within the budget the same change is covered. Before, CanUpdateMachineSet
-// covered it whatever the Secrets held.
+// files reference Secrets over UpdateMachine's budget (12 of 256 KiB, 3 MiB) fails
+// the call with the budget as the message: no patch, and not "cannot update in
+// place", which Cluster API would answer by replacing the Machines. The hook reads
+// no more Secrets than the budget plus the one crossing it. Within the budget the
+// same change is covered.
 func TestCanUpdateMachineSetCountsReferencedSecrets(t *testing.T) {
 	const count, size = 12, 256 << 10
 	request := func(files int) *runtimehooksv1.CanUpdateMachineSetRequest {
@@ -91,43 +90,37 @@ func TestCanUpdateMachineSetCountsReferencedSecrets(t *testing.T) {
 		return req
 	}
 	tests := []struct {
-		name        string
-		files       int
-		wantPatches bool
+		name    string
+		files   int
+		wantErr bool
 	}{
-		{name: "over the budget: cannot update in place", files: count},
-		{name: "within the budget: covered", files: 3, wantPatches: true},
+		{name: "over the budget: the call fails", files: count, wantErr: true},
+		{name: "within the budget: covered", files: 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
 			secrets := newCountingSecrets(count, size)
-			h, m := budgetHandlers(t, secrets)
+			h, _ := budgetHandlers(t, secrets)
 			resp := &runtimehooksv1.CanUpdateMachineSetResponse{}
 			h.DoCanUpdateMachineSet(context.Background(), request(tt.files), resp)
-			g.Expect(resp.GetStatus()).To(Equal(runtimehooksv1.ResponseStatusSuccess), resp.GetMessage())
-			g.Expect(resp.MachineSetPatch.IsDefined()).To(Equal(tt.wantPatches))
-			g.Expect(resp.BootstrapConfigTemplatePatch.IsDefined()).To(Equal(tt.wantPatches))
-			g.Expect(resp.InfrastructureMachineTemplatePatch.IsDefined()).To(BeFalse())
 			g.Expect(int64(secrets.gets)).To(BeNumerically("<=", secretbudget.MaxBytes/size+1))
-			refused := counterValue(t, m.decisions.WithLabelValues(hookCanUpdateMachineSet, "KubeadmConfigTemplate", "false"))
-			if tt.wantPatches {
-				g.Expect(refused).To(BeZero())
+			g.Expect(resp.InfrastructureMachineTemplatePatch.IsDefined()).To(BeFalse())
+			if !tt.wantErr {
+				g.Expect(resp.GetStatus()).To(Equal(runtimehooksv1.ResponseStatusSuccess), resp.GetMessage())
+				g.Expect(resp.MachineSetPatch.IsDefined()).To(BeTrue())
+				g.Expect(resp.BootstrapConfigTemplatePatch.IsDefined()).To(BeTrue())
 				return
 			}
-			g.Expect(refused).To(BeNumerically(">=", 1))
-			g.Expect(counterValue(t, m.decisions.WithLabelValues(hookCanUpdateMachineSet, "MachineSet", "false"))).To(Equal(1.0), "the version change is refused too")
+			g.Expect(resp.GetStatus()).To(Equal(runtimehooksv1.ResponseStatusFailure))
+			g.Expect(resp.MachineSetPatch.IsDefined()).To(BeFalse())
+			g.Expect(resp.BootstrapConfigTemplatePatch.IsDefined()).To(BeFalse())
 
-			// The reason names the budget, as UpdateMachine's failure does.
 			res, des, err := computeCanUpdateMachineSet(h.planner, request(tt.files))
 			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(h.secretBudget(context.Background(), des, []string{"spec", "template", "spec"}, res)).To(Succeed())
-			g.Expect(res.FullyCovered()).To(BeFalse())
-			g.Expect(res.Decisions).To(ContainElement(HaveField("Field", "spec.template.spec.files")))
-			for _, d := range res.Decisions {
-				g.Expect(d.Reason).To(MatchRegexp(`^cannot update in place: the \d+ Secrets the KubeadmConfig references hold more than %d bytes`, secretbudget.MaxBytes))
-				g.Expect(d.Reason).To(MatchRegexp(`: 8 of them \(s0, s1, .*\) hold \d+ bytes, passed at Secret s\d+;`), "names the Secrets counted, in sorted order, up to the one that crosses")
-			}
+			err = h.secretBudget(context.Background(), des, []string{"spec", "template", "spec"}, res)
+			var over *secretbudget.OverBudgetError
+			g.Expect(errors.As(err, &over)).To(BeTrue(), "the failure is the budget's: %v", err)
 		})
 	}
 }
@@ -161,7 +154,7 @@ func TestCanUpdateMachineCountsReferencedSecrets(t *testing.T) {
 	h, _ := budgetHandlers(t, secrets)
 	resp := &runtimehooksv1.CanUpdateMachineResponse{}
 	h.DoCanUpdateMachine(context.Background(), request(referencing(pt.KubeadmConfigSpec(), 1, count-1), "v1.36.0"), resp)
-	g.Expect(resp.GetStatus()).To(Equal(runtimehooksv1.ResponseStatusSuccess), resp.GetMessage())
+	g.Expect(resp.GetStatus()).To(Equal(runtimehooksv1.ResponseStatusFailure))
 	g.Expect(resp.MachinePatch.IsDefined()).To(BeFalse())
 	g.Expect(resp.BootstrapConfigPatch.IsDefined()).To(BeFalse())
 	g.Expect(int64(secrets.gets)).To(BeNumerically("<=", secretbudget.MaxBytes/size+1))

@@ -128,7 +128,7 @@ func missingSecretWarnings(in Input, after preview.Report) []string {
 		}
 		seen[m.Owner] = true
 		out = append(out, fmt.Sprintf("capi-inplace guard: %s references Secret(s) %s, which do not exist yet: the guard did not count them against the %d-byte budget of referenced Secrets; "+
-			"if they are over it when Cluster API updates the Machines, the CanUpdate hooks answer that they cannot be updated in place and Cluster API replaces them",
+			"if they are over it when Cluster API updates the Machines, the CanUpdate hooks fail and the rollout waits until they fit",
 			m.Owner, strings.Join(m.SecretsNotFound, ", "), secretbudget.MaxBytes))
 	}
 	return out

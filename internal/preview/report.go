@@ -183,6 +183,6 @@ const (
 	CauseMissingObject CauseKind = "missing-object"
 	// CauseSecretBudget: the Secrets the desired KubeadmConfig references are over
 	// the budget UpdateMachine reads them by (secretbudget), so the CanUpdate hooks
-	// answer that the Machine cannot be updated in place.
+	// fail and the Machine's rollout waits until they fit.
 	CauseSecretBudget CauseKind = "secret-budget"
 )

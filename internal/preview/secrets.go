@@ -58,12 +58,12 @@ func secretBudget(in Input, c comparison) (*Cause, []string, error) {
 		return nil, missing, err
 	}
 	return &Cause{Kind: CauseSecretBudget, Message: fmt.Sprintf(
-		"%s files and users: %s (the CanUpdate hooks answer that such a configuration cannot be updated in place)", c.desiredSpecOf, over)}, missing, nil
+		"%s files and users: %s (the CanUpdate hooks fail on such a configuration: the rollout waits until the Secrets fit)", c.desiredSpecOf, over)}, missing, nil
 }
 
 // missingSecretsNote is the plan's note for referenced Secrets that do not exist.
 func missingSecretsNote(owner string, names []string) string {
 	return fmt.Sprintf("%s references Secret(s) %s, which do not exist: they are not counted against the %d-byte budget of referenced Secrets now; "+
-		"CanUpdate and UpdateMachine count them when Cluster API updates the Machines (over the budget, CanUpdate answers that it cannot update in place and Cluster API replaces them)",
+		"CanUpdate and UpdateMachine count them when Cluster API updates the Machines (over the budget, CanUpdate fails and the rollout waits until they fit)",
 		owner, strings.Join(names, ", "), secretbudget.MaxBytes)
 }

@@ -98,7 +98,7 @@ func SpecAt(u *unstructured.Unstructured, path ...string) (*bootstrapv1.KubeadmC
 }
 
 // OverBudgetError says the Secrets a KubeadmConfig references hold more than
-// MaxBytes. UpdateMachine's failure, the CanUpdate hooks' refusal, the guard's
+// MaxBytes. UpdateMachine's and the CanUpdate hooks' failures, the guard's
 // refusal and plan's reason all give its sentence.
 type OverBudgetError struct {
 	// Referenced is how many Secrets the configuration references.
