@@ -252,8 +252,8 @@ func (r *Reconciler) fail(ctx context.Context, obs *observed, machine *clusterv1
 	}); err != nil {
 		return ctrl.Result{}, err
 	}
-	msg := fmt.Sprintf("Machine %s was not updated: %s. KubeadmControlPlane %s stays paused at its new spec (no Machine is created); revert or change the spec, or remove annotation %s to retry (with the node's %s and %s annotations, which keep the node's verdict)",
-		machine.Name, cause, obs.kcp.Name, inplacev1.HoldFailedAnnotation, inplacev1.DesiredPlanAnnotation, inplacev1.StatusAnnotation)
+	msg := fmt.Sprintf("Machine %s was not updated: %s. KubeadmControlPlane %s stays paused at its new spec (no Machine is created); revert or change the spec, or retry: annotate Machine %s with %s (the plan is built again from the current policy), then remove annotation %s",
+		machine.Name, cause, obs.kcp.Name, machine.Name, inplacev1.RetryAnnotation, inplacev1.HoldFailedAnnotation)
 	ctrl.LoggerFrom(ctx).Info("In-place update of a control-plane Machine failed", "Machine", klog.KObj(machine), "reason", reason, "cause", cause)
 	r.Recorder.Eventf(obs.kcp, machine, corev1.EventTypeWarning, eventFor(reason), "Update", "%s", eventNote(msg))
 	r.Recorder.Eventf(machine, obs.kcp, corev1.EventTypeWarning, eventFor(reason), "Update", "%s", eventNote(cause))

@@ -97,7 +97,7 @@ func Decide(s State) Decision {
 		return Decision{Action: ActionRelease, Message: "three or more replicas: KubeadmControlPlane takes over"}
 	}
 	if s.FailedTarget != "" && s.FailedTarget == s.Target {
-		return Decision{Action: ActionKeepFailed, Message: "the in-place update to this spec failed and was rolled back; revert or change the spec, or remove the " + "hold-failed annotation to retry"}
+		return Decision{Action: ActionKeepFailed, Message: "the in-place update to this spec failed and was rolled back; revert or change the spec, or annotate the Machine with the retry annotation and remove the hold-failed annotation"}
 	}
 
 	var waiting []string

@@ -40,7 +40,9 @@
 //     the target in inplacev1.HoldFailedAnnotation, sets InPlaceUpdate=False with the
 //     cause on the KCP and the Cluster, records Events, and keeps KCP paused: releasing it
 //     with an outdated Machine would make KCP create a surge Machine. Reverting or
-//     changing the spec, or removing the hold-failed annotation, moves on.
+//     changing the spec moves on; so does a retry: the Machine's
+//     inplacev1.RetryAnnotation, then the hold-failed annotation removed (the
+//     coordinator then builds the plan again, as for the hooks).
 //
 // Invariants: all state lives in annotations and conditions of the KCP (and the
 // objects themselves); every reconcile is idempotent and may be repeated after a
