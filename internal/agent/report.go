@@ -35,9 +35,9 @@ import (
 // plan or announces a reboot: a plan that is over within it (a files-only plan
 // takes 40-130 ms) costs one Node patch, its end, instead of one per phase
 // (applying, verifying, committed), each a Machine reconcile in Cluster API in
-// the middle of a rollout (docs/performance.md, session 13). Nothing waits on the
-// first status but the coordinator's pick-up deadline, minutes long. A reboot is
-// never held: the Node shows it before the node goes away.
+// the middle of a rollout (docs/performance.md, "What the figures mean"). Nothing
+// waits on the first status but the coordinator's pick-up deadline, minutes long. A
+// reboot is never held: the Node shows it before the node goes away.
 type Reporter struct {
 	Client   kubernetes.Interface
 	NodeName string

@@ -14,12 +14,12 @@ import (
 // Succeeded and its Event) is written after the call has answered done: Cluster
 // API's next step for the Machine, and for the next Machine of a rollout, waits on
 // the answer, never on the condition, and the write is a round trip to a
-// management API server that is busiest exactly during a rollout (session 9's
-// figures, docs/performance.md: ~40 ms of a ~290 ms call at 3 + 2, ~115 of ~700 at
-// 3 + 30). Nothing reads the Succeeded condition back to decide anything: it is
-// for operators and `capi-inplace status`. A failure's condition is different: it
-// is written before the answer, so a Failure is never visible to Cluster API
-// without its explanation on the Machine.
+// management API server that is busiest exactly during a rollout
+// (docs/performance.md, "What the figures mean": ~40 ms of a ~290 ms call at 3 + 2,
+// ~115 of ~700 at 3 + 30). Nothing reads the Succeeded condition back to decide
+// anything: it is for operators and `capi-inplace status`. A failure's condition is
+// different: it is written before the answer, so a Failure is never visible to
+// Cluster API without its explanation on the Machine.
 //
 // The write is retried with backoff for up to laterReportTimeout and is lost only
 // when the process dies within that time, in which case the Machine keeps the
