@@ -71,9 +71,13 @@ var upstreamFlags = map[string]string{
 // docFiles are the docs the tests read: README.md and docs/*.md.
 func docFiles(t *testing.T) []string {
 	t.Helper()
-	docs, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
+	var docs []string
+	for _, pattern := range []string{"*.md", "runbooks/*.md"} {
+		found, err := filepath.Glob(filepath.Join(repoRoot, "docs", pattern))
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, found...)
 	}
 	files := []string{"README.md"}
 	for _, d := range docs {
