@@ -41,6 +41,23 @@ lacks_sys_resource() {
 	(( (16#$bnd >> 24 & 1) == 0 ))
 }
 
+# Every node container runs systemd, containerd and the kubelet, each holding inotify
+# instances of the machine's one per-user budget; at the kernel's default of 128, the
+# tenth or so node's systemd exits at once (Docker: exit 255) and its Machine never
+# gets a node. kind documents the same limit for many nodes; raise it to its figure,
+# never lower it.
+raise_inotify() {
+	local key want have
+	for key in fs.inotify.max_user_instances:512 fs.inotify.max_user_watches:524288; do
+		want=${key#*:} key=${key%%:*}
+		have=$(sysctl -n "$key")
+		if (( have < want )); then
+			sysctl -qw "$key=$want" || die "cannot raise $key to $want (it is $have): the lane's nodes need it"
+			log "raised $key from $have to $want"
+		fi
+	done
+}
+
 up() {
 	if alive; then return 0; fi
 	command -v dockerd >/dev/null || die "dockerd missing (hack/install-deps.sh installs docker.io)"
@@ -49,6 +66,7 @@ up() {
 		ip netns add "$netns"
 	fi
 	in_ns ip link set lo up
+	raise_inotify
 	local runtime=""
 	if lacks_sys_resource; then
 		# Only in sandboxes whose bounding set lacks CAP_SYS_RESOURCE (runcwrap's doc).

@@ -30,9 +30,13 @@ type clusterSpec struct {
 	SingleNodeKey string
 }
 
-// The lane's load balancer template is the provider's default but for maxconn: haproxy
-// raises its open-files limit to about twice maxconn, and the sandboxes the lane runs
-// in cap it at 20000 (an ordinary machine takes the default's 100000 too).
+// The lane's load balancer template is the provider's default but for two settings.
+// maxconn: haproxy raises its open-files limit to about twice maxconn, and the
+// sandboxes the lane runs in cap it at 20000 (an ordinary machine takes the
+// default's 100000 too). on-marked-down shutdown-sessions: a control plane updated
+// in place keeps its API server running while kubeadm restarts the local etcd
+// member, and clients whose one HTTP/2 connection haproxy pinned to it get errors
+// until they reconnect (docs/real-capi.md has both figures).
 const lbTemplate = `global
   log /dev/log local0
   log /dev/log local1 notice
@@ -49,7 +53,7 @@ defaults
   timeout connect 5000
   timeout client 50000
   timeout server 50000
-  default-server init-addr none
+  default-server init-addr none on-marked-down shutdown-sessions
 
 frontend control-plane
   bind *:{{ .FrontendControlPlanePort }}

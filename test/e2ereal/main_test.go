@@ -231,6 +231,11 @@ kubernetesBinaries:
     command: ["/bin/sleep", "10"]
 %s- cluster: %s/%s
   gates:
-%s`, failNamespace, failCluster, failing, restoreNamespace, restoreCluster, failing)
+%s- cluster: %s/%s
+  gates:
+  # Ten seconds of gates at least, so the scenario's power cut finds them running.
+  - name: settle
+    command: ["/bin/sleep", "10"]
+%s`, failNamespace, failCluster, failing, restoreNamespace, restoreCluster, failing, haNamespace, haCluster, failing)
 	return os.WriteFile(path, []byte(policy), 0o600)
 }

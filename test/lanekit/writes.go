@@ -7,7 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
@@ -84,16 +83,29 @@ func (w *Writer) Stop() (acked []Write, failed int) {
 	return append([]Write(nil), w.acked...), w.failed
 }
 
-// Lost returns the acknowledged writes the API server no longer has.
+// Lost returns the acknowledged writes the API server no longer has. It lists the
+// namespace's ConfigMaps once (a quorum read, in pages) rather than reading each
+// write: a writer through a long update acknowledges thousands.
 func Lost(ctx context.Context, cs kubernetes.Interface, namespace string, acked []Write) ([]Write, error) {
+	present := map[string]bool{}
+	opts := metav1.ListOptions{Limit: 500}
+	for {
+		page, err := cs.CoreV1().ConfigMaps(namespace).List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("list ConfigMaps in %s: %w", namespace, err)
+		}
+		for _, cm := range page.Items {
+			present[cm.Name] = true
+		}
+		if page.Continue == "" {
+			break
+		}
+		opts.Continue = page.Continue
+	}
 	var lost []Write
 	for _, a := range acked {
-		_, err := cs.CoreV1().ConfigMaps(namespace).Get(ctx, a.Name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
+		if !present[a.Name] {
 			lost = append(lost, a)
-		case err != nil:
-			return nil, fmt.Errorf("read ConfigMap %s/%s: %w", namespace, a.Name, err)
 		}
 	}
 	return lost, nil
