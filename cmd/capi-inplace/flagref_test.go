@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -54,6 +55,9 @@ in context: [extension.md](extension.md), [agent.md](agent.md), [cli.md](cli.md)
 	find := func(program string, path ...string) *cobra.Command {
 		c := trees[program]
 		for _, name := range path {
+			if c == nil {
+				return nil
+			}
 			c = findSubcommand(c, name)
 		}
 		return c
@@ -69,18 +73,44 @@ in context: [extension.md](extension.md), [agent.md](agent.md), [cli.md](cli.md)
 		find("capi-inplace", "extension"))
 	section("capi-inplace-agent", "The node agent (the DaemonSet the extension installs; its arguments are `agent --host-root=/host`). `capi-inplace-agent agent` has the same flags.",
 		find("capi-inplace-agent"))
-	var differ []string
-	for _, sub := range []string{"status", "plan"} {
-		note := fmt.Sprintf("`kubectl inplace %s` has the same flags.", sub)
-		if flagTable(find("capi-inplace", sub)) != flagTable(find("kubectl-inplace", sub)) {
-			note, differ = "", append(differ, sub)
+	// Every other command an operator runs, in the command tree's order; the
+	// kubectl plugin's twin of a command is named when its flags are the same.
+	var differ [][]string
+	for _, path := range operatorCommands(trees["capi-inplace"], nil) {
+		if slices.Equal(path, []string{"extension"}) {
+			continue
 		}
-		section("capi-inplace "+sub, note, find("capi-inplace", sub))
+		name := strings.Join(path, " ")
+		note := ""
+		if twin := find("kubectl-inplace", path...); twin != nil {
+			note = fmt.Sprintf("`kubectl inplace %s` has the same flags.", name)
+			if flagTable(find("capi-inplace", path...)) != flagTable(twin) {
+				note, differ = "", append(differ, path)
+			}
+		}
+		section("capi-inplace "+name, note, find("capi-inplace", path...))
 	}
-	for _, sub := range differ {
-		section("kubectl inplace "+sub, "", find("kubectl-inplace", sub))
+	for _, path := range differ {
+		section("kubectl inplace "+strings.Join(path, " "), "", find("kubectl-inplace", path...))
 	}
 	return b.String()
+}
+
+// operatorCommands lists the paths below c of the commands that run something,
+// depth first in the tree's order, leaving out cobra's own help and completion.
+func operatorCommands(c *cobra.Command, prefix []string) [][]string {
+	var out [][]string
+	for _, sub := range c.Commands() {
+		if sub.Hidden || sub.Name() == "help" || sub.Name() == "completion" {
+			continue
+		}
+		path := append(slices.Clone(prefix), sub.Name())
+		if sub.Runnable() {
+			out = append(out, path)
+		}
+		out = append(out, operatorCommands(sub, path)...)
+	}
+	return out
 }
 
 // flagTable is a command's flags, its own and inherited, as a Markdown table.
