@@ -38,9 +38,6 @@ const (
 // Condition reasons of the single-node control-plane path (InPlaceUpdateCondition on
 // the KubeadmControlPlane and the Cluster), in addition to the Reason* above.
 const (
-	// ReasonHeld: the hold is active, the controller is about to start or is between
-	// node updates.
-	ReasonHeld = "InPlaceUpdateHeld"
 	// ReasonWaiting: a Machine is not ready for an in-place update yet (no node,
 	// deleting, or marked for replacement), so the hold stays and nothing is created.
 	ReasonWaiting = "InPlaceUpdateWaiting"
