@@ -22,9 +22,8 @@
 // update, or one that failed before changing the node, is uncordoned, recorded on the
 // Machine (InPlaceUpdate condition, Event) and answered with Failure and its cause on
 // every later call. A new desired spec (a new plan hash)
-// starts a new update; to retry, an operator annotates the Machine with
-// inplace.capi-inplace.dev/retry (fleet.go), which builds the plan again from the
-// current policy unless the agent may still be at work on the failed one.
+// starts a new update; to retry the same plan, an operator annotates the Machine
+// with inplace.capi-inplace.dev/retry (fleet.go).
 //
 // Fleet controls (fleet.go, pure core internal/fleet) run after Decide and before
 // cordon: retry and cancel requests on the Machine, resume on the Cluster, and for

@@ -63,7 +63,7 @@ func (c *Coordinator) fleetCheck(ctx context.Context, s *scope, o Observation, d
 	}
 	ann := s.stored.GetAnnotations()
 	if _, ok := ann[inplacev1.RetryAnnotation]; ok {
-		if out, held := c.retry(ctx, s, o, d); held {
+		if out, held := c.retry(ctx, s, d); held {
 			return out, true
 		}
 	}
@@ -200,7 +200,7 @@ func (c *Coordinator) resume(ctx context.Context, s *scope) (Outcome, bool) {
 	return Outcome{}, false
 }
 
-// retriable reports whether d is a failure an operator may retry.
+// retryable failures an operator may retry.
 func retriable(d Decision) bool {
 	switch d.Action {
 	case ActFail, ActDegraded, ActAbandon:
@@ -211,60 +211,17 @@ func retriable(d Decision) bool {
 	return false
 }
 
-// retryUnfinished reports whether a retry has work although this call would start
-// a new plan: the node still shows the failed verdict of another plan. A retry cut
-// short after it deleted the plan Secret leaves this (the next call built another
-// plan), and so does a spec or policy that changed the plan since the failure.
-func retryUnfinished(o Observation, d Decision) bool {
-	st := o.Status
-	return d.Action == ActStart && st != nil && st.PlanHash != o.PlanHash &&
-		(st.Phase == protocol.PhaseFailed || st.Phase == protocol.PhaseRolledBack)
-}
-
-// atRest reports whether the node's last report is a final verdict, or there is
-// none: then nothing of the update is in flight on the node, and its plan may be
-// replaced. A report of work in progress (a deadline passed while the agent
-// worked) or one that cannot be read says the agent may still be at work.
-func atRest(o Observation) bool {
-	return o.StatusErr == nil && (o.Status == nil || o.Status.Phase.Terminal())
-}
-
-// retry is an operator's statement that the inputs of a failed update changed
-// (the policy, a registry credential, the node): it withdraws the failed plan and
-// the agent's verdict on it (the agent forgets a withdrawn failed plan), drops the
-// Machine from the failure record, then removes RetryAnnotation.
-//
-// With nothing in flight on the node (atRest) it also deletes the plan Secret, so
-// that the next call builds the plan again from this replica's policy and the
-// current spec instead of keeping the stored one (nodeplan.KeepPublished keeps a
-// published plan of the same desired state, which a policy fix does not change).
-// That cannot flip a plan under a working agent: a retry is honoured only for a
-// failed update, whose agent has ended the plan (or never picked it up), and the
-// agent refuses a new plan while its journal holds one in flight (state.ErrBusy).
-// Otherwise the same plan is asked for again and the agent resumes it.
-//
-// The Secret goes first: if the call dies after it, the next one builds the new
-// plan and finds the old verdict on the node (retryUnfinished), and goes on. Each
-// later step repeats harmlessly.
-func (c *Coordinator) retry(ctx context.Context, s *scope, o Observation, d Decision) (Outcome, bool) {
-	if !retriable(d) && !retryUnfinished(o, d) {
+// retry withdraws a failed plan and the agent's verdict on it (the agent forgets
+// a withdrawn failed plan), drops the Machine from the failure record, then
+// removes RetryAnnotation: each step repeats harmlessly if the call dies.
+func (c *Coordinator) retry(ctx context.Context, s *scope, d Decision) (Outcome, bool) {
+	if !retriable(d) {
 		if err := c.removeMachineAnnotation(ctx, s, inplacev1.RetryAnnotation); err != nil {
 			return retryable(CauseManagementAPI, err.Error()), true
 		}
 		c.opts.Recorder.Eventf(s.stored, nil, corev1.EventTypeNormal, inplacev1.EventNothingToRetry, "Retry",
 			"node %s has no failed update to retry; annotation %s removed", s.node.Name, inplacev1.RetryAnnotation)
 		return Outcome{}, false
-	}
-	failedPlan, cause := s.planHash, d.Message
-	if retryUnfinished(o, d) {
-		failedPlan = o.Status.PlanHash
-		cause = fmt.Sprintf("the node still reported plan %s %s", short(failedPlan), o.Status.Phase)
-	}
-	rebuild := atRest(o)
-	if rebuild {
-		if err := c.deletePlanSecret(ctx, s); err != nil {
-			return c.workloadFailure(s, stepPublish, err), true
-		}
 	}
 	err := c.patchNode(ctx, s, "clear the failed plan of", func(_ *corev1.Node, ann map[string]string) {
 		delete(ann, inplacev1.DesiredPlanAnnotation)
@@ -288,29 +245,9 @@ func (c *Coordinator) retry(ctx context.Context, s *scope, o Observation, d Deci
 	if err := c.removeMachineAnnotation(ctx, s, inplacev1.RetryAnnotation, inplacev1.UpdatePhaseAnnotation); err != nil {
 		return retryable(CauseManagementAPI, err.Error()), true
 	}
-	next := "the plan is built again from the current policy and spec"
-	if !rebuild {
-		next = "the agent's last report is of work in progress or unreadable, so the same plan is asked for again (the agent finishes what its journal holds first)"
-	}
-	msg := fmt.Sprintf("retrying node %s: the failed plan %s was withdrawn and its verdict cleared; %s (%s)", s.node.Name, short(failedPlan), next, cause)
+	msg := fmt.Sprintf("retrying node %s: the failed plan %s was withdrawn and its verdict cleared (%s)", s.node.Name, short(s.planHash), d.Message)
 	c.opts.Recorder.Eventf(s.stored, nil, corev1.EventTypeNormal, inplacev1.EventRetryRequested, "Retry", "%s", msg)
 	return inProgress(retryRetried, stepMsg(stepAgent, "%s", msg)), true
-}
-
-// deletePlanSecret deletes the node's plan Secret as this call read it: a Secret
-// written since (another replica's publication) conflicts and is judged again by
-// the next call.
-func (c *Coordinator) deletePlanSecret(ctx context.Context, s *scope) error {
-	sec := s.planSecret
-	if sec == nil {
-		return nil
-	}
-	err := s.wc.Client.Delete(ctx, sec, client.Preconditions{UID: &sec.UID, ResourceVersion: &sec.ResourceVersion})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete the plan Secret %s/%s of node %s: %w", sec.Namespace, sec.Name, s.node.Name, err)
-	}
-	s.planSecret = nil
-	return nil
 }
 
 // cancel stops an update the agent has not begun changing the node for: no status
