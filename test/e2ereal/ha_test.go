@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -81,14 +82,7 @@ func TestHAControlPlaneAndWorkers(t *testing.T) {
 
 	// Two replicas on the workers (a host port each), at least one available.
 	deployWorkload(t, wc, "web", 2, false)
-	_, err = wc.PolicyV1().PodDisruptionBudgets("default").Create(ctx, &policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: policyv1.PodDisruptionBudgetSpec{
-			MinAvailable: ptrIntOrString(intstr.FromInt32(1)),
-			Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
-		},
-	}, metav1.CreateOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
+	createPDB(t, wc, "web", 1)
 	var urls []string
 	for _, w := range workers {
 		ip, err := nodeIP(ctx, w)
@@ -287,6 +281,19 @@ func machineFailed(ctx context.Context, ns, name string) error {
 		}
 	}
 	return fmt.Errorf("machine %s: no %s condition", name, inplacev1.InPlaceUpdateCondition)
+}
+
+// createPDB creates a PodDisruptionBudget for the pods labelled app=name.
+func createPDB(t *testing.T, wc kubernetes.Interface, name string, minAvailable int32) {
+	t.Helper()
+	_, err := wc.PolicyV1().PodDisruptionBudgets("default").Create(suite.ctx, &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MinAvailable: ptr.To(intstr.FromInt32(minAvailable)),
+			Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+		},
+	}, metav1.CreateOptions{})
+	newG(t).Expect(err).NotTo(HaveOccurred())
 }
 
 func annotateMachine(t *testing.T, ns, name, key, value string) {

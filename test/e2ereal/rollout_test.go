@@ -11,9 +11,6 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
-	policyv1 "k8s.io/api/policy/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -51,14 +48,7 @@ func TestControlPlaneAndWorker(t *testing.T) {
 
 	// Two replicas, one per node (a host port each), at least one available.
 	deployWorkload(t, wc, "web", 2, true)
-	_, err = wc.PolicyV1().PodDisruptionBudgets("default").Create(ctx, &policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: policyv1.PodDisruptionBudgetSpec{
-			MinAvailable: ptrIntOrString(intstr.FromInt32(1)),
-			Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
-		},
-	}, metav1.CreateOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
+	createPDB(t, wc, "web", 1)
 	var urls []string
 	for _, m := range ms {
 		ip, err := nodeIP(ctx, m.Status.NodeRef.Name)
@@ -137,8 +127,6 @@ spec:
         docker:
           customImage: capi-real/node:other
 `
-
-func ptrIntOrString(v intstr.IntOrString) *intstr.IntOrString { return &v }
 
 // probeAny probes urls every 100 ms; a probe succeeds when any of them answers.
 func probeAny(urls []string) *lanekit.Outage {
