@@ -11,6 +11,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -361,15 +362,20 @@ func kcpRolledBack(ctx context.Context, ns, name string) error {
 	if kcp.Annotations[inplacev1.HoldFailedAnnotation] == "" {
 		return fmt.Errorf("KCP %s: no %s yet", name, inplacev1.HoldFailedAnnotation)
 	}
-	for _, c := range kcp.Status.Conditions {
-		if c.Type == inplacev1.InPlaceUpdateCondition {
-			if c.Status == metav1.ConditionFalse && c.Reason == inplacev1.ReasonRolledBack {
-				return nil
-			}
-			return fmt.Errorf("KCP %s: %s=%s/%s", name, c.Type, c.Status, c.Reason)
-		}
+	return rolledBack("KCP "+name, kcp.Status.Conditions)
+}
+
+// rolledBack checks conds carry our InPlaceUpdate=False condition with the
+// rolled-back reason; what names the object in the error.
+func rolledBack(what string, conds []metav1.Condition) error {
+	c := meta.FindStatusCondition(conds, inplacev1.InPlaceUpdateCondition)
+	switch {
+	case c == nil:
+		return fmt.Errorf("%s: no %s condition", what, inplacev1.InPlaceUpdateCondition)
+	case c.Status != metav1.ConditionFalse || c.Reason != inplacev1.ReasonRolledBack:
+		return fmt.Errorf("%s: %s=%s/%s", what, c.Type, c.Status, c.Reason)
 	}
-	return fmt.Errorf("KCP %s: no %s condition", name, inplacev1.InPlaceUpdateCondition)
+	return nil
 }
 
 // nodeRolledBack checks the node's agent reports RolledBack and the node is in

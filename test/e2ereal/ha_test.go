@@ -272,15 +272,7 @@ func machineFailed(ctx context.Context, ns, name string) error {
 	if err := suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, m); err != nil {
 		return err
 	}
-	for _, c := range m.Status.Conditions {
-		if c.Type == inplacev1.InPlaceUpdateCondition {
-			if c.Status == metav1.ConditionFalse && c.Reason == inplacev1.ReasonRolledBack {
-				return nil
-			}
-			return fmt.Errorf("machine %s: %s=%s/%s", name, c.Type, c.Status, c.Reason)
-		}
-	}
-	return fmt.Errorf("machine %s: no %s condition", name, inplacev1.InPlaceUpdateCondition)
+	return rolledBack("machine "+name, m.Status.Conditions)
 }
 
 // createPDB creates a PodDisruptionBudget for the pods labelled app=name.
