@@ -94,6 +94,13 @@ JSON
 	log "dockerd up in network namespace $netns ($DOCKER_HOST)"
 }
 
+# unmount_under detaches every mount at or below dir, deepest first.
+unmount_under() {
+	local dir=$1 m
+	awk -v dir="$dir" '$2 == dir || index($2, dir "/") == 1 {print $2}' /proc/self/mounts | sort -r |
+		while read -r m; do umount -l "$m" || die "cannot unmount $m"; done
+}
+
 down() {
 	if alive; then
 		local ids
@@ -117,6 +124,11 @@ down() {
 		ip netns del "$netns" 2>/dev/null || true
 	fi
 	find /sys/fs/cgroup/*/capi-real -depth -type d -exec rmdir {} + 2>/dev/null || true
+	# A dockerd killed before it cleaned up leaves mounts behind: its containers'
+	# network namespaces under the exec root (rm cannot remove a mount point) and
+	# their overlay roots under the data root. Detach them, deepest first.
+	unmount_under "$run_dir"
+	unmount_under "$cache/docker"
 	# Docker creates the bind source /lib/modules for the node containers where the
 	# host has none.
 	rm -rf "$run_dir"
