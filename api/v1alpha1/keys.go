@@ -157,11 +157,11 @@ const (
 	// InPlaceUpdateCondition on a Machine or Cluster reports capi-inplace's view.
 	InPlaceUpdateCondition = "InPlaceUpdate"
 
-	ReasonInProgress  = "InPlaceUpdateInProgress"
-	ReasonSucceeded   = "InPlaceUpdateSucceeded"
-	ReasonRolledBack  = "InPlaceUpdateRolledBack"
-	ReasonFailed      = "InPlaceUpdateFailed"
-	ReasonDrainFailed = "DrainBlocked"
+	ReasonInProgress   = "InPlaceUpdateInProgress"
+	ReasonSucceeded    = "InPlaceUpdateSucceeded"
+	ReasonRolledBack   = "InPlaceUpdateRolledBack"
+	ReasonFailed       = "InPlaceUpdateFailed"
+	ReasonDrainBlocked = "DrainBlocked"
 	// ReasonDegraded: the node's rollback failed or its agent cannot tell what it
 	// did; the node stays cordoned until a human repairs it. Never usable.
 	ReasonDegraded = "InPlaceUpdateDegraded"

@@ -6,11 +6,15 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/coordinator/drain"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 // MachineDrain is what a Machine says about draining its node, in Cluster API's
@@ -177,13 +181,46 @@ func (c *Coordinator) finishDrain(ctx context.Context, s *scope, res drain.Resul
 	}
 	d, ok := DrainMachineVerdict(s.node.Name, md, res, volumes, started, drained, now, c.opts.Drain.Timeout)
 	if ok {
+		c.clearDrainBlocked(ctx, s)
 		return Outcome{}, true
 	}
 	if len(res.Blockers) > 0 {
-		c.opts.Recorder.Eventf(s.machine, nil, corev1.EventTypeWarning, inplacev1.EventDrainBlocked, "Drain", "%s", d.Message)
+		c.showDrainBlocked(ctx, s, d.Message)
 	}
 	if d.Action == ActReportFailure {
 		return retryable(d.Cause, d.Message), false
 	}
 	return inProgress(d.RetryAfterSeconds, d.Message), false
+}
+
+// showDrainBlocked puts a blocked drain on the Machine's InPlaceUpdate condition
+// (DrainBlocked, naming what refuses the eviction), where `status`, `fleet status`
+// and the FleetRollout controller see why the node is cordoned, and records an
+// Event when the condition changed. The message names the blocker and the node,
+// not the time spent, so that a drain blocked for an hour writes once. A failed
+// write is retried by the next call.
+func (c *Coordinator) showDrainBlocked(ctx context.Context, s *scope, message string) {
+	message = protocol.RedactKnownSecrets(message)
+	changed, err := c.setMachineCondition(ctx, s.stored, metav1.Condition{Type: inplacev1.InPlaceUpdateCondition,
+		Status: metav1.ConditionFalse, Reason: inplacev1.ReasonDrainBlocked, Message: message})
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Info("Could not report the blocked drain on the Machine; the next call retries", "error", err.Error())
+		return
+	}
+	if changed {
+		c.opts.Recorder.Eventf(s.stored, nil, corev1.EventTypeWarning, inplacev1.EventDrainBlocked, "Drain", "%s", message)
+	}
+}
+
+// clearDrainBlocked says the update goes on once a drain that showDrainBlocked
+// reported is over, so that the Machine is no longer shown held by its drain. A
+// failed write is left to the update's end, whose report replaces the condition.
+func (c *Coordinator) clearDrainBlocked(ctx context.Context, s *scope) {
+	if cur := meta.FindStatusCondition(s.stored.Status.Conditions, inplacev1.InPlaceUpdateCondition); cur == nil || cur.Reason != inplacev1.ReasonDrainBlocked {
+		return
+	}
+	if _, err := c.setMachineCondition(ctx, s.stored, metav1.Condition{Type: inplacev1.InPlaceUpdateCondition,
+		Status: metav1.ConditionFalse, Reason: inplacev1.ReasonInProgress, Message: fmt.Sprintf("node %s drained", s.node.Name)}); err != nil {
+		ctrl.LoggerFrom(ctx).Info("Could not clear the blocked drain on the Machine", "error", err.Error())
+	}
 }

@@ -65,10 +65,19 @@ func TestWorkerUpdateEndToEnd(t *testing.T) {
 	g.Expect(f.wl.Get(f.ctx, client.ObjectKey{Namespace: inplacev1.AgentNamespace, Name: agentinstall.AgentName}, &corev1.ServiceAccount{})).To(Succeed())
 	g.Expect(f.rec.reasons()).To(Equal([]string{inplacev1.EventDrainStarted, inplacev1.EventDrainBlocked}))
 	g.Expect(f.rec.events[0]).To(HavePrefix("*v1beta2.Machine " + f.ns + "/m-w1 Normal"))
+	// The Machine says why its node is cordoned, for status and fleet status.
+	cond := f.machineCondition(m)
+	g.Expect(cond).NotTo(BeNil())
+	g.Expect(cond.Reason).To(Equal(inplacev1.ReasonDrainBlocked))
+	g.Expect(cond.Status).To(Equal(metav1.ConditionFalse))
+	g.Expect(cond.Message).To(Equal(resp.Message))
 
-	// Still blocked on the next call: same message (deterministic), still cordoned.
+	// Still blocked on the next call: same message (deterministic), still cordoned,
+	// and neither the condition nor a second Event written for the same blocker.
 	g.Expect(call(c, req).Message).To(Equal(resp.Message))
 	g.Expect(f.podExists("web-1")).To(BeTrue())
+	g.Expect(f.machineCondition(m).LastTransitionTime).To(Equal(cond.LastTransitionTime))
+	g.Expect(f.rec.reasons()).To(Equal([]string{inplacev1.EventDrainStarted, inplacev1.EventDrainBlocked}))
 
 	// The operator relaxes the budget: the pod is evicted, DaemonSet and mirror pods stay.
 	g.Expect(f.wl.Delete(f.ctx, &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "web-pdb"}})).To(Succeed())
@@ -77,6 +86,7 @@ func TestWorkerUpdateEndToEnd(t *testing.T) {
 	g.Expect(f.podExists("web-1")).To(BeFalse())
 	g.Expect(f.podExists("logs-w1")).To(BeTrue())
 	g.Expect(f.podExists("static-w1")).To(BeTrue())
+	g.Expect(f.machineCondition(m).Reason).To(Equal(inplacev1.ReasonInProgress), "the drain no longer holds the Machine")
 
 	// The plan: Secret + desired-plan annotation, hash of the plan's content.
 	sec := f.planSecret("w1")

@@ -65,7 +65,7 @@ func TestObserve(t *testing.T) {
 			return plainCluster(target, m)
 		}, wantProgress: rollout.InProgress},
 		{name: "our drain blocked", objs: func() clusterObjects {
-			return plainCluster(target, machine(target, metav1.Condition{Type: inplacev1.InPlaceUpdateCondition, Status: metav1.ConditionFalse, Reason: inplacev1.ReasonDrainFailed}))
+			return plainCluster(target, machine(target, metav1.Condition{Type: inplacev1.InPlaceUpdateCondition, Status: metav1.ConditionFalse, Reason: inplacev1.ReasonDrainBlocked}))
 		}, wantProgress: rollout.InProgress},
 		{name: "a Machine going away neither blocks nor proves", objs: func() clusterObjects {
 			gone := machine(from)

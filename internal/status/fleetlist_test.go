@@ -71,7 +71,7 @@ func TestBuildFleetList(t *testing.T) {
 		machine("a", "unreported", "u1", "v1.36.0", ""),
 		// A blocked drain is an update in progress, named in the message.
 		machine("a", "draining", "d1", "v1.36.0", "v1.35.0", metav1.Condition{Type: inplacev1.InPlaceUpdateCondition, Status: metav1.ConditionTrue,
-			Reason: inplacev1.ReasonDrainFailed, Message: "PodDisruptionBudget pos/till refuses the eviction of pod pos/till-0"}),
+			Reason: inplacev1.ReasonDrainBlocked, Message: "PodDisruptionBudget pos/till refuses the eviction of pod pos/till-0"}),
 		// A Machine of a Cluster not listed (another selector) is ignored.
 		machine("a", "elsewhere", "e1", "v1.36.0", "v1.35.0", deadline),
 	}

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/cluster-api/util/conditions"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/fleet/machinestate"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
@@ -319,9 +320,9 @@ func buildMachine(m *clusterv1.Machine, node *corev1.Node, reachable bool, now t
 		nodeSide(&mv, node, now)
 	}
 
-	if c := mv.Conditions.InPlaceUpdate; c != nil && c.Reason == inplacev1.ReasonDrainFailed && c.Status == "True" {
+	if v := machinestate.Of(m); v.State == machinestate.DrainBlocked {
 		mv.Drain.State = DrainBlocked
-		mv.Drain.Message = c.Message
+		mv.Drain.Message = v.Message
 	}
 	// The agent's terminal phases carry the cause; otherwise our own condition may.
 	if c := mv.Conditions.InPlaceUpdate; c != nil && c.Reason == inplacev1.ReasonDegraded {

@@ -154,7 +154,7 @@ func TestBuildMachine(t *testing.T) {
 		},
 		{
 			name: "a blocked drain comes from capi-inplace's Machine condition",
-			machine: machine("m", withCondition(inplacev1.InPlaceUpdateCondition, metav1.ConditionTrue, inplacev1.ReasonDrainFailed,
+			machine: machine("m", withCondition(inplacev1.InPlaceUpdateCondition, metav1.ConditionFalse, inplacev1.ReasonDrainBlocked,
 				"PodDisruptionBudget default/web allows no disruption", now)),
 			node:      node("m", "v1.35.0", cordoned("capi-inplace")),
 			reachable: true,

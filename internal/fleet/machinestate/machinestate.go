@@ -57,7 +57,7 @@ func Of(m *clusterv1.Machine) Verdict {
 		return Verdict{State: Failed, Reason: cond.Reason, Message: cond.Message}
 	case !m.DeletionTimestamp.IsZero():
 		return Verdict{State: Deleting}
-	case cond != nil && cond.Reason == inplacev1.ReasonDrainFailed:
+	case cond != nil && cond.Reason == inplacev1.ReasonDrainBlocked:
 		return Verdict{State: DrainBlocked, Reason: cond.Reason, Message: cond.Message}
 	case updating(m) || (cond != nil && cond.Reason == inplacev1.ReasonInProgress):
 		return Verdict{State: Updating}
