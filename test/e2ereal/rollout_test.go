@@ -11,10 +11,17 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/test/lanekit"
 )
 
@@ -87,15 +94,33 @@ func TestControlPlaneAndWorker(t *testing.T) {
 	g.Expect(suite.stack.Client.List(ctx, sets, client.InNamespace(ns))).To(Succeed())
 	g.Expect(sets.Items).To(HaveLen(1), "no MachineSet created for the refused write")
 
+	// The budget allows no disruption while the worker's update starts: the drain
+	// is held, with the node cordoned and the Machine saying why, until the
+	// operator relaxes the budget.
+	setPDBMinAvailable(t, wc, "web", 2)
 	workerStart := time.Now()
 	cordon := lanekit.WatchCordon(wc, worker.Status.NodeRef.Name)
 	g.Expect(suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-md"}, md)).To(Succeed())
 	mdBase := md.DeepCopy()
 	md.Spec.Template.Spec.Version = to
 	g.Expect(suite.stack.Client.Patch(ctx, md, client.MergeFrom(mdBase))).To(Succeed())
+	g.Eventually(func() error { return drainHeld(ctx, wc, ns, worker.Name, worker.Status.NodeRef.Name, "web") }, 10*time.Minute).Should(Succeed())
+	suite.figures.Add("pair: worker update -> drain held by the PodDisruptionBudget, shown on the Machine", time.Since(workerStart))
+	g.Consistently(func() error { return drainHeld(ctx, wc, ns, worker.Name, worker.Status.NodeRef.Name, "web") }, 20*time.Second, 2*time.Second).Should(Succeed())
+	setPDBMinAvailable(t, wc, "web", 1)
 	g.Eventually(func() error { return nodeAt(ctx, wc, worker.Status.NodeRef.Name, to) }, 15*time.Minute).Should(Succeed())
 	g.Eventually(func() error { return machineUpdated(ctx, ns, worker.Name, to) }).Should(Succeed())
-	suite.figures.Add("pair: worker "+from+" -> "+to+" through the MachineDeployment's in-place hooks", time.Since(workerStart))
+	g.Eventually(func() (string, error) {
+		m := &clusterv1.Machine{}
+		if err := suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: worker.Name}, m); err != nil {
+			return "", err
+		}
+		if c := meta.FindStatusCondition(m.Status.Conditions, inplacev1.InPlaceUpdateCondition); c != nil {
+			return c.Reason, nil
+		}
+		return "", nil
+	}).Should(Equal(inplacev1.ReasonSucceeded), "the drain's hold is no longer shown once the update is done")
+	suite.figures.Add("pair: worker "+from+" -> "+to+" through the MachineDeployment's in-place hooks (the drain held 20 s by the budget included)", time.Since(workerStart))
 	suite.figures.Add("pair: worker cordon -> uncordon", cordon.Stop())
 
 	webDown, webLongest, _ := web.Stop()
@@ -150,4 +175,45 @@ func probeAny(urls []string) *lanekit.Outage {
 		}
 		return errors.Join(errs...)
 	})
+}
+
+// drainHeld checks that the update of Machine machine is held by its drain: its
+// InPlaceUpdate condition says DrainBlocked, its node is cordoned and still runs
+// a pod labelled app, which the drain could not evict.
+func drainHeld(ctx context.Context, wc kubernetes.Interface, ns, machine, node, app string) error {
+	m := &clusterv1.Machine{}
+	if err := suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: machine}, m); err != nil {
+		return err
+	}
+	if c := meta.FindStatusCondition(m.Status.Conditions, inplacev1.InPlaceUpdateCondition); c == nil || c.Reason != inplacev1.ReasonDrainBlocked {
+		return fmt.Errorf("machine %s: InPlaceUpdate condition %v, not %s", machine, c, inplacev1.ReasonDrainBlocked)
+	}
+	n, err := wc.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if !n.Spec.Unschedulable {
+		return fmt.Errorf("node %s not cordoned", node)
+	}
+	pods, err := wc.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + app, FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return err
+	}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+			return nil
+		}
+	}
+	return fmt.Errorf("no running pod app=%s left on node %s", app, node)
+}
+
+// setPDBMinAvailable sets the minAvailable of the PodDisruptionBudget name.
+func setPDBMinAvailable(t *testing.T, wc kubernetes.Interface, name string, minAvailable int32) {
+	t.Helper()
+	g := newG(t)
+	pdb, err := wc.PolicyV1().PodDisruptionBudgets("default").Get(suite.ctx, name, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	pdb.Spec.MinAvailable = ptr.To(intstr.FromInt32(minAvailable))
+	_, err = wc.PolicyV1().PodDisruptionBudgets("default").Update(suite.ctx, pdb, metav1.UpdateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
 }
