@@ -346,6 +346,10 @@ const (
 	// FleetReasonTargetReverted: the Cluster no longer asks for the target after
 	// the rollout wrote it (someone changed its version back).
 	FleetReasonTargetReverted = "TargetReverted"
+	// FleetReasonHeldBySpread: a Pending Cluster of the current batch waits because
+	// strategy.spreadBy's cap for its label value is reached (message names the
+	// value); it starts when a Cluster of that value finishes.
+	FleetReasonHeldBySpread = "HeldBySpread"
 )
 
 // FleetClusterStatus is one Cluster's state in a FleetRollout.
@@ -368,7 +372,8 @@ type FleetClusterStatus struct {
 	// +required
 	// +kubebuilder:validation:Enum=Pending;Updating;Succeeded;Failed;Skipped
 	State FleetClusterState `json:"state"`
-	// reason is why a Cluster failed or was skipped, CamelCase.
+	// reason is why a Cluster failed or was skipped, or why a Pending Cluster of
+	// the current batch waits (HeldBySpread), CamelCase.
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	Reason string `json:"reason,omitempty"`
@@ -411,6 +416,12 @@ type FleetCounts struct {
 	// +optional
 	// +kubebuilder:default=0
 	Skipped int32 `json:"skipped"`
+	// heldBySpread are the pending Clusters of the current batch that wait because
+	// strategy.spreadBy's cap for their label value is reached (reason
+	// HeldBySpread); they are counted in pending too.
+	// +optional
+	// +kubebuilder:default=0
+	HeldBySpread int32 `json:"heldBySpread"`
 }
 
 // FleetBatchStatus is the batch a FleetRollout is working on.
@@ -429,6 +440,25 @@ type FleetBatchStatus struct {
 	// +optional
 	StartedAt *metav1.Time `json:"startedAt,omitempty"`
 }
+
+// Event reasons recorded on a FleetRollout, each once per transition (never on
+// every pass). The action of an Event carries the detail a reason has: the halt
+// reason (FleetHalt*) of EventRolloutHalted, the Cluster's reason (FleetReason*)
+// of EventClusterFailed and EventClusterSkipped.
+const (
+	// EventBatchStarted: the rollout moved to a batch (the canaries or batch N).
+	EventBatchStarted = "FleetBatchStarted"
+	// EventRolloutHalted: a halt began or its reason changed.
+	EventRolloutHalted = "FleetRolloutHalted"
+	// EventRolloutCompleted: every Cluster finished.
+	EventRolloutCompleted = "FleetRolloutCompleted"
+	// EventRolloutAborted: spec.abort was set.
+	EventRolloutAborted = "FleetRolloutAborted"
+	// EventClusterFailed: a Cluster of the rollout failed.
+	EventClusterFailed = "FleetClusterFailed"
+	// EventClusterSkipped: a Cluster of the rollout was skipped.
+	EventClusterSkipped = "FleetClusterSkipped"
+)
 
 // Condition types of a FleetRollout.
 const (
@@ -473,7 +503,9 @@ type FleetRolloutStatus struct {
 	// counts are the rollout's Clusters by state.
 	// +optional
 	Counts FleetCounts `json:"counts,omitempty"`
-	// batches is how many batches the rollout has, the canaries' included.
+	// batches is how many batches the rollout has after the canaries: the
+	// last batch is "batch <batches> of <batches>". The canaries are batch 0 and
+	// not counted here (currentBatch.canary marks them).
 	// +optional
 	Batches int32 `json:"batches,omitempty"`
 	// currentBatch is the batch being worked on (after the last, the last); absent

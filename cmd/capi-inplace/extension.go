@@ -261,7 +261,11 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 		return fmt.Errorf("set up the guard's registration: %w", err)
 	}
 	// FleetRollouts (internal/fleetrollout): leader-elected, as the single-node controller.
-	if err := fleetrollout.SetupWithManager(mgr, fleetrollout.Options{}); err != nil {
+	rolloutMetrics, err := fleetrollout.NewMetrics(ctrlmetrics.Registry)
+	if err != nil {
+		return err
+	}
+	if err := fleetrollout.SetupWithManager(mgr, fleetrollout.Options{Metrics: rolloutMetrics}); err != nil {
 		return fmt.Errorf("set up fleet rollouts: %w", err)
 	}
 	// The hook server needs no leader election: every replica answers hooks.

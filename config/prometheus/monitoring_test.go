@@ -18,6 +18,7 @@ import (
 	"github.com/capi-inplace/capi-inplace/internal/agent/agentmetrics"
 	"github.com/capi-inplace/capi-inplace/internal/coordinator"
 	"github.com/capi-inplace/capi-inplace/internal/extension"
+	"github.com/capi-inplace/capi-inplace/internal/fleetrollout"
 	"github.com/capi-inplace/capi-inplace/internal/guard"
 	"github.com/capi-inplace/capi-inplace/internal/testenv"
 )
@@ -124,7 +125,7 @@ func TestRulesPassPromtool(t *testing.T) {
 
 // registered returns the names of every metric capi-inplace registers, from its
 // real metric sets (the extension's hooks and node updates, the guard, the
-// agent), with the series names of histograms.
+// FleetRollout controller, the agent), with the series names of histograms.
 func registered(t *testing.T) map[string]bool {
 	t.Helper()
 	reg := prometheus.NewRegistry()
@@ -135,6 +136,9 @@ func registered(t *testing.T) map[string]bool {
 		t.Fatal(err)
 	}
 	if _, err := guard.NewMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fleetrollout.NewMetrics(reg); err != nil {
 		t.Fatal(err)
 	}
 	am, err := agentmetrics.New(nil)

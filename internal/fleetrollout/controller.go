@@ -35,6 +35,9 @@ type Options struct {
 	Interval time.Duration
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// Metrics, when set, show each rollout's status and count its halts
+	// (NewMetrics on controller-runtime's registry in the extension).
+	Metrics *Metrics
 }
 
 // SetupWithManager registers the FleetRollout controller with mgr (leader-elected,
@@ -55,7 +58,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		}
 		return fmt.Errorf("fleet rollout: look up %s: %w", gk, err)
 	}
-	r := &Reconciler{Client: mgr.GetClient(), Interval: opts.Interval, Now: opts.Now}
+	r := &Reconciler{Client: mgr.GetClient(), Interval: opts.Interval, Now: opts.Now, Metrics: opts.Metrics, Recorder: mgr.GetEventRecorder(ControllerName)}
 	// Its own status writes do not wake it: the timer and spec changes do.
 	return ctrl.NewControllerManagedBy(mgr).Named(ControllerName).
 		For(&inplacev1.FleetRollout{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
@@ -67,6 +70,9 @@ type Reconciler struct {
 	Client   client.Client
 	Interval time.Duration
 	Now      func() time.Time
+	// Metrics and Recorder may be nil: nothing is measured or recorded.
+	Metrics  *Metrics
+	Recorder EventRecorder
 }
 
 // Reconcile runs one pass: observe, decide (rollout.Step), write, record, status.
@@ -74,9 +80,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	log := ctrl.LoggerFrom(ctx)
 	var fr inplacev1.FleetRollout
 	if err := r.Client.Get(ctx, req.NamespacedName, &fr); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Gone: its series go with it (the deletion's event brings it here).
+			r.Metrics.Forget(req.Name)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !fr.DeletionTimestamp.IsZero() {
+		r.Metrics.Forget(fr.Name)
 		return ctrl.Result{}, nil
 	}
 	now := time.Now
@@ -136,6 +147,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// The writes above are observed on the next pass and adopted.
 		return ctrl.Result{}, fmt.Errorf("write FleetRollout %s status: %w", fr.Name, err)
 	}
+	// Only once the status is written: a pass whose write failed records nothing,
+	// and the next one finds the same transitions against the same old status.
+	events, halt := transitions(orig.Status, fr.Status)
+	if r.Recorder != nil {
+		for _, e := range events {
+			r.Recorder.Eventf(&fr, nil, e.Type, e.Reason, e.Action, "%s", e.Note)
+		}
+	}
+	r.Metrics.Observe(fr.Name, fr.Status, halt)
 	if err := errors.Join(errs...); err != nil {
 		return ctrl.Result{}, err
 	}

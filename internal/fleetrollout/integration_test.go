@@ -11,7 +11,9 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,6 +37,8 @@ import (
 var (
 	env *testenv.Env
 	c   client.Client
+	// reg holds the controller's metrics (Options.Metrics), read by the tests.
+	reg *prometheus.Registry
 )
 
 const (
@@ -59,7 +63,12 @@ func startManager(e *testenv.Env) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := SetupWithManager(mgr, Options{Interval: 200 * time.Millisecond}); err != nil {
+	reg = prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	if err := SetupWithManager(mgr, Options{Interval: 200 * time.Millisecond, Metrics: m}); err != nil {
 		return nil, err
 	}
 	if c, err = client.New(e.Config, client.Options{Scheme: scheme}); err != nil {
@@ -259,13 +268,80 @@ func TestRolloutGoesBatchByBatch(t *testing.T) {
 	g.Eventually(status(ctx, ns)).Should(And(
 		HaveField("Phase", inplacev1.FleetPhaseCompleted),
 		HaveField("Counts", inplacev1.FleetCounts{Total: 5, Succeeded: 5}),
-		HaveField("Batches", int32(3)),
+		HaveField("Batches", int32(2)), // the canaries are batch 0, not counted
 	))
 	st, _ := status(ctx, ns)()
 	g.Expect(st.ObservedGeneration).To(Equal(int64(1)))
 	for i, e := range st.Clusters {
 		g.Expect(*e.Batch).To(Equal(int32((i+1)/2)), "canary in batch 0, then two per batch: %s", e.Name)
 		g.Expect(e.StartedAt).NotTo(BeNil())
+	}
+
+	// The metrics show the status written; the Events its transitions, each once.
+	g.Eventually(metric("capi_inplace_fleet_rollout_phase", "rollout", ns, "phase", PhaseLabelCompleted)).Should(Equal(1.0))
+	g.Expect(metric("capi_inplace_fleet_rollout_phase", "rollout", ns, "phase", PhaseLabelProgressing)()).To(Equal(0.0))
+	g.Expect(metric("capi_inplace_fleet_rollout_clusters", "rollout", ns, "state", StateLabelSucceeded)()).To(Equal(5.0))
+	g.Expect(metric("capi_inplace_fleet_rollout_clusters", "rollout", ns, "state", StateLabelPending)()).To(Equal(0.0))
+	g.Expect(metric("capi_inplace_fleet_rollout_current_batch", "rollout", ns)()).To(Equal(2.0))
+	g.Expect(metric("capi_inplace_fleet_rollout_batches", "rollout", ns)()).To(Equal(2.0))
+	g.Eventually(eventsOf(ctx, ns)).Should(HaveKeyWithValue(inplacev1.EventRolloutCompleted, []string{actionComplete}))
+	g.Expect(eventsOf(ctx, ns)()).To(Equal(map[string][]string{
+		inplacev1.EventBatchStarted:     {actionStartBatch, actionStartBatch, actionStartBatch},
+		inplacev1.EventRolloutCompleted: {actionComplete},
+	}), "the canaries, batch 1 and batch 2 started; nothing failed, halted or was skipped")
+}
+
+// metric reads the value of the series of name with the given label pairs from
+// the controller's registry (valueIn); -1 when there is none.
+func metric(name string, labels ...string) func() (float64, error) {
+	return func() (float64, error) { return valueIn(reg, name, labels...) }
+}
+
+// seriesOf counts the series of the controller's metrics that name rollout.
+func seriesOf(rollout string) func() (int, error) {
+	return func() (int, error) {
+		families, err := reg.Gather()
+		if err != nil {
+			return 0, err
+		}
+		n := 0
+		for _, f := range families {
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "rollout" && l.GetValue() == rollout {
+						n++
+					}
+				}
+			}
+		}
+		return n, nil
+	}
+}
+
+// eventsOf are the Events recorded on FleetRollout name: the actions of each
+// reason's Events. An Event recorded twice (the recorder's series: the same
+// reason, action and note again) lists its action twice.
+func eventsOf(ctx context.Context, name string) func() (map[string][]string, error) {
+	return func() (map[string][]string, error) {
+		// A cluster-scoped object's Events go to the default namespace.
+		list := &eventsv1.EventList{}
+		if err := c.List(ctx, list, client.InNamespace(metav1.NamespaceDefault)); err != nil {
+			return nil, err
+		}
+		out := map[string][]string{}
+		for _, e := range list.Items {
+			if e.Regarding.Kind != inplacev1.FleetRolloutKind || e.Regarding.Name != name {
+				continue
+			}
+			times := 1
+			if e.Series != nil {
+				times = int(e.Series.Count)
+			}
+			for range times {
+				out[e.Reason] = append(out[e.Reason], e.Action)
+			}
+		}
+		return out, nil
 	}
 }
 
@@ -293,6 +369,38 @@ func TestFailedCanaryHaltsBeforeTheFirstBatch(t *testing.T) {
 	g.Expect(st.Clusters[0].Reason).To(Equal(inplacev1.FleetReasonMachineFailed))
 	g.Expect(st.Clusters[0].Message).To(ContainSubstring("gate kubelet-ready failed"))
 	g.Consistently(versions(ctx, ns, s[1:]...)).WithTimeout(hold).Should(Equal(repeat(from, 4)), "no batch starts after a failed canary")
+
+	// Passes go on every 200 ms while it is halted: one halt, one Event each.
+	want := map[string][]string{
+		inplacev1.EventBatchStarted:  {actionStartBatch},
+		inplacev1.EventClusterFailed: {inplacev1.FleetReasonMachineFailed},
+		inplacev1.EventRolloutHalted: {inplacev1.FleetHaltCanaryFailed},
+	}
+	g.Eventually(eventsOf(ctx, ns)).Should(Equal(want))
+	g.Consistently(eventsOf(ctx, ns)).WithTimeout(hold).Should(Equal(want), "Events on transitions only, not on every pass")
+	g.Expect(metric("capi_inplace_fleet_rollout_halts_total", "rollout", ns, "reason", inplacev1.FleetHaltCanaryFailed)()).To(Equal(1.0))
+	g.Expect(metric("capi_inplace_fleet_rollout_halted", "rollout", ns, "reason", inplacev1.FleetHaltCanaryFailed)()).To(Equal(1.0))
+	g.Expect(metric("capi_inplace_fleet_rollout_halted", "rollout", ns, "reason", inplacev1.FleetHaltFailureBudget)()).To(Equal(0.0))
+	g.Expect(metric("capi_inplace_fleet_rollout_phase", "rollout", ns, "phase", PhaseLabelHalted)()).To(Equal(1.0))
+	g.Expect(metric("capi_inplace_fleet_rollout_clusters", "rollout", ns, "state", StateLabelFailed)()).To(Equal(1.0))
+	g.Expect(metric("capi_inplace_fleet_rollout_clusters", "rollout", ns, "state", StateLabelPending)()).To(Equal(4.0))
+}
+
+func TestDeletedRolloutLeavesNoSeries(t *testing.T) {
+	env.Require(t)
+	g := NewWithT(t)
+	g.SetDefaultEventuallyTimeout(20 * time.Second)
+	ctx := context.Background()
+	ns := uniqueName("deleted")
+	stores(ctx, g, ns, 2, false)
+	fr := fleetRollout(ns, ns, func(s *inplacev1.FleetRolloutSpec) { s.Paused = true })
+	g.Expect(c.Create(ctx, fr)).To(Succeed())
+	g.Eventually(metric("capi_inplace_fleet_rollout_phase", "rollout", ns, "phase", PhaseLabelPaused)).Should(Equal(1.0))
+	g.Expect(metric("capi_inplace_fleet_rollout_clusters", "rollout", ns, "state", StateLabelPending)()).To(Equal(2.0))
+	g.Expect(metric("capi_inplace_fleet_rollout_current_batch", "rollout", ns)()).To(Equal(-1.0), "no batch started while paused from the start")
+
+	g.Expect(c.Delete(ctx, fr)).To(Succeed())
+	g.Eventually(seriesOf(ns)).Should(BeZero(), "a deleted rollout's series go with it")
 }
 
 func TestPauseStopsNewStarts(t *testing.T) {
@@ -406,9 +514,21 @@ func TestSpreadBySite(t *testing.T) {
 	g.Consistently(versions(ctx, ns, s...)).WithTimeout(hold).Should(Equal([]string{target, from, target, from}))
 	st, _ := status(ctx, ns)()
 	g.Expect(st.Batches).To(Equal(int32(1)))
+	// The stores that wait for their site are counted and named.
+	g.Expect(st.Counts.HeldBySpread).To(Equal(int32(2)))
+	g.Expect(st.CurrentBatch.Counts.HeldBySpread).To(Equal(int32(2)))
+	for _, e := range st.Clusters {
+		if e.Name == s[1] || e.Name == s[3] {
+			g.Expect(e.State).To(Equal(inplacev1.FleetClusterPending), e.Name)
+			g.Expect(e.Reason).To(Equal(inplacev1.FleetReasonHeldBySpread), e.Name)
+		}
+	}
+	g.Eventually(metric("capi_inplace_fleet_rollout_clusters_held_by_spread", "rollout", ns)).Should(Equal(2.0))
 	finish(ctx, g, ns, s[0], false)
 	g.Eventually(kcpVersion(ctx, ns, s[1])).Should(Equal(target), "lyon's second store starts once its first is done")
 	g.Expect(kcpVersion(ctx, ns, s[3])()).To(Equal(from), "oslo's first store is still updating")
+	g.Eventually(status(ctx, ns)).Should(HaveField("Counts.HeldBySpread", int32(1)))
+	g.Eventually(metric("capi_inplace_fleet_rollout_clusters_held_by_spread", "rollout", ns)).Should(Equal(1.0))
 }
 
 func TestGrowingBatches(t *testing.T) {

@@ -10,7 +10,9 @@
 // strategy.batchSize, or in turn the sizes of strategy.batchSizes (growing
 // batches); strategy.maxConcurrent caps the Clusters updating at once across the
 // fleet and strategy.spreadBy per value of a Cluster label, whose groups the
-// batches are dealt across round-robin (spread.go).
+// batches are dealt across round-robin (spread.go); the current batch's Pending
+// Clusters whose group is full are marked HeldBySpread and counted. The canaries
+// are batch 0; Status.Batches counts the batches after them.
 //
 // Like etcd's raft core it does no I/O and reads no clock. The caller's duties, in
 // order, on every pass:

@@ -156,6 +156,7 @@ func Step(in Input) Decision {
 			perGroup[g]++
 			free--
 		}
+		holdBySpread(in.Spec.Strategy.SpreadBy, entries, cur, groups, perGroup)
 		break
 	}
 
@@ -221,6 +222,10 @@ func observe(spec inplacev1.FleetRolloutSpec, prev []inplacev1.FleetClusterStatu
 	var entries []*inplacev1.FleetClusterStatus
 	for i := range prev {
 		e := prev[i].DeepCopy()
+		if e.State == inplacev1.FleetClusterPending && e.Reason == inplacev1.FleetReasonHeldBySpread {
+			// Decided afresh on every pass (holdBySpread), like a halt.
+			e.Reason, e.Message = "", ""
+		}
 		byKey[keyOf(e)] = e
 		entries = append(entries, e)
 	}
@@ -455,14 +460,12 @@ func summarise(name string, spec inplacev1.FleetRolloutSpec, generation int64, s
 	}
 	st.ObservedGeneration = generation
 	st.Counts = tally(entries, func(*inplacev1.FleetClusterStatus) bool { return true })
+	// The canaries are batch 0 and not counted: the last batch is "batch M of M".
 	var batches int32
 	for _, e := range entries {
 		if e.Batch != nil {
-			batches = max(batches, *e.Batch+1)
+			batches = max(batches, *e.Batch)
 		}
-	}
-	if !slices.ContainsFunc(entries, func(e *inplacev1.FleetClusterStatus) bool { return e.Batch != nil && *e.Batch == 0 }) && batches > 0 {
-		batches-- // no canaries: batches count from 1
 	}
 	st.Batches = batches
 
@@ -524,9 +527,7 @@ func summarise(name string, spec inplacev1.FleetRolloutSpec, generation int64, s
 		b := *st.WaitingForApproval
 		msg = fmt.Sprintf(`batch %d waits for approval: kubectl patch fleetrollout %s --type merge -p '{"spec":{"approvedBatch":%d}}'`, b, name, b)
 	default:
-		if st.CurrentBatch != nil {
-			msg = fmt.Sprintf("batch %d of %d", st.CurrentBatch.Index, st.Batches)
-		}
+		msg = progressMessage(st)
 	}
 	setCondition(st, generation, now, inplacev1.FleetProgressingCondition, progressing, reason, msg)
 	done := !active
@@ -536,6 +537,24 @@ func summarise(name string, spec inplacev1.FleetRolloutSpec, generation int64, s
 	}
 	setCondition(st, generation, now, inplacev1.FleetCompletedCondition, done, doneReason,
 		fmt.Sprintf("%d succeeded, %d failed, %d skipped of %d", st.Counts.Succeeded, st.Counts.Failed, st.Counts.Skipped, st.Counts.Total))
+}
+
+// progressMessage is the Progressing condition's message while Progressing: the
+// canaries and how many batches follow them, or "batch N of M" (the canaries not
+// counted in M), and how many Clusters spreadBy holds back.
+func progressMessage(st *inplacev1.FleetRolloutStatus) string {
+	cb := st.CurrentBatch
+	if cb == nil {
+		return ""
+	}
+	msg := fmt.Sprintf("batch %d of %d", cb.Index, st.Batches)
+	if cb.Index == 0 {
+		msg = fmt.Sprintf("canaries, then %d batches", st.Batches)
+	}
+	if n := cb.Counts.HeldBySpread; n > 0 {
+		msg += fmt.Sprintf("; %d Clusters held back by spreadBy", n)
+	}
+	return msg
 }
 
 func setCondition(st *inplacev1.FleetRolloutStatus, generation int64, now metav1.Time, typ string, status bool, reason, message string) {
@@ -608,6 +627,9 @@ func tally(entries []*inplacev1.FleetClusterStatus, in func(*inplacev1.FleetClus
 		switch e.State {
 		case inplacev1.FleetClusterPending:
 			c.Pending++
+			if e.Reason == inplacev1.FleetReasonHeldBySpread {
+				c.HeldBySpread++
+			}
 		case inplacev1.FleetClusterUpdating:
 			c.Updating++
 		case inplacev1.FleetClusterSucceeded:

@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -192,7 +193,8 @@ func TestStep(t *testing.T) {
 			fleet: newFleet(five...),
 			steps: []step{
 				{wantStart: []string{"s1"}, wantPhase: inplacev1.FleetPhaseProgressing, check: func(g Gomega, st inplacev1.FleetRolloutStatus, _ Decision) {
-					g.Expect(st.Batches).To(Equal(int32(3)), "canaries, then two batches")
+					g.Expect(st.Batches).To(Equal(int32(2)), "canaries, then two batches: the canaries are not counted")
+					g.Expect(condition(st, inplacev1.FleetProgressingCondition).Message).To(Equal("canaries, then 2 batches"))
 					g.Expect(st.CurrentBatch.Index).To(Equal(int32(0)))
 					g.Expect(st.CurrentBatch.Canary).To(BeTrue())
 					g.Expect(*entry(st, "s4").Batch).To(Equal(int32(2)))
@@ -202,9 +204,12 @@ func TestStep(t *testing.T) {
 				{set: map[string]Progress{"s1": Reached}, wantStart: []string{"s2", "s3"}, check: func(g Gomega, st inplacev1.FleetRolloutStatus, _ Decision) {
 					g.Expect(st.CurrentBatch.Index).To(Equal(int32(1)))
 					g.Expect(st.CurrentBatch.Required).To(Equal(int32(2)))
+					g.Expect(condition(st, inplacev1.FleetProgressingCondition).Message).To(Equal("batch 1 of 2"))
 				}},
 				{set: map[string]Progress{"s2": Reached}, wantStart: nil},
-				{set: map[string]Progress{"s3": Reached}, wantStart: []string{"s4", "s5"}},
+				{set: map[string]Progress{"s3": Reached}, wantStart: []string{"s4", "s5"}, check: func(g Gomega, st inplacev1.FleetRolloutStatus, _ Decision) {
+					g.Expect(condition(st, inplacev1.FleetProgressingCondition).Message).To(Equal("batch 2 of 2"), "the last batch is batch M of M")
+				}},
 				{set: map[string]Progress{"s4": Reached, "s5": Reached}, wantStart: nil, wantPhase: inplacev1.FleetPhaseCompleted, check: func(g Gomega, st inplacev1.FleetRolloutStatus, _ Decision) {
 					g.Expect(st.Counts).To(Equal(inplacev1.FleetCounts{Total: 5, Succeeded: 5}))
 					g.Expect(condition(st, inplacev1.FleetCompletedCondition).Status).To(Equal(metav1.ConditionTrue))
@@ -364,7 +369,7 @@ func TestStep(t *testing.T) {
 			fleet: newFleet("s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "sa"),
 			steps: []step{
 				{wantStart: []string{"s0"}, check: func(g Gomega, st inplacev1.FleetRolloutStatus, _ Decision) {
-					g.Expect(st.Batches).To(Equal(int32(5)), "canaries and 10 Clusters in batches of 3")
+					g.Expect(st.Batches).To(Equal(int32(4)), "10 Clusters after the canary in batches of 3")
 				}},
 				{set: map[string]Progress{"s0": Reached}, wantStart: []string{"s1", "s2", "s3"}},
 			},
@@ -703,10 +708,19 @@ func TestSpreadBy(t *testing.T) {
 			fleet: sites(newFleet("s1", "s2", "s3", "s4", "s5", "s6", "s7"),
 				map[string]string{"s1": "a", "s2": "a", "s3": "b", "s4": "b", "s5": "-", "s6": "-", "s7": ""}),
 			steps: []step{
-				{wantStart: []string{"s1", "s3", "s5", "s7"}},
-				{wantStart: nil},
-				{set: map[string]Progress{"s1": Reached, "s5": Reached}, wantStart: []string{"s2", "s6"}},
-				{set: map[string]Progress{"s3": Reached}, wantStart: []string{"s4"}},
+				{wantStart: []string{"s1", "s3", "s5", "s7"}, check: heldBySpread(3, map[string]string{
+					"s2": "1 of at most 1 Clusters with site=a are updating (strategy.spreadBy)",
+					"s4": "1 of at most 1 Clusters with site=b are updating (strategy.spreadBy)",
+					"s6": "1 of at most 1 Clusters without label site are updating (strategy.spreadBy)",
+				})},
+				{wantStart: nil, check: heldBySpread(3, nil)},
+				{set: map[string]Progress{"s1": Reached, "s5": Reached}, wantStart: []string{"s2", "s6"}, check: heldBySpread(1, map[string]string{
+					"s4": "1 of at most 1 Clusters with site=b are updating (strategy.spreadBy)",
+				})},
+				{set: map[string]Progress{"s3": Reached}, wantStart: []string{"s4"}, check: func(g Gomega, st inplacev1.FleetRolloutStatus, d Decision) {
+					heldBySpread(0, nil)(g, st, d)
+					hasState("s4", inplacev1.FleetClusterUpdating, "")(g, st, d)
+				}},
 			},
 		},
 		{
@@ -725,8 +739,20 @@ func TestSpreadBy(t *testing.T) {
 			})),
 			fleet: sites(newFleet("s1", "s2", "s3", "s4"), map[string]string{"s1": "a", "s2": "b", "s3": "c", "s4": "d"}),
 			steps: []step{
-				{wantStart: []string{"s1", "s2"}},
+				// s3 and s4 wait for the fleet-wide cap, not for their sites.
+				{wantStart: []string{"s1", "s2"}, check: heldBySpread(0, nil)},
 				{set: map[string]Progress{"s1": Reached}, wantStart: []string{"s3"}},
+			},
+		},
+		{
+			name:  "Clusters of a batch not started yet are not held back",
+			spec:  spec(batches(intstr.FromInt32(2), spreadBy("site", 1))),
+			fleet: sites(newFleet("s1", "s2", "s3"), map[string]string{"s1": "a", "s2": "b", "s3": "a"}),
+			steps: []step{
+				{wantStart: []string{"s1", "s2"}, check: func(g Gomega, st inplacev1.FleetRolloutStatus, d Decision) {
+					heldBySpread(0, nil)(g, st, d)
+					hasState("s3", inplacev1.FleetClusterPending, "")(g, st, d)
+				}},
 			},
 		},
 		{
@@ -744,6 +770,34 @@ func TestSpreadBy(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			run(t, tt.spec, tt.fleet, tt.steps)
 		})
+	}
+}
+
+// heldBySpread checks the count of Clusters spreadBy holds back, in the rollout's
+// and the current batch's counts and in the Progressing message, and the
+// message of each named one (reason HeldBySpread).
+func heldBySpread(n int32, messages map[string]string) func(Gomega, inplacev1.FleetRolloutStatus, Decision) {
+	return func(g Gomega, st inplacev1.FleetRolloutStatus, _ Decision) {
+		g.Expect(st.Counts.HeldBySpread).To(Equal(n), "held back")
+		g.Expect(st.CurrentBatch.Counts.HeldBySpread).To(Equal(n), "held back in the current batch")
+		held := 0
+		for _, e := range st.Clusters {
+			if e.Reason == inplacev1.FleetReasonHeldBySpread {
+				held++
+				g.Expect(e.State).To(Equal(inplacev1.FleetClusterPending), e.Name)
+			}
+		}
+		g.Expect(held).To(Equal(int(n)), "Clusters named HeldBySpread")
+		for name, msg := range messages {
+			hasState(name, inplacev1.FleetClusterPending, inplacev1.FleetReasonHeldBySpread)(g, st, Decision{})
+			g.Expect(entry(st, name).Message).To(Equal(msg), name)
+		}
+		progress := condition(st, inplacev1.FleetProgressingCondition).Message
+		if n > 0 {
+			g.Expect(progress).To(HaveSuffix(fmt.Sprintf("; %d Clusters held back by spreadBy", n)))
+		} else {
+			g.Expect(progress).NotTo(ContainSubstring("spreadBy"))
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"fmt"
 	"slices"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
@@ -58,4 +59,27 @@ func spreadOrder(clusters []*inplacev1.FleetClusterStatus, groups map[Key]spread
 		}
 	}
 	return slices.Clip(out)
+}
+
+// holdBySpread marks the Pending Clusters of batch cur whose group is at its cap
+// (perGroup: the group's Clusters updating after this pass's starts) with reason
+// HeldBySpread, so that the status counts and names them. The mark is cleared on
+// the next pass (observe) and decided afresh.
+func holdBySpread(s *inplacev1.FleetSpread, entries []*inplacev1.FleetClusterStatus, cur int32, groups map[Key]spreadGroup, perGroup map[spreadGroup]int) {
+	if s == nil {
+		return
+	}
+	perValue := spreadMax(s)
+	for _, e := range entries {
+		g, ok := groups[keyOf(e)]
+		if !ok || e.State != inplacev1.FleetClusterPending || !inBatch(e, cur) || perGroup[g] < perValue {
+			continue
+		}
+		who := fmt.Sprintf("with %s=%s", s.LabelKey, g.value)
+		if g.missing {
+			who = "without label " + s.LabelKey
+		}
+		e.Reason = inplacev1.FleetReasonHeldBySpread
+		e.Message = truncate(fmt.Sprintf("%d of at most %d Clusters %s are updating (strategy.spreadBy)", perGroup[g], perValue, who), maxMessage)
+	}
 }
