@@ -107,8 +107,10 @@ func readDoc(t *testing.T, name string) string {
 // test/cmd/capi-inplace-dev, which no test can import).
 func commandTrees(t *testing.T) map[string]*cobra.Command {
 	t.Helper()
-	// The agent's --node-name defaults to $NODE_NAME: the reference shows it unset.
+	// The agent's --node-name and --image default to $NODE_NAME and $AGENT_IMAGE:
+	// the reference shows them unset.
 	t.Setenv("NODE_NAME", "")
+	t.Setenv("AGENT_IMAGE", "")
 	dev := &cobra.Command{Use: "capi-inplace-dev"}
 	dev.AddCommand(agentcmd.NewCommand("agent", "dev", func(string, string, logr.Logger) (*agentcmd.Simulation, error) { return nil, nil }),
 		harnessDemoCommand(t))

@@ -74,6 +74,9 @@ type Options struct {
 	// QuorumHoldTimeout bounds how long a control-plane plan is held before the
 	// node is touched while the etcd cluster is not whole.
 	QuorumHoldTimeout time.Duration
+	// Image is the agent's own image, which the rescue static pod runs
+	// (kube.RescueManifest); empty means no rescue pod.
+	Image string
 }
 
 // NewCommand returns the agent command named use. With a nil sim (product
@@ -116,6 +119,7 @@ systemctl, etcd and reboots are emulated there, and fault files under
 	f.StringVar(&o.NodeConfig, "node-config", agent.NodeConfigPath, "Host path (under --host-root) of the node configuration: the service manager (see docs/agent-node.md); a missing file means systemd.")
 	f.StringVar(&o.HealthAddr, "health-addr", "127.0.0.1:9441", "Address of the health probe (/healthz); \"0\" disables it. Loopback by default: the agent runs in the host network, where every pod of the node could reach another address.")
 	f.StringVar(&o.MetricsAddr, "metrics-addr", "0", "Address of the Prometheus metrics (/metrics, docs/metrics.md), e.g. :9442; \"0\" disables them.")
+	f.StringVar(&o.Image, "image", os.Getenv("AGENT_IMAGE"), "The agent's own image (default $AGENT_IMAGE), run by the rescue static pod that finishes an etcd restore after a reboot; empty means none.")
 	f.IntVarP(&o.Verbosity, "v", "v", 0, "Log verbosity (0 or 1).")
 	return cmd
 }
@@ -200,6 +204,17 @@ func Run(ctx context.Context, o Options, sim Simulator) error {
 	if err != nil {
 		return err
 	}
+	kubeHost := &kube.Host{Root: root, Runner: runner, Binaries: binaries, Services: services, Etcd: member}
+	if !o.Simulate {
+		kubeHost.Rescue = rescuePod(o.Image)
+	}
+	// One process acts on the host from the journal: this agent, or before it
+	// the rescue pod finishing a restore a reboot interrupted.
+	unlock, err := claimHost(ctx, journalDir, kubeHost, jr, func(msg string) { log.Info(msg) })
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	// The node key lives on the host's disk with the journal and never leaves it.
 	nodeKey, err := agent.LoadOrCreateNodeKey(journalDir)
 	if err != nil {
@@ -216,7 +231,6 @@ func Run(ctx context.Context, o Options, sim Simulator) error {
 	if err != nil {
 		return err
 	}
-	kubeHost := &kube.Host{Root: root, Runner: runner, Binaries: binaries, Services: services, Etcd: member}
 	nodeReader := agent.NodeReader{Client: client, NodeName: o.NodeName}
 	x := &executor.Executor{
 		Journal: am.CountedJournal(jr),

@@ -14,7 +14,7 @@ import (
 // from this tree (cmd/capi-inplace's docs tests).
 func NewBinaryCommand(version string) *cobra.Command {
 	root := NewCommand("capi-inplace-agent", version, nil)
-	root.AddCommand(NewCommand("agent", version, nil), &cobra.Command{
+	root.AddCommand(NewCommand("agent", version, nil), newRescueCommand(), &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Args:  cobra.NoArgs,

@@ -8,5 +8,8 @@
 // directory is fsynced, so after a crash or power loss the journal holds either the
 // previous or the new entry, never a mix.
 //
+// Lock is the node's claim on the journal: one process at a time acts on the host
+// from it (the agent, or the rescue pod finishing an etcd restore after a reboot).
+//
 // Imports: standard library only.
 package journal

@@ -169,9 +169,11 @@ func TestFailedRestoreStartsTheMemberAgain(t *testing.T) {
 	write(t, root, EtcdManifest, manifest, 0o600)
 	write(t, root, EtcdDataDir+"/member/snap/db", "current", 0o600)
 	write(t, root, attemptDir("a1")+"/etcd-members.json", `{"members":[{"Name":"cp-1"}]}`, 0o600)
-	h := &Host{Root: root, Runner: &backendtest.Runner{}, Etcd: &failingRestore{}}
+	h := &Host{Root: root, Runner: &backendtest.Runner{}, Etcd: &failingRestore{},
+		Rescue: &RescuePod{Image: "registry.example/capi-inplace-agent:v1", HostRoot: "/host"}}
 	err := h.RestoreEtcd(context.Background(), "a1")
 	g.Expect(err).To(MatchError(ContainSubstring("wrong sha256 checksum")))
 	g.Expect(read(t, root, EtcdManifest)).To(Equal(manifest), "the member is started again")
 	g.Expect(read(t, root, EtcdDataDir+"/member/snap/db")).To(Equal("current"))
+	g.Expect(filepath.Join(root, RescueManifest)).NotTo(BeAnExistingFile(), "nothing left to rescue")
 }

@@ -374,6 +374,8 @@ func daemonSet(image string, args []string, extraEnv []corev1.EnvVar) *appsv1.Da
 						Ports: []corev1.ContainerPort{{Name: MetricsPortName, ContainerPort: MetricsPort, HostPort: MetricsPort, Protocol: corev1.ProtocolTCP}},
 						Env: append([]corev1.EnvVar{
 							{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "spec.nodeName"}}},
+							// The agent's rescue static pod runs this image (kube.RescueManifest).
+							{Name: "AGENT_IMAGE", Value: image},
 						}, extraEnv...),
 						// Replacing the OS image, kubelet and kubeadm needs the host's root
 						// file system and privileges; host IPC is not needed.
