@@ -350,6 +350,11 @@ const (
 	// strategy.spreadBy's cap for its label value is reached (message names the
 	// value); it starts when a Cluster of that value finishes.
 	FleetReasonHeldBySpread = "HeldBySpread"
+	// FleetReasonStagedForWindow: an Updating Cluster's update is staged on its
+	// nodes ahead of a closed maintenance window and waits for it, nothing else
+	// of it under way (the Machines' phase records, internal/fleet/machinestate);
+	// the window will only switch the nodes. Decided afresh on every pass.
+	FleetReasonStagedForWindow = "StagedForWindow"
 )
 
 // FleetClusterStatus is one Cluster's state in a FleetRollout.
@@ -372,8 +377,9 @@ type FleetClusterStatus struct {
 	// +required
 	// +kubebuilder:validation:Enum=Pending;Updating;Succeeded;Failed;Skipped
 	State FleetClusterState `json:"state"`
-	// reason is why a Cluster failed or was skipped, or why a Pending Cluster of
-	// the current batch waits (HeldBySpread), CamelCase.
+	// reason is why a Cluster failed or was skipped, why a Pending Cluster of
+	// the current batch waits (HeldBySpread), or that an Updating Cluster is
+	// staged and waits for its maintenance window (StagedForWindow), CamelCase.
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	Reason string `json:"reason,omitempty"`
@@ -422,6 +428,12 @@ type FleetCounts struct {
 	// +optional
 	// +kubebuilder:default=0
 	HeldBySpread int32 `json:"heldBySpread"`
+	// stagedForWindow are the updating Clusters whose update is staged on their
+	// nodes ahead of a closed maintenance window and waits for it (reason
+	// StagedForWindow); they are counted in updating too.
+	// +optional
+	// +kubebuilder:default=0
+	StagedForWindow int32 `json:"stagedForWindow"`
 }
 
 // FleetBatchStatus is the batch a FleetRollout is working on.

@@ -55,7 +55,10 @@
 //     (PlanNotPickedUpAnnotation); after that the node stays cordoned, said on the
 //     Node and the Machine, and the remediation hold follows one rule
 //     (releaseBrokenNode). Staging and pick-up do not count the time the workload
-//     API is unreachable; later phases do, and are judged without it.
+//     API is unreachable; later phases do, and are judged without it. The record
+//     (protocol.PhaseRecord) is also what the management cluster knows of an
+//     update staged ahead of a closed window: phase Staged, without a deadline,
+//     which the views read (internal/fleet/machinestate).
 //   - Answers are typed (Outcome: in progress, done, failed-final, failed-retryable
 //     with a Cause); messages are for humans only.
 //   - Fleet holds (paused, halted, window closed, soaking) happen only before

@@ -11,6 +11,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 // The watchdog's writes (watchdog.go holds its pure core).
@@ -18,7 +19,7 @@ import (
 // recordPhase stores the update's clock on the Machine. A failed write is logged:
 // the next call writes it again, and until then the phase is judged from the
 // record as it was (a deadline can only fire later).
-func (c *Coordinator) recordPhase(ctx context.Context, s *scope, rec PhaseRecord) {
+func (c *Coordinator) recordPhase(ctx context.Context, s *scope, rec protocol.PhaseRecord) {
 	v := rec.Encode()
 	err := c.patchMachineAnnotations(ctx, s.stored, "record the update phase of", func(ann map[string]string) bool {
 		if ann[inplacev1.UpdatePhaseAnnotation] == v {
@@ -62,7 +63,7 @@ func (c *Coordinator) releaseBrokenNode(ctx context.Context, s *scope) (Outcome,
 // deadline fails the update, as the API server of a single control plane that
 // cannot start may never answer again. Nothing is written to the workload cluster.
 func (c *Coordinator) watchOffline(ctx context.Context, s *scope, out Outcome) Outcome {
-	w := Watch(WatchInput{Now: c.opts.Now(), Record: DecodePhaseRecord(s.stored.Annotations[inplacev1.UpdatePhaseAnnotation]), Deadlines: c.opts.Deadlines})
+	w := Watch(WatchInput{Now: c.opts.Now(), Record: protocol.DecodePhaseRecord(s.stored.Annotations[inplacev1.UpdatePhaseAnnotation]), Deadlines: c.opts.Deadlines})
 	if w.Write {
 		c.recordPhase(ctx, s, w.Record)
 	}

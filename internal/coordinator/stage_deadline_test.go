@@ -67,8 +67,8 @@ func TestStagingDeadline(t *testing.T) {
 	g.Expect(resp.Message).To(ContainSubstring("asked the agent on node sd1 to stage plan"))
 	node := f.getNode("sd1")
 	g.Expect(node.Annotations[inplacev1.StageTimeoutAnnotation]).To(Equal("10m0s"), "the agent's bound, a duration: no instant of this clock reaches the node")
-	rec := DecodePhaseRecord(f.machineAnnotations(m)[inplacev1.UpdatePhaseAnnotation])
-	g.Expect(rec.Phase).To(Equal(UpdatePhaseStaging))
+	rec := protocol.DecodePhaseRecord(f.machineAnnotations(m)[inplacev1.UpdatePhaseAnnotation])
+	g.Expect(rec.Phase).To(Equal(protocol.UpdatePhaseStaging))
 	g.Expect(rec.Since).To(Equal(start))
 
 	// Within the deadline (a progress report, no Staged): still waiting, even when

@@ -44,6 +44,7 @@ func (c *Coordinator) stageAhead(ctx context.Context, s *scope, pool fleet.Pool,
 	out, staged := c.stage(ctx, s)
 	switch {
 	case staged:
+		s.stagedAhead = true
 		return inProgress(retry, stepMsg(stepAgent, "node %s staged plan %s; %s", s.node.Name, short(s.planHash), hold.Message))
 	case out.Kind == OutcomeInProgress:
 		out.Message += "; " + hold.Message

@@ -102,8 +102,8 @@ kubernetesBinaries:
 	g.Expect(node.Annotations).NotTo(HaveKey(inplacev1.DesiredPlanAnnotation))
 	g.Expect(node.Annotations).NotTo(HaveKey(inplacev1.UpdateStartedAnnotation))
 	g.Expect(*f.clusterCondition()).To(HavePrefix(inplacev1.ReasonWindowClosed + ":"))
-	rec := DecodePhaseRecord(f.machineAnnotations(m)[inplacev1.UpdatePhaseAnnotation])
-	g.Expect(rec.Phase).To(Equal(UpdatePhaseStaging), "staging ahead is timed as staging")
+	rec := protocol.DecodePhaseRecord(f.machineAnnotations(m)[inplacev1.UpdatePhaseAnnotation])
+	g.Expect(rec.Phase).To(Equal(protocol.UpdatePhaseStaging), "staging ahead is timed as staging")
 	g.Expect(rec.Since).To(Equal(start))
 
 	agentStages()
@@ -121,7 +121,10 @@ kubernetesBinaries:
 		g.Expect(resp.RetryAfterSeconds).To(Equal(int32(15)))
 		g.Expect(f.getNode("sa1").Spec.Unschedulable).To(BeFalse())
 	}
-	g.Expect(DecodePhaseRecord(f.machineAnnotations(m)[inplacev1.UpdatePhaseAnnotation]).Expired.IsZero()).To(BeTrue())
+	rec = protocol.DecodePhaseRecord(f.machineAnnotations(m)[inplacev1.UpdatePhaseAnnotation])
+	g.Expect(rec.Expired.IsZero()).To(BeTrue())
+	g.Expect(rec.Phase).To(Equal(protocol.UpdatePhaseStaged), "the Machine says, in its phase record, that the update is staged and waiting")
+	g.Expect(rec.Since).To(Equal(start.Add(time.Minute)), "written once, when staging ended")
 	g.Expect(f.machineCondition(m)).To(BeNil())
 	g.Expect(f.fleetState().Failures).To(BeEmpty())
 
@@ -132,6 +135,7 @@ kubernetesBinaries:
 	g.Expect(node.Spec.Unschedulable).To(BeTrue())
 	g.Expect(node.Annotations[inplacev1.DesiredPlanAnnotation]).To(Equal(hash))
 	g.Expect(node.Annotations[inplacev1.StagingStatusAnnotation]).To(Equal(staged), "not asked to stage again")
+	g.Expect(protocol.DecodePhaseRecord(f.machineAnnotations(m)[inplacev1.UpdatePhaseAnnotation]).Phase).NotTo(Equal(protocol.UpdatePhaseStaged), "no longer waiting")
 	agentStages()
 	g.Expect(downloads.Load()).To(Equal(fetched), "nothing downloaded again")
 }
@@ -225,7 +229,7 @@ func TestDownloadWindows(t *testing.T) {
 	clock.Store(opened.Unix())
 	g.Expect(call(c, req).Message).To(ContainSubstring("asked the agent on node dw1 to stage plan"))
 	g.Expect(f.getNode("dw1").Annotations).To(HaveKey(inplacev1.StagePlanAnnotation))
-	g.Expect(DecodePhaseRecord(f.machineAnnotations(m)[inplacev1.UpdatePhaseAnnotation]).Since).To(Equal(opened))
+	g.Expect(protocol.DecodePhaseRecord(f.machineAnnotations(m)[inplacev1.UpdatePhaseAnnotation]).Since).To(Equal(opened))
 
 	// The download window closes with the node still staging: it stages on.
 	clock.Store(time.Date(2026, 12, 2, 5, 30, 0, 0, time.UTC).Unix())

@@ -43,10 +43,12 @@ type scope struct {
 
 	drainBlocker string // the PDB that refused an eviction in this call (metrics.go)
 	// pastDeadline is the phase whose deadline the update passed (watchdog.go).
-	pastDeadline UpdatePhase
+	pastDeadline protocol.UpdatePhase
 	// stagingAhead: a closed maintenance window holds the update and this call
 	// asked for, or waited on, its staging (stageAhead).
 	stagingAhead bool
+	// stagedAhead: and the node has staged it; the update waits for the window.
+	stagedAhead bool
 }
 
 func (c *Coordinator) update(ctx context.Context, desired desiredObjects) Outcome {
@@ -70,8 +72,9 @@ func (c *Coordinator) act(ctx context.Context, s *scope) (out Outcome) {
 	o := observe(s, now)
 	o.PickupTimeout = c.opts.Deadlines.Pickup
 	d := Decide(o)
-	w := Watch(WatchInput{Now: now, Record: DecodePhaseRecord(s.stored.Annotations[inplacev1.UpdatePhaseAnnotation]), Reachable: true,
-		Plan: s.planHash, Phase: phaseOf(o, d), Seen: seenOf(o), Began: updateBegan(s.stored), Deadlines: c.opts.Deadlines})
+	in := WatchInput{Now: now, Record: protocol.DecodePhaseRecord(s.stored.Annotations[inplacev1.UpdatePhaseAnnotation]), Reachable: true,
+		Plan: s.planHash, Phase: phaseOf(o, d), Seen: seenOf(o), Began: updateBegan(s.stored), Deadlines: c.opts.Deadlines}
+	w := Watch(in)
 	if w.Expired {
 		d = expiredDecision(o, w.Record, c.opts.Deadlines)
 		s.pastDeadline = w.Record.Phase
@@ -91,11 +94,17 @@ func (c *Coordinator) act(ctx context.Context, s *scope) (out Outcome) {
 		}
 	}
 	if out, held := c.fleetCheck(ctx, s, o, d); held {
+		if s.stagedAhead {
+			// Staged and held by the window: the record says so (UpdatePhaseStaged,
+			// which has no deadline: waiting for the window is not staging), in the
+			// write that ends the staging phase, so that the views see it from the
+			// management cluster alone (machinestate.Staged).
+			in.Phase = protocol.UpdatePhaseStaged
+			w = Watch(in)
+		}
 		if s.stagingAhead && w.Write {
 			// Staging ahead of the window is timed as any staging, so that a stalled
-			// download fails before the window opens. Once staged the update is in
-			// no timed phase (phaseOf: draining, which has no deadline of its own):
-			// waiting for the window is not staging.
+			// download fails before the window opens.
 			c.recordPhase(ctx, s, w.Record)
 		}
 		return out

@@ -1,7 +1,6 @@
 package coordinator
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -26,33 +25,13 @@ import (
 // verifying) the node stays cordoned with the cause on it and the Machine.
 const CauseDeadlineExceeded Cause = "DeadlineExceeded"
 
-// UpdatePhase is a phase of a node update as the coordinator times it.
-type UpdatePhase string
-
-const (
-	// UpdatePhaseStaging: the node is asked to stage the plan (not cordoned).
-	UpdatePhaseStaging UpdatePhase = "Staging"
-	// UpdatePhaseDraining: cordon, drain and publish; bounded by the drain timeout,
-	// not by a deadline of its own.
-	UpdatePhaseDraining UpdatePhase = "Draining"
-	// UpdatePhasePickup: the plan is published; the agent reported nothing for it.
-	UpdatePhasePickup UpdatePhase = "PickUp"
-	// UpdatePhaseApplying: the agent works on the plan (or on an earlier one).
-	UpdatePhaseApplying UpdatePhase = "Applying"
-	// UpdatePhaseRebooting: the agent announced a reboot and has not reported since.
-	UpdatePhaseRebooting UpdatePhase = "Rebooting"
-	// UpdatePhaseVerifying: the agent's gates, then the outside ones (kubelet
-	// version, Ready).
-	UpdatePhaseVerifying UpdatePhase = "Verifying"
-)
-
 // pausesOnOutage reports whether the phase's clock stops while the coordinator
 // cannot reach the workload API: in staging and pick-up the node can only answer
 // through that API, so an outage is not its delay. From applying on, the node is
 // being changed by the update and an API that does not come back (a single
 // control plane that cannot start its own API server) is what the deadline is for.
-func (p UpdatePhase) pausesOnOutage() bool {
-	return p == UpdatePhaseStaging || p == UpdatePhasePickup
+func pausesOnOutage(p protocol.UpdatePhase) bool {
+	return p == protocol.UpdatePhaseStaging || p == protocol.UpdatePhasePickup
 }
 
 // Deadlines bound the phases of a node update; a zero phase deadline means none.
@@ -87,17 +66,17 @@ func (d Deadlines) negative() bool {
 	return d.Staging < 0 || d.Pickup < 0 || d.Applying < 0 || d.Rebooting < 0 || d.Verifying < 0
 }
 
-func (d Deadlines) of(p UpdatePhase) time.Duration {
+func (d Deadlines) of(p protocol.UpdatePhase) time.Duration {
 	switch p {
-	case UpdatePhaseStaging:
+	case protocol.UpdatePhaseStaging:
 		return d.Staging
-	case UpdatePhasePickup:
+	case protocol.UpdatePhasePickup:
 		return d.Pickup
-	case UpdatePhaseApplying:
+	case protocol.UpdatePhaseApplying:
 		return d.Applying
-	case UpdatePhaseRebooting:
+	case protocol.UpdatePhaseRebooting:
 		return d.Rebooting
-	case UpdatePhaseVerifying:
+	case protocol.UpdatePhaseVerifying:
 		return d.Verifying
 	}
 	return 0
@@ -118,51 +97,17 @@ const outageGrace = time.Minute
 // maxSeen bounds what the record keeps of the node's last report.
 const maxSeen = 256
 
-// PhaseRecord is the coordinator's clock of one node update (the Machine's
-// UpdatePhaseAnnotation).
-type PhaseRecord struct {
-	Plan  string      `json:"plan"`
-	Phase UpdatePhase `json:"phase"`
-	// Start is when the update's first phase was recorded, Since when Phase was.
-	Start time.Time `json:"start"`
-	Since time.Time `json:"since"`
-	// Unreachable is when a call first could not reach the workload API during a
-	// phase whose clock pauses then (pausesOnOutage); zero otherwise.
-	Unreachable time.Time `json:"unreachable,omitzero"`
-	// Seen is what the node reported when Phase was recorded, or when it expired.
-	Seen string `json:"seen,omitempty"`
-	// Expired is when Phase passed its deadline: the verdict stands until the node
-	// ends the plan itself, an operator retries, or the plan changes.
-	Expired time.Time `json:"expired,omitzero"`
-}
-
-// DecodePhaseRecord reads an UpdatePhaseAnnotation; a value that does not decode
-// counts as none (the next phase is dated anew).
-func DecodePhaseRecord(v string) PhaseRecord {
-	var r PhaseRecord
-	if v == "" || json.Unmarshal([]byte(v), &r) != nil || r.Plan == "" || r.Since.IsZero() {
-		return PhaseRecord{}
-	}
-	return r
-}
-
-// Encode is the annotation value of r.
-func (r PhaseRecord) Encode() string {
-	b, _ := json.Marshal(r) // a struct of strings and times always encodes
-	return string(b)
-}
-
 // WatchInput is what Watch judges.
 type WatchInput struct {
 	Now    time.Time
-	Record PhaseRecord
+	Record protocol.PhaseRecord
 	// Reachable: this call read the node from the workload API. When false, Plan,
 	// Phase and Seen are unknown and the record is judged as it stands.
 	Reachable bool
 	Plan      string
 	// Phase is the timed phase the call observed; "" when none (not started, held
 	// or over).
-	Phase UpdatePhase
+	Phase protocol.UpdatePhase
 	// Seen is what the node reports now, in a few words.
 	Seen string
 	// Began is when Cluster API began the update (the Machine's Updating condition,
@@ -174,7 +119,7 @@ type WatchInput struct {
 // WatchResult is Watch's verdict.
 type WatchResult struct {
 	// Record is the record after this call; Write says it must be stored.
-	Record PhaseRecord
+	Record protocol.PhaseRecord
 	Write  bool
 	// Expired: the update is past the deadline of Record.Phase (now or earlier).
 	Expired bool
@@ -187,7 +132,7 @@ func Watch(in WatchInput) WatchResult {
 		return watchUnreachable(in)
 	}
 	if rec.Plan != in.Plan {
-		rec = PhaseRecord{} // another plan's
+		rec = protocol.PhaseRecord{} // another plan's
 	}
 	if !rec.Expired.IsZero() {
 		// Sticky while the update runs on; a plan the node ends itself (a late
@@ -205,13 +150,13 @@ func Watch(in WatchInput) WatchResult {
 			}
 			start = in.Began
 		}
-		rec = PhaseRecord{Plan: in.Plan, Phase: in.Phase, Start: start, Since: in.Now, Seen: bounded(in.Seen)}
+		rec = protocol.PhaseRecord{Plan: in.Plan, Phase: in.Phase, Start: start, Since: in.Now, Seen: bounded(in.Seen)}
 		return WatchResult{Record: rec, Write: true}
 	}
 	write := false
 	if !rec.Unreachable.IsZero() {
 		// Back from an outage: a paused phase's clock moves on by the outage.
-		if rec.Phase.pausesOnOutage() && in.Now.After(rec.Unreachable) {
+		if pausesOnOutage(rec.Phase) && in.Now.After(rec.Unreachable) {
 			rec.Since = rec.Since.Add(in.Now.Sub(rec.Unreachable))
 			if d := in.Deadlines.of(rec.Phase); d > 0 {
 				if latest := in.Now.Add(min(outageGrace, d) - d); rec.Since.Before(latest) {
@@ -230,7 +175,7 @@ func Watch(in WatchInput) WatchResult {
 		return WatchResult{Record: rec, Write: true}
 	}
 	if d := in.Deadlines.of(rec.Phase); d > 0 && in.Now.Sub(rec.Since) > d {
-		if rec.Phase == UpdatePhasePickup {
+		if rec.Phase == protocol.UpdatePhasePickup {
 			// The node's not-picked-up marker holds this verdict: the withdrawal
 			// races the agent's claim, and a claim that wins starts the applying
 			// phase's clock.
@@ -250,7 +195,7 @@ func watchUnreachable(in WatchInput) WatchResult {
 		return WatchResult{}
 	case !rec.Expired.IsZero():
 		return WatchResult{Record: rec, Expired: true}
-	case rec.Phase.pausesOnOutage():
+	case pausesOnOutage(rec.Phase):
 		if rec.Unreachable.IsZero() {
 			rec.Unreachable = in.Now
 			return WatchResult{Record: rec, Write: true}
@@ -265,9 +210,9 @@ func watchUnreachable(in WatchInput) WatchResult {
 	return WatchResult{Record: rec}
 }
 
-// Cause is the human cause of an expired record: which phase, since when, for how
-// long it was allowed and what was last seen of the node.
-func (r PhaseRecord) Cause(d Deadlines) string {
+// recordCause is the human cause of an expired record: which phase, since when,
+// for how long it was allowed and what was last seen of the node.
+func recordCause(r protocol.PhaseRecord, d Deadlines) string {
 	seen := r.Seen
 	if seen == "" {
 		seen = "nothing"
@@ -285,39 +230,39 @@ func bounded(s string) string {
 
 // phaseOf is the timed phase of the update as a call sees it: from Decide's
 // verdict d on the observation o. "" for an update not started, held or over.
-func phaseOf(o Observation, d Decision) UpdatePhase {
+func phaseOf(o Observation, d Decision) protocol.UpdatePhase {
 	st := o.Status
 	own := st != nil && st.PlanHash == o.PlanHash
 	switch d.Action {
 	case ActStart:
 		if o.NeedsStaging && (o.Staging == nil || o.Staging.Phase != protocol.StagePhaseStaged) {
-			return UpdatePhaseStaging
+			return protocol.UpdatePhaseStaging
 		}
-		return UpdatePhaseDraining
+		return protocol.UpdatePhaseDraining
 	case ActAwaitAgent:
 		if !own {
-			return UpdatePhasePickup
+			return protocol.UpdatePhasePickup
 		}
 		switch st.Phase {
 		case protocol.PhaseRebooting:
-			return UpdatePhaseRebooting
+			return protocol.UpdatePhaseRebooting
 		case protocol.PhaseVerifying:
-			return UpdatePhaseVerifying
+			return protocol.UpdatePhaseVerifying
 		}
-		return UpdatePhaseApplying
+		return protocol.UpdatePhaseApplying
 	case ActWait:
 		switch {
 		case o.Paused && !o.Started && d.RetryAfterSeconds == retryPaused:
 			return ""
 		case st != nil && st.Phase == protocol.PhaseCommitted:
-			return UpdatePhaseVerifying // the outside gates
+			return protocol.UpdatePhaseVerifying // the outside gates
 		}
-		return UpdatePhaseApplying // the agent finishes an earlier plan first
+		return protocol.UpdatePhaseApplying // the agent finishes an earlier plan first
 	case ActReportFailure:
 		if d.Cause == CauseInvalidStatus && o.Started {
 			// A status that cannot be read says nothing of progress: it must not
 			// hold the node forever either.
-			return UpdatePhaseApplying
+			return protocol.UpdatePhaseApplying
 		}
 	}
 	return ""
@@ -344,13 +289,13 @@ func seenOf(o Observation) string {
 }
 
 // expiredDecision is the decision of an update past the deadline of rec's phase.
-func expiredDecision(o Observation, rec PhaseRecord, d Deadlines) Decision {
-	cause := rec.Cause(d)
+func expiredDecision(o Observation, rec protocol.PhaseRecord, d Deadlines) Decision {
+	cause := recordCause(rec, d)
 	switch rec.Phase {
-	case UpdatePhasePickup:
+	case protocol.UpdatePhasePickup:
 		// Withdrawn and put back in service: the agent never started.
 		return Decide(withNotPickedUp(o))
-	case UpdatePhaseStaging:
+	case protocol.UpdatePhaseStaging:
 		return Decision{Action: ActFail, Cause: CauseDeadlineExceeded, EventReason: inplacev1.EventDeadlineExceeded,
 			Message: fmt.Sprintf("node %s: %s; the node was not cordoned (annotate the Machine with %s to try again)", o.Node, cause, inplacev1.RetryAnnotation)}
 	}

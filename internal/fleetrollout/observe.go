@@ -64,9 +64,11 @@ func observe(target string, o clusterObjects) rollout.Observation {
 	// A Machine going away neither blocks nor proves anything; at least one other
 	// must prove the target.
 	proved, reached := 0, true
+	states := make([]machinestate.State, 0, len(o.Machines))
 	for i := range o.Machines {
 		m := &o.Machines[i]
 		v := machinestate.Of(m)
+		states = append(states, v.State)
 		// A failure recorded while the Machine asked for another version belongs
 		// to an earlier update.
 		if v.State == machinestate.Failed && sameVersion(m.Spec.Version, target) {
@@ -92,6 +94,7 @@ func observe(target string, o clusterObjects) rollout.Observation {
 		obs.Progress = rollout.Reached
 	} else {
 		obs.Progress = rollout.InProgress
+		obs.Staged = machinestate.StagedAndWaiting(states)
 	}
 	return obs
 }

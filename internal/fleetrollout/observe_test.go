@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +17,7 @@ import (
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/fleet/rollout"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 func plainCluster(kcpVersion string, machines ...clusterv1.Machine) clusterObjects {
@@ -34,6 +36,15 @@ func machine(version string, conds ...metav1.Condition) clusterv1.Machine {
 			NodeInfo: &corev1.NodeSystemInfo{KubeletVersion: version}}}
 }
 
+// staged marks the Machine's update staged ahead of a closed maintenance window
+// (the coordinator's phase record) while Cluster API updates it.
+func staged(m clusterv1.Machine) clusterv1.Machine {
+	m.Annotations = map[string]string{clusterv1.UpdateInProgressAnnotation: "",
+		inplacev1.UpdatePhaseAnnotation: protocol.PhaseRecord{Plan: "h1", Phase: protocol.UpdatePhaseStaged, Start: time.Unix(1, 0), Since: time.Unix(1, 0)}.Encode()}
+	m.Status.NodeInfo.KubeletVersion = from
+	return m
+}
+
 func failedCond() metav1.Condition {
 	return metav1.Condition{Type: inplacev1.InPlaceUpdateCondition, Status: metav1.ConditionFalse, Reason: inplacev1.ReasonRolledBack, Message: "gate failed"}
 }
@@ -45,6 +56,7 @@ func TestObserve(t *testing.T) {
 		wantProgress rollout.Progress
 		wantReason   string
 		wantBlocked  string
+		wantStaged   bool
 	}{
 		{name: "not written yet", objs: func() clusterObjects { return plainCluster(from, machine(from)) }, wantProgress: rollout.NotStarted},
 		{name: "written, the Machine not yet", objs: func() clusterObjects { return plainCluster(target, machine(from)) }, wantProgress: rollout.InProgress},
@@ -81,6 +93,12 @@ func TestObserve(t *testing.T) {
 		}, wantProgress: rollout.InProgress},
 		{name: "Cluster API still updating the Machine", objs: func() clusterObjects {
 			return plainCluster(target, machine(target, metav1.Condition{Type: clusterv1.MachineUpdatingCondition, Status: metav1.ConditionTrue, Reason: "InPlaceUpdating"}))
+		}, wantProgress: rollout.InProgress},
+		{name: "staged ahead of a closed window, waiting", objs: func() clusterObjects {
+			return plainCluster(target, staged(machine(target)), machine(from))
+		}, wantProgress: rollout.InProgress, wantStaged: true},
+		{name: "staged, another Machine still staging: not waiting", objs: func() clusterObjects {
+			return plainCluster(target, staged(machine(target)), machine(target, metav1.Condition{Type: clusterv1.MachineUpdatingCondition, Status: metav1.ConditionTrue, Reason: "InPlaceUpdating"}))
 		}, wantProgress: rollout.InProgress},
 		{name: "a failed update of the target", objs: func() clusterObjects { return plainCluster(target, machine(target, failedCond())) },
 			wantProgress: rollout.Failed, wantReason: inplacev1.FleetReasonMachineFailed},
@@ -127,6 +145,7 @@ func TestObserve(t *testing.T) {
 			g.Expect(o.Progress).To(Equal(tt.wantProgress))
 			g.Expect(o.Reason).To(Equal(tt.wantReason))
 			g.Expect(o.Blocked).To(Equal(tt.wantBlocked))
+			g.Expect(o.Staged).To(Equal(tt.wantStaged))
 		})
 	}
 }

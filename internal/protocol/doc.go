@@ -1,7 +1,10 @@
 // Package protocol defines the versioned envelopes that the coordinator (in the
 // management cluster) and the node agent exchange through core objects of the
 // workload cluster: the NodePlan, stored in a per-node Secret, and the NodeStatus,
-// stored in an annotation on the agent's own Node.
+// stored in an annotation on the agent's own Node. It also holds the coordinator's
+// phase record of a node update (updatephase.go), an annotation on the Machine in
+// the management cluster, which the status views read (a staged update waiting
+// for its maintenance window).
 //
 // Plans are node-private: a plan is published only as a SealedNodePlan, sealed to
 // the X25519 key its node's agent generated and published on its Node (seal.go).

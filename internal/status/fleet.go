@@ -8,6 +8,7 @@ import (
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/fleet"
+	"github.com/capi-inplace/capi-inplace/internal/fleet/machinestate"
 )
 
 // Fleet states of FleetView.State: the reason of the Cluster's InPlaceUpdate
@@ -39,6 +40,19 @@ type FleetView struct {
 	WindowOpen  *bool      `json:"windowOpen,omitempty"`
 	NextOpening *time.Time `json:"nextOpening,omitempty"`
 	WindowError string     `json:"windowError,omitempty"`
+	// DownloadWindows is the Cluster's download-windows annotation (when staging
+	// ahead of a closed maintenance window may begin); DownloadWindowOpen and
+	// DownloadNextOpening are computed from it (nil / empty without it).
+	DownloadWindows     string     `json:"downloadWindows,omitempty"`
+	DownloadWindowOpen  *bool      `json:"downloadWindowOpen,omitempty"`
+	DownloadNextOpening *time.Time `json:"downloadNextOpening,omitempty"`
+	DownloadWindowError string     `json:"downloadWindowError,omitempty"`
+	// Staged lists the Machines whose update is staged on the node ahead of a
+	// closed maintenance window and waits for it (machinestate.Staged);
+	// StagedAndWaiting is true when the Cluster's update as a whole is
+	// (machinestate.StagedAndWaiting: nothing else of it under way).
+	Staged           []string `json:"staged,omitempty"`
+	StagedAndWaiting bool     `json:"stagedAndWaiting,omitempty"`
 	// Cancelled and RetryRequested list Machines carrying the cancel or retry annotation.
 	Cancelled      []string `json:"cancelled,omitempty"`
 	RetryRequested []string `json:"retryRequested,omitempty"`
@@ -97,7 +111,29 @@ func buildFleet(c *clusterv1.Cluster, machines []clusterv1.Machine, now time.Tim
 			}
 		}
 	}
-	for _, m := range machines {
+	if w, ok := c.Annotations[inplacev1.DownloadWindowsAnnotation]; ok && w != "" {
+		fv.DownloadWindows = w
+		sched, err := fleet.ParseWindows(w)
+		if err != nil {
+			fv.DownloadWindowError = err.Error()
+		} else {
+			v := sched.At(now, 0)
+			open := v.Start
+			fv.DownloadWindowOpen = &open
+			if !v.Start && !v.NextOpening.IsZero() {
+				next := v.NextOpening.UTC()
+				fv.DownloadNextOpening = &next
+			}
+		}
+	}
+	var states []machinestate.State
+	for i := range machines {
+		m := &machines[i]
+		st := machinestate.Of(m).State
+		states = append(states, st)
+		if st == machinestate.Staged {
+			fv.Staged = append(fv.Staged, m.Name)
+		}
 		if _, ok := m.Annotations[inplacev1.CancelAnnotation]; ok {
 			fv.Cancelled = append(fv.Cancelled, m.Name)
 		}
@@ -105,6 +141,8 @@ func buildFleet(c *clusterv1.Cluster, machines []clusterv1.Machine, now time.Tim
 			fv.RetryRequested = append(fv.RetryRequested, m.Name)
 		}
 	}
+	fv.StagedAndWaiting = machinestate.StagedAndWaiting(states)
+	slices.Sort(fv.Staged)
 	slices.Sort(fv.Cancelled)
 	slices.Sort(fv.RetryRequested)
 	return fv

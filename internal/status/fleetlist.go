@@ -43,6 +43,10 @@ const (
 	// ClusterOutdated: a Machine's node does not run the version the Machine asks
 	// for, or has not reported a kubelet version, and nothing is updating it yet.
 	ClusterOutdated = "Outdated"
+	// ClusterStaged: the Cluster's update is staged on its nodes ahead of a closed
+	// maintenance window and waits for it; nothing else of it is under way
+	// (machinestate.StagedAndWaiting). The window will only switch the nodes.
+	ClusterStaged = "Staged"
 )
 
 // FleetList is `fleet status`: one line per Cluster, read from the management
@@ -58,7 +62,8 @@ type FleetList struct {
 }
 
 // FleetSummary counts the Clusters of a FleetList by state. Held counts those the
-// fleet controls hold (Paused, Halted, WindowClosed, Soaking) with work left.
+// fleet controls hold (Paused, Halted, WindowClosed, Soaking) with work left;
+// Staged those staged and waiting for a maintenance window.
 type FleetSummary struct {
 	Clusters int `json:"clusters"`
 	UpToDate int `json:"upToDate"`
@@ -66,6 +71,7 @@ type FleetSummary struct {
 	Failed   int `json:"failed"`
 	Outdated int `json:"outdated"`
 	Held     int `json:"held"`
+	Staged   int `json:"staged"`
 }
 
 // FleetLine is one Cluster.
@@ -88,9 +94,18 @@ type FleetLine struct {
 	UpToDate int `json:"upToDate"`
 	Updating int `json:"updating"`
 	Failed   int `json:"failed"`
-	// State is UpToDate, Updating, Failed or Outdated (clusterState), or the fleet
-	// controls' Paused, Halted, WindowClosed or Soaking when they hold work back.
+	// Staged counts, of Updating, the Machines whose update is staged on the node
+	// ahead of a closed maintenance window and waits for it (machinestate.Staged).
+	Staged int `json:"staged"`
+	// State is UpToDate, Updating, Staged, Failed or Outdated (clusterState), or
+	// the fleet controls' Paused, Halted, WindowClosed or Soaking when they hold
+	// work back.
 	State string `json:"state"`
+	// NextOpening is when the Cluster's maintenance window opens next, while it is
+	// closed and the Cluster's own maintenance-windows annotation says so (the
+	// policy's windows are not in the management cluster: the message then
+	// carries the coordinator's word).
+	NextOpening *time.Time `json:"nextOpening,omitempty"`
 	// Message says why, for any State but UpToDate.
 	Message string `json:"message,omitempty"`
 	// Since is when the Cluster's InPlaceUpdate condition last changed, when it has one.
@@ -131,6 +146,8 @@ func BuildFleetList(clusters []clusterv1.Cluster, machines []clusterv1.Machine, 
 			l.Summary.Failed++
 		case line.State == ClusterOutdated:
 			l.Summary.Outdated++
+		case line.State == ClusterStaged:
+			l.Summary.Staged++
 		}
 	}
 	slices.SortFunc(l.Clusters, func(a, b FleetLine) int {
@@ -142,9 +159,11 @@ func BuildFleetList(clusters []clusterv1.Cluster, machines []clusterv1.Machine, 
 func fleetLine(c *clusterv1.Cluster, machines []clusterv1.Machine, now time.Time) FleetLine {
 	line := FleetLine{Namespace: c.Namespace, Name: c.Name, Versions: []string{}, OSImages: []string{}}
 	var failure, blocked string
+	var states []machinestate.State
 	for i := range machines {
 		m := &machines[i]
 		v := machinestate.Of(m)
+		states = append(states, v.State)
 		if v.State == machinestate.Deleting {
 			continue // going away: neither work left nor proof (machinestate)
 		}
@@ -163,6 +182,9 @@ func fleetLine(c *clusterv1.Cluster, machines []clusterv1.Machine, now time.Time
 			}
 		case v.State.InProgress():
 			line.Updating++
+			if v.State == machinestate.Staged {
+				line.Staged++
+			}
 			if v.State == machinestate.DrainBlocked && blocked == "" {
 				blocked = fmt.Sprintf("Machine %s: %s: %s", m.Name, v.Reason, v.Message)
 			}
@@ -176,20 +198,28 @@ func fleetLine(c *clusterv1.Cluster, machines []clusterv1.Machine, now time.Time
 		t := cond.LastTransitionTime.UTC()
 		line.Since = &t
 	}
-	line.State, line.Message = clusterState(line, failure, blocked, buildFleet(c, machines, now))
+	fv := buildFleet(c, machines, now)
+	line.State, line.Message = clusterState(line, failure, blocked, machinestate.StagedAndWaiting(states), fv)
+	if line.State == ClusterStaged || line.State == FleetWindowClosed {
+		line.NextOpening = fv.NextOpening
+	}
 	return line
 }
 
 // clusterState is the one rule for a Cluster's state in the fleet list: a failure
-// first (it needs a human), then what the fleet controls hold back, then progress.
-// A blocked drain is progress that may need a human too, so its Machine is named.
-func clusterState(l FleetLine, failure, blocked string, fv FleetView) (state, message string) {
+// first (it needs a human), then what the fleet controls hold back, then an
+// update staged and waiting for its window (staged: machinestate.StagedAndWaiting),
+// then progress. A blocked drain is progress that may need a human too, so its
+// Machine is named.
+func clusterState(l FleetLine, failure, blocked string, staged bool, fv FleetView) (state, message string) {
 	work := l.UpToDate < l.Machines
 	switch {
 	case l.Failed > 0:
 		return ClusterFailed, failure
 	case fv.State == FleetHalted || fv.State == FleetPaused:
 		return fv.State, fv.Message
+	case staged:
+		return ClusterStaged, stagedMessage(l, fv)
 	case l.Updating > 0 && blocked != "":
 		return ClusterUpdating, fmt.Sprintf("%d of %d Machines updating; %s", l.Updating, l.Machines, blocked)
 	case l.Updating > 0:
@@ -202,12 +232,26 @@ func clusterState(l FleetLine, failure, blocked string, fv FleetView) (state, me
 	return ClusterUpToDate, ""
 }
 
+// stagedMessage says how many Machines are staged and when the window opens, as
+// far as the management cluster knows it: the Cluster's maintenance-windows
+// annotation, else the coordinator's message on the Cluster's condition.
+func stagedMessage(l FleetLine, fv FleetView) string {
+	if fv.NextOpening != nil {
+		return fmt.Sprintf("%d of %d Machines staged; window opens %s", l.Staged, l.Machines, fv.NextOpening.Format(time.RFC3339))
+	}
+	msg := fmt.Sprintf("%d of %d Machines staged, waiting for a maintenance window", l.Staged, l.Machines)
+	if fv.State == FleetWindowClosed {
+		return msg + " (" + fv.Message + ")"
+	}
+	return msg
+}
+
 // RenderFleetTable writes the fleet list as a summary line and one row per Cluster.
 func RenderFleetTable(w io.Writer, l FleetList, now time.Time) error {
 	var buf bytes.Buffer
 	s := l.Summary
-	fmt.Fprintf(&buf, "%d clusters: %d up to date, %d updating, %d failed, %d outdated, %d held\n\n",
-		s.Clusters, s.UpToDate, s.Updating, s.Failed, s.Outdated, s.Held)
+	fmt.Fprintf(&buf, "%d clusters: %d up to date, %d updating, %d staged, %d failed, %d outdated, %d held\n\n",
+		s.Clusters, s.UpToDate, s.Updating, s.Staged, s.Failed, s.Outdated, s.Held)
 	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAMESPACE\tCLUSTER\tVERSION\tOS-IMAGE\tUP-TO-DATE\tSTATE\tSINCE\tMESSAGE")
 	for _, c := range l.Clusters {

@@ -63,6 +63,18 @@ type PoolView struct {
 	WindowCloses *time.Time `json:"windowCloses,omitempty"`
 	NextOpening  *time.Time `json:"nextOpening,omitempty"`
 	WindowError  string     `json:"windowError,omitempty"`
+	// DownloadWindows are the pool's download windows (when a node update a closed
+	// maintenance window holds may begin staging ahead of it): the Cluster's
+	// download-windows annotation when it has one (DownloadWindowsSource
+	// "annotation"), else the policy's ("policy"); empty: any time.
+	// DownloadWindowOpen and DownloadNextOpening say whether staging may begin now
+	// and when it may next (nil without download windows); DownloadWindowError:
+	// they do not parse, and the coordinator holds every download of the pool.
+	DownloadWindows       []string   `json:"downloadWindows,omitempty"`
+	DownloadWindowsSource string     `json:"downloadWindowsSource,omitempty"`
+	DownloadWindowOpen    *bool      `json:"downloadWindowOpen,omitempty"`
+	DownloadNextOpening   *time.Time `json:"downloadNextOpening,omitempty"`
+	DownloadWindowError   string     `json:"downloadWindowError,omitempty"`
 	// ExpectedSeconds is the expected length of the pool's next node update: the
 	// longest measured on the Cluster, or the policy's expectedDurationSeconds.
 	ExpectedSeconds int64 `json:"expectedSeconds"`
@@ -131,6 +143,8 @@ func poolView(c *clusterv1.Cluster, st fleet.State, owners map[string]string, p 
 	pv.Failures = len(fleet.Counted(st.Failures, p.Name, func(o string) (string, bool) { v, ok := owners[o]; return v, ok }))
 	pv.BudgetSpent = pv.FailureBudget > 0 && pv.Failures >= pv.FailureBudget
 
+	downloadWindows(&pv, c, p, now)
+
 	// The coordinator's rule (fleet.PoolWindows): the Cluster's annotation replaces the policy's windows.
 	annotation, annotated := c.Annotations[inplacev1.MaintenanceWindowsAnnotation]
 	sched, fromAnnotation, err := fleet.PoolWindows(p.Windows, annotation, annotated)
@@ -160,6 +174,37 @@ func poolView(c *clusterv1.Cluster, st fleet.State, owners map[string]string, p 
 	return pv
 }
 
+// downloadWindows fills the pool's download windows by the coordinator's rule
+// (fleet.PoolWindows, as clusterDownloadWindows): the Cluster's annotation
+// replaces the policy's; staging may begin at once inside one, no expected
+// length asked.
+func downloadWindows(pv *PoolView, c *clusterv1.Cluster, p fleet.Pool, now time.Time) {
+	annotation, annotated := c.Annotations[inplacev1.DownloadWindowsAnnotation]
+	sched, fromAnnotation, err := fleet.PoolWindows(p.DownloadWindows, annotation, annotated)
+	switch {
+	case err != nil:
+		pv.DownloadWindows, pv.DownloadWindowError = []string{annotation}, err.Error()
+		pv.DownloadWindowsSource = WindowsFromAnnotation
+		return
+	case len(sched) == 0:
+		return // any time
+	case fromAnnotation:
+		pv.DownloadWindowsSource = WindowsFromAnnotation
+	default:
+		pv.DownloadWindowsSource = WindowsFromPolicy
+	}
+	for _, w := range sched {
+		pv.DownloadWindows = append(pv.DownloadWindows, w.String())
+	}
+	v := sched.At(now, 0)
+	open := v.Start
+	pv.DownloadWindowOpen = &open
+	if !v.Start && !v.NextOpening.IsZero() {
+		next := v.NextOpening.UTC()
+		pv.DownloadNextOpening = &next
+	}
+}
+
 // renderPools writes one line per fleet pool; wide adds the windows, the
 // expected duration, the soak and the pool's Machines.
 func renderPools(buf *bytes.Buffer, pools []PoolView, wide bool) {
@@ -173,6 +218,9 @@ func renderPools(buf *bytes.Buffer, pools []PoolView, wide bool) {
 			n = "machine"
 		}
 		fmt.Fprintf(buf, "  pool %s: %d %s; %s; %s", name, len(p.Machines), n, budgetCell(p), windowCell(p))
+		if s := downloadCell(p); s != "" {
+			buf.WriteString("; " + s)
+		}
 		if wide {
 			if len(p.Windows) > 0 {
 				fmt.Fprintf(buf, "; windows (%s) %q", p.WindowsSource, strings.Join(p.Windows, "; "))
@@ -196,6 +244,22 @@ func budgetCell(p PoolView) string {
 		s += ", halted (annotate the Cluster with " + inplacev1.ResumeAnnotation + " to continue)"
 	}
 	return s
+}
+
+// downloadCell is the pool's download windows' state; "" without any (staging
+// ahead may begin at any time).
+func downloadCell(p PoolView) string {
+	switch {
+	case p.DownloadWindowError != "":
+		return "download windows invalid, every download held: " + p.DownloadWindowError
+	case len(p.DownloadWindows) == 0:
+		return ""
+	case p.DownloadWindowOpen != nil && *p.DownloadWindowOpen:
+		return "download window open"
+	case p.DownloadNextOpening != nil:
+		return "download window closed, next opening " + p.DownloadNextOpening.Format(time.RFC3339)
+	}
+	return "download window closed"
 }
 
 func windowCell(p PoolView) string {

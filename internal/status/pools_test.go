@@ -134,6 +134,56 @@ func TestBuildPools(t *testing.T) {
 		g.Expect(string(b)).NotTo(ContainSubstring(`"pools"`))
 	})
 
+	t.Run("download windows: the policy's, which the Cluster's annotation replaces", func(t *testing.T) {
+		dl, err := policy.Parse([]byte(`
+fleet:
+- name: stores
+  maintenanceWindows: ["Sat 02:00-06:00 UTC"]
+  downloadWindows: ["Mon-Fri 22:00-06:00 UTC"]
+`))
+		NewWithT(t).Expect(err).NotTo(HaveOccurred())
+		closed, open := false, true
+		tests := []struct {
+			name       string
+			ann        map[string]string
+			windows    []string
+			source     string
+			open       *bool
+			next       *time.Time
+			wantErr    bool
+			renderTail string
+		}{
+			{name: "the policy's, closed", windows: []string{"Mon-Fri 22:00-06:00 UTC"}, source: WindowsFromPolicy, open: &closed,
+				next: at("2026-11-30T22:00:00Z"), renderTail: "; download window closed, next opening 2026-11-30T22:00:00Z\n"},
+			{name: "the Cluster's, open", ann: map[string]string{inplacev1.DownloadWindowsAnnotation: "Mon 08:00-10:00 UTC"},
+				windows: []string{"Mon 08:00-10:00 UTC"}, source: WindowsFromAnnotation, open: &open, renderTail: "; download window open\n"},
+			{name: "the Cluster's empty annotation: any time", ann: map[string]string{inplacev1.DownloadWindowsAnnotation: ""},
+				renderTail: "next opening 2026-12-05T02:00:00Z\n"},
+			{name: "the Cluster's do not parse", ann: map[string]string{inplacev1.DownloadWindowsAnnotation: "Someday 01:00-02:00 UTC"},
+				windows: []string{"Someday 01:00-02:00 UTC"}, source: WindowsFromAnnotation, wantErr: true},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				g := NewWithT(t)
+				pools := BuildWithPools(Snapshot{Clusters: []ClusterSnapshot{{Cluster: withFleet(fleet.State{}, tt.ann), Machines: machines[:1]}}}, now, dl).Clusters[0].Pools
+				g.Expect(pools).To(HaveLen(1))
+				p := pools[0]
+				g.Expect(p.DownloadWindows).To(Equal(tt.windows))
+				g.Expect(p.DownloadWindowsSource).To(Equal(tt.source))
+				g.Expect(p.DownloadWindowOpen).To(Equal(tt.open))
+				g.Expect(p.DownloadNextOpening).To(Equal(tt.next))
+				g.Expect(p.DownloadWindowError != "").To(Equal(tt.wantErr))
+				var buf bytes.Buffer
+				renderPools(&buf, pools, false)
+				if tt.wantErr {
+					g.Expect(buf.String()).To(ContainSubstring("; download windows invalid, every download held: "))
+				} else {
+					g.Expect(buf.String()).To(HaveSuffix(tt.renderTail))
+				}
+			})
+		}
+	})
+
 	t.Run("table and wide lines", func(t *testing.T) {
 		g := NewWithT(t)
 		c := withFleet(spent, nil)

@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/capi-inplace/capi-inplace/internal/fleet/machinestate"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 // barWidth is the number of cells of a progress bar.
@@ -146,6 +149,8 @@ func dash(s string) string {
 
 func phaseCell(m MachineView, reachable bool) string {
 	switch {
+	case m.StagedForWindow && (m.Phase == "" || m.Phase == protocol.PhaseStaging):
+		return string(machinestate.Staged)
 	case m.Phase != "":
 		return string(m.Phase)
 	case !reachable && m.Node != "":
@@ -228,6 +233,8 @@ func details(m MachineView) string {
 		parts = append(parts, m.Failure)
 	case m.Drain.State == DrainBlocked && m.Drain.Message != "":
 		parts = append(parts, "drain blocked: "+m.Drain.Message)
+	case m.StagedForWindow:
+		parts = append(parts, joinNonEmpty("staged, waiting for a maintenance window", m.Message))
 	case m.InProgress() || m.Phase == "":
 		if s := joinNonEmpty(m.Action, m.Message); s != "" {
 			parts = append(parts, s)
@@ -241,7 +248,7 @@ func details(m MachineView) string {
 // cancel and retry requests) when any differs from the defaults.
 func renderFleet(buf *bytes.Buffer, f FleetView) {
 	quietState := f.State == "" || f.State == FleetActive || f.State == FleetPaused // paused has its own line
-	if f.Guard == "on" && len(f.Failures) == 0 && quietState && f.Windows == "" &&
+	if f.Guard == "on" && len(f.Failures) == 0 && quietState && f.Windows == "" && f.DownloadWindows == "" && len(f.Staged) == 0 &&
 		f.RecordError == "" && len(f.Cancelled) == 0 && len(f.RetryRequested) == 0 {
 		return // the defaults: nothing to say
 	}
@@ -266,6 +273,25 @@ func renderFleet(buf *bytes.Buffer, f FleetView) {
 			state = "closed, no opening within a week is long enough"
 		}
 		fmt.Fprintf(buf, "  maintenance windows %q: %s\n", f.Windows, state)
+	}
+	if f.DownloadWindows != "" {
+		state := "closed"
+		switch {
+		case f.DownloadWindowError != "":
+			state = "invalid: " + f.DownloadWindowError
+		case f.DownloadWindowOpen != nil && *f.DownloadWindowOpen:
+			state = "open"
+		case f.DownloadNextOpening != nil:
+			state = "closed, next opening " + f.DownloadNextOpening.Format(time.RFC3339)
+		}
+		fmt.Fprintf(buf, "  download windows %q: %s\n", f.DownloadWindows, state)
+	}
+	if len(f.Staged) > 0 {
+		what := "staged, waiting for a maintenance window"
+		if !f.StagedAndWaiting {
+			what = "staged (the rest of the update is under way or needs a human)"
+		}
+		fmt.Fprintf(buf, "  %s: %s\n", what, strings.Join(f.Staged, ", "))
 	}
 	if f.RecordError != "" {
 		fmt.Fprintf(buf, "  fleet record unreadable: %s\n", f.RecordError)

@@ -156,6 +156,11 @@ type MachineView struct {
 	// Staging is the agent's staging of the next plan before the node is cordoned;
 	// nil when the node stages nothing.
 	Staging *Staging `json:"staging,omitempty"`
+	// StagedForWindow: the update is staged on the node ahead of a closed
+	// maintenance window and waits for it, the node serving and uncordoned
+	// (machinestate.Staged, read from the Machine: shown when the workload
+	// cluster is unreachable too).
+	StagedForWindow bool `json:"stagedForWindow,omitempty"`
 
 	// StartedAt is when the agent started the plan; ElapsedSeconds runs from there to
 	// now, or to the last update once the phase is terminal.
@@ -320,9 +325,12 @@ func buildMachine(m *clusterv1.Machine, node *corev1.Node, reachable bool, now t
 		nodeSide(&mv, node, now)
 	}
 
-	if v := machinestate.Of(m); v.State == machinestate.DrainBlocked {
+	switch v := machinestate.Of(m); v.State {
+	case machinestate.DrainBlocked:
 		mv.Drain.State = DrainBlocked
 		mv.Drain.Message = v.Message
+	case machinestate.Staged:
+		mv.StagedForWindow = true
 	}
 	// The agent's terminal phases carry the cause; otherwise our own condition may.
 	if c := mv.Conditions.InPlaceUpdate; c != nil && c.Reason == inplacev1.ReasonDegraded {

@@ -1,8 +1,9 @@
 // Package machinestate is the one rule for where a Machine stands in an in-place
 // update, judged from the management cluster alone (the Machine's spec.version,
 // Cluster API's update-in-progress annotation and Updating condition, our
-// InPlaceUpdate condition, and the node's kubelet version as Cluster API copies it
-// into status.nodeInfo). `capi-inplace fleet status` counts Machines by it and the
+// InPlaceUpdate condition and phase record (protocol.PhaseRecord: staged and
+// waiting for a maintenance window), and the node's kubelet version as Cluster
+// API copies it into status.nodeInfo). `capi-inplace fleet status` counts Machines by it and the
 // FleetRollout controller decides with it whether a Cluster reached its target, so
 // that the two never disagree about the same Machine.
 //
@@ -14,7 +15,11 @@
 //     a Machine that asks for the target and whose kubelet already runs it is still
 //     Updating while Cluster API's update-in-progress annotation is on it.
 //   - A failure outranks everything: it needs a human, even on a Machine going away.
+//   - A staged update waiting for its window is in progress, never reached: the
+//     node still runs the old version. A Cluster is staged and waiting
+//     (StagedAndWaiting) only while nothing else of it is under way.
 //
 // Pure: no I/O, no clock. Imports: api/v1alpha1, internal/protocol (the one version
-// comparison), Cluster API's core types, apimachinery's meta helpers.
+// comparison, the coordinator's phase record), Cluster API's core types,
+// apimachinery's meta helpers and meta/v1.
 package machinestate

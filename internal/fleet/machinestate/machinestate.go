@@ -2,6 +2,7 @@ package machinestate
 
 import (
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
@@ -21,6 +22,12 @@ const (
 	// PodDisruptionBudget or a pod). The update is in progress, held where a
 	// person may have to act.
 	DrainBlocked State = "DrainBlocked"
+	// Staged: Cluster API is updating the Machine and capi-inplace holds the
+	// update before cordon, its plan staged on the node ahead of a closed
+	// maintenance window (the coordinator's phase record on the Machine says
+	// protocol.UpdatePhaseStaged). The node serves, unchanged; the window will
+	// only switch it. In progress, as Updating is.
+	Staged State = "Staged"
 	// Updating: Cluster API (its update-in-progress annotation or its Updating
 	// condition) or capi-inplace (InPlaceUpdate InProgress) is updating the Machine.
 	Updating State = "Updating"
@@ -35,9 +42,28 @@ const (
 	UpToDate State = "UpToDate"
 )
 
-// InProgress reports whether an update of the Machine is under way (Updating or
-// DrainBlocked).
-func (s State) InProgress() bool { return s == Updating || s == DrainBlocked }
+// InProgress reports whether an update of the Machine is under way (Updating,
+// DrainBlocked, or Staged and waiting for its window).
+func (s State) InProgress() bool { return s == Updating || s == DrainBlocked || s == Staged }
+
+// StagedAndWaiting is the one rule for a Cluster whose update is staged and
+// waits for a maintenance window, given its Machines' states: at least one
+// Machine is Staged and none is Failed, Updating or DrainBlocked (a Machine
+// still staging, or past its cordon, is work under way, not waiting). Machines
+// Cluster API has not started yet or is done with (Outdated, Unreported,
+// UpToDate) and those going away neither make nor break it.
+func StagedAndWaiting(states []State) bool {
+	staged := false
+	for _, s := range states {
+		switch s {
+		case Staged:
+			staged = true
+		case Failed, Updating, DrainBlocked:
+			return false
+		}
+	}
+	return staged
+}
 
 // Verdict is the rule's answer for one Machine.
 type Verdict struct {
@@ -48,7 +74,7 @@ type Verdict struct {
 }
 
 // Of judges a Machine: the first that holds of Failed, Deleting, DrainBlocked,
-// Updating, Unreported, then UpToDate or Outdated by the node's kubelet version
+// Staged, Updating, Unreported, then UpToDate or Outdated by the node's kubelet version
 // against spec.version (the same release, build metadata aside).
 func Of(m *clusterv1.Machine) Verdict {
 	cond := meta.FindStatusCondition(m.Status.Conditions, inplacev1.InPlaceUpdateCondition)
@@ -59,6 +85,8 @@ func Of(m *clusterv1.Machine) Verdict {
 		return Verdict{State: Deleting}
 	case cond != nil && cond.Reason == inplacev1.ReasonDrainBlocked:
 		return Verdict{State: DrainBlocked, Reason: cond.Reason, Message: cond.Message}
+	case updating(m) && stagedAhead(m):
+		return Verdict{State: Staged}
 	case updating(m) || (cond != nil && cond.Reason == inplacev1.ReasonInProgress):
 		return Verdict{State: Updating}
 	case m.Status.NodeInfo == nil || m.Status.NodeInfo.KubeletVersion == "":
@@ -84,4 +112,20 @@ func updating(m *clusterv1.Machine) bool {
 		return true
 	}
 	return meta.IsStatusConditionTrue(m.Status.Conditions, clusterv1.MachineUpdatingCondition)
+}
+
+// stagedAhead reports whether the coordinator's phase record on the Machine says
+// its update is staged and waits for a maintenance window. The record outlives
+// the update (it is not cleared when the update ends), so it counts only while
+// Cluster API is updating the Machine, and not when it is older than Cluster
+// API's start of this update (a record of an update Cluster API gave up); the
+// coordinator moves it on at the window's opening (cordon) and when the plan
+// changes.
+func stagedAhead(m *clusterv1.Machine) bool {
+	rec := protocol.DecodePhaseRecord(m.Annotations[inplacev1.UpdatePhaseAnnotation])
+	if rec.Phase != protocol.UpdatePhaseStaged {
+		return false
+	}
+	c := meta.FindStatusCondition(m.Status.Conditions, clusterv1.MachineUpdatingCondition)
+	return c == nil || c.Status != metav1.ConditionTrue || !c.LastTransitionTime.After(rec.Since)
 }

@@ -2,6 +2,7 @@ package machinestate
 
 import (
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -9,12 +10,15 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 const (
 	from   = "v1.35.0"
 	target = "v1.36.0"
 )
+
+var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 
 // machine asks for version; kubelet "" leaves status.nodeInfo out.
 func machine(version, kubelet string, mod ...func(*clusterv1.Machine)) *clusterv1.Machine {
@@ -44,6 +48,24 @@ func capiUpdating(status metav1.ConditionStatus) func(*clusterv1.Machine) {
 
 func annotated(m *clusterv1.Machine) {
 	m.Annotations = map[string]string{clusterv1.UpdateInProgressAnnotation: ""}
+}
+
+// phaseRecord puts the coordinator's phase record, of phase p since t, on the Machine.
+func phaseRecord(p protocol.UpdatePhase, since time.Time) func(*clusterv1.Machine) {
+	return func(m *clusterv1.Machine) {
+		if m.Annotations == nil {
+			m.Annotations = map[string]string{}
+		}
+		m.Annotations[inplacev1.UpdatePhaseAnnotation] = protocol.PhaseRecord{Plan: "h1", Phase: p, Start: since, Since: since}.Encode()
+	}
+}
+
+// capiUpdatingSince is Cluster API's Updating condition, True since t.
+func capiUpdatingSince(t time.Time) func(*clusterv1.Machine) {
+	return func(m *clusterv1.Machine) {
+		m.Status.Conditions = append(m.Status.Conditions, metav1.Condition{Type: clusterv1.MachineUpdatingCondition,
+			Status: metav1.ConditionTrue, Reason: clusterv1.MachineInPlaceUpdatingReason, LastTransitionTime: metav1.NewTime(t)})
+	}
 }
 
 func deleting(m *clusterv1.Machine) {
@@ -85,6 +107,16 @@ func TestOf(t *testing.T) {
 			want: Failed, wantReason: inplacev1.ReasonDeadlineExceeded},
 		{name: "never picked up", m: machine(target, from, inPlace(inplacev1.ReasonPlanNotPickedUp)), want: Failed, wantReason: inplacev1.ReasonPlanNotPickedUp},
 		{name: "degraded", m: machine(target, from, inPlace(inplacev1.ReasonDegraded)), want: Failed, wantReason: inplacev1.ReasonDegraded},
+		{name: "staged ahead of a closed window", m: machine(target, from, annotated, phaseRecord(protocol.UpdatePhaseStaged, t0)), want: Staged},
+		{name: "staged, after Cluster API began the update", m: machine(target, from, capiUpdatingSince(t0), phaseRecord(protocol.UpdatePhaseStaged, t0.Add(time.Hour))), want: Staged},
+		{name: "a staged record older than Cluster API's update is another update's",
+			m: machine(target, from, capiUpdatingSince(t0.Add(time.Hour)), phaseRecord(protocol.UpdatePhaseStaged, t0)), want: Updating},
+		{name: "still staging is updating", m: machine(target, from, annotated, phaseRecord(protocol.UpdatePhaseStaging, t0)), want: Updating},
+		{name: "cordoned after the window opened", m: machine(target, from, annotated, phaseRecord(protocol.UpdatePhaseDraining, t0)), want: Updating},
+		{name: "a staged record without Cluster API updating says nothing", m: machine(target, target, phaseRecord(protocol.UpdatePhaseStaged, t0)),
+			want: UpToDate, wantReached: true},
+		{name: "a failure outranks a staged record", m: machine(target, from, annotated, phaseRecord(protocol.UpdatePhaseStaged, t0), inPlace(inplacev1.ReasonDeadlineExceeded)),
+			want: Failed, wantReason: inplacev1.ReasonDeadlineExceeded},
 		{name: "going away", m: machine(target, from, annotated, deleting), want: Deleting},
 		{name: "a failure outranks going away", m: machine(target, from, deleting, inPlace(inplacev1.ReasonFailed)), want: Failed, wantReason: inplacev1.ReasonFailed},
 	}
@@ -97,8 +129,30 @@ func TestOf(t *testing.T) {
 			if tt.wantReason != "" {
 				g.Expect(v.Message).To(Equal("said " + tt.wantReason))
 			}
-			g.Expect(v.State.InProgress()).To(Equal(tt.want == Updating || tt.want == DrainBlocked))
+			g.Expect(v.State.InProgress()).To(Equal(tt.want == Updating || tt.want == DrainBlocked || tt.want == Staged))
 			g.Expect(Reached(tt.m, target)).To(Equal(tt.wantReached))
+		})
+	}
+}
+
+func TestStagedAndWaiting(t *testing.T) {
+	tests := []struct {
+		name   string
+		states []State
+		want   bool
+	}{
+		{name: "no Machines", want: false},
+		{name: "one staged", states: []State{Staged}, want: true},
+		{name: "staged, the rest not started or done", states: []State{Staged, Outdated, UpToDate, Unreported, Deleting}, want: true},
+		{name: "another still staging", states: []State{Staged, Updating}, want: false},
+		{name: "a drain blocked", states: []State{Staged, DrainBlocked}, want: false},
+		{name: "a failure needs a human first", states: []State{Staged, Failed}, want: false},
+		{name: "nothing staged", states: []State{Outdated, UpToDate}, want: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			g.Expect(StagedAndWaiting(tt.states)).To(Equal(tt.want))
 		})
 	}
 }

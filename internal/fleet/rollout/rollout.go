@@ -49,6 +49,11 @@ type Observation struct {
 	Blocked, BlockedMessage string
 	// Labels are the Cluster's labels; strategy.spreadBy groups Clusters by one.
 	Labels map[string]string
+	// Staged: the Cluster's update (Progress InProgress) is staged on its nodes
+	// ahead of a closed maintenance window and waits for it
+	// (machinestate.StagedAndWaiting). An Updating Cluster is marked
+	// StagedForWindow and counted; nothing else changes (perClusterTimeout runs on).
+	Staged bool
 }
 
 // Input is one pass of the core.
@@ -222,8 +227,9 @@ func observe(spec inplacev1.FleetRolloutSpec, prev []inplacev1.FleetClusterStatu
 	var entries []*inplacev1.FleetClusterStatus
 	for i := range prev {
 		e := prev[i].DeepCopy()
-		if e.State == inplacev1.FleetClusterPending && e.Reason == inplacev1.FleetReasonHeldBySpread {
-			// Decided afresh on every pass (holdBySpread), like a halt.
+		if e.State == inplacev1.FleetClusterPending && e.Reason == inplacev1.FleetReasonHeldBySpread ||
+			e.State == inplacev1.FleetClusterUpdating && e.Reason == inplacev1.FleetReasonStagedForWindow {
+			// Decided afresh on every pass (holdBySpread, apply), like a halt.
 			e.Reason, e.Message = "", ""
 		}
 		byKey[keyOf(e)] = e
@@ -310,6 +316,10 @@ func apply(spec inplacev1.FleetRolloutSpec, e *inplacev1.FleetClusterStatus, o O
 			} else {
 				finish(e, inplacev1.FleetClusterFailed, inplacev1.FleetReasonTimeout, msg, now)
 			}
+			return
+		}
+		if o.Staged {
+			e.Reason, e.Message = inplacev1.FleetReasonStagedForWindow, "staged on its nodes, waiting for a maintenance window to switch them"
 		}
 	}
 }
@@ -541,7 +551,8 @@ func summarise(name string, spec inplacev1.FleetRolloutSpec, generation int64, s
 
 // progressMessage is the Progressing condition's message while Progressing: the
 // canaries and how many batches follow them, or "batch N of M" (the canaries not
-// counted in M), and how many Clusters spreadBy holds back.
+// counted in M), how many Clusters spreadBy holds back and how many are staged
+// and wait for their maintenance window.
 func progressMessage(st *inplacev1.FleetRolloutStatus) string {
 	cb := st.CurrentBatch
 	if cb == nil {
@@ -553,6 +564,9 @@ func progressMessage(st *inplacev1.FleetRolloutStatus) string {
 	}
 	if n := cb.Counts.HeldBySpread; n > 0 {
 		msg += fmt.Sprintf("; %d Clusters held back by spreadBy", n)
+	}
+	if n := cb.Counts.StagedForWindow; n > 0 {
+		msg += fmt.Sprintf("; %d Clusters staged, waiting for their maintenance window", n)
 	}
 	return msg
 }
@@ -632,6 +646,9 @@ func tally(entries []*inplacev1.FleetClusterStatus, in func(*inplacev1.FleetClus
 			}
 		case inplacev1.FleetClusterUpdating:
 			c.Updating++
+			if e.Reason == inplacev1.FleetReasonStagedForWindow {
+				c.StagedForWindow++
+			}
 		case inplacev1.FleetClusterSucceeded:
 			c.Succeeded++
 		case inplacev1.FleetClusterFailed:

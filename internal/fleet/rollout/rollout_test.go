@@ -23,11 +23,12 @@ type fleet struct {
 	refuse   map[Key]string
 	fail     map[Key]bool // the write fails for now (NotWritten)
 	labels   map[Key]map[string]string
+	staged   map[Key]bool // staged and waiting for a maintenance window
 }
 
 func newFleet(names ...string) *fleet {
 	f := &fleet{progress: map[Key]Progress{}, reason: map[Key]string{}, blocked: map[Key]string{}, refuse: map[Key]string{}, fail: map[Key]bool{},
-		labels: map[Key]map[string]string{}}
+		labels: map[Key]map[string]string{}, staged: map[Key]bool{}}
 	for _, n := range names {
 		f.progress[key(n)] = NotStarted
 	}
@@ -46,7 +47,8 @@ func key(s string) Key {
 func (f *fleet) observations() []Observation {
 	var out []Observation
 	for k, p := range f.progress {
-		out = append(out, Observation{Key: k, Progress: p, Reason: f.reason[k], Message: f.reason[k], Blocked: f.blocked[k], BlockedMessage: f.blocked[k], Labels: f.labels[k]})
+		out = append(out, Observation{Key: k, Progress: p, Reason: f.reason[k], Message: f.reason[k], Blocked: f.blocked[k], BlockedMessage: f.blocked[k], Labels: f.labels[k],
+			Staged: f.staged[k]})
 	}
 	return out
 }
@@ -56,6 +58,7 @@ func (f *fleet) observations() []Observation {
 type step struct {
 	set     map[string]Progress
 	failed  map[string]string // Cluster -> Failed with this reason
+	staged  map[string]bool   // Cluster -> staged and waiting for its window, or no longer
 	add     []string          // Clusters that join the selection
 	remove  []string          // Clusters that leave it
 	spec    func(*inplacev1.FleetRolloutSpec)
@@ -77,6 +80,9 @@ func run(t *testing.T, spec inplacev1.FleetRolloutSpec, f *fleet, steps []step) 
 		now = now.Add(s.advance)
 		for n, p := range s.set {
 			f.progress[key(n)] = p
+		}
+		for n, v := range s.staged {
+			f.staged[key(n)] = v
 		}
 		for n, r := range s.failed {
 			f.progress[key(n)], f.reason[key(n)] = Failed, r
@@ -854,6 +860,68 @@ func TestBatchSizes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			run(t, tt.spec, tt.fleet, tt.steps)
+		})
+	}
+}
+
+// TestStagedForWindow: an Updating Cluster whose update is staged ahead of a
+// closed maintenance window is marked StagedForWindow and counted, decided
+// afresh on every pass; it stays Updating, and perClusterTimeout still runs.
+func TestStagedForWindow(t *testing.T) {
+	stagedCount := func(n int32, names ...string) func(Gomega, inplacev1.FleetRolloutStatus, Decision) {
+		return func(g Gomega, st inplacev1.FleetRolloutStatus, d Decision) {
+			g.Expect(st.Counts.StagedForWindow).To(Equal(n), "staged")
+			g.Expect(st.CurrentBatch.Counts.StagedForWindow).To(Equal(n), "staged in the current batch")
+			for _, name := range names {
+				hasState(name, inplacev1.FleetClusterUpdating, inplacev1.FleetReasonStagedForWindow)(g, st, d)
+				g.Expect(entry(st, name).Message).To(Equal("staged on its nodes, waiting for a maintenance window to switch them"))
+			}
+			progress := condition(st, inplacev1.FleetProgressingCondition).Message
+			if n > 0 {
+				g.Expect(progress).To(HaveSuffix(fmt.Sprintf("; %d Clusters staged, waiting for their maintenance window", n)))
+			} else {
+				g.Expect(progress).NotTo(ContainSubstring("staged"))
+			}
+		}
+	}
+	tests := []struct {
+		name  string
+		spec  inplacev1.FleetRolloutSpec
+		steps []step
+	}{
+		{
+			name: "marked while staged, cleared when the window opens",
+			spec: spec(batches(intstr.FromInt32(3))),
+			steps: []step{
+				{wantStart: []string{"s1", "s2", "s3"}, check: stagedCount(0)},
+				{staged: map[string]bool{"s1": true, "s2": true}, check: stagedCount(2, "s1", "s2")},
+				{staged: map[string]bool{"s1": false}, set: map[string]Progress{"s2": Reached}, check: func(g Gomega, st inplacev1.FleetRolloutStatus, d Decision) {
+					stagedCount(0)(g, st, d)
+					hasState("s1", inplacev1.FleetClusterUpdating, "")(g, st, d)
+					hasState("s2", inplacev1.FleetClusterSucceeded, "")(g, st, d)
+				}},
+			},
+		},
+		{
+			name: "the per-cluster timeout runs while staged",
+			spec: spec(batches(intstr.FromInt32(1), func(s *inplacev1.FleetRolloutSpec) {
+				s.Strategy.PerClusterTimeout = &metav1.Duration{Duration: time.Hour}
+				s.Strategy.OnTimeout = inplacev1.FleetTimeoutSkip
+				s.Strategy.MaxFailures = ptr.To(int32(3))
+			})),
+			steps: []step{
+				{wantStart: []string{"s1"}},
+				{staged: map[string]bool{"s1": true}, advance: 30 * time.Minute, check: stagedCount(1, "s1")},
+				{advance: 31 * time.Minute, wantStart: []string{"s2"}, check: func(g Gomega, st inplacev1.FleetRolloutStatus, d Decision) {
+					hasState("s1", inplacev1.FleetClusterSkipped, inplacev1.FleetReasonTimeout)(g, st, d)
+					g.Expect(st.Counts.StagedForWindow).To(BeZero())
+				}},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			run(t, tt.spec, newFleet("s1", "s2", "s3"), tt.steps)
 		})
 	}
 }
