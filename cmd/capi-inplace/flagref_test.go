@@ -13,10 +13,11 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// updateFlagReference rewrites docs/flags.md from the commands:
+// updateReferences rewrites the generated reference pages: docs/flags.md from
+// the commands, docs/policy-reference.md from the policy's types:
 //
-//	go test ./cmd/capi-inplace -run TestFlagReference -update
-var updateFlagReference = flag.Bool("update", false, "rewrite docs/flags.md from the command trees")
+//	go test ./cmd/capi-inplace -run 'TestFlagReference|TestPolicyReference' -update
+var updateReferences = flag.Bool("update", false, "rewrite docs/flags.md and docs/policy-reference.md from the code")
 
 const flagReferencePath = "docs/flags.md"
 
@@ -26,7 +27,7 @@ const flagReferencePath = "docs/flags.md"
 func TestFlagReference(t *testing.T) {
 	want := renderFlagReference(commandTrees(t))
 	path := filepath.Join(repoRoot, flagReferencePath)
-	if *updateFlagReference {
+	if *updateReferences {
 		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
 			t.Fatal(err)
 		}

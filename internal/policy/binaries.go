@@ -26,7 +26,9 @@ type KubernetesBinariesConfig map[string]map[string]BinariesConfig
 
 // BinariesConfig is the kubeadm and kubelet of one version and platform.
 type BinariesConfig struct {
+	// Kubeadm is the kubeadm executable of the version and platform.
 	Kubeadm BinaryConfig `json:"kubeadm"`
+	// Kubelet is the kubelet executable of the version and platform.
 	Kubelet BinaryConfig `json:"kubelet"`
 }
 

@@ -22,10 +22,20 @@ import (
 // without a deadline can hold a node cordoned, out of MachineHealthCheck's reach,
 // forever.
 type DeadlinesConfig struct {
-	StagingSeconds   *int32 `json:"stagingSeconds,omitempty"`
-	PickupSeconds    *int32 `json:"pickupSeconds,omitempty"`
-	ApplyingSeconds  *int32 `json:"applyingSeconds,omitempty"`
+	// StagingSeconds bounds staging: the agent downloads and verifies the
+	// update's artifacts, before the node is cordoned. 1 to 604800 (a week).
+	StagingSeconds *int32 `json:"stagingSeconds,omitempty"`
+	// PickupSeconds bounds the wait for the agent's first word on a published
+	// plan (an agent that runs answers within seconds). 1 to 604800.
+	PickupSeconds *int32 `json:"pickupSeconds,omitempty"`
+	// ApplyingSeconds bounds the agent's work on the plan (a kubeadm upgrade
+	// with its etcd snapshot, files, the OS image). 1 to 604800.
+	ApplyingSeconds *int32 `json:"applyingSeconds,omitempty"`
+	// RebootingSeconds bounds a reboot: from the agent announcing it to its
+	// next report. 1 to 604800.
 	RebootingSeconds *int32 `json:"rebootingSeconds,omitempty"`
+	// VerifyingSeconds bounds verification: the agent's gates, then the
+	// kubelet's version and the Node's Ready. 1 to 604800.
 	VerifyingSeconds *int32 `json:"verifyingSeconds,omitempty"`
 	// KeepRemediationHold keeps Cluster API's skip-remediation on the Machine of a
 	// node left cordoned past a deadline (or Degraded), for a human to inspect it

@@ -50,11 +50,13 @@ type GateConfig struct {
 	HTTPGet *protocol.HTTPGetGate `json:"httpGet,omitempty"`
 	// CEL is an expression over `node` and `pods` (docs/gates.md).
 	CEL *protocol.CELGate `json:"cel,omitempty"`
-	// TimeoutSeconds bounds one run of the gate; 0: the agent's command
-	// timeout (30 s). At most 3600.
+	// TimeoutSeconds bounds one run of the gate (the command, the request, the
+	// evaluation); 0: the agent's command timeout (30 s), or passWithinSeconds
+	// when that is shorter. At most 3600.
 	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
-	// PassWithinSeconds is how long the gate may take to pass, running the
-	// command again until it exits 0; 0: the agent's --gate-timeout. At most 3600.
+	// PassWithinSeconds is how long the gate may take to pass: the agent runs
+	// the gate again (every 2 s, backing off to 5 s) until it passes or the time
+	// is up; 0: the agent's --gate-timeout. At most 3600.
 	PassWithinSeconds int32 `json:"passWithinSeconds,omitempty"`
 }
 

@@ -23,7 +23,9 @@ import (
 // load it when it changed. The first pool that selects a Machine wins.
 type OSBackendsPoolConfig struct {
 	PoolSelector `json:",inline"`
-	// Config is the node's OS backend configuration (registry.Config).
+	// Config is the node's OS backend configuration: the content of
+	// /etc/capi-inplace/os-backends.json (registry.Config; its keys in
+	// docs/backends.md, "Node configuration"), checked as the agent reads it.
 	Config json.RawMessage `json:"config"`
 }
 

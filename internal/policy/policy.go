@@ -35,37 +35,37 @@ type Config struct {
 	Artifacts []ArtifactConfig `json:"artifacts,omitempty"`
 
 	// KubernetesBinaries maps Kubernetes versions to the kubeadm and kubelet each
-	// node platform downloads (see KubernetesBinariesConfig).
+	// node platform downloads, by URL and digest.
 	KubernetesBinaries KubernetesBinariesConfig `json:"kubernetesBinaries,omitempty"`
 
-	// Gates are user-defined health gates per pool of Machines (see GatePoolConfig).
+	// Gates are user-defined health gates per pool of Machines.
 	Gates []GatePoolConfig `json:"gates,omitempty"`
 
 	// Kubeadm configures the kubeadm commands the agent runs: the preflight
 	// checks they skip, for every node or per pool.
 	Kubeadm KubeadmConfig `json:"kubeadm,omitempty"`
 
-	// OSBackends configures the OS backends of the nodes of each pool (see
-	// OSBackendsPoolConfig).
+	// OSBackends configures the OS backends of the nodes of each pool.
 	OSBackends []OSBackendsPoolConfig `json:"osBackends,omitempty"`
 
 	// Fleet sets failure budgets, maintenance windows and soak per pool of
-	// Machines (see FleetPoolConfig).
+	// Machines.
 	Fleet []FleetPoolConfig `json:"fleet,omitempty"`
 
 	// ArtifactSources configure how nodes fetch from the hosts that artifacts'
-	// and kubernetesBinaries' urls and mirrors name (see ArtifactSourceConfig).
+	// and kubernetesBinaries' urls and mirrors name.
 	ArtifactSources []ArtifactSourceConfig `json:"artifactSources,omitempty"`
 
 	// RegistryCredentials name the pull Secret of each private OCI registry that
-	// artifacts come from (see RegistryCredentialConfig).
+	// artifacts come from.
 	RegistryCredentials []RegistryCredentialConfig `json:"registryCredentials,omitempty"`
 
-	// Deadlines bound each phase of a node update (see DeadlinesConfig).
+	// Deadlines bound each phase of a node update.
 	Deadlines DeadlinesConfig `json:"deadlines,omitempty"`
 }
 
-// DrainConfig configures draining.
+// DrainConfig configures how a node is drained before its update: like Cluster
+// API's own drain (MachineDrainRules, PodDisruptionBudgets), bounded in time.
 type DrainConfig struct {
 	// TimeoutSeconds bounds a drain; after it the update fails visibly (and is
 	// retried) instead of evicting by force. Default 600.
@@ -78,9 +78,10 @@ type DrainConfig struct {
 	Force bool `json:"force,omitempty"`
 }
 
-// BackendConfig names OS backends.
+// BackendConfig names the OS backend (ostree, bootc, rauc, ...) that installs
+// the OS images of each cluster's nodes; an artifact may name its own.
 type BackendConfig struct {
-	// Default is the backend of every cluster not listed in Clusters, and of every
+	// Default is the backend of every cluster not listed in clusters, and of every
 	// artifact that does not name its own backend.
 	Default string `json:"default,omitempty"`
 	// Clusters maps "<namespace>/<cluster name>" to a backend.
@@ -124,7 +125,7 @@ type ArtifactConfig struct {
 	Digest string `json:"digest,omitempty"`
 	// URL is where the agent downloads a bundle (RAUC, SWUpdate, Mender) before the
 	// node is cordoned: an http(s) URL or oci://<registry>/<repository> holding the
-	// bundle as the blob of Digest. The backend then reads it from the node's
+	// bundle as the blob of digest. The backend then reads it from the node's
 	// artifact store (protocol.ArtifactPath).
 	URL string `json:"url,omitempty"`
 	// Mirrors are other sources of the same bundle, tried first.

@@ -28,14 +28,18 @@ type RegistryCredentialConfig struct {
 	Registry string `json:"registry"`
 	// Namespaces are the Machine namespaces this login is for; empty: every
 	// namespace no other entry of Registry names.
-	Namespaces []string  `json:"namespaces,omitempty"`
-	SecretRef  SecretRef `json:"secretRef"`
+	Namespaces []string `json:"namespaces,omitempty"`
+	// SecretRef is the pull Secret (type kubernetes.io/dockerconfigjson) in
+	// the management cluster.
+	SecretRef SecretRef `json:"secretRef"`
 }
 
 // SecretRef names a Secret.
 type SecretRef struct {
+	// Namespace is the Secret's namespace.
 	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
+	// Name is the Secret's name.
+	Name string `json:"name"`
 }
 
 // registryScope is the key of one login: a registry host[:port] and a Machine

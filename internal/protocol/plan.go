@@ -239,9 +239,13 @@ func (g Gate) Kind() string {
 // followed: a 3xx is judged by its own status.
 type HTTPGetGate struct {
 	// URL is an http or https URL without user info (it appears in status).
-	URL               string `json:"url"`
-	ExpectedStatusMin int32  `json:"expectedStatusMin,omitempty"`
-	ExpectedStatusMax int32  `json:"expectedStatusMax,omitempty"`
+	URL string `json:"url"`
+	// ExpectedStatusMin is the lowest accepted status code, 100 to 599; 0:
+	// 200, as the kubelet judges an httpGet probe.
+	ExpectedStatusMin int32 `json:"expectedStatusMin,omitempty"`
+	// ExpectedStatusMax is the highest accepted status code, 100 to 599; 0:
+	// 399. Redirects are not followed: a 3xx is judged by its own status.
+	ExpectedStatusMax int32 `json:"expectedStatusMax,omitempty"`
 	// CABundle is PEM certificates that verify an https server instead of the
 	// host's system roots.
 	CABundle string `json:"caBundle,omitempty"`
@@ -265,6 +269,8 @@ func (h HTTPGetGate) StatusRange() (lo, hi int) {
 // its JSON object) and `pods` (the list of pods bound to the node, as JSON
 // objects), e.g. `pods.all(p, p.status.phase == "Running")`.
 type CELGate struct {
+	// Expression is the CEL expression, of type bool, over node and pods;
+	// compiled when the policy is loaded.
 	Expression string `json:"expression"`
 }
 
