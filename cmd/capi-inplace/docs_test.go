@@ -22,6 +22,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kyaml "sigs.k8s.io/kustomize/kyaml/yaml"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
@@ -31,6 +32,8 @@ import (
 	"github.com/capi-inplace/capi-inplace/internal/cli"
 	"github.com/capi-inplace/capi-inplace/internal/coordinator/agentinstall"
 	"github.com/capi-inplace/capi-inplace/internal/policy"
+	"github.com/capi-inplace/capi-inplace/internal/preview"
+	"github.com/capi-inplace/capi-inplace/internal/status"
 )
 
 // The docs tests: every command-line flag, annotation or label key of ours and
@@ -631,12 +634,37 @@ func policyKeyProblems(schema *keySchema, md markdownDoc) (out []string, example
 			})
 		}
 	}
+	names := schema.names(map[string]bool{})
+	// The paragraphs that name a key of the policy's own (no Kubernetes label
+	// selector's, no OS backend configuration's) by its camelCase name: a
+	// camelCase name beside it is taken for a policy key too.
+	own := schema.names(map[string]bool{})
+	for _, other := range []reflect.Type{reflect.TypeFor[metav1.LabelSelector](), reflect.TypeFor[registry.Config]()} {
+		for n := range schemaOf(other).names(map[string]bool{}) {
+			delete(own, n)
+		}
+	}
+	outputs := outputKeyNames()
+	keyUnits := map[string]bool{}
+	for _, line := range md.commands {
+		if len(line.tokens) > 0 && line.aboutPolicy {
+			if m := policyKeyName.FindStringSubmatch(line.tokens[0].text); m != nil && own[m[1]] {
+				keyUnits[line.unit] = true
+			}
+		}
+	}
 	for _, line := range md.commands {
 		if line.loose || !line.aboutPolicy || len(line.tokens) == 0 {
 			continue
 		}
 		span := line.tokens[0].text
 		if len(line.tokens) > 1 && !strings.HasSuffix(span, ":") {
+			continue
+		}
+		if m := policyKeyName.FindStringSubmatch(span); m != nil {
+			if keyUnits[line.unit] && !names[m[1]] && !outputs[m[1]] && notPolicyKeys[m[1]] == "" {
+				out = append(out, fmt.Sprintf("%d: the policy has no key named %s (nor is it in notPolicyKeys)", line.tokens[0].line, m[1]))
+			}
 			continue
 		}
 		m := policyPath.FindStringSubmatch(span)
@@ -651,7 +679,170 @@ func policyKeyProblems(schema *keySchema, md markdownDoc) (out []string, example
 			out = append(out, fmt.Sprintf("%d: the policy has no key %s", line.tokens[0].line, m[1]))
 		}
 	}
+	for _, tb := range md.tables {
+		out = append(out, tableKeyProblems(schema, tb)...)
+	}
 	return out, examples
+}
+
+// policyKeyName is a code span that names one policy key alone, camelCase as
+// the policy's keys are: `passWithinSeconds`, `keepRemediationHold: true`.
+var policyKeyName = regexp.MustCompile(`^([a-z][a-z0-9]*[A-Z][A-Za-z0-9]*)(?::.*)?$`)
+
+// notPolicyKeys are camelCase names that the docs write beside a policy key
+// (in one paragraph, list item or table cell that speaks of the policy) and
+// that are no policy key, each with what it is. The keys of our own JSON
+// output (`capi-inplace status` and `plan -o json`, which report the policy's
+// settings under names of their own) need no entry: see outputKeyNames.
+var notPolicyKeys = map[string]string{
+	"kubernetesVersions": "Cluster API's ClusterClass spec.kubernetesVersions, beside kubernetesBinaries",
+}
+
+// outputKeyNames are the keys, at any depth, of the JSON that `capi-inplace
+// status` and `capi-inplace plan` print.
+func outputKeyNames() map[string]bool {
+	names := map[string]bool{}
+	for _, t := range []reflect.Type{reflect.TypeFor[status.Report](), reflect.TypeFor[preview.Report]()} {
+		schemaOf(t).names(names)
+	}
+	return names
+}
+
+// names adds the name of every key of the policy, at any depth, to into.
+func (s *keySchema) names(into map[string]bool) map[string]bool {
+	if s == nil {
+		return into
+	}
+	s.elem.names(into)
+	for k, sub := range s.fields {
+		into[k] = true
+		sub.names(into)
+	}
+	return into
+}
+
+// schemaObject is an object of the policy and its path.
+type schemaObject struct {
+	path string
+	s    *keySchema
+}
+
+// objects are every object of the policy, the root first, then by path.
+func (s *keySchema) objects() []schemaObject {
+	var out []schemaObject
+	var walk func(s *keySchema, path string)
+	walk = func(s *keySchema, path string) {
+		for s != nil && s.elem != nil {
+			s, path = s.elem, path+"[]"
+		}
+		if s == nil || s.fields == nil {
+			return
+		}
+		out = append(out, schemaObject{path: path, s: s})
+		for k, sub := range s.fields {
+			walk(sub, strings.TrimPrefix(path+"."+k, "."))
+		}
+	}
+	walk(s, "")
+	slices.SortFunc(out, func(a, b schemaObject) int { return strings.Compare(a.path, b.path) })
+	return out
+}
+
+// tableKey is a key as a table's first cell names it, from a section of the
+// policy or relative to one: `timeoutSeconds`, `httpGet.url`,
+// `gates[].gates[].name`, `kubernetesBinaries.<version>`.
+var tableKey = regexp.MustCompile(`^([a-z][A-Za-z0-9]*(?:\[[0-9]*\])?(?:\.(?:<[^>]*>|[a-z][A-Za-z0-9]*)(?:\[[0-9]*\])?)*)(?::.*)?$`)
+
+// keySegments splits a key path into its keys (list indices dropped).
+func keySegments(path string) []string {
+	return strings.Split(regexp.MustCompile(`\[[0-9]*\]`).ReplaceAllString(path, ""), ".")
+}
+
+// tableKeyProblems checks the keys a table's rows name in their first cell,
+// each relative to the section the table is about: the policy path its
+// heading names (a heading `deadlines`), or else the one object of the policy
+// that has the most of them. A table none of whose keys, or only one, is a
+// policy key, or none but lower-case words, is about something else and not
+// checked. In a cell that names
+// several keys, the later ones may be relative to the first one's parent
+// (`httpGet.expectedStatusMin`, `expectedStatusMax`).
+func tableKeyProblems(schema *keySchema, tb mdTable) []string {
+	type key struct {
+		segments, parent []string
+		text             string
+		line             int
+	}
+	var keys []key
+	for _, row := range tb.rows {
+		var parent []string
+		for i, m := range codeSpan.FindAllStringSubmatch(row.first, -1) {
+			km := tableKey.FindStringSubmatch(m[1])
+			if km == nil {
+				continue
+			}
+			k := key{segments: keySegments(km[1]), text: km[1], line: row.line}
+			if i == 0 {
+				parent = k.segments[:len(k.segments)-1]
+			} else {
+				k.parent = parent
+			}
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	resolves := func(base *keySchema, k key) bool {
+		return base.resolve(k.segments) || (len(k.parent) > 0 && base.resolve(append(slices.Clone(k.parent), k.segments...)))
+	}
+	count := func(base *keySchema) int {
+		n := 0
+		for _, k := range keys {
+			if resolves(base, k) {
+				n++
+			}
+		}
+		return n
+	}
+	var base *schemaObject
+	objects := schema.objects()
+	for _, m := range codeSpan.FindAllStringSubmatch(tb.heading, -1) {
+		for i, o := range objects {
+			// The heading's section, when the table names keys of it at all.
+			if o.path != "" && strings.ReplaceAll(o.path, "[]", "") == strings.ReplaceAll(m[1], "[]", "") && count(o.s) > 0 {
+				base = &objects[i]
+			}
+		}
+	}
+	if base == nil {
+		best := 0
+		for i, o := range objects {
+			if n := count(o.s); n > best {
+				best, base = n, &objects[i]
+			}
+		}
+		if best < 2 {
+			return nil
+		}
+		// A lower-case word alone (`rauc`, `name`) is no evidence: it is a
+		// key of the policy and a word of many other things.
+		if !slices.ContainsFunc(keys, func(k key) bool {
+			return (len(k.segments) > 1 || policyKeyName.MatchString(k.text)) && resolves(base.s, k)
+		}) {
+			return nil
+		}
+	}
+	var out []string
+	for _, k := range keys {
+		if !resolves(base.s, k) {
+			at := "at the top level"
+			if base.path != "" {
+				at = "under " + base.path
+			}
+			out = append(out, fmt.Sprintf("%d: the policy has no key %s %s (the section of the table's other keys)", k.line, k.text, at))
+		}
+	}
+	return out
 }
 
 // TestDocsNameOnlyRealPolicyKeys: every policy key a doc names exists in the
@@ -746,5 +937,34 @@ func TestDocsChecksCatchMistakes(t *testing.T) {
 	}
 	if !slices.Equal(got, want) || examples != 1 {
 		t.Errorf("policy keys: got %q in %d examples, want %q in 1", got, examples, want)
+	}
+
+	// Keys named alone, and relative to their section in tables.
+	keyTests := []struct {
+		name string
+		doc  string
+		want []string
+	}{
+		{name: "a key alone beside a real one", doc: "The policy's `passWithinSeconds` and\n`passWithinSecond: 20`.\n",
+			want: []string{"2: the policy has no key named passWithinSecond (nor is it in notPolicyKeys)"}},
+		{name: "another API's field in its own list item", doc: "Policy:\n- `soakSeconds` waits\n- KCP's `maxSurge: 0`\n"},
+		{name: "another API's field with no policy key beside it", doc: "The policy and the KCP's `maxSurge`.\n"},
+		{name: "an output's key beside a policy key", doc: "The policy's `soakSeconds` and status's `budgetSpent`.\n"},
+		{name: "allowed beside a key", doc: "The policy's `kubernetesBinaries` and the class's `kubernetesVersions`.\n"},
+		{name: "a table under a section's heading", doc: "### `fleet[]` and `deadlines`\n\n| key | meaning |\n|---|---|\n| `stagingSeconds` | x |\n| `stagingTimeout: 30` | y |\n",
+			want: []string{"6: the policy has no key stagingTimeout under deadlines (the section of the table's other keys)"}},
+		{name: "a table relative to the section its keys share", doc: "## Policy\n\n| field | meaning |\n|---|---|\n| `name` | a |\n| `httpGet.url` | b |\n| `httpGet.expectedStatusMin`, `expectedStatusMax` | c |\n| `passWithinSecs` | d |\n",
+			want: []string{"8: the policy has no key passWithinSecs under gates[].gates[] (the section of the table's other keys)"}},
+		{name: "a table of other fields", doc: "| field | in place |\n|---|---|\n| `clusterConfiguration.apiServer` | yes |\n| `maxSurge` | no |\n| `name` | no |\n"},
+		{name: "a table of words that are keys too", doc: "| backend | on the node |\n|---|---|\n| `rauc` | a |\n| `bootc` | b |\n| `none` | c |\n"},
+		{name: "the reference's full paths", doc: "| key |\n|---|\n| `gates[].gates[].cel.expression` |\n| `kubernetesBinaries.<version>.<platform>.kubeadm.url` |\n| `fleet[].soakSeconds` |\n| `fleet[].soakSecond` |\n",
+			want: []string{"6: the policy has no key fleet[].soakSecond at the top level (the section of the table's other keys)"}},
+	}
+	for _, tt := range keyTests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got, _ := policyKeyProblems(schema, parseMarkdown(tt.doc)); !slices.Equal(got, tt.want) {
+				t.Errorf("got %q, want %q", got, tt.want)
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -19,11 +20,15 @@ type word struct {
 // logical line, `\` continuations joined, split at |, &&, || and ;) or in a code
 // span. Loose is true for text that is not a command line (prose, output and
 // YAML blocks): its flags can be attributed to no program. AboutPolicy is true
-// for a code span whose paragraph speaks of the policy in its prose.
+// for a code span whose paragraph speaks of the policy in its prose. Unit
+// names the part of its paragraph a code span is in: the paragraph, one item
+// of a list, or one cell of a table ("" outside prose); the spans of one unit
+// speak of one thing.
 type commandLine struct {
 	tokens      []word
 	loose       bool
 	aboutPolicy bool
+	unit        string
 }
 
 // codeBlock is a fenced code block: its info string's language and its lines.
@@ -33,10 +38,25 @@ type codeBlock struct {
 	lines []string
 }
 
-// markdownDoc is a doc split into code blocks, command lines and prose.
+// tableRow is a table's row: its first cell (the key a reference table names)
+// and its line.
+type tableRow struct {
+	first string
+	line  int
+}
+
+// mdTable is a table (consecutive lines starting with |, the delimiter row
+// left out) and the text of the last heading above it.
+type mdTable struct {
+	heading string
+	rows    []tableRow
+}
+
+// markdownDoc is a doc split into code blocks, command lines, tables and prose.
 type markdownDoc struct {
 	blocks   []codeBlock
 	commands []commandLine
+	tables   []mdTable
 }
 
 var (
@@ -47,6 +67,8 @@ var (
 	looseFlag = regexp.MustCompile(`(?:^|[^A-Za-z0-9_-])(--[a-z][a-z0-9-]*)`)
 	// policyWord is the policy named in prose.
 	policyWord = regexp.MustCompile(`(?i)\bpolic(y|ies)\b`)
+	heading    = regexp.MustCompile(`^#{1,6}\s+(.*)$`)
+	tableDelim = regexp.MustCompile(`^\|?[\s:|-]+$`)
 )
 
 // shellLangs are the code blocks whose lines are commands.
@@ -56,17 +78,41 @@ func parseMarkdown(text string) markdownDoc {
 	var d markdownDoc
 	lines := strings.Split(text, "\n")
 	var prose []string // the current paragraph's lines
-	proseStart := 0
+	proseStart, para := 0, 0
 	flushProse := func() {
 		if len(prose) > 0 {
-			d.commands = append(d.commands, proseCommands(strings.Join(prose, "\n"), proseStart)...)
+			para++
+			for _, c := range proseCommands(strings.Join(prose, "\n"), proseStart) {
+				if c.unit != "" {
+					c.unit = strconv.Itoa(para) + "/" + c.unit
+				}
+				d.commands = append(d.commands, c)
+			}
 		}
 		prose = nil
 	}
+	section := "" // the last heading's text
+	inTable := false
 	for i := 0; i < len(lines); i++ {
 		m := fence.FindStringSubmatch(lines[i])
 		if m == nil {
-			if strings.TrimSpace(lines[i]) == "" {
+			if h := heading.FindStringSubmatch(lines[i]); h != nil {
+				section = h[1]
+			}
+			trimmed := strings.TrimSpace(lines[i])
+			switch {
+			case !strings.HasPrefix(trimmed, "|"):
+				inTable = false
+			case tableDelim.MatchString(trimmed):
+			default:
+				if !inTable {
+					d.tables = append(d.tables, mdTable{heading: section})
+					inTable = true
+				}
+				t := &d.tables[len(d.tables)-1]
+				t.rows = append(t.rows, tableRow{first: firstCell(trimmed), line: i + 1})
+			}
+			if trimmed == "" {
 				flushProse()
 				continue
 			}
@@ -77,6 +123,7 @@ func parseMarkdown(text string) markdownDoc {
 			continue
 		}
 		flushProse()
+		inTable = false
 		b := codeBlock{lang: m[2], first: i + 2}
 		for i++; i < len(lines); i++ {
 			if strings.HasPrefix(strings.TrimSpace(lines[i]), m[1][:3]) {
@@ -97,14 +144,33 @@ func parseMarkdown(text string) markdownDoc {
 	return d
 }
 
+// firstCell is the first cell of a table row: up to the first | that is
+// neither escaped nor in a code span.
+func firstCell(row string) string {
+	row = strings.TrimPrefix(row, "|")
+	inCode := false
+	for i := 0; i < len(row); i++ {
+		switch {
+		case row[i] == '`':
+			inCode = !inCode
+		case row[i] == '\\':
+			i++
+		case row[i] == '|' && !inCode:
+			return strings.TrimSpace(row[:i])
+		}
+	}
+	return strings.TrimSpace(row)
+}
+
 // proseCommands are a paragraph's code spans, each a command line, and the rest
 // of its text as one loose line.
 func proseCommands(text string, first int) []commandLine {
 	var out []commandLine
 	lineAt := func(offset int) int { return first + strings.Count(text[:offset], "\n") }
 	rest := []byte(text)
+	units := proseUnits(text)
 	for _, loc := range codeSpan.FindAllStringSubmatchIndex(text, -1) {
-		out = append(out, commandLine{tokens: tokenizeAt(text[loc[2]:loc[3]], loc[2], lineAt)})
+		out = append(out, commandLine{tokens: tokenizeAt(text[loc[2]:loc[3]], loc[2], lineAt), unit: units(loc[0])})
 		for k := loc[0]; k < loc[1]; k++ {
 			if rest[k] != '\n' {
 				rest[k] = ' '
@@ -116,6 +182,51 @@ func proseCommands(text string, first int) []commandLine {
 		out[i].aboutPolicy = aboutPolicy
 	}
 	return append(out, commandLine{tokens: tokenizeAt(string(rest), 0, lineAt), loose: true})
+}
+
+// listItem starts an item of a Markdown list.
+var listItem = regexp.MustCompile(`^\s*(?:[-*+]|[0-9]+[.)])\s`)
+
+// proseUnits maps an offset of a paragraph's text to its unit: the list item
+// (by the line it starts on) and, in a table row, the cell.
+func proseUnits(text string) func(offset int) string {
+	type line struct{ start, item int }
+	var lines []line
+	item := 0
+	for i, start := 0, 0; start <= len(text); i++ {
+		end := strings.IndexByte(text[start:], '\n')
+		if end < 0 {
+			end = len(text) - start
+		}
+		l := text[start : start+end]
+		if listItem.MatchString(l) || strings.HasPrefix(strings.TrimSpace(l), "|") {
+			item = i
+		}
+		lines = append(lines, line{start: start, item: item})
+		start += end + 1
+	}
+	return func(offset int) string {
+		i := 0
+		for i+1 < len(lines) && lines[i+1].start <= offset {
+			i++
+		}
+		row := text[lines[i].start:offset]
+		cell := 0
+		if strings.HasPrefix(strings.TrimSpace(row), "|") {
+			inCode := false
+			for k := 0; k < len(row); k++ {
+				switch {
+				case row[k] == '`':
+					inCode = !inCode
+				case row[k] == '\\':
+					k++
+				case row[k] == '|' && !inCode:
+					cell++
+				}
+			}
+		}
+		return strconv.Itoa(lines[i].item) + "/" + strconv.Itoa(cell)
+	}
 }
 
 // shellCommands are a shell block's commands: `\` continues a line, # starts a
