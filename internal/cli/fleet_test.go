@@ -120,7 +120,7 @@ func TestFleetStatusCommand(t *testing.T) {
 		g := NewWithT(t)
 		out, code := run("-n", "stores", "-l", "site=eu")
 		g.Expect(code).To(Equal(ExitOK), out)
-		g.Expect(out).To(HavePrefix("2 clusters: 1 up to date, 1 updating, 0 failed, 0 outdated, 0 held\n"))
+		g.Expect(out).To(HavePrefix("2 clusters: 1 up to date, 1 updating, 0 staged, 0 failed, 0 outdated, 0 held\n"))
 		g.Expect(out).To(MatchRegexp(`(?m)^stores\s+done\s+v1\.36\.0\s+Edge OS 2026\.12\s+1/1\s+UpToDate\s`))
 		g.Expect(out).To(MatchRegexp(`(?m)^stores\s+busy\s+v1\.36\.0\s+Edge OS 2026\.06\s+0/1\s+Updating\s`))
 		g.Expect(out).NotTo(ContainSubstring("broken"))
