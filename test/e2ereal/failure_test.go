@@ -142,7 +142,7 @@ func TestSingleNodeFailureAndRetry(t *testing.T) {
 	backupsBefore := kubeadmBackups(ctx, node)
 	ipBefore, err := nodeIP(ctx, node)
 	g.Expect(err).NotTo(HaveOccurred())
-	powerCut := powerCutDuring(ctx, node, "gates")
+	powerCut := powerCutDuring(ctx, node, "gates", nil)
 	retry := time.Now()
 	g.Expect(suite.stack.Client.Patch(ctx, kcp, client.MergeFrom(base))).To(Succeed())
 	g.Eventually(func() error { return nodeAt(ctx, wc, node, from) }, 20*time.Minute).Should(Succeed())
@@ -196,6 +196,8 @@ const (
 // restores the snapshot taken when the update started: the writes made before the
 // update are all there, those acknowledged while the new release ran are all gone,
 // and the node's status says so in a field (etcdData Restored), not only in text.
+// The node loses power during the restore, with its API server and etcd stopped:
+// the agent's rescue static pod finishes the restore, the agent the rollback.
 // The node is back at the old release and nothing was replaced.
 func TestSingleNodeMinorUpgradeRollbackRestoresEtcd(t *testing.T) {
 	// The scenarios run at once, each on clusters of its own: CI time.
@@ -222,12 +224,31 @@ func TestSingleNodeMinorUpgradeRollbackRestoresEtcd(t *testing.T) {
 	kcp.Spec.Version = to
 	kcp.Spec.KubeadmConfigSpec.Files = append(kcp.Spec.KubeadmConfigSpec.Files,
 		bootstrapv1.File{Path: failUnhealthyFile, Content: "the gate fails while this file exists\n"})
+	// The node loses power while its agent restores etcd, once the API server's
+	// manifest is out of the manifest directory: no DaemonSet pod starts without
+	// an API server, so only the agent's rescue static pod can finish the restore;
+	// the agent then finishes the rollback.
+	powerCut := powerCutDuring(ctx, node, "rollback/restore-etcd", func(ctx context.Context) bool {
+		_, err := nodeExec(ctx, node, "test", "!", "-e", "/etc/kubernetes/manifests/kube-apiserver.yaml")
+		return err == nil
+	})
 	start := time.Now()
 	g.Expect(suite.stack.Client.Patch(ctx, kcp, client.MergeFrom(base))).To(Succeed())
 
 	g.Eventually(func() error { return kcpRolledBack(ctx, ns, name) }, 25*time.Minute).Should(Succeed())
-	suite.figures.Add("restore: write ("+from+" -> "+to+" + the file the gate refuses) -> rolled back with etcd restored, failure on the KCP", time.Since(start))
+	suite.figures.Add("restore: write ("+from+" -> "+to+" + the file the gate refuses) -> rolled back with etcd restored (power cut during the restore), failure on the KCP", time.Since(start))
 	g.Eventually(func() error { return nodeRolledBack(ctx, wc, node) }, 5*time.Minute).Should(Succeed())
+	select {
+	case err := <-powerCut:
+		g.Expect(err).NotTo(HaveOccurred(), "the power cut")
+	default:
+		t.Fatal("the node's agent was never seen restoring etcd: no power cut")
+	}
+	j, err := readJournal(ctx, node)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(j.Runs).To(HaveKeyWithValue("rollback/restore-etcd", 2), "the agent repeated the restore the rescue pod finished")
+	_, err = nodeExec(ctx, node, "test", "!", "-e", "/etc/kubernetes/manifests/capi-inplace-rescue.yaml")
+	g.Expect(err).NotTo(HaveOccurred(), "the rescue static pod is still on the node")
 	// Writes made while the rolled-back node still serves, after the restore.
 	time.Sleep(5 * time.Second)
 	acked, refused := writes.Stop()
@@ -293,10 +314,11 @@ func readJournal(ctx context.Context, node string) (lanekit.Journal, error) {
 }
 
 // powerCutDuring reads the node's journal every second and, the first time the
-// agent has action in flight, kills the node container (SIGKILL to every process:
-// no shutdown, as a power cut) and starts it again. The channel gets the outcome
-// once it happened; nothing if it never did before ctx ends.
-func powerCutDuring(ctx context.Context, node, action string) <-chan error {
+// agent has action in flight (and when, if not nil, holds), kills the node
+// container (SIGKILL to every process: no shutdown, as a power cut) and starts it
+// again. The channel gets the outcome once it happened; nothing if it never did
+// before ctx ends.
+func powerCutDuring(ctx context.Context, node, action string, when func(context.Context) bool) <-chan error {
 	done := make(chan error, 1)
 	go func() {
 		tick := time.NewTicker(time.Second)
@@ -312,6 +334,14 @@ func powerCutDuring(ctx context.Context, node, action string) <-chan error {
 			cancel()
 			if err != nil || e.InFlight != action {
 				continue
+			}
+			if when != nil {
+				rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				ok := when(rctx)
+				cancel()
+				if !ok {
+					continue
+				}
 			}
 			for _, args := range [][]string{{"kill", "--signal", "KILL", node}, {"start", node}} {
 				if out, err := exec.CommandContext(ctx, dockerCLI, args...).CombinedOutput(); err != nil {

@@ -140,7 +140,7 @@ func TestHAControlPlaneAndWorkers(t *testing.T) {
 	// The operator repairs the node and retries; the third control plane then loses
 	// power while `kubeadm upgrade node` runs on it.
 	backupsBefore := kubeadmBackups(ctx, third)
-	powerCut := powerCutDuring(ctx, third, "kubeadm-upgrade")
+	powerCut := powerCutDuring(ctx, third, "kubeadm-upgrade", nil)
 	mustNodeExec(t, second, "rm", "-f", failUnhealthyFile)
 	retried := time.Now()
 	annotateMachine(t, ns, machineOf[second], inplacev1.RetryAnnotation, "true")
@@ -180,7 +180,7 @@ func TestHAControlPlaneAndWorkers(t *testing.T) {
 
 	// The workers, one of them through a power cut during its gates.
 	workerStart := time.Now()
-	workerCut := powerCutDuring(ctx, workers[0], "gates")
+	workerCut := powerCutDuring(ctx, workers[0], "gates", nil)
 	md := &clusterv1.MachineDeployment{}
 	g.Expect(suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-md"}, md)).To(Succeed())
 	mdBase := md.DeepCopy()
