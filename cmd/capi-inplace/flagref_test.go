@@ -25,8 +25,14 @@ const flagReferencePath = "docs/flags.md"
 // binaries' command trees; it fails when the page is stale (a flag added,
 // removed, renamed, or its default or help changed) and says how to regenerate.
 func TestFlagReference(t *testing.T) {
-	want := renderFlagReference(commandTrees(t))
-	path := filepath.Join(repoRoot, flagReferencePath)
+	checkGenerated(t, flagReferencePath, renderFlagReference(commandTrees(t)), "TestFlagReference")
+}
+
+// checkGenerated compares the generated page at rel (from the repository's root)
+// with want, or rewrites it with -update; test is the test that regenerates it.
+func checkGenerated(t *testing.T, rel, want, test string) {
+	t.Helper()
+	path := filepath.Join(repoRoot, rel)
 	if *updateReferences {
 		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
 			t.Fatal(err)
@@ -38,7 +44,7 @@ func TestFlagReference(t *testing.T) {
 		t.Fatal(err)
 	}
 	if string(got) != want {
-		t.Errorf("%s is stale: regenerate it with `go test ./cmd/capi-inplace -run TestFlagReference -update`\n--- want:\n%s", flagReferencePath, want)
+		t.Errorf("%s is stale: regenerate it with `go test ./cmd/capi-inplace -run %s -update`\n--- want:\n%s", rel, test, want)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"go/parser"
 	"go/token"
 	"maps"
-	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -37,21 +36,7 @@ const policyReferencePath = "docs/policy-reference.md"
 // from the policy's types; it fails when the page is stale (a key added, removed
 // or renamed, a type, default or doc comment changed) and says how to regenerate.
 func TestPolicyReference(t *testing.T) {
-	want := renderPolicyReference(t)
-	path := filepath.Join(repoRoot, policyReferencePath)
-	if *updateReferences {
-		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	got, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(got) != want {
-		t.Errorf("%s is stale: regenerate it with `go test ./cmd/capi-inplace -run TestPolicyReference -update`\n--- want:\n%s", policyReferencePath, want)
-	}
+	checkGenerated(t, policyReferencePath, renderPolicyReference(t), "TestPolicyReference")
 }
 
 // policyDefaults are the defaults of the keys whose default is not the zero
