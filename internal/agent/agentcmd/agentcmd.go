@@ -210,7 +210,7 @@ func Run(ctx context.Context, o Options, sim Simulator) error {
 	}
 	// One process acts on the host from the journal: this agent, or before it
 	// the rescue pod finishing a restore a reboot interrupted.
-	unlock, err := claimHost(ctx, journalDir, kubeHost, jr, func(msg string) { log.Info(msg) })
+	unlock, err := claimHost(ctx, journalDir, kubeHost, jr, func() { log.Info("The rescue pod holds the journal: waiting for it to finish") })
 	if err != nil {
 		return err
 	}

@@ -68,22 +68,22 @@ func Rescue(ctx context.Context, hostRoot string) error {
 		return fmt.Errorf("state directory: %w", err)
 	}
 	defer release()
-	unlock, err := journal.Lock(ctx, dir, func() { log.Info("The agent holds the journal: waiting for it to finish or go") })
-	if err != nil {
-		return err
-	}
-	defer unlock()
 	jr, err := journal.NewFile(dir)
 	if err != nil {
 		return err
 	}
+	unlock, err := claimHost(ctx, dir, host, jr, func() { log.Info("The agent holds the journal: waiting for it to finish or go") })
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	e, err := jr.Load()
 	if err != nil {
 		return err
 	}
 	if e.InFlight != restoreInFlight {
 		log.Info("Nothing to rescue: no etcd restore in flight", "inFlight", e.InFlight)
-		return host.DisarmRescue()
+		return nil
 	}
 	log.Info("Finishing the etcd restore in flight", "plan", e.Key, "attempt", e.Attempt)
 	if err := host.RestoreEtcd(ctx, e.Attempt); err != nil {
@@ -93,10 +93,12 @@ func Rescue(ctx context.Context, hostRoot string) error {
 	return nil
 }
 
-// claimHost takes the journal's lock for the agent's life and removes a rescue
-// pod no restore needs (one left by a removal that failed).
-func claimHost(ctx context.Context, dir string, host *kube.Host, jr journal.Journal, log func(string)) (release func(), err error) {
-	release, err = journal.Lock(ctx, dir, func() { log("The rescue pod holds the journal: waiting for it to finish") })
+// claimHost takes the journal's lock (waiting is called if another process holds
+// it) and removes a rescue pod no restore needs: with no restore in flight, one
+// the agent's removal left, or the rescue's own once it has nothing to do. The
+// agent holds the claim for its life, the rescue pod while it finishes a restore.
+func claimHost(ctx context.Context, dir string, host *kube.Host, jr journal.Journal, waiting func()) (release func(), err error) {
+	release, err = journal.Lock(ctx, dir, waiting)
 	if err != nil {
 		return nil, err
 	}
