@@ -111,14 +111,11 @@ func TestControlPlaneAndWorker(t *testing.T) {
 	g.Eventually(func() error { return nodeAt(ctx, wc, worker.Status.NodeRef.Name, to) }, 15*time.Minute).Should(Succeed())
 	g.Eventually(func() error { return machineUpdated(ctx, ns, worker.Name, to) }).Should(Succeed())
 	g.Eventually(func() (string, error) {
-		m := &clusterv1.Machine{}
-		if err := suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: worker.Name}, m); err != nil {
+		c, err := inPlaceCondition(ctx, ns, worker.Name)
+		if err != nil || c == nil {
 			return "", err
 		}
-		if c := meta.FindStatusCondition(m.Status.Conditions, inplacev1.InPlaceUpdateCondition); c != nil {
-			return c.Reason, nil
-		}
-		return "", nil
+		return c.Reason, nil
 	}).Should(Equal(inplacev1.ReasonSucceeded), "the drain's hold is no longer shown once the update is done")
 	suite.figures.Add("pair: worker "+from+" -> "+to+" through the MachineDeployment's in-place hooks (the drain held 20 s by the budget included)", time.Since(workerStart))
 	suite.figures.Add("pair: worker cordon -> uncordon", cordon.Stop())
@@ -181,11 +178,11 @@ func probeAny(urls []string) *lanekit.Outage {
 // InPlaceUpdate condition says DrainBlocked, its node is cordoned and still runs
 // a pod labelled app, which the drain could not evict.
 func drainHeld(ctx context.Context, wc kubernetes.Interface, ns, machine, node, app string) error {
-	m := &clusterv1.Machine{}
-	if err := suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: machine}, m); err != nil {
+	c, err := inPlaceCondition(ctx, ns, machine)
+	if err != nil {
 		return err
 	}
-	if c := meta.FindStatusCondition(m.Status.Conditions, inplacev1.InPlaceUpdateCondition); c == nil || c.Reason != inplacev1.ReasonDrainBlocked {
+	if c == nil || c.Reason != inplacev1.ReasonDrainBlocked {
 		return fmt.Errorf("machine %s: InPlaceUpdate condition %v, not %s", machine, c, inplacev1.ReasonDrainBlocked)
 	}
 	n, err := wc.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
@@ -205,6 +202,15 @@ func drainHeld(ctx context.Context, wc kubernetes.Interface, ns, machine, node, 
 		}
 	}
 	return fmt.Errorf("no running pod app=%s left on node %s", app, node)
+}
+
+// inPlaceCondition is the Machine's InPlaceUpdate condition; nil when it has none.
+func inPlaceCondition(ctx context.Context, ns, name string) (*metav1.Condition, error) {
+	m := &clusterv1.Machine{}
+	if err := suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, m); err != nil {
+		return nil, err
+	}
+	return meta.FindStatusCondition(m.Status.Conditions, inplacev1.InPlaceUpdateCondition), nil
 }
 
 // setPDBMinAvailable sets the minAvailable of the PodDisruptionBudget name.
