@@ -14,7 +14,6 @@ import (
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/coordinator/drain"
-	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 // MachineDrain is what a Machine says about draining its node, in Cluster API's
@@ -200,7 +199,6 @@ func (c *Coordinator) finishDrain(ctx context.Context, s *scope, res drain.Resul
 // not the time spent, so that a drain blocked for an hour writes once. A failed
 // write is retried by the next call.
 func (c *Coordinator) showDrainBlocked(ctx context.Context, s *scope, message string) {
-	message = protocol.RedactKnownSecrets(message)
 	changed, err := c.setMachineCondition(ctx, s.stored, metav1.Condition{Type: inplacev1.InPlaceUpdateCondition,
 		Status: metav1.ConditionFalse, Reason: inplacev1.ReasonDrainBlocked, Message: message})
 	if err != nil {

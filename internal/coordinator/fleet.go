@@ -449,10 +449,11 @@ func (c *Coordinator) removeMachineAnnotation(ctx context.Context, s *scope, key
 	return nil
 }
 
-// setFleetCondition writes the Cluster's InPlaceUpdate condition, recording an
-// Event when its reason changes (a transition). Failures are logged: the next
-// call writes it again.
+// setFleetCondition writes the Cluster's InPlaceUpdate condition, its message
+// redacted as setMachineCondition's, recording an Event when its reason changes (a
+// transition). Failures are logged: the next call writes it again.
 func (c *Coordinator) setFleetCondition(ctx context.Context, s *scope, reason, event, msg string) {
+	msg = protocol.RedactKnownSecrets(msg)
 	status := metav1.ConditionTrue
 	if reason != inplacev1.ReasonActive {
 		status = metav1.ConditionFalse

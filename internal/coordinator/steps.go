@@ -238,7 +238,7 @@ func (c *Coordinator) report(ctx context.Context, s *scope, d Decision) {
 // writeReport is report's write: the condition of decision d on the stored
 // Machine, and the Event when the condition changed.
 func (c *Coordinator) writeReport(ctx context.Context, s *scope, d Decision) error {
-	cond := metav1.Condition{Type: inplacev1.InPlaceUpdateCondition, Status: metav1.ConditionFalse, Message: protocol.RedactKnownSecrets(d.Message)}
+	cond := metav1.Condition{Type: inplacev1.InPlaceUpdateCondition, Status: metav1.ConditionFalse, Message: d.Message}
 	eventType := corev1.EventTypeWarning
 	switch {
 	case d.Action == ActSucceed:
@@ -266,11 +266,14 @@ func (c *Coordinator) writeReport(ctx context.Context, s *scope, d Decision) err
 }
 
 // setMachineCondition writes cond on the stored Machine's status unless it is
-// already there; the optimistic lock keeps conditions CAPI writes concurrently. A
+// already there, its message redacted (protocol.RedactKnownSecrets: messages quote
+// agent status and errors), as redactingRecorder redacts every Event's note. The
+// optimistic lock keeps conditions CAPI writes concurrently. A
 // conflict (the Machine changed since this call read it) reads the Machine again
 // and retries: the answer that follows is often done, after which no call comes
 // to retry the write.
 func (c *Coordinator) setMachineCondition(ctx context.Context, m *clusterv1.Machine, cond metav1.Condition) (changed bool, err error) {
+	cond.Message = protocol.RedactKnownSecrets(cond.Message)
 	first := true
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if !first {

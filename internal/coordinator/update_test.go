@@ -474,3 +474,23 @@ func TestMachineConditionSurvivesAConflict(t *testing.T) {
 	g.Expect(cond).NotTo(BeNil())
 	g.Expect(cond.Reason).To(Equal(inplacev1.ReasonSucceeded))
 }
+
+// TestMachineConditionIsRedacted: a condition quotes agent status and errors; a
+// secret value in it (a crypt(3) hash) is redacted before it is stored, whichever
+// step wrote it.
+func TestMachineConditionIsRedacted(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t, nil)
+	m := f.machine("m-cond-redact", "", "v1.36.0", false)
+	const hash = "$6$saltsalt$0123456789abcdefABCDEF./"
+	c := f.coordinator()
+	_, err := c.setMachineCondition(f.ctx, m, metav1.Condition{Type: inplacev1.InPlaceUpdateCondition, Status: metav1.ConditionFalse,
+		Reason: inplacev1.ReasonFailed, Message: "users step failed: chpasswd refused " + hash})
+	g.Expect(err).NotTo(HaveOccurred())
+	stored := &clusterv1.Machine{}
+	g.Expect(f.mgmt.Get(f.ctx, client.ObjectKeyFromObject(m), stored)).To(Succeed())
+	cond := meta.FindStatusCondition(stored.Status.Conditions, inplacev1.InPlaceUpdateCondition)
+	g.Expect(cond).NotTo(BeNil())
+	g.Expect(cond.Message).NotTo(ContainSubstring(hash))
+	g.Expect(cond.Message).To(ContainSubstring(protocol.Redacted))
+}

@@ -221,12 +221,8 @@ func recordCause(r protocol.PhaseRecord, d Deadlines) string {
 		r.Phase, short(r.Plan), d.of(r.Phase), r.Since.UTC().Format(time.RFC3339), r.Expired.UTC().Format(time.RFC3339), seen)
 }
 
-func bounded(s string) string {
-	if len(s) <= maxSeen {
-		return s
-	}
-	return s[:maxSeen-len(" [truncated]")] + " [truncated]"
-}
+// bounded is s fit for the record: one line of at most maxSeen bytes.
+func bounded(s string) string { return protocol.BoundText(s, maxSeen) }
 
 // phaseOf is the timed phase of the update as a call sees it: from Decide's
 // verdict d on the observation o. "" for an update not started, held or over.

@@ -2,12 +2,12 @@ package fleetrollout
 
 import (
 	"fmt"
-	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 // EventRecorder is the part of k8s.io/client-go/tools/events.EventRecorder the
@@ -73,7 +73,7 @@ func transitions(prev, next inplacev1.FleetRolloutStatus) ([]event, string) {
 			fmt.Sprintf("aborted: %d Clusters still updating finish by their own rules; %d succeeded, %d failed, %d skipped of %d", c.Updating, c.Succeeded, c.Failed, c.Skipped, c.Total)})
 	}
 	for i := range out {
-		out[i].Note = truncate(out[i].Note, maxEventNote)
+		out[i].Note = protocol.BoundText(out[i].Note, maxEventNote)
 	}
 	return out, halt
 }
@@ -141,17 +141,4 @@ func haltMessage(st inplacev1.FleetRolloutStatus) string {
 		}
 	}
 	return ""
-}
-
-// truncate cuts s to at most n bytes on a rune boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	const suffix = " [truncated]"
-	cut := n - len(suffix)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + suffix
 }

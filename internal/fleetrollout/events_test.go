@@ -133,24 +133,3 @@ func TestTransitions(t *testing.T) {
 		})
 	}
 }
-
-func TestTruncate(t *testing.T) {
-	tests := []struct {
-		name string
-		in   string
-		n    int
-		want string
-	}{
-		{"short", "abc", 10, "abc"},
-		{"cut", strings.Repeat("a", 30), 20, "aaaaaaaa [truncated]"},
-		{"on a rune boundary", "aaaaaaaé" + strings.Repeat("b", 20), 20, "aaaaaaa [truncated]"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			g := NewWithT(t)
-			got := truncate(tt.in, tt.n)
-			g.Expect(got).To(Equal(tt.want))
-			g.Expect(len(got)).To(BeNumerically("<=", tt.n))
-		})
-	}
-}

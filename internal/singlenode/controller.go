@@ -21,6 +21,7 @@ import (
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/coordinator"
 	"github.com/capi-inplace/capi-inplace/internal/planner"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 // Updater drives one node update: the coordinator's in-process entry
@@ -264,12 +265,7 @@ func (r *Reconciler) fail(ctx context.Context, obs *observed, machine *clusterv1
 // stays in the condition.
 const maxEventNote = 1000
 
-func eventNote(s string) string {
-	if len(s) <= maxEventNote {
-		return s
-	}
-	return s[:maxEventNote-len(" [truncated]")] + " [truncated]"
-}
+func eventNote(s string) string { return protocol.BoundText(s, maxEventNote) }
 
 func eventFor(reason string) string {
 	switch reason {
