@@ -80,6 +80,8 @@ in context: [extension.md](extension.md), [agent.md](agent.md), [cli.md](cli.md)
 		find("capi-inplace", "extension"))
 	section("capi-inplace-agent", "The node agent (the DaemonSet the extension installs; its arguments are `agent --host-root=/host`). `capi-inplace-agent agent` has the same flags.",
 		find("capi-inplace-agent"))
+	section("capi-inplace-agent rescue", "The rescue static pod a control-plane agent keeps in place while an update may leave the node unable to start its API server (its arguments are `rescue --host-root=/host --node-config=<the agent's>`; [agent-etcd-and-attempts.md](agent-etcd-and-attempts.md#the-rescue-static-pod)).",
+		find("capi-inplace-agent", "rescue"))
 	// Every other command an operator runs, in the command tree's order; the
 	// kubectl plugin's twin of a command is named when its flags are the same.
 	var differ [][]string

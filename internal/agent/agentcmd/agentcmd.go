@@ -119,7 +119,7 @@ systemctl, etcd and reboots are emulated there, and fault files under
 	f.StringVar(&o.NodeConfig, "node-config", agent.NodeConfigPath, "Host path (under --host-root) of the node configuration: the service manager (see docs/agent-node.md); a missing file means systemd.")
 	f.StringVar(&o.HealthAddr, "health-addr", "127.0.0.1:9441", "Address of the health probe (/healthz); \"0\" disables it. Loopback by default: the agent runs in the host network, where every pod of the node could reach another address.")
 	f.StringVar(&o.MetricsAddr, "metrics-addr", "0", "Address of the Prometheus metrics (/metrics, docs/metrics.md), e.g. :9442; \"0\" disables them.")
-	f.StringVar(&o.Image, "image", os.Getenv("AGENT_IMAGE"), "The agent's own image (default $AGENT_IMAGE), run by the rescue static pod that finishes an etcd restore after a reboot; empty means none.")
+	f.StringVar(&o.Image, "image", os.Getenv("AGENT_IMAGE"), "The agent's own image (default $AGENT_IMAGE), run by the rescue static pod that rolls a control plane back whose API server does not come back after a reboot (see the rescue command); empty means none.")
 	f.IntVarP(&o.Verbosity, "v", "v", 0, "Log verbosity (0 or 1).")
 	return cmd
 }
@@ -206,10 +206,10 @@ func Run(ctx context.Context, o Options, sim Simulator) error {
 	}
 	kubeHost := &kube.Host{Root: root, Runner: runner, Binaries: binaries, Services: services, Etcd: member}
 	if !o.Simulate {
-		kubeHost.Rescue = rescuePod(o.Image)
+		kubeHost.Rescue = rescuePod(o.Image, o.NodeConfig)
 	}
 	// One process acts on the host from the journal: this agent, or before it
-	// the rescue pod finishing a restore a reboot interrupted.
+	// the rescue pod acting on the journal after a reboot (see Rescue).
 	unlock, err := claimHost(ctx, journalDir, kubeHost, jr, func() { log.Info("The rescue pod holds the journal: waiting for it to finish") })
 	if err != nil {
 		return err

@@ -13,6 +13,11 @@
 //     background), so an update continues while the API server is unreachable;
 //   - a cancelled context stops the executor without recording a failure: the
 //     next Resume repeats the interrupted action.
+//   - an action runs only with the rescue static pod in place when
+//     state.RescueWanted says the node needs it (a control plane about to change,
+//     or changing, what it boots into), and the pod is removed when the update
+//     ends; RollBack is what that pod runs when the node's API server does not
+//     come back.
 //
 // Imports: internal/agent/{state,journal,kube,gate}, internal/backend,
 // internal/protocol, logr and the standard library.

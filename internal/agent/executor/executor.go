@@ -67,6 +67,13 @@ func (x *Executor) Load() (state.State, *protocol.NodePlan, error) {
 	return decodeEntry(e)
 }
 
+// StateOf decodes the state machine's state from a journal entry (a zero state
+// for an empty journal).
+func StateOf(e journal.Entry) (state.State, error) {
+	st, _, err := decodeEntry(e)
+	return st, err
+}
+
 func decodeEntry(e journal.Entry) (state.State, *protocol.NodePlan, error) {
 	var st state.State
 	if len(e.State) > 0 {
@@ -182,20 +189,9 @@ func (x *Executor) StartFrom(ctx context.Context, p *protocol.NodePlan, fromVers
 // Resume continues the plan in the journal until it reaches a terminal phase, the
 // context ends, or the journal cannot be written.
 func (x *Executor) Resume(ctx context.Context) (state.State, error) {
-	e, err := x.Journal.Load()
-	if err != nil {
-		return state.State{}, err
-	}
-	st, plan, err := decodeEntry(e)
-	if err != nil || st.PlanHash == "" || st.Phase.Terminal() {
+	e, st, plan, err := x.inProgress()
+	if err != nil || plan == nil {
 		return st, err
-	}
-	if plan == nil {
-		return st, fmt.Errorf("%w: plan %s is in progress but its plan is missing", journal.ErrCorrupt, st.PlanHash)
-	}
-	if e.Attempt == "" {
-		// A journal of an agent before attempts: this attempt gets an ID now.
-		e.Attempt = journal.NewAttempt(st.PlanHash, e.Seq)
 	}
 	log := x.Log.WithValues("plan", st.PlanHash, "attempt", e.Attempt)
 	boot, err := x.Rebooter.BootID(ctx)
@@ -214,6 +210,73 @@ func (x *Executor) Resume(ctx context.Context) (state.State, error) {
 		return st, err
 	}
 	x.report(st)
+	return x.drive(ctx, log, &e, st, out, plan, boot)
+}
+
+// RollBack fails the plan in progress at the action it runs next, for reason
+// and message, and runs its rollback to a terminal phase, journaling every step
+// as Resume does; a plan already rolling back carries on with its rollback, a
+// finished one is left as it is. The action that was in flight is not repeated:
+// it is the one that failed (and, if it never started, the rollback treats it
+// as not started). The rescue pod calls it when the node's API server did not
+// come back: no rollback action needs the API server.
+func (x *Executor) RollBack(ctx context.Context, reason, message string) (state.State, error) {
+	e, st, plan, err := x.inProgress()
+	if err != nil || plan == nil {
+		return st, err
+	}
+	log := x.Log.WithValues("plan", st.PlanHash, "attempt", e.Attempt)
+	boot, err := x.Rebooter.BootID(ctx)
+	if err != nil {
+		return st, fmt.Errorf("read boot ID: %w", err)
+	}
+	st, out, err := state.Step(st, state.Resumed{BootID: boot})
+	if err != nil {
+		return st, err
+	}
+	if cur, ok := st.CurrentAction(); ok && st.Phase != protocol.PhaseRollingBack {
+		log.Info("Rolling back", "failedAction", cur.Key(), "wasInFlight", e.InFlight == cur.Key(), "reason", reason)
+		st, out, err = state.Step(st, state.ActionFailed{Name: cur.Name, Reason: reason, Message: message, Unchanged: e.InFlight != cur.Key()})
+		if err != nil {
+			return st, err
+		}
+	} else if e.InFlight != "" {
+		log.Info("Repeating the rollback action that was in flight", "action", e.InFlight)
+	}
+	e.Finish()
+	if err := x.save(&e, st); err != nil {
+		return st, err
+	}
+	x.report(st)
+	return x.drive(ctx, log, &e, st, out, plan, boot)
+}
+
+// inProgress loads the journal's plan in progress; a nil plan (and no error)
+// when there is none, or it is finished.
+func (x *Executor) inProgress() (journal.Entry, state.State, *protocol.NodePlan, error) {
+	e, err := x.Journal.Load()
+	if err != nil {
+		return e, state.State{}, nil, err
+	}
+	st, plan, err := decodeEntry(e)
+	if err != nil || st.PlanHash == "" || st.Phase.Terminal() {
+		return e, st, nil, err
+	}
+	if plan == nil {
+		return e, st, nil, fmt.Errorf("%w: plan %s is in progress but its plan is missing", journal.ErrCorrupt, st.PlanHash)
+	}
+	if e.Attempt == "" {
+		// A journal of an agent before attempts: this attempt gets an ID now.
+		e.Attempt = journal.NewAttempt(st.PlanHash, e.Seq)
+	}
+	return e, st, plan, nil
+}
+
+// drive runs the state's actions from out on, journaling each, until a terminal
+// phase, the context ends, or the journal cannot be written. boot is the
+// current boot's ID.
+func (x *Executor) drive(ctx context.Context, log logr.Logger, e *journal.Entry, st state.State, out state.Output, plan *protocol.NodePlan, boot string) (state.State, error) {
+	var err error
 	for {
 		if out.AwaitBoot {
 			log.Info("Rebooting the node")
@@ -245,13 +308,14 @@ func (x *Executor) Resume(ctx context.Context) (state.State, error) {
 				<-ctx.Done()
 				return st, ctx.Err()
 			}
-			if err := x.save(&e, st); err != nil {
+			if err := x.save(e, st); err != nil {
 				return st, err
 			}
 			x.report(st)
 			continue
 		}
 		if out.Next == nil {
+			x.disarmRescue(st)
 			log.Info("Plan finished", "phase", st.Phase, "reason", st.Reason)
 			return st, nil
 		}
@@ -260,27 +324,32 @@ func (x *Executor) Resume(ctx context.Context) (state.State, error) {
 			return st, ctx.Err()
 		}
 		e.Begin(a.Key())
-		if err := x.save(&e, st); err != nil {
+		if err := x.save(e, st); err != nil {
 			return st, err
 		}
-		if a.Name == state.ActReboot {
+		// The rescue pod is in place before the action can change what the
+		// node boots into; an action that cannot have it does not run.
+		armErr := x.armRescue(st, e.Attempt)
+		if a.Name == state.ActReboot && armErr == nil {
 			st, out, err = state.Step(st, state.RebootIssued{BootID: boot})
 			if err != nil {
 				return st, err
 			}
-			if err := x.save(&e, st); err != nil {
+			if err := x.save(e, st); err != nil {
 				return st, err
 			}
 			x.report(st)
 			continue
 		}
 		log.V(1).Info("Running action", "action", a.Key())
-		var actErr error
+		actErr := armErr
 		etcdMembers := 0
 		actx := WithAction(ctx, a.Key())
-		if a.Name == state.ActEtcdSnapshot && !a.Rollback {
+		switch {
+		case armErr != nil:
+		case a.Name == state.ActEtcdSnapshot && !a.Rollback:
 			etcdMembers, actErr = x.Kube.EtcdSnapshot(actx, e.Attempt)
-		} else {
+		default:
 			actErr = x.perform(actx, e.Attempt, plan, st.Spec, a)
 		}
 		if ctx.Err() != nil {
@@ -290,7 +359,8 @@ func (x *Executor) Resume(ctx context.Context) (state.State, error) {
 		var ev state.Event = state.ActionSucceeded{Name: a.Name, EtcdMembers: etcdMembers}
 		if actErr != nil {
 			log.Info("Action failed", "action", a.Key(), "error", actErr.Error())
-			failed := state.ActionFailed{Name: a.Name, Reason: reasonOf(actErr), Message: actErr.Error(), Unchanged: errors.Is(actErr, kube.ErrNodeUnchanged)}
+			failed := state.ActionFailed{Name: a.Name, Reason: reasonOf(actErr), Message: actErr.Error(),
+				Unchanged: armErr != nil || errors.Is(actErr, kube.ErrNodeUnchanged)}
 			if ge := (*gate.Error)(nil); errors.As(actErr, &ge) {
 				failed.Gate = ge.Gate
 			}
@@ -303,13 +373,37 @@ func (x *Executor) Resume(ctx context.Context) (state.State, error) {
 		if st.Phase == protocol.PhaseCommitted {
 			e.Committed, e.CommittedAttempt = e.Plan, e.Attempt
 		}
-		if err := x.save(&e, st); err != nil {
+		if err := x.save(e, st); err != nil {
 			return st, err
 		}
 		if st.Phase == protocol.PhaseCommitted {
 			x.collect(e.Attempt)
 		}
 		x.report(st)
+	}
+}
+
+// armRescue puts the rescue static pod in place when the state about to run
+// its next action wants it (state.RescueWanted).
+func (x *Executor) armRescue(st state.State, attempt string) error {
+	if !st.RescueWanted() {
+		return nil
+	}
+	if err := x.Kube.ArmRescue(attempt); err != nil {
+		return fmt.Errorf("put the rescue static pod in place: %w", err)
+	}
+	return nil
+}
+
+// disarmRescue removes the rescue static pod once the state no longer wants
+// it. A failure is logged, not fatal: the pod finds nothing to do and the
+// agent removes it again when it next starts (agentcmd's claimHost).
+func (x *Executor) disarmRescue(st state.State) {
+	if st.RescueWanted() {
+		return
+	}
+	if err := x.Kube.DisarmRescue(); err != nil {
+		x.Log.Error(err, "Removing the rescue static pod failed")
 	}
 }
 

@@ -29,6 +29,10 @@ type Host interface {
 	RestoreEtcd(ctx context.Context, attempt string) error
 	// CollectAttempts removes the work directories of attempts other than keep.
 	CollectAttempts(keep ...string) error
+	// ArmRescue puts the rescue static pod of attempt in place (a no-op when it
+	// is, or on a host without one); DisarmRescue removes it (state.RescueWanted).
+	ArmRescue(attempt string) error
+	DisarmRescue() error
 }
 
 type actionKey struct{}

@@ -9,7 +9,8 @@
 // previous or the new entry, never a mix.
 //
 // Lock is the node's claim on the journal: one process at a time acts on the host
-// from it (the agent, or the rescue pod finishing an etcd restore after a reboot).
+// from it (the agent, or the rescue pod rolling a control plane back after a
+// reboot that left no API server, so no agent).
 //
 // Imports: standard library only.
 package journal

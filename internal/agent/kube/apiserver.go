@@ -2,9 +2,12 @@ package kube
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -146,4 +149,84 @@ func apiServerAddress(raw []byte) (string, error) {
 		return "", fmt.Errorf("kube-apiserver manifest: --secure-port=%s is not a port", port)
 	}
 	return net.JoinHostPort(host, port), nil
+}
+
+// APIServerProbeTimeout bounds one readiness probe of the node's own API server.
+const APIServerProbeTimeout = 5 * time.Second
+
+// The client certificate the readiness probe presents: kubeadm's API server
+// client to the kubelets, on every kubeadm control plane. /readyz is open to
+// any authenticated client (system:public-info-viewer), and to anonymous ones
+// unless --anonymous-auth=false, which hardened clusters set.
+const (
+	probeClientCert = "/etc/kubernetes/pki/apiserver-kubelet-client.crt"
+	probeClientKey  = "/etc/kubernetes/pki/apiserver-kubelet-client.key"
+)
+
+// APIServerReady asks the node's own kube-apiserver whether it is ready: GET
+// /readyz over TLS at the address its live manifest gives (--bind-address or
+// loopback, --secure-port or 6443), within APIServerProbeTimeout. nil means
+// ready; the error says why not (no manifest, nothing listening, /readyz's
+// answer).
+//
+// The probe only tells the rescue pod whether to leave the node to the agent,
+// and its mistakes are not alike: a wrong "not ready" rolls back an update
+// whose API server serves, a wrong "ready" only leaves the node as it is today
+// without the rescue (the coordinator's deadline then fails the update). So it
+// leans to "ready": the server's certificate is not verified (after an upgrade
+// it may name neither the loopback address nor what the probe could guess),
+// and an answer refusing the probe's identity (401, 403) counts as ready, since
+// a server that authenticates requests started and serves. It sends no
+// credential a server could replay: a TLS client certificate proves its key
+// over this connection only.
+func (h *Host) APIServerReady(ctx context.Context) error {
+	live, err := h.readHostFile(APIServerManifest)
+	if err != nil {
+		return fmt.Errorf("read the API server's manifest: %w", err)
+	}
+	addr, err := apiServerAddress(live.Data)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, APIServerProbeTimeout)
+	defer cancel()
+	// The server's certificate is not verified: see above.
+	cfg := &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}
+	if cert, err := h.probeCertificate(); err == nil {
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	client := &http.Client{
+		// No proxy from the environment: the server is on this node.
+		Transport:     &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	url := "https://" + addr + "/readyz"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+	switch resp.StatusCode {
+	case http.StatusOK, http.StatusUnauthorized, http.StatusForbidden:
+		return nil
+	}
+	return fmt.Errorf("GET %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+}
+
+// probeCertificate loads the client certificate the readiness probe presents.
+func (h *Host) probeCertificate() (tls.Certificate, error) {
+	cert, err := h.ReadFile(probeClientCert)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	key, err := h.ReadFile(probeClientKey)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.X509KeyPair(cert, key)
 }

@@ -178,19 +178,18 @@ func (h *Host) RestoreEtcd(ctx context.Context, attempt string) error {
 		if err := stillSingleMember(ctx, m); err != nil {
 			return err
 		}
-		// Before anything is stopped: a power cut from here on leaves the node
-		// with neither its API server nor a way to start the agent.
-		if err := h.armRescue(); err != nil {
-			return fmt.Errorf("etcd restore: %w", err)
-		}
+		// The rescue static pod is in place (the executor arms it before any
+		// action of a control plane's rollback, state.RescueWanted): a power
+		// cut from here on leaves the node without its API server, so no
+		// DaemonSet pod, and the rescue pod repeats this restore.
 		if err := h.restoreEtcdData(ctx, m, dir, parked, parkedAPI); err != nil {
 			// Failed or interrupted: until the data directory was swapped, the
 			// member's own data is intact, so it is started again, and the API
 			// server with it, rather than left down with the control plane (a
 			// repeat stops them again). Once swapped, only a repeat of the
-			// restore may start them; the rescue pod stays for that.
+			// restore may start them.
 			if _, errSwapped := os.Lstat(filepath.Join(dir, "etcd-replaced")); errors.Is(errSwapped, os.ErrNotExist) {
-				if errBack := errors.Join(h.unparkEtcdManifest(parked), h.startAPIServer(parkedAPI), h.DisarmRescue()); errBack != nil {
+				if errBack := errors.Join(h.unparkEtcdManifest(parked), h.startAPIServer(parkedAPI)); errBack != nil {
 					return errors.Join(err, errBack)
 				}
 			}
@@ -200,10 +199,7 @@ func (h *Host) RestoreEtcd(ctx context.Context, attempt string) error {
 	if err := h.unparkEtcdManifest(parked); err != nil {
 		return err
 	}
-	if err := h.startAPIServer(parkedAPI); err != nil {
-		return err
-	}
-	return h.DisarmRescue()
+	return h.startAPIServer(parkedAPI)
 }
 
 // membershipCheckTimeout bounds the live membership check before a restore.

@@ -67,8 +67,9 @@ type Host struct {
 	// PreflightRetryPause is the pause between preflight attempts of `kubeadm
 	// upgrade apply`; zero means PreflightRetryPause.
 	PreflightRetryPause time.Duration
-	// Rescue is the static pod kept in place while an etcd restore has the API
-	// server stopped (RescueManifest); nil means none.
+	// Rescue is the static pod kept in place on a control plane while an update
+	// may leave it unable to start its API server (RescueManifest,
+	// state.RescueWanted); nil means none.
 	Rescue *RescuePod
 }
 

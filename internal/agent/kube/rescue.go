@@ -9,18 +9,20 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// RescueManifest is the static pod that finishes an etcd restore after a reboot.
+// RescueManifest is the static pod that rolls a control plane back when its
+// API server does not come back after a reboot, and finishes an etcd restore a
+// reboot interrupted.
 //
-// A restore stops the node's API server and etcd by moving their manifests out
-// of the kubelet's manifest directory. The agent runs from a DaemonSet, and a
-// kubelet that starts without an API server starts no DaemonSet pod: a node that
-// loses power in that window would come back with neither its control plane nor
-// the agent that can put it back. While the manifests are out, the agent keeps
-// this static pod beside them: the kubelet starts it with no API server, it takes
-// the journal's lock (so it waits while an agent is alive) and repeats the restore
-// that was in flight, which puts etcd's and the API server's manifests back, and
-// removes itself. The agent, started again by the API server that came back,
-// repeats the restore once more (a no-op) and carries on from its journal.
+// The agent runs from a DaemonSet, and a kubelet that starts without an API
+// server starts no DaemonSet pod: a control plane whose update left an API
+// server that cannot start (or whose etcd restore had it stopped) would come
+// back with neither its control plane nor the agent that can put it back. So,
+// while state.RescueWanted says so, the agent keeps this static pod in place:
+// the kubelet starts it with no API server, it takes the journal's lock (so it
+// waits while an agent is alive) and acts on the journal (agentcmd's rescue
+// command): a rollback in flight is finished, an update in flight is left to
+// the agent if the node's API server answers ready, else rolled back. The agent
+// removes it when the update ends.
 const RescueManifest = ManifestsDir + "/capi-inplace-rescue.yaml"
 
 // RescuePod is what the rescue static pod runs: the agent's own image, already
@@ -33,8 +35,15 @@ type RescuePod struct {
 	HostRoot string
 }
 
-// Manifest renders the static pod.
-func (p RescuePod) Manifest() ([]byte, error) {
+// rescueAttemptAnnotation names the update attempt the rescue pod was armed
+// for. It makes each attempt's pod another pod to the kubelet (a static pod's
+// UID is a hash of its manifest): a pod of an earlier attempt whose container
+// exited 0 is never taken for this one, which the kubelet would not start again
+// (restartPolicy OnFailure skips a container that succeeded).
+const rescueAttemptAnnotation = "inplace.capi-inplace.dev/rescue-attempt"
+
+// Manifest renders the static pod armed for an update attempt.
+func (p RescuePod) Manifest(attempt string) ([]byte, error) {
 	if p.Image == "" || p.HostRoot == "" {
 		return nil, fmt.Errorf("rescue pod: image and host root are required")
 	}
@@ -45,13 +54,16 @@ func (p RescuePod) Manifest() ([]byte, error) {
 			"app.kubernetes.io/name":       "capi-inplace-rescue",
 			"app.kubernetes.io/part-of":    "capi-inplace",
 			"app.kubernetes.io/managed-by": "capi-inplace",
-		}},
+		}, Annotations: map[string]string{rescueAttemptAnnotation: attempt}},
 		Spec: corev1.PodSpec{
 			// As the agent: the host's network (etcd on loopback) and PID namespace.
 			HostNetwork:       true,
 			HostPID:           true,
 			PriorityClassName: "system-node-critical",
-			// Done is done: the pod removes its own manifest on success.
+			// Done is done: the pod exits 0 only once it removed its own
+			// manifest. A pod that leaves the journal to the agent keeps
+			// running instead (see agentcmd's rescue): the kubelet does not
+			// start again, after a reboot, a container that exited 0.
 			RestartPolicy: corev1.RestartPolicyOnFailure,
 			Containers: []corev1.Container{{
 				Name:  "rescue",
@@ -68,13 +80,14 @@ func (p RescuePod) Manifest() ([]byte, error) {
 	return yaml.Marshal(pod)
 }
 
-// armRescue puts the rescue static pod in place; nothing without h.Rescue (the
-// simulated host, an agent that does not know its image).
-func (h *Host) armRescue() error {
+// ArmRescue puts the rescue static pod of an update attempt in place (a no-op
+// when it is there); nothing without h.Rescue (the simulated host, an agent
+// that does not know its image).
+func (h *Host) ArmRescue(attempt string) error {
 	if h.Rescue == nil {
 		return nil
 	}
-	manifest, err := h.Rescue.Manifest()
+	manifest, err := h.Rescue.Manifest(attempt)
 	if err != nil {
 		return err
 	}
@@ -87,7 +100,8 @@ func (h *Host) armRescue() error {
 	return nil
 }
 
-// DisarmRescue removes the rescue static pod; the kubelet then stops it.
+// DisarmRescue removes the rescue static pod (a no-op when there is none); the
+// kubelet then stops it.
 func (h *Host) DisarmRescue() error {
 	if err := h.removeHostFile(RescueManifest); err != nil {
 		return fmt.Errorf("remove the rescue pod: %w", err)

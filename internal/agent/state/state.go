@@ -33,6 +33,11 @@ const (
 	// ReasonVersionUnreachable: the target version cannot be reached from the
 	// node's current kubelet version (downgrade or a skew of more than one minor).
 	ReasonVersionUnreachable = "VersionUnreachable"
+	// ReasonAPIServerNotBack: the update was interrupted on a control plane (a
+	// reboot, a power cut) and the node's own API server was not ready by the
+	// rescue pod's deadline, so the rescue pod rolled the node back from the
+	// journal (RescueWanted).
+	ReasonAPIServerNotBack = "APIServerNotBack"
 )
 
 // State is the agent's whole memory of one plan. It is persisted by the journal
