@@ -3,23 +3,19 @@
 package e2ereal
 
 import (
-	"bytes"
-	"errors"
-	"fmt"
-	"io"
 	"testing"
-	"text/template"
-
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/test/realcapi"
 )
 
-// clusterSpec is a plain workload cluster (no ClusterClass) of the Dev provider's
-// Docker backend: a KubeadmControlPlane and, with Workers > 0, a MachineDeployment.
+// clusterSpec is a workload cluster of the Dev provider's Docker backend: a
+// KubeadmControlPlane and, with Workers > 0, a MachineDeployment, written as plain
+// objects or, with Class set, made by Cluster API's topology controller from a
+// ClusterClass of that name.
 type clusterSpec struct {
 	Namespace, Name string
+	Class           string
 	Version         string
 	ControlPlanes   int
 	Workers         int
@@ -30,42 +26,6 @@ type clusterSpec struct {
 	SingleNodeKey string
 }
 
-// The lane's load balancer template is the provider's default but for two settings.
-// maxconn: haproxy raises its open-files limit to about twice maxconn, and the
-// sandboxes the lane runs in cap it at 20000 (an ordinary machine takes the
-// default's 100000 too). on-marked-down shutdown-sessions: a control plane updated
-// in place keeps its API server running while kubeadm restarts the local etcd
-// member, and clients whose one HTTP/2 connection haproxy pinned to it get errors
-// until they reconnect (docs/real-capi.md has both figures).
-const lbTemplate = `global
-  log /dev/log local0
-  log /dev/log local1 notice
-  daemon
-  maxconn 9000
-
-resolvers docker
-  nameserver dns 127.0.0.11:53
-
-defaults
-  log global
-  mode tcp
-  option dontlognull
-  timeout connect 5000
-  timeout client 50000
-  timeout server 50000
-  default-server init-addr none on-marked-down shutdown-sessions
-
-frontend control-plane
-  bind *:{{ .FrontendControlPlanePort }}
-  default_backend kube-apiservers
-
-backend kube-apiservers
-  option httpchk GET /healthz
-  {{range $server, $backend := .BackendServers}}
-  server {{ $server }} {{ JoinHostPort $backend.Address $.BackendControlPlanePort }} weight {{ $backend.Weight }} check check-ssl verify none resolvers docker resolve-prefer ipv4
-  {{- end}}
-`
-
 // The kubeadm settings every lane cluster has: no CoreDNS or kube-proxy (no image of
 // either can be built here), and a file the scenarios change.
 const clusterTemplate = `
@@ -75,7 +35,7 @@ metadata:
   name: {{.Name}}-lb
 data:
   value: |
-{{ .LBTemplate | indent 4 }}
+{{ lbTemplate | indent 4 }}
 ---
 apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
 kind: DevCluster
@@ -202,6 +162,46 @@ spec:
     name: {{.Name}}
 `
 
+// topologyTemplate is a Cluster of the lane's ClusterClass (realcapi.Class).
+const topologyTemplate = `
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: Cluster
+metadata:
+  name: {{.Name}}
+spec:
+  clusterNetwork:
+    pods:
+      cidrBlocks: [10.244.0.0/16]
+    services:
+      cidrBlocks: [10.96.0.0/12]
+  topology:
+    classRef:
+      name: {{.Class}}
+    version: {{.Version}}
+    controlPlane:
+      replicas: {{.ControlPlanes}}
+{{- if gt .Workers 0 }}
+    workers:
+      machineDeployments:
+      - class: {{.WorkerClass}}
+        name: md
+        replicas: {{.Workers}}
+        # No surge: Cluster API moves a Machine to the new MachineSet and updates
+        # it in place instead of creating one first.
+        rollout:
+          strategy:
+            type: RollingUpdate
+            rollingUpdate:
+              maxSurge: 0
+              maxUnavailable: 1
+{{- end }}
+    variables:
+    - name: files
+      value:
+      - path: /etc/capi-real/cluster.conf
+        content: "generation 1\n"
+`
+
 // createCluster creates the namespace (served by our extension, opted in) and the
 // cluster's objects.
 func createCluster(t *testing.T, spec clusterSpec) {
@@ -216,10 +216,21 @@ func createCluster(t *testing.T, spec clusterSpec) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	objs, err := render(clusterTemplate, struct {
+	tmpl := clusterTemplate
+	if spec.Class != "" {
+		if spec.SingleNode {
+			t.Fatal("the lane's ClusterClass clusters have no single-node opt-in")
+		}
+		class := realcapi.Class{Name: spec.Class, NodeImage: spec.NodeImage, ControlPlaneMaxSurgeZero: spec.ControlPlanes >= 3}
+		if err := class.Create(ctx, suite.stack.Client, spec.Namespace); err != nil {
+			t.Fatal(err)
+		}
+		tmpl = topologyTemplate
+	}
+	objs, err := realcapi.Render(tmpl, struct {
 		clusterSpec
-		LBTemplate string
-	}{spec, lbTemplate})
+		WorkerClass string
+	}{spec, realcapi.WorkerClass})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,44 +240,4 @@ func createCluster(t *testing.T, spec clusterSpec) {
 			t.Fatalf("create %s %s: %v", o.GetKind(), o.GetName(), err)
 		}
 	}
-}
-
-func render(tmpl string, data any) ([]*unstructured.Unstructured, error) {
-	t, err := template.New("objects").Funcs(template.FuncMap{"indent": indent}).Parse(tmpl)
-	if err != nil {
-		return nil, err
-	}
-	var buf bytes.Buffer
-	if err := t.Execute(&buf, data); err != nil {
-		return nil, err
-	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(&buf, 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return objs, nil
-			}
-			return nil, fmt.Errorf("decode objects: %w", err)
-		}
-		if len(u.Object) > 0 {
-			objs = append(objs, u)
-		}
-	}
-}
-
-func indent(n int, s string) string {
-	pad := bytes.Repeat([]byte(" "), n)
-	var out bytes.Buffer
-	for i, line := range bytes.Split([]byte(s), []byte("\n")) {
-		if i > 0 {
-			out.WriteByte('\n')
-		}
-		if len(line) > 0 {
-			out.Write(pad)
-			out.Write(line)
-		}
-	}
-	return out.String()
 }

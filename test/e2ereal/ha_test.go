@@ -26,13 +26,17 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
+	"github.com/capi-inplace/capi-inplace/internal/status"
 	"github.com/capi-inplace/capi-inplace/test/lanekit"
 )
 
-// TestHAControlPlaneAndWorkers rolls a highly available cluster (three control
-// planes with stacked etcd, two workers) to the next minor through Cluster API's
-// own in-place hooks: KubeadmControlPlane (three replicas, maxSurge 0) picks each
-// control-plane Machine in turn, then the MachineDeployment each worker. On the way:
+// TestHAControlPlaneAndWorkers rolls a highly available ClusterClass cluster (three
+// control planes with stacked etcd, two workers) to the next minor with one write of
+// its topology version. Cluster API's topology controller moves the control plane,
+// then the workers, and their own in-place hooks do the rest: KubeadmControlPlane
+// (three replicas, maxSurge 0) picks each control-plane Machine in turn, then the
+// MachineDeployment each worker. On the way:
 //   - the second control plane fails its pool's gate (a file the test puts on that
 //     node only): the node is rolled back with its etcd member kept (a snapshot
 //     restore would split the cluster), KCP goes no further, and the operator's
@@ -50,7 +54,7 @@ func TestHAControlPlaneAndWorkers(t *testing.T) {
 	g := newG(t)
 	ctx := suite.ctx
 	const ns, name = haNamespace, haCluster
-	createCluster(t, clusterSpec{Namespace: ns, Name: name, Version: from, ControlPlanes: 3, Workers: 2})
+	createCluster(t, clusterSpec{Namespace: ns, Name: name, Class: haClass, Version: from, ControlPlanes: 3, Workers: 2})
 	created := time.Now()
 	ms := waitMachinesRunning(t, ns, name, 5)
 	suite.figures.Add("ha: Cluster created -> 5 Machines with Ready nodes", time.Since(created))
@@ -96,15 +100,16 @@ func TestHAControlPlaneAndWorkers(t *testing.T) {
 	cordons := watchCordons(wc, append(append([]string(nil), cps...), workers...))
 
 	start := time.Now()
-	kcp := &controlplanev1.KubeadmControlPlane{}
-	g.Expect(suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, kcp)).To(Succeed())
-	base := kcp.DeepCopy()
-	kcp.Spec.Version = to
-	g.Expect(suite.stack.Client.Patch(ctx, kcp, client.MergeFrom(base))).To(Succeed())
+	cluster := &clusterv1.Cluster{}
+	g.Expect(suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cluster)).To(Succeed())
+	kcpName := cluster.Spec.ControlPlaneRef.Name
+	base := cluster.DeepCopy()
+	cluster.Spec.Topology.Version = to
+	g.Expect(suite.stack.Client.Patch(ctx, cluster, client.MergeFrom(base))).To(Succeed())
 
 	var order []string
 	first := waitNextControlPlaneAt(t, wc, cps, &order)
-	suite.figures.Add("ha: KCP write -> first control plane at "+to, time.Since(start))
+	suite.figures.Add("ha: topology write -> first control plane at "+to, time.Since(start))
 	waitEtcdKept(t, first, before)
 
 	// KCP's next pick: the test makes that node, and only it, fail its gate.
@@ -129,16 +134,28 @@ func TestHAControlPlaneAndWorkers(t *testing.T) {
 	g.Expect(mustNodeExec(t, second, "kubelet", "--version")).To(ContainSubstring(from))
 	g.Expect(mustNodeExec(t, second, "sh", "-c", "cd /etc/kubernetes/manifests && sha256sum *.yaml")).To(Equal(manifests[second]))
 	waitEtcdKept(t, second, before)
-	// KubeadmControlPlane asks again for the failed Machine and starts no other.
+	// KubeadmControlPlane asks again for the failed Machine and starts no other, and
+	// the topology controller moves no worker while the control plane is not done.
 	g.Consistently(func() error {
-		if cordoned(ctx, wc, third) {
-			return fmt.Errorf("control plane %s cordoned while %s failed", third, second)
+		for _, n := range append([]string{third}, workers...) {
+			if cordoned(ctx, wc, n) {
+				return fmt.Errorf("node %s cordoned while %s failed", n, second)
+			}
 		}
 		return machineFailed(ctx, ns, machineOf[second])
 	}, 30*time.Second, 2*time.Second).Should(Succeed())
+	// The operator's view: the failed Machine rolled back, the failure recorded
+	// against the cluster's budget (exit code 3: a node's plan failed).
+	view := statusOf(t, ns, name, 3)
+	failedView := slices.IndexFunc(view.Machines, func(m status.MachineView) bool { return m.Name == machineOf[second] })
+	g.Expect(failedView).NotTo(Equal(-1), "capi-inplace status shows Machine %s", machineOf[second])
+	g.Expect(view.Machines[failedView].Phase).To(Equal(protocol.PhaseRolledBack))
+	g.Expect(view.Fleet.Failures).To(ConsistOf(HavePrefix(second+":")), "the failure is recorded against the budget")
 
 	// The operator repairs the node and retries; the third control plane then loses
 	// power while `kubeadm upgrade node` runs on it.
+	var workerCut <-chan error
+	var workerStart time.Time
 	backupsBefore := kubeadmBackups(ctx, third)
 	powerCut := powerCutDuring(ctx, third, "kubeadm-upgrade", nil)
 	mustNodeExec(t, second, "rm", "-f", failUnhealthyFile)
@@ -147,6 +164,12 @@ func TestHAControlPlaneAndWorkers(t *testing.T) {
 	for len(order) < 3 {
 		n := waitNextControlPlaneAt(t, wc, cps, &order)
 		suite.figures.Add(fmt.Sprintf("ha: retry -> control plane %d of 3 at %s", len(order), to), time.Since(retried))
+		if len(order) == 3 {
+			// The topology controller moves the workers as soon as KubeadmControlPlane
+			// reports every Machine updated: one of them loses power during its gates.
+			workerCut = powerCutDuring(ctx, workers[0], "gates", nil)
+			workerStart = time.Now()
+		}
 		waitEtcdKept(t, n, before)
 	}
 	g.Expect(order).To(Equal([]string{first, second, third}))
@@ -165,7 +188,7 @@ func TestHAControlPlaneAndWorkers(t *testing.T) {
 	g.Expect(len(backups)).To(BeNumerically(">=", 1), "kubeadm upgraded the static pods")
 	g.Expect(len(backups)).To(BeNumerically("<=", j.Runs["kubeadm-upgrade"]), "kubeadm ran no more often than the journal says")
 	g.Eventually(func() error {
-		if err := kcpAt(ctx, ns, name, to); err != nil {
+		if err := kcpAt(ctx, ns, kcpName, to); err != nil {
 			return err
 		}
 		for _, n := range cps {
@@ -176,21 +199,14 @@ func TestHAControlPlaneAndWorkers(t *testing.T) {
 		return nil
 	}, 5*time.Minute).Should(Succeed())
 	suite.figures.Add("ha: three control planes "+from+" -> "+to+" (KCP in-place hooks, one failure and retry, one power cut)", time.Since(start))
-	waitControlPlaneHealthy(t, ns, name)
 
-	// The workers, one of them through a power cut during its gates.
-	workerStart := time.Now()
-	workerCut := powerCutDuring(ctx, workers[0], "gates", nil)
-	md := &clusterv1.MachineDeployment{}
-	g.Expect(suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-md"}, md)).To(Succeed())
-	mdBase := md.DeepCopy()
-	md.Spec.Template.Spec.Version = to
-	g.Expect(suite.stack.Client.Patch(ctx, md, client.MergeFrom(mdBase))).To(Succeed())
+	// The workers, which the topology controller moves once the control plane is
+	// done, one of them through a power cut during its gates.
 	for _, w := range workers {
 		g.Eventually(func() error { return nodeAt(ctx, wc, w, to) }, 15*time.Minute).Should(Succeed())
 		g.Eventually(func() error { return machineUpdated(ctx, ns, machineOf[w], to) }).Should(Succeed())
 	}
-	suite.figures.Add("ha: two workers "+from+" -> "+to+" (MachineDeployment in-place hooks, one power cut)", time.Since(workerStart))
+	suite.figures.Add("ha: third control plane at "+to+" -> two workers at "+to+" (topology, MachineDeployment in-place hooks, one power cut)", time.Since(workerStart))
 	select {
 	case err := <-workerCut:
 		g.Expect(err).NotTo(HaveOccurred(), "the worker's power cut")
@@ -220,10 +236,12 @@ func TestHAControlPlaneAndWorkers(t *testing.T) {
 	}
 }
 
-// The HA scenario's cluster: its pool has the failure scenarios' gate.
+// The HA scenario's cluster, of a ClusterClass: its pool has the failure scenarios'
+// gate.
 const (
 	haNamespace = "real-ha"
 	haCluster   = "ha"
+	haClass     = "lane"
 )
 
 // waitNextControlPlaneAt waits until one more of cps than order lists runs version

@@ -9,25 +9,22 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/capi-inplace/capi-inplace/internal/localstack"
 	"github.com/capi-inplace/capi-inplace/test/lanekit"
+	"github.com/capi-inplace/capi-inplace/test/realcapi"
 )
 
-// The lane's two releases (hack/realnode/versions.sh): nodes start at from and are
-// updated in place to to.
+// The lane's two releases and the address of this test's network namespace as the
+// node containers see it.
 const (
-	from = "v1.35.4"
-	to   = "v1.36.3"
+	from    = realcapi.From
+	to      = realcapi.To
+	gateway = realcapi.Gateway
 )
-
-// gateway is the kind network's gateway (hack/realcapi/dockerd.sh): the address of
-// this test's network namespace as the node containers see it.
-const gateway = "172.18.0.1"
 
 // Labels of the namespaces the scenarios create: our extension serves them and the
 // guard and the single-node hold webhook act on them.
@@ -39,7 +36,6 @@ var suite struct {
 	artifacts string
 	stack     *localstack.Stack
 	ext       *localstack.Extension
-	registry  *lanekit.Registry
 	figures   *lanekit.Figures
 	// nodeImage is the node image the DevMachineTemplates name (hack/realcapi/images.sh).
 	nodeImage string
@@ -71,37 +67,19 @@ func run(m *testing.M) int {
 	suite.ctx = ctx
 	start := time.Now()
 
-	realnodeCache := filepath.Join(suite.root, "_cache", "realnode")
-	reg, err := lanekit.StartRegistry(gateway+":5123", filepath.Join(suite.artifacts, "registry"))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2ereal: registry:", err)
-		return 1
-	}
-	defer reg.Close()
-	suite.registry = reg
 	// The target release's control-plane images (the nodes hold their own release's
 	// only), the agent and the scenarios' workload.
-	if err := reg.PushRelease(ctx, realnodeCache, to); err != nil {
-		fmt.Fprintln(os.Stderr, "e2ereal:", err)
-		return 1
-	}
-	for ref, tar := range map[string]string{
+	mirrors, err := realcapi.StartMirrors(ctx, suite.root, filepath.Join(suite.artifacts, "registry"), map[string]string{
 		agentImage:  agentTar,
 		workloadRef: filepath.Join(suite.root, "_cache", "realcapi", "httpserve.tar"),
-	} {
-		if err := reg.Push(ctx, ref, tar); err != nil {
-			fmt.Fprintln(os.Stderr, "e2ereal:", err)
-			return 1
-		}
-	}
-	artifacts, err := lanekit.ServeArtifacts(gateway+":0", filepath.Join(realnodeCache, "k8s"))
+	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2ereal:", err)
 		return 1
 	}
-	defer artifacts.Close()
+	defer mirrors.Close()
 	policyFile := filepath.Join(suite.artifacts, "policy.yaml")
-	if err := writePolicy(policyFile, artifacts.URL, filepath.Join(realnodeCache, "k8s", to)); err != nil {
+	if err := writePolicy(policyFile, mirrors); err != nil {
 		fmt.Fprintln(os.Stderr, "e2ereal:", err)
 		return 1
 	}
@@ -143,7 +121,7 @@ func run(m *testing.M) int {
 		os.Exit(2)
 	}()
 
-	ext, err := stack.StartExtension(ctx, ourExtension(suite.root, policyFile, agentImage))
+	ext, err := stack.StartExtension(ctx, realcapi.Extension(filepath.Join(suite.root, "bin"), extensionName, policyFile, agentImage, map[string]string{extensionLabel: "true"}))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2ereal: extension:", err)
 		return 1
@@ -164,59 +142,17 @@ func run(m *testing.M) int {
 	return code
 }
 
-// ourExtension is bin/capi-inplace as a Deployment runs it: it installs the node
-// agent (the image in the lane's registry) into each workload cluster.
-func ourExtension(root, policyFile, agentImage string) localstack.ExtensionSpec {
-	return localstack.ExtensionSpec{
-		Name: extensionName,
-		Path: filepath.Join(root, "bin", "capi-inplace"),
-		Args: func(port int, certDir, kubeconfig string) []string {
-			return []string{
-				"extension",
-				fmt.Sprintf("--webhook-port=%d", port),
-				"--webhook-host=127.0.0.1",
-				"--webhook-cert-dir=" + certDir,
-				"--kubeconfig=" + kubeconfig,
-				"--health-addr=127.0.0.1:0",
-				"--diagnostics-address=0",
-				"--policy-file=" + policyFile,
-				"--agent-image=" + agentImage,
-				"--extension-config-name=" + extensionName,
-				"--v=1",
-			}
-		},
-		NamespaceLabels: map[string]string{extensionLabel: "true"},
-	}
-}
-
 // extensionLabel marks the lane's namespaces for the ExtensionConfig and the hold
 // webhook.
 const extensionLabel = "e2ereal.capi-inplace.dev/served"
 
-// upgradePreflightIgnores are kubeadm's preflight checks that fail on every lane node
-// for reasons of the machine (cgroup v1) or of the lane: no CoreDNS or kube-proxy image
-// exists here, and CAPI's ClusterConfiguration cannot disable either addon, so the
-// upgrade's preflight, which pulls every image kubeadm lists, fails its ImagePull
-// check (the agent has pulled the control-plane images it needs while staging).
-var upgradePreflightIgnores = []string{"SystemVerification", "CoreDNSUnsupportedPlugins", "CoreDNSMigration", "ImagePull"}
-
-func writePolicy(path, artifactURL, toBins string) error {
-	sums := map[string]string{}
-	for _, b := range []string{"kubeadm", "kubelet"} {
-		s, err := lanekit.SHA256File(filepath.Join(toBins, b))
-		if err != nil {
-			return err
-		}
-		sums[b] = s
+// writePolicy writes the extension's policy: the lane's binaries, and the pool gates
+// of the failure scenarios.
+func writePolicy(path string, mirrors *realcapi.Mirrors) error {
+	policy, err := mirrors.BinariesPolicy()
+	if err != nil {
+		return err
 	}
-	policy := fmt.Sprintf(`kubeadm:
-  ignorePreflightErrors: [%s]
-kubernetesBinaries:
-  %s:
-    linux/amd64:
-      kubeadm: {url: %s/%s/kubeadm, digest: "sha256:%s"}
-      kubelet: {url: %s/%s/kubelet, digest: "sha256:%s"}
-`, strings.Join(upgradePreflightIgnores, ", "), to, artifactURL, to, sums["kubeadm"], artifactURL, to, sums["kubelet"])
 	// The failure scenarios' pool gate: it fails while the node has
 	// failUnhealthyFile, which their failing change delivers.
 	failing := fmt.Sprintf(`  - name: %s

@@ -23,6 +23,7 @@ import (
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/test/lanekit"
+	"github.com/capi-inplace/capi-inplace/test/realcapi"
 )
 
 // TestControlPlaneAndWorker rolls a control plane and a worker to the next minor in
@@ -81,7 +82,7 @@ func TestControlPlaneAndWorker(t *testing.T) {
 	// infrastructure template (another node image), which no node can take in place.
 	md := &clusterv1.MachineDeployment{}
 	g.Expect(suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-md"}, md)).To(Succeed())
-	other, err := render(otherTemplate, struct{ Name string }{name})
+	other, err := realcapi.Render(otherTemplate, struct{ Name string }{name})
 	g.Expect(err).NotTo(HaveOccurred())
 	other[0].SetNamespace(ns)
 	g.Expect(suite.stack.Client.Create(ctx, other[0])).To(Succeed())
@@ -100,9 +101,16 @@ func TestControlPlaneAndWorker(t *testing.T) {
 	setPDBMinAvailable(t, wc, "web", 2)
 	workerStart := time.Now()
 	cordon := lanekit.WatchCordon(wc, worker.Status.NodeRef.Name)
+	// One write: the next minor, and a bootstrap template with a kubelet argument
+	// and a file more.
+	workerConfig, err := realcapi.Render(workerConfigTemplate, struct{ Name string }{name})
+	g.Expect(err).NotTo(HaveOccurred())
+	workerConfig[0].SetNamespace(ns)
+	g.Expect(suite.stack.Client.Create(ctx, workerConfig[0])).To(Succeed())
 	g.Expect(suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-md"}, md)).To(Succeed())
 	mdBase := md.DeepCopy()
 	md.Spec.Template.Spec.Version = to
+	md.Spec.Template.Spec.Bootstrap.ConfigRef.Name = workerConfig[0].GetName()
 	g.Expect(suite.stack.Client.Patch(ctx, md, client.MergeFrom(mdBase))).To(Succeed())
 	g.Eventually(func() error { return drainHeld(ctx, wc, ns, worker.Name, worker.Status.NodeRef.Name, "web") }, 10*time.Minute).Should(Succeed())
 	suite.figures.Add("pair: worker update -> drain held by the PodDisruptionBudget, shown on the Machine", time.Since(workerStart))
@@ -117,7 +125,7 @@ func TestControlPlaneAndWorker(t *testing.T) {
 		}
 		return c.Reason, nil
 	}).Should(Equal(inplacev1.ReasonSucceeded), "the drain's hold is no longer shown once the update is done")
-	suite.figures.Add("pair: worker "+from+" -> "+to+" through the MachineDeployment's in-place hooks (the drain held 20 s by the budget included)", time.Since(workerStart))
+	suite.figures.Add("pair: worker "+from+" -> "+to+", a kubelet argument and a file, through the MachineDeployment's in-place hooks (the drain held 20 s by the budget included)", time.Since(workerStart))
 	suite.figures.Add("pair: worker cordon -> uncordon", cordon.Stop())
 
 	webDown, webLongest, _ := web.Stop()
@@ -133,8 +141,42 @@ func TestControlPlaneAndWorker(t *testing.T) {
 		g.Expect([]string{string(cp.UID), string(worker.UID)}).To(ContainElement(string(m.UID)))
 		g.Expect(m.Spec.Version).To(Equal(to))
 	}
-	g.Expect(mustNodeExec(t, worker.Status.NodeRef.Name, "kubelet", "--version")).To(ContainSubstring(to))
+	workerNode := worker.Status.NodeRef.Name
+	g.Expect(mustNodeExec(t, workerNode, "kubelet", "--version")).To(ContainSubstring(to))
+	// The new bootstrap template on the node: its file, and its kubelet argument in
+	// the running kubelet, which reports the node's capacity by it.
+	g.Expect(mustNodeExec(t, workerNode, "cat", "/etc/capi-real/site.conf")).To(Equal("site=lane\n"))
+	g.Expect(mustNodeExec(t, workerNode, "cat", "/var/lib/kubelet/kubeadm-flags.env")).To(ContainSubstring("--max-pods=111"))
+	g.Eventually(func() (int64, error) {
+		n, err := wc.CoreV1().Nodes().Get(ctx, workerNode, metav1.GetOptions{})
+		if err != nil {
+			return 0, err
+		}
+		return n.Status.Capacity.Pods().Value(), nil
+	}, 2*time.Minute).Should(Equal(int64(111)), "the running kubelet applies --max-pods")
 }
+
+// workerConfigTemplate is the worker's bootstrap template with a kubelet argument
+// and a file more than the cluster's.
+const workerConfigTemplate = `
+apiVersion: bootstrap.cluster.x-k8s.io/v1beta2
+kind: KubeadmConfigTemplate
+metadata:
+  name: {{.Name}}-worker-2
+spec:
+  template:
+    spec:
+      joinConfiguration:
+        nodeRegistration:
+          kubeletExtraArgs:
+          - name: max-pods
+            value: "111"
+      files:
+      - path: /etc/capi-real/cluster.conf
+        content: "generation 1\n"
+      - path: /etc/capi-real/site.conf
+        content: "site=lane\n"
+`
 
 // otherTemplate is an infrastructure template with another node image.
 const otherTemplate = `

@@ -7,9 +7,12 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +28,7 @@ import (
 	"github.com/capi-inplace/capi-inplace/internal/guard"
 	"github.com/capi-inplace/capi-inplace/internal/localstack"
 	"github.com/capi-inplace/capi-inplace/internal/singlenode"
+	"github.com/capi-inplace/capi-inplace/internal/status"
 )
 
 // workloadRef is the scenarios' workload image (hack/realcapi/images.sh builds it, the
@@ -134,4 +138,35 @@ func newG(t *testing.T) *WithT {
 	g.SetDefaultEventuallyTimeout(15 * time.Minute)
 	g.SetDefaultEventuallyPollingInterval(2 * time.Second)
 	return g
+}
+
+// statusOf runs `capi-inplace status -o json`, as an operator would, on a Cluster
+// and returns its view; wantExit is the exit code expected (3: a node's plan failed).
+func statusOf(t *testing.T, ns, cluster string, wantExit int) status.ClusterView {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(suite.ctx, time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(suite.root, "bin", "capi-inplace"), "status", cluster, "-n", ns, "-o", "json", "--kubeconfig", suite.stack.KubeconfigPath)
+	out, err := cmd.Output()
+	code := 0
+	var exitErr *exec.ExitError
+	if errors.As(err, &exitErr) {
+		code = exitErr.ExitCode()
+	} else if err != nil {
+		t.Fatalf("capi-inplace status: %v", err)
+	}
+	if code != wantExit {
+		t.Fatalf("capi-inplace status exited %d, want %d: %v\n%s", code, wantExit, err, out)
+	}
+	var r status.Report
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("capi-inplace status output: %v\n%s", err, out)
+	}
+	for _, c := range r.Clusters {
+		if c.Name == cluster {
+			return c
+		}
+	}
+	t.Fatalf("capi-inplace status shows no cluster %s:\n%s", cluster, out)
+	return status.ClusterView{}
 }
