@@ -141,7 +141,7 @@ e2e-node: tools-capi build ## Real-node lane: the agent upgrades real kubeadm no
 # creating kind-style kubeadm nodes from images built here, our extension installed as
 # in production; the test binary runs in the engine's network namespace.
 REALCAPI_ARTIFACTS := $(ROOT)/_artifacts/realcapi
-E2EREAL_FLAGS ?= -test.v -test.timeout=60m -test.parallel=5
+E2EREAL_FLAGS ?= -test.v -test.timeout=60m -test.parallel=6
 
 .PHONY: e2e-real
 e2e-real: tools-capi build ## Real Cluster API lane: upstream CAPI and its Docker provider make real kubeadm nodes, updated in place (root; docs/real-capi.md).
@@ -181,6 +181,17 @@ bench: tools-capi build ## Performance suite (hooks vs upstream, rollout vs a nu
 .PHONY: demo
 demo: tools-capi build ## The whole in-place upgrade on this machine, with live progress.
 	$(BIN)/capi-inplace-dev demo
+
+.PHONY: demo-real
+demo-real: tools-capi build ## The demo on real kubeadm nodes (containers of a Docker engine, real kubelets; root; docs/real-capi.md).
+	hack/install-deps.sh
+	hack/realnode/build.sh >/dev/null
+	hack/realcapi/dockerd.sh down
+	@mkdir -p $(REALCAPI_ARTIFACTS)
+	@node=$$(hack/realcapi/images.sh) && tag=$$(hack/realnode/agent-image.sh $(REALCAPI_ARTIFACTS)/capi-inplace-agent.tar) && \
+	$(ROOT)/hack/realcapi/dockerd.sh run $(BIN)/capi-inplace-dev demo --real --node-image=$$node --agent-image=$$tag \
+		--agent-image-tar=$(REALCAPI_ARTIFACTS)/capi-inplace-agent.tar $(DEMO_FLAGS); \
+	rc=$$?; $(ROOT)/hack/realcapi/dockerd.sh down; exit $$rc
 
 .PHONY: clean
 clean: ## Remove built binaries (tools are rebuilt when missing).

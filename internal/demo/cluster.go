@@ -13,10 +13,8 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
-	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -50,10 +48,7 @@ func (r *run) createCluster(ctx context.Context) error {
 	if err := s.CreateNamespace(ctx, Namespace, map[string]string{extensionLabel: "capi-inplace", inplacev1.NamespaceEnabledLabel: "true"}); err != nil {
 		return err
 	}
-	if err := s.CreateClusterClass(ctx, Namespace, className); err != nil {
-		return fmt.Errorf("create ClusterClass: %w", err)
-	}
-	if err := r.defaultControlPlaneRollout(ctx); err != nil {
+	if err := r.o.Nodes.CreateClusterClass(ctx, s, Namespace, className); err != nil {
 		return err
 	}
 	files, err := json.Marshal([]localstack.File{{Path: FilePath, Content: fileBefore}})
@@ -73,10 +68,10 @@ func (r *run) createCluster(ctx context.Context) error {
 			},
 			Topology: clusterv1.Topology{
 				ClassRef:     clusterv1.ClusterClassRef{Name: className},
-				Version:      r.o.FromVersion,
+				Version:      r.from,
 				ControlPlane: clusterv1.ControlPlaneTopology{Replicas: ptr.To[int32](1)},
 				Workers: clusterv1.WorkersTopology{MachineDeployments: []clusterv1.MachineDeploymentTopology{{
-					Class: "default-worker", Name: "md-0", Replicas: ptr.To[int32](workers),
+					Class: WorkerClass, Name: "md-0", Replicas: ptr.To[int32](workers),
 					// No surge, one node at a time: the workers go in place, never replaced.
 					Rollout: clusterv1.MachineDeploymentTopologyRolloutSpec{Strategy: clusterv1.MachineDeploymentTopologyRolloutStrategy{
 						Type: clusterv1.RollingUpdateMachineDeploymentStrategyType,
@@ -94,34 +89,6 @@ func (r *run) createCluster(ctx context.Context) error {
 	}
 	r.printf("    cluster created with %s: \"true\"\n", inplacev1.SingleNodeControlPlaneAnnotation)
 	return nil
-}
-
-// defaultControlPlaneRollout recreates the ClusterClass's KubeadmControlPlaneTemplate
-// without its rollout (maxSurge 0), which KCP refuses for one replica. Templates are
-// immutable, hence delete and create.
-func (r *run) defaultControlPlaneRollout(ctx context.Context) error {
-	s := r.stack
-	tmpl := &unstructured.Unstructured{}
-	tmpl.SetAPIVersion(controlplanev1.GroupVersion.String())
-	tmpl.SetKind("KubeadmControlPlaneTemplate")
-	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: className + "-control-plane"}, tmpl); err != nil {
-		return fmt.Errorf("get KubeadmControlPlaneTemplate: %w", err)
-	}
-	if err := s.Client.Delete(ctx, tmpl); err != nil {
-		return fmt.Errorf("delete KubeadmControlPlaneTemplate: %w", err)
-	}
-	unstructured.RemoveNestedField(tmpl.Object, "spec", "template", "spec", "rollout")
-	fresh := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": tmpl.GetAPIVersion(), "kind": tmpl.GetKind(),
-		"metadata": map[string]any{"name": tmpl.GetName(), "namespace": Namespace},
-		"spec":     tmpl.Object["spec"],
-	}}
-	return poll(ctx, 30*time.Second, func() error {
-		if err := s.Client.Create(ctx, fresh); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("recreate KubeadmControlPlaneTemplate: %w", err)
-		}
-		return nil
-	})
 }
 
 // poll calls check every second until it returns nil, ctx ends or timeout passes.
@@ -202,31 +169,6 @@ func (r *run) waitClusterReady(ctx context.Context) error {
 	})
 }
 
-func (r *run) startAgents(ctx context.Context) (*localstack.Agents, error) {
-	a, err := r.stack.StartAgents(ctx, Namespace, ClusterName, localstack.AgentOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("start agents: %w", err)
-	}
-	err = poll(ctx, 2*time.Minute, func() error {
-		if errs := a.Errors(); len(errs) > 0 {
-			return fmt.Errorf("agents: %v", errs)
-		}
-		if n := len(a.Nodes()); n != machinesAll {
-			return fmt.Errorf("%d agents, want %d", n, machinesAll)
-		}
-		for _, n := range a.Nodes() {
-			if exited, err := a.Process(n).Exited(); exited {
-				return fmt.Errorf("agent of %s exited: %w (log %s)", n, err, a.Process(n).LogPath)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("wait for agents: %w", err)
-	}
-	return a, nil
-}
-
 func (r *run) machineIDs(ctx context.Context) ([]MachineID, error) {
 	ms, err := r.machines(ctx)
 	if err != nil {
@@ -255,7 +197,7 @@ func (r *run) changeTopology(ctx context.Context) error {
 		return err
 	}
 	base := c.DeepCopy()
-	c.Spec.Topology.Version = r.o.ToVersion
+	c.Spec.Topology.Version = r.to
 	raw, err := json.Marshal([]localstack.File{{Path: FilePath, Content: fileAfter}})
 	if err != nil {
 		return err
@@ -274,6 +216,6 @@ func (r *run) changeTopology(ctx context.Context) error {
 		return fmt.Errorf("patch cluster topology: %w", err)
 	}
 	r.printf("    %s patched Cluster %s/%s: version %s -> %s, %s %q -> %q\n", time.Now().Format(time.TimeOnly),
-		Namespace, ClusterName, r.o.FromVersion, r.o.ToVersion, FilePath, strings.TrimSpace(fileBefore), strings.TrimSpace(fileAfter))
+		Namespace, ClusterName, r.from, r.to, FilePath, strings.TrimSpace(fileBefore), strings.TrimSpace(fileAfter))
 	return nil
 }

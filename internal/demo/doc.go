@@ -2,9 +2,10 @@
 //
 // It starts the local upstream Cluster API stack (internal/localstack), registers our
 // extension and its single-node control-plane hold webhook, creates a ClusterClass
-// cluster of one control-plane node (opted into the single-node path) and two workers,
-// attaches a simulated agent to every node, then changes spec.topology.version one
-// minor up and the files variable in one update. While the rollout runs it re-renders
+// cluster of one control-plane node (opted into the single-node path) and two workers
+// on Nodes (the in-memory provider with a simulated agent per node, or real kubeadm
+// nodes: test/realcapi), then changes spec.topology.version one minor up and the
+// files variable in one update. While the rollout runs it re-renders
 // internal/status's per-machine table; at the end it prints a summary of checks
 // (same Machines, none created, every node at the new kubelet, the new file on every
 // host) and fails when any check fails.
@@ -12,7 +13,8 @@
 // Split:
 //
 //	run.go      (I/O)  Options, the phases in order, the fail-fast port check, teardown
-//	cluster.go  (I/O)  hold webhook, ClusterClass and Cluster, waiting for nodes and agents
+//	nodes.go    (I/O)  Nodes, what the cluster runs on; Simulated, the default
+//	cluster.go  (I/O)  hold webhook, the Cluster, waiting for its machines
 //	rollout.go  (I/O)  the update, the Machine watch, the live loop, collecting the outcome
 //	live.go     (pure) what to print each tick: an in-place redraw for a terminal, or
 //	                   the changed rows as log lines otherwise; Timeline (per-node times)

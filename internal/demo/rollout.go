@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -134,13 +132,13 @@ func (r *run) live(ctx context.Context, since time.Time, w *machineWatch, tl *Ti
 
 // rolledOut returns nil once every Machine and Node is at the new version, up to date,
 // no longer updating, the control plane released by the single-node path, the Cluster's
-// machines up to date and the new file on every simulated host.
+// machines up to date and the new file on every node.
 func (r *run) rolledOut(ctx context.Context, rep status.Report) error {
 	if len(rep.Clusters) != 1 || len(rep.Clusters[0].Machines) != machinesAll {
 		return errors.New("machines missing from the view")
 	}
 	for _, m := range rep.Clusters[0].Machines {
-		if m.Version != r.o.ToVersion || m.KubeletVersion != r.o.ToVersion || m.InProgress() {
+		if m.Version != r.to || m.KubeletVersion != r.to || m.InProgress() {
 			return fmt.Errorf("machine %s not done", m.Name)
 		}
 		if m.Conditions.UpToDate == nil || m.Conditions.UpToDate.Status != "True" {
@@ -175,9 +173,8 @@ func (r *run) rolledOut(ctx context.Context, rep status.Report) error {
 	if _, paused := kcp.Annotations[clusterv1.PausedAnnotation]; paused {
 		return errors.New("control plane still paused")
 	}
-	for _, n := range r.agents.Nodes() {
-		b, err := os.ReadFile(filepath.Join(r.agents.HostRoot(n), FilePath))
-		if err != nil || string(b) != fileAfter {
+	for _, n := range r.nodes {
+		if b, err := r.o.Nodes.ReadFile(ctx, n, FilePath); err != nil || b != fileAfter {
 			return fmt.Errorf("host %s lacks the new file", n)
 		}
 	}
@@ -187,7 +184,7 @@ func (r *run) rolledOut(ctx context.Context, rep status.Report) error {
 // outcome collects what the summary checks.
 func (r *run) outcome(ctx context.Context, before []MachineID, w *machineWatch, durations, agentDur map[string]time.Duration) Outcome {
 	o := Outcome{
-		FromVersion: r.o.FromVersion, ToVersion: r.o.ToVersion, FilePath: FilePath, FileContent: fileAfter,
+		FromVersion: r.from, ToVersion: r.to, FilePath: FilePath, FileContent: fileAfter,
 		Before: before, Durations: durations, AgentDurations: agentDur, Kubelets: map[string]string{},
 		HostFiles: map[string]string{}, HostErrs: map[string]string{},
 	}
@@ -203,19 +200,23 @@ func (r *run) outcome(ctx context.Context, before []MachineID, w *machineWatch, 
 	if kubelets, err := r.kubelets(ctx); err == nil {
 		o.Kubelets = kubelets
 	}
-	for _, n := range r.agents.Nodes() {
-		b, err := os.ReadFile(filepath.Join(r.agents.HostRoot(n), FilePath))
+	for _, n := range r.nodes {
+		b, err := r.o.Nodes.ReadFile(ctx, n, FilePath)
 		if err != nil {
 			o.HostErrs[n] = err.Error()
 			continue
 		}
-		o.HostFiles[n] = string(b)
+		o.HostFiles[n] = b
 	}
 	return o
 }
 
 func (r *run) kubelets(ctx context.Context) (map[string]string, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", r.agents.Kubeconfig())
+	kc, err := r.stack.WorkloadKubeconfig(ctx, Namespace, ClusterName)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
 	if err != nil {
 		return nil, fmt.Errorf("workload kubeconfig: %w", err)
 	}

@@ -35,8 +35,8 @@ type Options struct {
 	// PortWait is how long to wait for the in-memory provider's port when another stack
 	// holds it; zero fails at once.
 	PortWait time.Duration
-	// FromVersion and ToVersion default to v1.35.0 and v1.36.0.
-	FromVersion, ToVersion string
+	// Nodes are what the cluster runs on (default: Simulated).
+	Nodes Nodes
 }
 
 // The demo's objects and names.
@@ -67,11 +67,8 @@ func (o *Options) defaults() {
 	if o.Out == nil {
 		o.Out = io.Discard
 	}
-	if o.FromVersion == "" {
-		o.FromVersion = "v1.35.0"
-	}
-	if o.ToVersion == "" {
-		o.ToVersion = "v1.36.0"
+	if o.Nodes == nil {
+		o.Nodes = &Simulated{}
 	}
 	if o.ArtifactsDir == "" {
 		o.ArtifactsDir = filepath.Join("_artifacts", "demo-"+time.Now().UTC().Format("20060102-150405"))
@@ -83,11 +80,12 @@ var ErrChecksFailed = errors.New("demo: a summary check failed")
 
 // run holds the demo's state between phases.
 type run struct {
-	o       Options
-	start   time.Time
-	stack   *localstack.Stack
-	agents  *localstack.Agents
-	stackLn *switchWriter
+	o        Options
+	from, to string
+	start    time.Time
+	stack    *localstack.Stack
+	nodes    []string
+	stackLn  *switchWriter
 }
 
 // Run runs the demo (see the package doc). It returns ErrChecksFailed (wrapped) when a
@@ -95,6 +93,8 @@ type run struct {
 func Run(ctx context.Context, o Options) error {
 	o.defaults()
 	r := &run{o: o, start: time.Now()}
+	r.from, r.to = o.Nodes.Versions()
+	defer o.Nodes.Close()
 	if err := waitPort(ctx, inMemoryPort, o.PortWait); err != nil {
 		return err
 	}
@@ -150,8 +150,10 @@ func (r *run) phase(n int, what string) func(format string, args ...any) {
 // (--keep waits on it).
 func (r *run) demo(ctx, outer context.Context) error {
 	o := r.o
-	done := r.phase(1, "local Cluster API stack: kube-apiserver + etcd, core, KubeadmControlPlane, kubeadm bootstrap and in-memory managers")
-	stack, err := localstack.Start(ctx, localstack.Options{BinDir: o.BinDir, ArtifactsDir: o.ArtifactsDir, Out: r.stackLn})
+	done := r.phase(1, "local Cluster API stack: kube-apiserver + etcd, core, KubeadmControlPlane, kubeadm bootstrap and Dev managers ("+o.Nodes.Provider()+")")
+	stackOpts := localstack.Options{BinDir: o.BinDir, ArtifactsDir: o.ArtifactsDir, Out: r.stackLn}
+	o.Nodes.StackOptions(&stackOpts)
+	stack, err := localstack.Start(ctx, stackOpts)
 	if err != nil {
 		return fmt.Errorf("start the local stack: %w", err)
 	}
@@ -160,7 +162,7 @@ func (r *run) demo(ctx, outer context.Context) error {
 
 	done = r.phase(2, "capi-inplace extension over HTTPS, registered with Cluster API")
 	labels := map[string]string{extensionLabel: "capi-inplace"}
-	ext, err := stack.StartExtension(ctx, localstack.OurExtension(o.BinDir, "capi-inplace", labels, nil))
+	ext, err := stack.StartExtension(ctx, o.Nodes.Extension(o.BinDir, "capi-inplace", labels))
 	if err != nil {
 		return fmt.Errorf("start the extension: %w", err)
 	}
@@ -169,7 +171,7 @@ func (r *run) demo(ctx, outer context.Context) error {
 	}
 	done("extension serving on 127.0.0.1:%d; ExtensionConfig capi-inplace discovered; single-node hold webhook registered", ext.Port)
 
-	done = r.phase(3, fmt.Sprintf("ClusterClass cluster %s/%s at %s: 1 control-plane node (single-node path) + %d workers", Namespace, ClusterName, o.FromVersion, workers))
+	done = r.phase(3, fmt.Sprintf("ClusterClass cluster %s/%s at %s: 1 control-plane node (single-node path) + %d workers", Namespace, ClusterName, r.from, workers))
 	if err := r.createCluster(ctx); err != nil {
 		return err
 	}
@@ -178,21 +180,21 @@ func (r *run) demo(ctx, outer context.Context) error {
 	}
 	done("all %d machines running", machinesAll)
 
-	done = r.phase(4, "simulated node agents (bin/capi-inplace-dev agent --simulate), one per node")
+	done = r.phase(4, o.Nodes.Agents())
 	r.stackLn.setConsole(false)
-	if r.agents, err = r.startAgents(ctx); err != nil {
+	if r.nodes, err = o.Nodes.AttachAgents(ctx, stack, Namespace, ClusterName, machinesAll); err != nil {
 		return err
 	}
 	before, err := r.machineIDs(ctx)
 	if err != nil {
 		return err
 	}
-	done("agents attached to %v", r.agents.Nodes())
+	done("nodes %v", r.nodes)
 	for _, m := range before {
 		r.printf("    machine %-32s %-14s uid %s node %s\n", m.Name, m.Role, m.UID, m.Node)
 	}
 
-	r.phase(5, fmt.Sprintf("one update: spec.topology.version %s -> %s and %s changed (files variable)", o.FromVersion, o.ToVersion, FilePath))
+	r.phase(5, fmt.Sprintf("one update: spec.topology.version %s -> %s and %s changed (files variable)", r.from, r.to, FilePath))
 	w, err := r.watchMachines(ctx)
 	if err != nil {
 		return err
@@ -202,7 +204,7 @@ func (r *run) demo(ctx, outer context.Context) error {
 	if err := r.changeTopology(ctx); err != nil {
 		return err
 	}
-	tl := &Timeline{From: rolloutStart, ToVersion: o.ToVersion}
+	tl := &Timeline{From: rolloutStart, ToVersion: r.to}
 	agentDur, rolloutErr := r.live(ctx, rolloutStart, w, tl)
 	rollout := time.Since(rolloutStart)
 
@@ -224,8 +226,9 @@ func (r *run) demo(ctx, outer context.Context) error {
 		r.printf("  management kubeconfig: %s\n", stack.KubeconfigPath)
 		r.printf("  kubectl --kubeconfig %s get clusters,machines -A\n", stack.KubeconfigPath)
 		r.printf("  %s status %s -n %s --kubeconfig %s -w\n", bin, ClusterName, Namespace, stack.KubeconfigPath)
-		r.printf("  workload cluster kubeconfig (in-memory API server): %s\n", r.agents.Kubeconfig())
-		r.printf("  simulated hosts: %s\n", filepath.Dir(r.agents.HostRoot("x")))
+		for _, hint := range o.Nodes.KeepHints() {
+			r.printf("  %s\n", hint)
+		}
 		r.printf("  logs: %s\n", o.ArtifactsDir)
 		<-outer.Done()
 	}

@@ -36,7 +36,7 @@ type Outcome struct {
 	Durations, AgentDurations map[string]time.Duration
 	// Kubelets maps Node name to the kubelet version it reports.
 	Kubelets map[string]string
-	// HostFiles maps Node name to FilePath's content on its simulated host, or to the
+	// HostFiles maps Node name to FilePath's content on its host, or to the
 	// error reading it (HostErrs).
 	HostFiles map[string]string
 	HostErrs  map[string]string
@@ -102,7 +102,7 @@ func Evaluate(o Outcome) []Check {
 	for _, n := range sortedKeys(o.HostErrs) {
 		bad = append(bad, fmt.Sprintf("%s: %s", n, o.HostErrs[n]))
 	}
-	text := fmt.Sprintf("%s = %q on every simulated host (%d)", o.FilePath, o.FileContent, len(o.HostFiles))
+	text := fmt.Sprintf("%s = %q on every node (%d)", o.FilePath, o.FileContent, len(o.HostFiles))
 	if len(bad) > 0 {
 		text += ": " + strings.Join(bad, "; ")
 	}

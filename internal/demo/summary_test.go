@@ -43,9 +43,9 @@ func TestEvaluate(t *testing.T) {
 		{name: "a node missing from the workload cluster", mutate: func(o *Outcome) { delete(o.Kubelets, "demo-md-0-b") },
 			failed: "every node at kubelet v1.36.0: demo-cp-a=v1.36.0"},
 		{name: "old file", mutate: func(o *Outcome) { o.HostFiles["demo-cp-a"] = "old\n" },
-			failed: `/etc/motd = "new\n" on every simulated host (2): demo-cp-a has "old\n"`},
+			failed: `/etc/motd = "new\n" on every node (2): demo-cp-a has "old\n"`},
 		{name: "unreadable file", mutate: func(o *Outcome) { delete(o.HostFiles, "demo-cp-a"); o.HostErrs["demo-cp-a"] = "no such file" },
-			failed: `/etc/motd = "new\n" on every simulated host (1): demo-cp-a: no such file`},
+			failed: `/etc/motd = "new\n" on every node (1): demo-cp-a: no such file`},
 		{name: "rollout failed", mutate: func(o *Outcome) { o.RolloutErr = errors.New("boom") }, failed: "rollout did not finish: boom"},
 		{name: "nothing recorded", mutate: func(o *Outcome) { o.Before, o.After = nil, nil }, failed: "no machines were recorded before the rollout"},
 	}

@@ -10,10 +10,13 @@ import (
 	"golang.org/x/term"
 
 	"github.com/capi-inplace/capi-inplace/internal/demo"
+	"github.com/capi-inplace/capi-inplace/test/realcapi"
 )
 
 func newDemoCommand() *cobra.Command {
 	o := demo.Options{}
+	var onRealNodes bool
+	nodes := realcapi.NodesOptions{DockerHost: os.Getenv("DOCKER_HOST")}
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run the whole in-place upgrade on this machine, with live progress",
@@ -30,9 +33,15 @@ same machines (names and UIDs) before and after, no Machine created, every node 
 new kubelet version, the new file on every host, per-node durations and the total time.
 It exits 1 when any check fails. Ctrl-C tears everything down.
 
-Only one local stack can run per machine (upstream's in-memory provider binds port 19000).`,
+Only one local stack can run per machine (upstream's in-memory provider binds port 19000).
+
+With --real (make demo-real, root) the nodes are real: containers of the lane's Docker
+engine with systemd, containerd, kubeadm and the kubelet, made by the Dev provider's
+Docker backend, whose agents the extension installs as in production
+(docs/real-capi.md); the releases are the real-node lane's.`,
 		Example: `  make demo
-  bin/capi-inplace-dev demo --keep`,
+  bin/capi-inplace-dev demo --keep
+  make demo-real`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Out = cmd.OutOrStdout()
@@ -49,6 +58,25 @@ Only one local stack can run per machine (upstream's in-memory provider binds po
 				}
 				o.BinDir = filepath.Dir(exe)
 			}
+			if onRealNodes {
+				root, err := filepath.Abs(filepath.Join(o.BinDir, ".."))
+				if err != nil {
+					return err
+				}
+				if !cmd.Flags().Changed("timeout") {
+					o.Timeout = 40 * time.Minute
+				}
+				nodes.Root = root
+				nodes.Dir = filepath.Join(root, "_artifacts", "demo-real-"+time.Now().UTC().Format("20060102-150405"))
+				if o.ArtifactsDir == "" {
+					o.ArtifactsDir = nodes.Dir
+				}
+				n, err := realcapi.NewNodes(cmd.Context(), nodes)
+				if err != nil {
+					return fmt.Errorf("demo: %w", err)
+				}
+				o.Nodes = n
+			}
 			// A failed check returns demo.ErrChecksFailed: exit code 1, like any error.
 			return demo.Run(cmd.Context(), o)
 		},
@@ -61,5 +89,10 @@ Only one local stack can run per machine (upstream's in-memory provider binds po
 	// Tests wait for another local stack to end instead of failing fast.
 	f.DurationVar(&o.PortWait, "port-wait", 0, "wait this long for port 19000 when another local stack holds it (default: fail at once)")
 	_ = f.MarkHidden("port-wait")
+	f.BoolVar(&onRealNodes, "real", false, "real kubeadm nodes in the lane's Docker engine instead of simulated ones (make demo-real sets up the engine and images)")
+	f.StringVar(&nodes.NodeImage, "node-image", "", "with --real: the node image (hack/realcapi/images.sh)")
+	f.StringVar(&nodes.AgentImage, "agent-image", "", "with --real: the agent image reference (hack/realnode/agent-image.sh)")
+	f.StringVar(&nodes.AgentImageTar, "agent-image-tar", "", "with --real: the agent image's tarball")
+	f.StringVar(&nodes.DockerHost, "docker-host", nodes.DockerHost, "with --real: the lane's Docker engine (default $DOCKER_HOST)")
 	return cmd
 }

@@ -67,7 +67,7 @@ func TestDemo(t *testing.T) {
 	}
 	g.Expect(text).To(ContainSubstring("  ✓ no Machine created or deleted during the rollout (watched: 0 created [], 0 deleted [])"))
 	g.Expect(text).To(MatchRegexp(`(?m)^  ✓ every node at kubelet v1\.36\.0: \S+=v1\.36\.0, \S+=v1\.36\.0, \S+=v1\.36\.0$`))
-	g.Expect(text).To(MatchRegexp(`(?m)^  ✓ /etc/capi-inplace-demo/motd = ".*" on every simulated host \(3\)$`))
+	g.Expect(text).To(MatchRegexp(`(?m)^  ✓ /etc/capi-inplace-demo/motd = ".*" on every node \(3\)$`))
 	g.Expect(text).To(MatchRegexp(`(?m)^  ✓ rollout v1\.35\.0 -> v1\.36\.0 with a file change finished in \S+$`))
 	g.Expect(text).NotTo(ContainSubstring("✗"))
 	g.Expect(text).To(MatchRegexp(`(?m)^  total time \S+ \(rollout \S+\)$`))
