@@ -173,6 +173,13 @@ const (
 	// seen of the node. Before cordon the node is untouched; after it, it stays
 	// cordoned until a human looks (or MachineHealthCheck replaces it).
 	ReasonDeadlineExceeded = "InPlaceUpdateDeadlineExceeded"
+	// ReasonWaitingForControlPlane: the update of a worker Machine raises its
+	// kubelet's version and waits, before cordon, for the cluster's control plane
+	// to be at that version (every control-plane Machine asks for it and none is
+	// being updated, every control-plane node's kubelet reports it): a kubelet must
+	// never be newer than an API server it may reach. The node serves, unchanged
+	// (its plan may be staged meanwhile); the update starts on its own.
+	ReasonWaitingForControlPlane = "WaitingForControlPlane"
 )
 
 // FailedReason reports whether a Machine's InPlaceUpdate condition reason says its
@@ -197,4 +204,8 @@ const (
 	EventNodeDegraded     = "InPlaceNodeDegraded"
 	EventPlanNotPickedUp  = "InPlacePlanNotPickedUp"
 	EventDeadlineExceeded = "InPlaceUpdateDeadlineExceeded"
+	// EventWaitingForControlPlane: a worker's update began waiting for the
+	// control plane (ReasonWaitingForControlPlane); recorded when the Machine's
+	// condition takes that reason, not on every call.
+	EventWaitingForControlPlane = "InPlaceWaitingForControlPlane"
 )

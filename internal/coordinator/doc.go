@@ -32,7 +32,10 @@
 // maintenance window holds has its plan staged meanwhile (stageahead.go: fetched
 // and verified beside what the node runs, no cordon), within the pool's download
 // windows. Their record (failures, last finished node, measured durations) is the
-// Cluster's fleet-state annotation.
+// Cluster's fleet-state annotation. After them, a worker's update that raises its
+// kubelet's version waits the same way (staged meanwhile) until the cluster's
+// control plane is at that version (controlplanegate.go, pure ControlPlaneGate):
+// a kubelet must never be newer than an API server it may reach.
 //
 // Invariants:
 //   - No state lives only in memory: the plan hash is a pure function of the desired
@@ -61,8 +64,9 @@
 //     which the views read (internal/fleet/machinestate).
 //   - Answers are typed (Outcome: in progress, done, failed-final, failed-retryable
 //     with a Cause); messages are for humans only.
-//   - Fleet holds (paused, halted, window closed, soaking) happen only before
-//     cordon; an update past cordon always runs to a safe point.
+//   - Fleet holds (paused, halted, window closed, soaking, waiting for the control
+//     plane) happen only before cordon; an update past cordon always runs to a
+//     safe point.
 //
 // Steady-state calls (the agent works, the node settles) answer from informer caches
 // when Options.Caches is set (caches.go): management objects from the manager's

@@ -40,7 +40,7 @@ var _ FleetResolver = (*policy.Policy)(nil)
 // FleetMetrics counts fleet holds; nil counts nothing.
 type FleetMetrics interface {
 	// Held counts one call that held a node update before cordon, by reason
-	// (Paused, Halted, WindowClosed, Soaking, Cancelled).
+	// (Paused, Halted, WindowClosed, Soaking, Cancelled, WaitingForControlPlane).
 	Held(reason string)
 }
 
@@ -88,16 +88,18 @@ func (c *Coordinator) fleetCheck(ctx context.Context, s *scope, o Observation, d
 		}
 	case ActStart:
 		if !o.Started {
-			return c.gateStart(ctx, s)
+			return c.gateStart(ctx, s, o)
 		}
 	}
 	return Outcome{}, false
 }
 
 // gateStart holds an update that has not started (nothing cordoned yet) while its
-// pool's budget is spent, its window is closed or the previous node soaks. An
-// update held by a closed window stages its plan meanwhile (stageAhead).
-func (c *Coordinator) gateStart(ctx context.Context, s *scope) (Outcome, bool) {
+// pool's budget is spent, its window is closed or the previous node soaks, then a
+// worker's that raises its kubelet's version while the control plane is not at it
+// (holdForControlPlane). An update held by a closed window or by the control
+// plane stages its plan meanwhile (stageAhead).
+func (c *Coordinator) gateStart(ctx context.Context, s *scope, o Observation) (Outcome, bool) {
 	pool := c.fleetPool(s)
 	st, stErr := fleet.Decode(s.cluster.Annotations[inplacev1.FleetStateAnnotation])
 	if stErr != nil {
@@ -144,7 +146,7 @@ func (c *Coordinator) gateStart(ctx context.Context, s *scope) (Outcome, bool) {
 		// would otherwise race on the Cluster's status (and wake Cluster API's
 		// Cluster controllers) for a message that names whichever node won.
 		c.setFleetCondition(ctx, s, reason, event, activeMessage)
-		return Outcome{}, false
+		return c.holdForControlPlane(ctx, s, o, pool)
 	}
 	c.setFleetCondition(ctx, s, reason, event, hold.Message)
 	c.countHold(string(hold.Reason))

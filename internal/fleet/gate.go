@@ -13,6 +13,11 @@ const (
 	HoldHalted       HoldReason = "Halted"
 	HoldWindowClosed HoldReason = "WindowClosed"
 	HoldSoaking      HoldReason = "Soaking"
+	// HoldWaitingForControlPlane: a worker's update raises its kubelet's version
+	// and the cluster's control plane is not at it yet. Gate never answers it: the
+	// coordinator decides it from versions (its ControlPlaneGate), and holds with
+	// it as with the others (metrics, staging ahead).
+	HoldWaitingForControlPlane HoldReason = "WaitingForControlPlane"
 )
 
 // GateInput is what the gate sees of one node update that has not started.

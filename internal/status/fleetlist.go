@@ -2,6 +2,7 @@ package status
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
 	"slices"
@@ -158,7 +159,7 @@ func BuildFleetList(clusters []clusterv1.Cluster, machines []clusterv1.Machine, 
 
 func fleetLine(c *clusterv1.Cluster, machines []clusterv1.Machine, now time.Time) FleetLine {
 	line := FleetLine{Namespace: c.Namespace, Name: c.Name, Versions: []string{}, OSImages: []string{}}
-	var failure, blocked string
+	var failure, blocked, waiting string
 	var states []machinestate.State
 	for i := range machines {
 		m := &machines[i]
@@ -188,6 +189,9 @@ func fleetLine(c *clusterv1.Cluster, machines []clusterv1.Machine, now time.Time
 			if v.State == machinestate.DrainBlocked && blocked == "" {
 				blocked = fmt.Sprintf("Machine %s: %s: %s", m.Name, v.Reason, v.Message)
 			}
+			if v.State == machinestate.WaitingForControlPlane && waiting == "" {
+				waiting = fmt.Sprintf("Machine %s: %s: %s", m.Name, v.Reason, v.Message)
+			}
 		case v.State == machinestate.UpToDate:
 			line.UpToDate++
 		}
@@ -199,7 +203,9 @@ func fleetLine(c *clusterv1.Cluster, machines []clusterv1.Machine, now time.Time
 		line.Since = &t
 	}
 	fv := buildFleet(c, machines, now)
-	line.State, line.Message = clusterState(line, failure, blocked, machinestate.StagedAndWaiting(states), fv)
+	// A blocked drain may need a human; a worker waiting for the control plane is
+	// named when nothing is blocked.
+	line.State, line.Message = clusterState(line, failure, cmp.Or(blocked, waiting), machinestate.StagedAndWaiting(states), fv)
 	if line.State == ClusterStaged || line.State == FleetWindowClosed {
 		line.NextOpening = fv.NextOpening
 	}

@@ -149,6 +149,8 @@ func dash(s string) string {
 
 func phaseCell(m MachineView, reachable bool) string {
 	switch {
+	case m.WaitingForControlPlane != "" && (m.Phase == "" || m.Phase == protocol.PhaseStaging):
+		return string(machinestate.WaitingForControlPlane)
 	case m.StagedForWindow && (m.Phase == "" || m.Phase == protocol.PhaseStaging):
 		return string(machinestate.Staged)
 	case m.Phase != "":
@@ -233,6 +235,8 @@ func details(m MachineView) string {
 		parts = append(parts, m.Failure)
 	case m.Drain.State == DrainBlocked && m.Drain.Message != "":
 		parts = append(parts, "drain blocked: "+m.Drain.Message)
+	case m.WaitingForControlPlane != "":
+		parts = append(parts, m.WaitingForControlPlane)
 	case m.StagedForWindow:
 		parts = append(parts, joinNonEmpty("staged, waiting for a maintenance window", m.Message))
 	case m.InProgress() || m.Phase == "":

@@ -161,6 +161,11 @@ type MachineView struct {
 	// (machinestate.Staged, read from the Machine: shown when the workload
 	// cluster is unreachable too).
 	StagedForWindow bool `json:"stagedForWindow,omitempty"`
+	// WaitingForControlPlane is why a worker's update waits, before cordon, for
+	// the cluster's control plane to reach the version it raises the kubelet to
+	// (the Machine's InPlaceUpdate condition message, reason
+	// WaitingForControlPlane; machinestate.WaitingForControlPlane); "" when not.
+	WaitingForControlPlane string `json:"waitingForControlPlane,omitempty"`
 
 	// StartedAt is when the agent started the plan; ElapsedSeconds runs from there to
 	// now, or to the last update once the phase is terminal.
@@ -329,6 +334,8 @@ func buildMachine(m *clusterv1.Machine, node *corev1.Node, reachable bool, now t
 	case machinestate.DrainBlocked:
 		mv.Drain.State = DrainBlocked
 		mv.Drain.Message = v.Message
+	case machinestate.WaitingForControlPlane:
+		mv.WaitingForControlPlane = v.Message
 	case machinestate.Staged:
 		mv.StagedForWindow = true
 	}

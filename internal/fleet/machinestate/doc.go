@@ -15,6 +15,10 @@
 //     a Machine that asks for the target and whose kubelet already runs it is still
 //     Updating while Cluster API's update-in-progress annotation is on it.
 //   - A failure outranks everything: it needs a human, even on a Machine going away.
+//   - A worker's update waiting for the control plane (our condition's reason
+//     WaitingForControlPlane, while Cluster API updates the Machine) is in
+//     progress, never reached, and outranks a staged record: it waits for the
+//     control plane, not for a window.
 //   - A staged update waiting for its window is in progress, never reached: the
 //     node still runs the old version. A Cluster is staged and waiting
 //     (StagedAndWaiting) only while nothing else of it is under way.

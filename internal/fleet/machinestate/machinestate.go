@@ -22,6 +22,12 @@ const (
 	// PodDisruptionBudget or a pod). The update is in progress, held where a
 	// person may have to act.
 	DrainBlocked State = "DrainBlocked"
+	// WaitingForControlPlane: Cluster API is updating the (worker) Machine and
+	// capi-inplace holds the update before cordon until the cluster's control
+	// plane is at the version it raises the kubelet to (the InPlaceUpdate
+	// condition's reason inplacev1.ReasonWaitingForControlPlane). The node serves,
+	// unchanged; the update starts on its own. In progress, as Updating is.
+	WaitingForControlPlane State = "WaitingForControlPlane"
 	// Staged: Cluster API is updating the Machine and capi-inplace holds the
 	// update before cordon, its plan staged on the node ahead of a closed
 	// maintenance window (the coordinator's phase record on the Machine says
@@ -43,13 +49,16 @@ const (
 )
 
 // InProgress reports whether an update of the Machine is under way (Updating,
-// DrainBlocked, or Staged and waiting for its window).
-func (s State) InProgress() bool { return s == Updating || s == DrainBlocked || s == Staged }
+// DrainBlocked, WaitingForControlPlane, or Staged and waiting for its window).
+func (s State) InProgress() bool {
+	return s == Updating || s == DrainBlocked || s == WaitingForControlPlane || s == Staged
+}
 
 // StagedAndWaiting is the one rule for a Cluster whose update is staged and
 // waits for a maintenance window, given its Machines' states: at least one
-// Machine is Staged and none is Failed, Updating or DrainBlocked (a Machine
-// still staging, or past its cordon, is work under way, not waiting). Machines
+// Machine is Staged and none is Failed, Updating, DrainBlocked or
+// WaitingForControlPlane (a Machine still staging, past its cordon, or waiting
+// for a control plane under way, is work under way, not waiting). Machines
 // Cluster API has not started yet or is done with (Outdated, Unreported,
 // UpToDate) and those going away neither make nor break it.
 func StagedAndWaiting(states []State) bool {
@@ -58,7 +67,7 @@ func StagedAndWaiting(states []State) bool {
 		switch s {
 		case Staged:
 			staged = true
-		case Failed, Updating, DrainBlocked:
+		case Failed, Updating, DrainBlocked, WaitingForControlPlane:
 			return false
 		}
 	}
@@ -69,12 +78,12 @@ func StagedAndWaiting(states []State) bool {
 type Verdict struct {
 	State State
 	// Reason and Message are the Machine's InPlaceUpdate condition's when State is
-	// Failed or DrainBlocked, so that a view can say why.
+	// Failed, DrainBlocked or WaitingForControlPlane, so that a view can say why.
 	Reason, Message string
 }
 
 // Of judges a Machine: the first that holds of Failed, Deleting, DrainBlocked,
-// Staged, Updating, Unreported, then UpToDate or Outdated by the node's kubelet version
+// WaitingForControlPlane, Staged, Updating, Unreported, then UpToDate or Outdated by the node's kubelet version
 // against spec.version (the same release, build metadata aside).
 func Of(m *clusterv1.Machine) Verdict {
 	cond := meta.FindStatusCondition(m.Status.Conditions, inplacev1.InPlaceUpdateCondition)
@@ -85,6 +94,10 @@ func Of(m *clusterv1.Machine) Verdict {
 		return Verdict{State: Deleting}
 	case cond != nil && cond.Reason == inplacev1.ReasonDrainBlocked:
 		return Verdict{State: DrainBlocked, Reason: cond.Reason, Message: cond.Message}
+	case updating(m) && cond != nil && cond.Reason == inplacev1.ReasonWaitingForControlPlane:
+		// Before Staged: a plan staged while waiting for the control plane waits
+		// for the control plane, not for a window.
+		return Verdict{State: WaitingForControlPlane, Reason: cond.Reason, Message: cond.Message}
 	case updating(m) && stagedAhead(m):
 		return Verdict{State: Staged}
 	case updating(m) || (cond != nil && cond.Reason == inplacev1.ReasonInProgress):

@@ -107,6 +107,12 @@ func TestOf(t *testing.T) {
 			want: Failed, wantReason: inplacev1.ReasonDeadlineExceeded},
 		{name: "never picked up", m: machine(target, from, inPlace(inplacev1.ReasonPlanNotPickedUp)), want: Failed, wantReason: inplacev1.ReasonPlanNotPickedUp},
 		{name: "degraded", m: machine(target, from, inPlace(inplacev1.ReasonDegraded)), want: Failed, wantReason: inplacev1.ReasonDegraded},
+		{name: "waiting for the control plane", m: machine(target, from, annotated, inPlace(inplacev1.ReasonWaitingForControlPlane)),
+			want: WaitingForControlPlane, wantReason: inplacev1.ReasonWaitingForControlPlane},
+		{name: "waiting for the control plane, its plan staged meanwhile", m: machine(target, from, annotated, phaseRecord(protocol.UpdatePhaseStaged, t0), inPlace(inplacev1.ReasonWaitingForControlPlane)),
+			want: WaitingForControlPlane, wantReason: inplacev1.ReasonWaitingForControlPlane},
+		{name: "a wait for the control plane without Cluster API updating says nothing", m: machine(target, target, inPlace(inplacev1.ReasonWaitingForControlPlane)),
+			want: UpToDate, wantReached: true},
 		{name: "staged ahead of a closed window", m: machine(target, from, annotated, phaseRecord(protocol.UpdatePhaseStaged, t0)), want: Staged},
 		{name: "staged, after Cluster API began the update", m: machine(target, from, capiUpdatingSince(t0), phaseRecord(protocol.UpdatePhaseStaged, t0.Add(time.Hour))), want: Staged},
 		{name: "a staged record older than Cluster API's update is another update's",
@@ -129,7 +135,7 @@ func TestOf(t *testing.T) {
 			if tt.wantReason != "" {
 				g.Expect(v.Message).To(Equal("said " + tt.wantReason))
 			}
-			g.Expect(v.State.InProgress()).To(Equal(tt.want == Updating || tt.want == DrainBlocked || tt.want == Staged))
+			g.Expect(v.State.InProgress()).To(Equal(tt.want == Updating || tt.want == DrainBlocked || tt.want == WaitingForControlPlane || tt.want == Staged))
 			g.Expect(Reached(tt.m, target)).To(Equal(tt.wantReached))
 		})
 	}
@@ -146,6 +152,7 @@ func TestStagedAndWaiting(t *testing.T) {
 		{name: "staged, the rest not started or done", states: []State{Staged, Outdated, UpToDate, Unreported, Deleting}, want: true},
 		{name: "another still staging", states: []State{Staged, Updating}, want: false},
 		{name: "a drain blocked", states: []State{Staged, DrainBlocked}, want: false},
+		{name: "a worker waiting for the control plane", states: []State{Staged, WaitingForControlPlane}, want: false},
 		{name: "a failure needs a human first", states: []State{Staged, Failed}, want: false},
 		{name: "nothing staged", states: []State{Outdated, UpToDate}, want: false},
 	}
