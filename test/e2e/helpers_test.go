@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
@@ -198,6 +199,14 @@ type machineWatch struct {
 	took    map[string]time.Duration
 	// first is when each Machine first started updating.
 	first map[string]time.Time
+	// seq numbers the watch's events (the API server's order); cpEnded is the
+	// event at which the last control-plane Machine's update ended, cordoned the
+	// event at which each worker's update went past its holds (the coordinator's
+	// phase record moved to cordon or later), for controlPlaneFirst.
+	seq      int
+	since    time.Time
+	cpEnded  int
+	cordoned map[string]int
 }
 
 // watchMachines starts watching Machines of the namespace; events for Machines that
@@ -220,7 +229,8 @@ func (s *scenario) watchMachines() *machineWatch {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	mw := &machineWatch{stop: w.Stop, started: map[string]time.Time{}, took: map[string]time.Duration{}, first: map[string]time.Time{}}
+	mw := &machineWatch{stop: w.Stop, started: map[string]time.Time{}, took: map[string]time.Duration{}, first: map[string]time.Time{},
+		since: time.Now(), cordoned: map[string]int{}}
 	go func() {
 		for ev := range w.ResultChan() {
 			m, ok := ev.Object.(*clusterv1.Machine)
@@ -228,6 +238,11 @@ func (s *scenario) watchMachines() *machineWatch {
 				continue
 			}
 			mw.mu.Lock()
+			mw.seq++
+			_, controlPlane := m.Labels[clusterv1.MachineControlPlaneLabel]
+			if _, seen := mw.cordoned[m.Name]; !seen && !controlPlane && pastHolds(m, mw.since) {
+				mw.cordoned[m.Name] = mw.seq
+			}
 			switch ev.Type {
 			case watch.Added:
 				if !existing[string(m.UID)] {
@@ -240,6 +255,9 @@ func (s *scenario) watchMachines() *machineWatch {
 			if t0, ok := mw.started[m.Name]; ok && !updating {
 				mw.took[m.Name] = time.Since(t0)
 				delete(mw.started, m.Name)
+				if controlPlane {
+					mw.cpEnded = mw.seq
+				}
 			} else if !ok && updating {
 				mw.started[m.Name] = time.Now()
 				if _, seen := mw.first[m.Name]; !seen {
@@ -251,6 +269,47 @@ func (s *scenario) watchMachines() *machineWatch {
 	}()
 	s.t.Cleanup(w.Stop)
 	return mw
+}
+
+// pastHolds reports whether the coordinator's phase record on the Machine says
+// its update went past the holds before cordon (phase Draining or later) since t:
+// the node is cordoned and its plan about to be published.
+func pastHolds(m *clusterv1.Machine, t time.Time) bool {
+	var rec struct {
+		Phase string    `json:"phase"`
+		Since time.Time `json:"since"`
+	}
+	if json.Unmarshal([]byte(m.Annotations[inplacev1.UpdatePhaseAnnotation]), &rec) != nil || rec.Since.Before(t) {
+		return false
+	}
+	return rec.Phase != "" && rec.Phase != "Staging" && rec.Phase != "Staged"
+}
+
+// controlPlaneFirst checks that no worker's update went past its holds (cordon,
+// then the new kubelet) before the last control-plane Machine's update ended, in
+// the order the API server sent the events: a kubelet must not be newer than an
+// API server it may reach, and Cluster API's topology controller starts the
+// workers as soon as KCP picked its last Machine (the coordinator holds them).
+func (w *machineWatch) controlPlaneFirst() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cpEnded == 0 {
+		return errors.New("no control-plane Machine's update was seen to end")
+	}
+	var early []string
+	for name, at := range w.cordoned {
+		if at < w.cpEnded {
+			early = append(early, name)
+		}
+	}
+	if len(early) == 0 && len(w.cordoned) == 0 {
+		return errors.New("no worker's update was seen to pass cordon")
+	}
+	if len(early) > 0 {
+		sort.Strings(early)
+		return fmt.Errorf("worker Machines %v went past cordon before the last control-plane Machine's update ended", early)
+	}
+	return nil
 }
 
 // durations returns how long each Machine's in-place update took, as seen by the watch.

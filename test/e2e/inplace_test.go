@@ -22,6 +22,9 @@ const rolloutTimeout = 10 * time.Minute
 // Every Machine keeps its name and UID, no Machine is created or deleted (watched),
 // every Node reports the new kubelet version, every simulated host has the new file,
 // and the Cluster's ControlPlaneMachinesUpToDate and WorkerMachinesUpToDate are True.
+// No worker is cordoned for its new kubelet before the last control-plane Machine's
+// update ended (the topology controller starts the workers earlier; the coordinator
+// holds them: WaitingForControlPlane).
 func TestClusterClassVersionAndFilesInPlace(t *testing.T) {
 	t.Parallel()
 	ourExtension(t)
@@ -49,6 +52,9 @@ func TestClusterClassVersionAndFilesInPlace(t *testing.T) {
 	s.waitInPlace(cluster, toVersion, 5, true, before, file, agents)
 	round := time.Since(roundStart)
 	s.assertNoMachineChurn(watch)
+	if err := watch.controlPlaneFirst(); err != nil {
+		t.Fatal(err)
+	}
 	s.logf("EVIDENCE round: ClusterClass in-place round (version %s -> %s + files, 3 CP + 2 workers) took %s; per machine %v",
 		fromVersion, toVersion, round.Round(time.Second), watch.durations())
 
