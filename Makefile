@@ -141,7 +141,7 @@ e2e-node: tools-capi build ## Real-node lane: the agent upgrades real kubeadm no
 # creating kind-style kubeadm nodes from images built here, our extension installed as
 # in production; the test binary runs in the engine's network namespace.
 REALCAPI_ARTIFACTS := $(ROOT)/_artifacts/realcapi
-E2EREAL_FLAGS ?= -test.v -test.timeout=60m -test.parallel=6
+E2EREAL_FLAGS ?= -test.v -test.timeout=60m -test.parallel=7
 
 .PHONY: e2e-real
 e2e-real: tools-capi build ## Real Cluster API lane: upstream CAPI and its Docker provider make real kubeadm nodes, updated in place (root; docs/real-capi.md).
