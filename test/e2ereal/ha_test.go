@@ -14,6 +14,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -154,7 +155,27 @@ func TestHAControlPlaneAndWorkers(t *testing.T) {
 
 	// The operator repairs the node and retries; the third control plane then loses
 	// power while `kubeadm upgrade node` runs on it.
-	var workerCut <-chan error
+	// The workers wait for the whole control plane. Once KubeadmControlPlane starts
+	// on its last Machine it reports every Machine at the new version (it reads
+	// their spec), and the topology controller moves the MachineDeployment; a
+	// worker's kubelet must not be newer than an API server it may reach. Whenever
+	// a worker is first seen cordoned, every control plane must be done. One worker
+	// loses power during its gates.
+	var skewMu sync.Mutex
+	var skew []string
+	var workerCordons []*lanekit.CordonWatch
+	for _, w := range workers {
+		workerCordons = append(workerCordons, lanekit.WatchCordonThen(wc, w, func(*corev1.Node) {
+			for _, cp := range cps {
+				if err := nodeAt(ctx, wc, cp, to); err != nil {
+					skewMu.Lock()
+					skew = append(skew, fmt.Sprintf("worker %s cordoned while %v", w, err))
+					skewMu.Unlock()
+				}
+			}
+		}))
+	}
+	workerCut := powerCutDuring(ctx, workers[0], "gates", nil)
 	var workerStart time.Time
 	backupsBefore := kubeadmBackups(ctx, third)
 	powerCut := powerCutDuring(ctx, third, "kubeadm-upgrade", nil)
@@ -165,9 +186,6 @@ func TestHAControlPlaneAndWorkers(t *testing.T) {
 		n := waitNextControlPlaneAt(t, wc, cps, &order)
 		suite.figures.Add(fmt.Sprintf("ha: retry -> control plane %d of 3 at %s", len(order), to), time.Since(retried))
 		if len(order) == 3 {
-			// The topology controller moves the workers as soon as KubeadmControlPlane
-			// reports every Machine updated: one of them loses power during its gates.
-			workerCut = powerCutDuring(ctx, workers[0], "gates", nil)
 			workerStart = time.Now()
 		}
 		waitEtcdKept(t, n, before)
@@ -207,6 +225,12 @@ func TestHAControlPlaneAndWorkers(t *testing.T) {
 		g.Eventually(func() error { return machineUpdated(ctx, ns, machineOf[w], to) }).Should(Succeed())
 	}
 	suite.figures.Add("ha: third control plane at "+to+" -> two workers at "+to+" (topology, MachineDeployment in-place hooks, one power cut)", time.Since(workerStart))
+	for _, c := range workerCordons {
+		c.Stop()
+	}
+	skewMu.Lock()
+	g.Expect(skew).To(BeEmpty(), "no worker updated before the whole control plane")
+	skewMu.Unlock()
 	select {
 	case err := <-workerCut:
 		g.Expect(err).NotTo(HaveOccurred(), "the worker's power cut")
