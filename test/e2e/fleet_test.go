@@ -521,12 +521,14 @@ func (s *scenario) statusOf(cluster string, wantExit int) status.ClusterView {
 type cordonWatch struct {
 	mu   sync.Mutex
 	last map[string]time.Time
+	// first is when each node was first seen cordoned.
+	first map[string]time.Time
 }
 
 // watchCordons follows the workload cluster's Nodes by a watch (followNodes) until
 // the test ends, so that a cordon lifted within the same second is seen too.
 func (s *scenario) watchCordons(wc client.WithWatch) *cordonWatch {
-	w := &cordonWatch{last: map[string]time.Time{}}
+	w := &cordonWatch{last: map[string]time.Time{}, first: map[string]time.Time{}}
 	ctx, cancel := context.WithCancel(s.ctx)
 	done := make(chan struct{})
 	s.t.Cleanup(func() { cancel(); <-done })
@@ -543,6 +545,9 @@ func (w *cordonWatch) observe(nodes []corev1.Node, now time.Time) {
 	for _, n := range nodes {
 		if n.Spec.Unschedulable {
 			w.last[n.Name] = now
+			if _, ok := w.first[n.Name]; !ok {
+				w.first[n.Name] = now
+			}
 		}
 	}
 }
@@ -556,6 +561,13 @@ func (w *cordonWatch) seen() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// firstCordoned is when node was first seen cordoned (zero if never).
+func (w *cordonWatch) firstCordoned(node string) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.first[node]
 }
 
 // cordonedSince reports whether node was seen cordoned at or after t.

@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
@@ -199,14 +198,8 @@ type machineWatch struct {
 	took    map[string]time.Duration
 	// first is when each Machine first started updating.
 	first map[string]time.Time
-	// seq numbers the watch's events (the API server's order); cpEnded is the
-	// event at which the last control-plane Machine's update ended, cordoned the
-	// event at which each worker's update went past its holds (the coordinator's
-	// phase record moved to cordon or later), for controlPlaneFirst.
-	seq      int
-	since    time.Time
-	cpEnded  int
-	cordoned map[string]int
+	// cpEnded is when the watch last saw a control-plane Machine's update end.
+	cpEnded time.Time
 }
 
 // watchMachines starts watching Machines of the namespace; events for Machines that
@@ -229,8 +222,7 @@ func (s *scenario) watchMachines() *machineWatch {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	mw := &machineWatch{stop: w.Stop, started: map[string]time.Time{}, took: map[string]time.Duration{}, first: map[string]time.Time{},
-		since: time.Now(), cordoned: map[string]int{}}
+	mw := &machineWatch{stop: w.Stop, started: map[string]time.Time{}, took: map[string]time.Duration{}, first: map[string]time.Time{}}
 	go func() {
 		for ev := range w.ResultChan() {
 			m, ok := ev.Object.(*clusterv1.Machine)
@@ -238,11 +230,7 @@ func (s *scenario) watchMachines() *machineWatch {
 				continue
 			}
 			mw.mu.Lock()
-			mw.seq++
 			_, controlPlane := m.Labels[clusterv1.MachineControlPlaneLabel]
-			if _, seen := mw.cordoned[m.Name]; !seen && !controlPlane && pastHolds(m, mw.since) {
-				mw.cordoned[m.Name] = mw.seq
-			}
 			switch ev.Type {
 			case watch.Added:
 				if !existing[string(m.UID)] {
@@ -256,7 +244,7 @@ func (s *scenario) watchMachines() *machineWatch {
 				mw.took[m.Name] = time.Since(t0)
 				delete(mw.started, m.Name)
 				if controlPlane {
-					mw.cpEnded = mw.seq
+					mw.cpEnded = time.Now()
 				}
 			} else if !ok && updating {
 				mw.started[m.Name] = time.Now()
@@ -271,43 +259,33 @@ func (s *scenario) watchMachines() *machineWatch {
 	return mw
 }
 
-// pastHolds reports whether the coordinator's phase record on the Machine says
-// its update went past the holds before cordon (phase Draining or later) since t:
-// the node is cordoned and its plan about to be published.
-func pastHolds(m *clusterv1.Machine, t time.Time) bool {
-	var rec struct {
-		Phase string    `json:"phase"`
-		Since time.Time `json:"since"`
-	}
-	if json.Unmarshal([]byte(m.Annotations[inplacev1.UpdatePhaseAnnotation]), &rec) != nil || rec.Since.Before(t) {
-		return false
-	}
-	return rec.Phase != "" && rec.Phase != "Staging" && rec.Phase != "Staged"
-}
-
-// controlPlaneFirst checks that no worker's update went past its holds (cordon,
-// then the new kubelet) before the last control-plane Machine's update ended, in
-// the order the API server sent the events: a kubelet must not be newer than an
+// controlPlaneFirst checks that no worker node was cordoned (cordons, the
+// workload cluster's Nodes as seen since before the change) before the watch saw
+// the last control-plane Machine's update end: a kubelet must not be newer than an
 // API server it may reach, and Cluster API's topology controller starts the
-// workers as soon as KCP picked its last Machine (the coordinator holds them).
-func (w *machineWatch) controlPlaneFirst() error {
+// workers as soon as KubeadmControlPlane started on its last Machine (the
+// coordinator holds them). workers are the worker nodes.
+func (w *machineWatch) controlPlaneFirst(cordons *cordonWatch, workers []string) error {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.cpEnded == 0 {
+	cpEnded := w.cpEnded
+	w.mu.Unlock()
+	if cpEnded.IsZero() {
 		return errors.New("no control-plane Machine's update was seen to end")
 	}
-	var early []string
-	for name, at := range w.cordoned {
-		if at < w.cpEnded {
-			early = append(early, name)
+	var early, never []string
+	for _, n := range workers {
+		switch at := cordons.firstCordoned(n); {
+		case at.IsZero():
+			never = append(never, n)
+		case at.Before(cpEnded):
+			early = append(early, fmt.Sprintf("%s (%s before)", n, cpEnded.Sub(at).Round(time.Millisecond)))
 		}
 	}
-	if len(early) == 0 && len(w.cordoned) == 0 {
-		return errors.New("no worker's update was seen to pass cordon")
+	if len(never) > 0 {
+		return fmt.Errorf("worker nodes %v were never seen cordoned", never)
 	}
 	if len(early) > 0 {
-		sort.Strings(early)
-		return fmt.Errorf("worker Machines %v went past cordon before the last control-plane Machine's update ended", early)
+		return fmt.Errorf("worker nodes %v were cordoned before the last control-plane Machine's update ended", early)
 	}
 	return nil
 }

@@ -43,6 +43,13 @@ func TestClusterClassVersionAndFilesInPlace(t *testing.T) {
 	s.waitClusterReady(cluster, 5)
 	agents := s.startAgents(cluster, 5)
 	before := machineIDs(s.machines(cluster))
+	var workers []string
+	for _, m := range s.machines(cluster) {
+		if _, cp := m.Labels[clusterv1.MachineControlPlaneLabel]; !cp {
+			workers = append(workers, m.Status.NodeRef.Name)
+		}
+	}
+	cordons := s.watchCordons(s.workloadClient(agents.Kubeconfig()))
 	watch := s.watchMachines()
 
 	file := localstack.File{Path: "/etc/capi-inplace-e2e/round", Content: "1"}
@@ -52,7 +59,7 @@ func TestClusterClassVersionAndFilesInPlace(t *testing.T) {
 	s.waitInPlace(cluster, toVersion, 5, true, before, file, agents)
 	round := time.Since(roundStart)
 	s.assertNoMachineChurn(watch)
-	if err := watch.controlPlaneFirst(); err != nil {
+	if err := watch.controlPlaneFirst(cordons, workers); err != nil {
 		t.Fatal(err)
 	}
 	s.logf("EVIDENCE round: ClusterClass in-place round (version %s -> %s + files, 3 CP + 2 workers) took %s; per machine %v",
