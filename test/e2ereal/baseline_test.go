@@ -87,7 +87,7 @@ func TestKubeadmBaseline(t *testing.T) {
 
 	suite.figures.Add("baseline (kubeadm by hand, same cluster shape): drain -> uncordon at "+to, took)
 	suite.figures.Add("baseline: drain, kubeadm upgrade apply, kubelet and uncordon", fmt.Sprintf("%s, %s, %s",
-		drained.Sub(start).Round(100*time.Millisecond), upgraded.Sub(drained).Round(100*time.Millisecond), (took - upgraded.Sub(start)).Round(100*time.Millisecond)))
+		drained.Sub(start).Round(100*time.Millisecond), upgraded.Sub(drained).Round(100*time.Millisecond), (took-upgraded.Sub(start)).Round(100*time.Millisecond)))
 	suite.figures.Add("baseline: cordon -> uncordon", cordon.Stop())
 	suite.figures.Add("baseline: workload probes answered (every 100 ms)", fmt.Sprintf("%d of %d (%.2f %%), down %s, longest gap %s", ok, all, 100*float64(ok)/float64(max(all, 1)), webDown.Round(100*time.Millisecond), webLongest.Round(100*time.Millisecond)))
 	suite.figures.Add("baseline: API server unavailable (total, longest window, windows)", fmt.Sprintf("%s, %s, %d", apiDown.Round(100*time.Millisecond), apiLongest.Round(100*time.Millisecond), apiWindows))
