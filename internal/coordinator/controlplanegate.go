@@ -10,10 +10,7 @@ import (
 	"github.com/blang/semver/v4"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
@@ -276,32 +273,16 @@ func controlPlaneNodes(ctx context.Context, workload client.Reader, machines []C
 // showWaitingForControlPlane puts the hold on the Machine's InPlaceUpdate
 // condition, where `status`, `fleet status` and the FleetRollout controller see
 // it (internal/fleet/machinestate), with an Event when the condition takes the
-// reason (not when the control-plane Machine it names moves on). A failed write
-// is retried by the next call.
+// reason (not when the control-plane Machine it names moves on).
 func (c *Coordinator) showWaitingForControlPlane(ctx context.Context, s *scope, message string) {
-	cur := meta.FindStatusCondition(s.stored.Status.Conditions, inplacev1.InPlaceUpdateCondition)
-	transition := cur == nil || cur.Reason != inplacev1.ReasonWaitingForControlPlane
-	changed, err := c.setMachineCondition(ctx, s.stored, metav1.Condition{Type: inplacev1.InPlaceUpdateCondition,
-		Status: metav1.ConditionFalse, Reason: inplacev1.ReasonWaitingForControlPlane, Message: message})
-	if err != nil {
-		ctrl.LoggerFrom(ctx).Info("Could not report the wait for the control plane on the Machine; the next call retries", "error", err.Error())
-		return
-	}
-	if changed && transition {
+	if _, newReason := c.showHeld(ctx, s, inplacev1.ReasonWaitingForControlPlane, message); newReason {
 		c.opts.Recorder.Eventf(s.stored, nil, corev1.EventTypeNormal, inplacev1.EventWaitingForControlPlane, "ControlPlane", "%s", message)
 	}
 }
 
 // clearWaitingForControlPlane says the update goes on once the control plane is
-// at its version, so that the Machine is no longer shown waiting. A failed write
-// is left to the update's end, whose report replaces the condition.
+// at its version, so that the Machine is no longer shown waiting.
 func (c *Coordinator) clearWaitingForControlPlane(ctx context.Context, s *scope) {
-	if cur := meta.FindStatusCondition(s.stored.Status.Conditions, inplacev1.InPlaceUpdateCondition); cur == nil || cur.Reason != inplacev1.ReasonWaitingForControlPlane {
-		return
-	}
-	if _, err := c.setMachineCondition(ctx, s.stored, metav1.Condition{Type: inplacev1.InPlaceUpdateCondition,
-		Status: metav1.ConditionFalse, Reason: inplacev1.ReasonInProgress,
-		Message: fmt.Sprintf("node %s: the control plane is at %s; its update starts", s.node.Name, s.machine.Spec.Version)}); err != nil {
-		ctrl.LoggerFrom(ctx).Info("Could not clear the wait for the control plane on the Machine", "error", err.Error())
-	}
+	c.clearHeld(ctx, s, inplacev1.ReasonWaitingForControlPlane,
+		fmt.Sprintf("node %s: the control plane is at %s; its update starts", s.node.Name, s.machine.Spec.Version))
 }

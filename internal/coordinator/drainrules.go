@@ -196,29 +196,45 @@ func (c *Coordinator) finishDrain(ctx context.Context, s *scope, res drain.Resul
 // (DrainBlocked, naming what refuses the eviction), where `status`, `fleet status`
 // and the FleetRollout controller see why the node is cordoned, and records an
 // Event when the condition changed. The message names the blocker and the node,
-// not the time spent, so that a drain blocked for an hour writes once. A failed
-// write is retried by the next call.
+// not the time spent, so that a drain blocked for an hour writes once.
 func (c *Coordinator) showDrainBlocked(ctx context.Context, s *scope, message string) {
-	changed, err := c.setMachineCondition(ctx, s.stored, metav1.Condition{Type: inplacev1.InPlaceUpdateCondition,
-		Status: metav1.ConditionFalse, Reason: inplacev1.ReasonDrainBlocked, Message: message})
-	if err != nil {
-		ctrl.LoggerFrom(ctx).Info("Could not report the blocked drain on the Machine; the next call retries", "error", err.Error())
-		return
-	}
-	if changed {
+	if changed, _ := c.showHeld(ctx, s, inplacev1.ReasonDrainBlocked, message); changed {
 		c.opts.Recorder.Eventf(s.stored, nil, corev1.EventTypeWarning, inplacev1.EventDrainBlocked, "Drain", "%s", message)
 	}
 }
 
 // clearDrainBlocked says the update goes on once a drain that showDrainBlocked
-// reported is over, so that the Machine is no longer shown held by its drain. A
-// failed write is left to the update's end, whose report replaces the condition.
+// reported is over, so that the Machine is no longer shown held by its drain.
 func (c *Coordinator) clearDrainBlocked(ctx context.Context, s *scope) {
-	if cur := meta.FindStatusCondition(s.stored.Status.Conditions, inplacev1.InPlaceUpdateCondition); cur == nil || cur.Reason != inplacev1.ReasonDrainBlocked {
+	c.clearHeld(ctx, s, inplacev1.ReasonDrainBlocked, fmt.Sprintf("node %s drained", s.node.Name))
+}
+
+// showHeld puts a hold of the update on the Machine's InPlaceUpdate condition
+// (False, reason, message). changed says the condition changed, newReason that
+// it took reason now; both false when the write failed, which is logged and
+// retried by the next call.
+func (c *Coordinator) showHeld(ctx context.Context, s *scope, reason, message string) (changed, newReason bool) {
+	cur := meta.FindStatusCondition(s.stored.Status.Conditions, inplacev1.InPlaceUpdateCondition)
+	newReason = cur == nil || cur.Reason != reason
+	changed, err := c.setMachineCondition(ctx, s.stored, metav1.Condition{Type: inplacev1.InPlaceUpdateCondition,
+		Status: metav1.ConditionFalse, Reason: reason, Message: message})
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Info("Could not show the hold on the Machine; the next call retries", "reason", reason, "error", err.Error())
+		return false, false
+	}
+	return changed, changed && newReason
+}
+
+// clearHeld says the update goes on (InPlaceUpdateInProgress, message) once a hold
+// that showHeld put on the Machine with reason held is over, so that the Machine
+// is no longer shown held; any other condition is left as it is. A failed write is
+// left to the update's end, whose report replaces the condition.
+func (c *Coordinator) clearHeld(ctx context.Context, s *scope, held, message string) {
+	if cur := meta.FindStatusCondition(s.stored.Status.Conditions, inplacev1.InPlaceUpdateCondition); cur == nil || cur.Reason != held {
 		return
 	}
 	if _, err := c.setMachineCondition(ctx, s.stored, metav1.Condition{Type: inplacev1.InPlaceUpdateCondition,
-		Status: metav1.ConditionFalse, Reason: inplacev1.ReasonInProgress, Message: fmt.Sprintf("node %s drained", s.node.Name)}); err != nil {
-		ctrl.LoggerFrom(ctx).Info("Could not clear the blocked drain on the Machine", "error", err.Error())
+		Status: metav1.ConditionFalse, Reason: inplacev1.ReasonInProgress, Message: message}); err != nil {
+		ctrl.LoggerFrom(ctx).Info("Could not clear the hold on the Machine", "reason", held, "error", err.Error())
 	}
 }
