@@ -47,22 +47,28 @@ type Extension struct {
 // agents are run by the stack, so the extension does not install them
 // (--manage-agents=false).
 func OurExtension(binDir, name string, labels, settings map[string]string) ExtensionSpec {
+	return OurExtensionWith(binDir, name, labels, settings, "--manage-agents=false")
+}
+
+// OurExtensionWith is OurExtension with args of the caller's instead of
+// --manage-agents=false: an extension that installs the agents itself passes its
+// policy and agent image.
+func OurExtensionWith(binDir, name string, labels, settings map[string]string, args ...string) ExtensionSpec {
 	return ExtensionSpec{
 		Name: name,
 		Path: filepath.Join(binDir, "capi-inplace"),
 		Args: func(port int, certDir, kubeconfig string) []string {
-			return []string{
+			return append([]string{
 				"extension",
 				fmt.Sprintf("--webhook-port=%d", port),
 				"--webhook-host=127.0.0.1",
 				"--webhook-cert-dir=" + certDir,
 				"--kubeconfig=" + kubeconfig,
-				"--manage-agents=false",
 				"--extension-config-name=" + name,
 				"--health-addr=127.0.0.1:0",
 				"--diagnostics-address=0",
 				"--v=1",
-			}
+			}, args...)
 		},
 		NamespaceLabels: labels,
 		Settings:        settings,

@@ -103,24 +103,5 @@ kubernetesBinaries:
 // (agentImage, from the lane's registry) into each workload cluster, with the policy
 // in policyFile; labels select the namespaces it serves.
 func Extension(binDir, name, policyFile, agentImage string, labels map[string]string) localstack.ExtensionSpec {
-	return localstack.ExtensionSpec{
-		Name: name,
-		Path: filepath.Join(binDir, "capi-inplace"),
-		Args: func(port int, certDir, kubeconfig string) []string {
-			return []string{
-				"extension",
-				fmt.Sprintf("--webhook-port=%d", port),
-				"--webhook-host=127.0.0.1",
-				"--webhook-cert-dir=" + certDir,
-				"--kubeconfig=" + kubeconfig,
-				"--health-addr=127.0.0.1:0",
-				"--diagnostics-address=0",
-				"--policy-file=" + policyFile,
-				"--agent-image=" + agentImage,
-				"--extension-config-name=" + name,
-				"--v=1",
-			}
-		},
-		NamespaceLabels: labels,
-	}
+	return localstack.OurExtensionWith(binDir, name, labels, nil, "--policy-file="+policyFile, "--agent-image="+agentImage)
 }
