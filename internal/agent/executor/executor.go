@@ -56,6 +56,9 @@ type Executor struct {
 	Reporter Reporter
 	Now      func() time.Time
 	Log      logr.Logger
+	// After is time.After unless set (tests shorten the pauses between
+	// runs of a failing rollback action).
+	After func(time.Duration) <-chan time.Time
 }
 
 // Load returns the journal's state and plan; a zero state when the journal is empty.
@@ -320,6 +323,12 @@ func (x *Executor) drive(ctx context.Context, log logr.Logger, e *journal.Entry,
 			return st, nil
 		}
 		a := *out.Next
+		if out.After > 0 {
+			log.Info("Running a failed rollback action again after a pause", "action", a.Key(), "failures", a.Failures, "after", out.After)
+			if err := x.pause(ctx, out.After); err != nil {
+				return st, err
+			}
+		}
 		if ctx.Err() != nil {
 			return st, ctx.Err()
 		}
@@ -380,6 +389,21 @@ func (x *Executor) drive(ctx context.Context, log logr.Logger, e *journal.Entry,
 			x.collect(e.Attempt)
 		}
 		x.report(st)
+	}
+}
+
+// pause waits d, or until ctx ends: an interrupted pause is resumed from the
+// journal, which runs the action at once.
+func (x *Executor) pause(ctx context.Context, d time.Duration) error {
+	after := x.After
+	if after == nil {
+		after = time.After
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-after(d):
+		return nil
 	}
 }
 

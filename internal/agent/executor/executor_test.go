@@ -104,6 +104,23 @@ func (f failing) Restore(ctx context.Context, attempt string) error {
 	return f.Host.Restore(ctx, attempt)
 }
 
+// flaky fails the restore of rollback action key with err while left is above
+// zero, counting down.
+type flaky struct {
+	Host
+	key  string
+	left *int
+	err  error
+}
+
+func (f flaky) Restore(ctx context.Context, attempt string) error {
+	if key, _ := ActionFrom(ctx); key == f.key && *f.left > 0 {
+		*f.left--
+		return f.err
+	}
+	return f.Host.Restore(ctx, attempt)
+}
+
 type fixture struct {
 	root    string
 	journal *journal.Memory
@@ -112,6 +129,9 @@ type fixture struct {
 	reports *reports
 	kube    *kube.Host
 	x       *Executor
+	// pauses are the executor's waits before running a failed rollback
+	// action again, which the fixture does not sleep.
+	pauses []time.Duration
 }
 
 func newFixture(t *testing.T, gateErr error) *fixture {
@@ -138,6 +158,12 @@ func newFixture(t *testing.T, gateErr error) *fixture {
 		Reporter: f.reports,
 		Now:      func() time.Time { return time.Unix(1000, 0) },
 		Log:      logr.Discard(),
+		After: func(d time.Duration) <-chan time.Time {
+			f.pauses = append(f.pauses, d)
+			c := make(chan time.Time, 1)
+			c <- time.Unix(1000, 0)
+			return c
+		},
 	}
 	return f
 }
@@ -257,6 +283,30 @@ func TestFailureDuringRollbackIsFailed(t *testing.T) {
 	last := f.reports.last()
 	g.Expect(last.Reason).To(Equal(state.ReasonRollbackFailed))
 	g.Expect(last.Message).To(ContainSubstring("rollback action restore-files failed: disk full"))
+	runs, err := f.x.Runs()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(runs).To(HaveKeyWithValue("rollback/restore-files", state.RollbackAttempts), "the failed rollback action ran its attempts")
+	g.Expect(f.pauses).To(Equal([]time.Duration{state.RollbackRetryDelay(1), state.RollbackRetryDelay(2)}))
+}
+
+// TestRollbackActionRunsAgainAfterAFailure: a rollback action that fails once
+// (a slow node) runs again after a pause and the rollback ends RolledBack; the
+// journal keeps the failure.
+func TestRollbackActionRunsAgainAfterAFailure(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t, &gate.Error{Gate: "kubelet-version", Timeout: time.Second, Err: errors.New("kubelet reports v1.35.0")})
+	left := 1
+	f.x.Kube = flaky{Host: f.kube, key: "rollback/restore-files", left: &left, err: errors.New("the kubelet still runs the static pod")}
+	st, err := f.x.Start(context.Background(), workerPlan(false))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(st.Phase).To(Equal(protocol.PhaseRolledBack))
+	g.Expect(st.RollbackError).To(BeEmpty())
+	g.Expect(f.reports.last().Phase).To(Equal(protocol.PhaseRolledBack))
+	runs, err := f.x.Runs()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(runs).To(HaveKeyWithValue("rollback/restore-files", 2))
+	g.Expect(f.pauses).To(Equal([]time.Duration{state.RollbackRetryDelay(1)}))
+	g.Expect(st.Rollback).To(ContainElement(state.Action{Name: state.ActRestoreFiles, Rollback: true, Done: true, Failures: 1}))
 }
 
 func TestRejectAndForget(t *testing.T) {

@@ -70,6 +70,8 @@ type Action struct {
 	Name     ActionName `json:"name"`
 	Rollback bool       `json:"rollback,omitempty"`
 	Done     bool       `json:"done,omitempty"`
+	// Failures counts the failed runs of a rollback action (RollbackAttempts).
+	Failures int `json:"failures,omitempty"`
 }
 
 // Key identifies the action in the journal's run counters: forward and rollback

@@ -65,8 +65,12 @@ type State struct {
 	FailedAction ActionName `json:"failedAction,omitempty"`
 	FailedGate   string     `json:"failedGate,omitempty"`
 	Message      string     `json:"message,omitempty"`
-	// RollbackError is the failure of a rollback action, when there was one.
-	RollbackError string    `json:"rollbackError,omitempty"`
+	// RollbackError is the failure of a rollback action that used up its
+	// RollbackAttempts, when there was one.
+	RollbackError string `json:"rollbackError,omitempty"`
+	// RollbackRetry is the last failure of the rollback action about to run
+	// again, while it has attempts left; cleared when it succeeds.
+	RollbackRetry string    `json:"rollbackRetry,omitempty"`
 	StartedAt     time.Time `json:"startedAt,omitzero"`
 }
 
@@ -128,8 +132,26 @@ type Output struct {
 	// Next is the action to perform now; nil when there is none (terminal phase, or
 	// waiting for a reboot to happen).
 	Next *Action
+	// After is how long to wait before performing Next: a rollback action that
+	// failed runs again after a pause (RollbackRetryDelay).
+	After time.Duration
 	// AwaitBoot: a reboot was issued; the executor reboots and waits for Resumed.
 	AwaitBoot bool
+}
+
+// RollbackAttempts is how many times a rollback action runs before the rollback
+// fails and the node is left for a human (ReasonRollbackFailed). Every rollback
+// action repeats safely, and the common failures of one are a slow node (the
+// kubelet late to stop a static pod, systemd busy restarting the kubelet), which
+// a second run past a pause gets over; a node that fails an action three times
+// is broken in a way the agent cannot repair.
+const RollbackAttempts = 3
+
+// RollbackRetryDelay is the pause before a rollback action's next run after its
+// failures-th failure: 30 s, then 60 s, so a rollback spends at most 90 s
+// pausing on one action beside the action's own bounded waits.
+func RollbackRetryDelay(failures int) time.Duration {
+	return time.Duration(failures) * 30 * time.Second
 }
 
 var (
@@ -169,6 +191,7 @@ func Step(s State, e Event) (State, Output, error) {
 			return s, s.output(), fmt.Errorf("%w: %s succeeded while the current action is %s", ErrUnexpected, e.Name, s.currentName())
 		}
 		cur.Done = true
+		s.RollbackRetry = ""
 		if cur.Name == ActEtcdSnapshot && !cur.Rollback {
 			s.EtcdMembers = e.EtcdMembers
 		}
@@ -181,7 +204,16 @@ func Step(s State, e Event) (State, Output, error) {
 		}
 		s.RebootFrom = ""
 		if s.Phase == protocol.PhaseRollingBack {
-			s.RollbackError = fmt.Sprintf("rollback action %s failed: %s", e.Name, e.Message)
+			cur.Failures++
+			failure := fmt.Sprintf("rollback action %s failed: %s", e.Name, e.Message)
+			if cur.Failures < RollbackAttempts {
+				s.RollbackRetry = failure
+				out := s.output()
+				out.After = RollbackRetryDelay(cur.Failures)
+				return s, out, nil
+			}
+			s.RollbackRetry = ""
+			s.RollbackError = fmt.Sprintf("%s (%d runs)", failure, cur.Failures)
 			s.Phase = protocol.PhaseFailed
 			return s, Output{}, nil
 		}
@@ -352,6 +384,9 @@ func (s State) Status() protocol.NodeStatus {
 	case protocol.PhaseRollingBack:
 		st.Reason = s.Reason
 		st.Message = fmt.Sprintf("rolling back (%d of %d, %s) because %s", st.Step+1, st.Steps, st.Action, cause)
+		if c := s.current(); c != nil && s.RollbackRetry != "" {
+			st.Message += fmt.Sprintf("; running it again (%d of %d runs failed): %s", c.Failures, RollbackAttempts, s.RollbackRetry)
+		}
 	case protocol.PhaseRolledBack:
 		st.Reason = s.Reason
 		st.Action = string(s.FailedAction)

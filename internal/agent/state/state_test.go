@@ -610,8 +610,11 @@ func TestFailedGateIsJournaled(t *testing.T) {
 	g.Expect(s.Phase).To(Equal(protocol.PhaseRollingBack))
 	g.Expect(s.Status().Gate).To(Equal("lane-health"))
 
-	failed, _, err := Step(s, ActionFailed{Name: s.Rollback[0].Name, Reason: ReasonActionFailed, Message: "disk gone"})
-	g.Expect(err).NotTo(HaveOccurred())
+	failed := s
+	for range RollbackAttempts {
+		failed, _, err = Step(persist(t, failed), ActionFailed{Name: s.Rollback[0].Name, Reason: ReasonActionFailed, Message: "disk gone"})
+		g.Expect(err).NotTo(HaveOccurred())
+	}
 	g.Expect(failed.Status().Reason).To(Equal(ReasonRollbackFailed))
 	g.Expect(failed.Status().Gate).To(BeEmpty())
 
@@ -623,4 +626,44 @@ func TestFailedGateIsJournaled(t *testing.T) {
 	st := s.Status()
 	g.Expect(st.Reason).To(Equal(ReasonGateFailed))
 	g.Expect(st.Gate).To(Equal("lane-health"))
+}
+
+// TestRollbackActionRunsAgain: a failed rollback action is the next action again,
+// after a pause that grows, until it has failed RollbackAttempts times; then the
+// node is Failed with RollbackFailed. A success in between clears the failure from
+// the status, and the count survives the journal.
+func TestRollbackActionRunsAgain(t *testing.T) {
+	g := NewWithT(t)
+	s, _ := start(t, workerK8s)
+	s, _, err := Step(s, ActionSucceeded{Name: s.Actions[0].Name})
+	g.Expect(err).NotTo(HaveOccurred())
+	s, _, err = Step(s, ActionFailed{Name: s.Actions[1].Name, Reason: ReasonActionFailed, Message: "boom"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s.Phase).To(Equal(protocol.PhaseRollingBack))
+	first := s.Rollback[0].Name
+
+	for i := 1; i < RollbackAttempts; i++ {
+		var out Output
+		s, out, err = Step(persist(t, s), ActionFailed{Name: first, Reason: ReasonActionFailed, Message: "the kubelet still runs the pod"})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(s.Phase).To(Equal(protocol.PhaseRollingBack), "run %d", i)
+		g.Expect(out.Next).NotTo(BeNil())
+		g.Expect(out.Next.Name).To(Equal(first))
+		g.Expect(out.After).To(Equal(RollbackRetryDelay(i)))
+		g.Expect(s.Status().Reason).To(Equal(ReasonActionFailed))
+	}
+	g.Expect(RollbackRetryDelay(2)).To(BeNumerically(">", RollbackRetryDelay(1)))
+
+	recovered, out, err := Step(persist(t, s), ActionSucceeded{Name: first})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out.After).To(BeZero())
+	g.Expect(recovered.RollbackRetry).To(BeEmpty())
+	g.Expect(recovered.Rollback[0].Failures).To(Equal(RollbackAttempts - 1))
+
+	failed, out, err := Step(persist(t, s), ActionFailed{Name: first, Reason: ReasonActionFailed, Message: "the kubelet still runs the pod"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out.Next).To(BeNil())
+	g.Expect(failed.Phase).To(Equal(protocol.PhaseFailed))
+	g.Expect(failed.Status().Reason).To(Equal(ReasonRollbackFailed))
+	g.Expect(failed.Status().Broken()).To(BeTrue())
 }
