@@ -14,9 +14,11 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 	"github.com/capi-inplace/capi-inplace/test/lanekit"
 	"github.com/capi-inplace/capi-inplace/test/realcapi"
 )
@@ -80,7 +82,12 @@ func TestKubeadmBaseline(t *testing.T) {
 	g.Eventually(func() error { return nodeReadyAt(context.WithoutCancel(ctx), wc, node, to) }, 5*time.Minute).Should(Succeed())
 	kubectl("uncordon", node)
 	took := time.Since(start)
-	g.Eventually(func() error { return probeOnce(ctx, ip) }, 5*time.Minute).Should(Succeed(), "the workload serves again")
+	g.Eventually(func() error {
+		if err := probeOnce(ctx, ip); err != nil {
+			return fmt.Errorf("%w; %s", err, podsState(ctx, wc, "web"))
+		}
+		return nil
+	}, 10*time.Minute).Should(Succeed(), "the workload serves again")
 	webDown, webLongest, _ := web.Stop()
 	ok, all := web.Availability()
 	apiDown, apiLongest, apiWindows := api.Stop()
@@ -123,4 +130,32 @@ func probeOnce(ctx context.Context, ip string) error {
 		return fmt.Errorf("HTTP %d", resp.StatusCode)
 	}
 	return nil
+}
+
+// podsState says, in a line, where the pods of app stand: what a failed wait on
+// the workload needs to show when only the end of the output is kept.
+func podsState(ctx context.Context, wc kubernetes.Interface, app string) string {
+	pods, err := wc.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
+	if err != nil {
+		return "pods: " + err.Error()
+	}
+	var b strings.Builder
+	for _, p := range pods.Items {
+		fmt.Fprintf(&b, "pod %s: %s on %q", p.Name, p.Status.Phase, p.Spec.NodeName)
+		for _, c := range p.Status.Conditions {
+			if c.Status != corev1.ConditionTrue {
+				fmt.Fprintf(&b, ", %s=%s %s %s", c.Type, c.Status, c.Reason, protocol.BoundText(c.Message, 200))
+			}
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if w := cs.State.Waiting; w != nil {
+				fmt.Fprintf(&b, ", %s waiting %s %s", cs.Name, w.Reason, protocol.BoundText(w.Message, 200))
+			}
+		}
+		b.WriteString("; ")
+	}
+	if len(pods.Items) == 0 {
+		b.WriteString("no pods")
+	}
+	return b.String()
 }
