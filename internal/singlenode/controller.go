@@ -145,6 +145,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	case ActionKeepFailed:
 		// The failure condition was written when the update failed; nothing to redo.
 		return ctrl.Result{}, nil
+	case ActionRetry:
+		return r.retry(ctx, obs, d)
 	case ActionWait:
 		return ctrl.Result{RequeueAfter: waitRequeue}, r.setCondition(ctx, obs, metav1.ConditionFalse, inplacev1.ReasonWaiting, d.Message)
 	case ActionUpdate:
@@ -253,12 +255,25 @@ func (r *Reconciler) fail(ctx context.Context, obs *observed, machine *clusterv1
 	}); err != nil {
 		return ctrl.Result{}, err
 	}
-	msg := fmt.Sprintf("Machine %s was not updated: %s. KubeadmControlPlane %s stays paused at its new spec (no Machine is created); revert or change the spec, or retry: annotate Machine %s with %s (the plan is built again from the current policy), then remove annotation %s",
-		machine.Name, cause, obs.kcp.Name, machine.Name, inplacev1.RetryAnnotation, inplacev1.HoldFailedAnnotation)
+	msg := fmt.Sprintf("Machine %s was not updated: %s. KubeadmControlPlane %s stays paused at its new spec (no Machine is created); revert or change the spec, or retry: annotate Machine %s with %s",
+		machine.Name, cause, obs.kcp.Name, machine.Name, inplacev1.RetryAnnotation)
 	ctrl.LoggerFrom(ctx).Info("In-place update of a control-plane Machine failed", "Machine", klog.KObj(machine), "reason", reason, "cause", cause)
 	r.Recorder.Eventf(obs.kcp, machine, corev1.EventTypeWarning, eventFor(reason), "Update", "%s", eventNote(msg))
 	r.Recorder.Eventf(machine, obs.kcp, corev1.EventTypeWarning, eventFor(reason), "Update", "%s", eventNote(cause))
 	return ctrl.Result{}, r.setCondition(ctx, obs, metav1.ConditionFalse, reason, msg)
+}
+
+// retry forgets the failed target so that the next reconcile updates the
+// Machine again. The hold and the pause stay (the Machine is still outdated);
+// the Machine's retry annotation stays too, for the coordinator, which withdraws
+// the failed plan and the node's verdict on it, then removes the annotation.
+// Removed by hand instead, hold-failed alone brings the failed verdict back.
+func (r *Reconciler) retry(ctx context.Context, obs *observed, d Decision) (ctrl.Result, error) {
+	if err := r.patchKCPAnnotations(ctx, obs.kcp, map[string]*string{inplacev1.HoldFailedAnnotation: nil}); err != nil {
+		return ctrl.Result{}, err
+	}
+	ctrl.LoggerFrom(ctx).Info("Retrying a failed in-place update of a control-plane Machine", "Machine", klog.KRef(obs.kcp.Namespace, d.Machine))
+	return ctrl.Result{RequeueAfter: time.Millisecond}, r.setCondition(ctx, obs, metav1.ConditionFalse, inplacev1.ReasonInProgress, d.Message)
 }
 
 // maxEventNote is below the 1024 characters events.k8s.io/v1 accepts; the full text

@@ -25,6 +25,9 @@ type MachineState struct {
 	Deleting bool
 	// Why lists KCP's condition messages for an outdated Machine.
 	Why []string
+	// RetryRequested: the Machine carries inplacev1.RetryAnnotation, the one retry
+	// request of both paths (docs/operations.md).
+	RetryRequested bool
 }
 
 // State is what the controller observed about one held KubeadmControlPlane.
@@ -61,6 +64,11 @@ const (
 	// ActionKeepFailed: the current target already failed; keep the hold and the
 	// failure condition until the operator changes, reverts or retries the spec.
 	ActionKeepFailed Action = "KeepFailed"
+	// ActionRetry: the current target failed and the operator asked for a retry on
+	// Decision.Machine: forget the failed target (HoldFailedAnnotation), keeping
+	// the hold, so that the update runs again; the coordinator withdraws the
+	// failed plan and its verdict when it sees the Machine's retry annotation.
+	ActionRetry Action = "Retry"
 )
 
 // Decision is Decide's answer.
@@ -97,7 +105,12 @@ func Decide(s State) Decision {
 		return Decision{Action: ActionRelease, Message: "three or more replicas: KubeadmControlPlane takes over"}
 	}
 	if s.FailedTarget != "" && s.FailedTarget == s.Target {
-		return Decision{Action: ActionKeepFailed, Message: "the in-place update to this spec failed and was rolled back; revert or change the spec, or annotate the Machine with the retry annotation and remove the hold-failed annotation"}
+		for _, m := range machines {
+			if m.RetryRequested && !m.UpToDate && !m.Deleting {
+				return Decision{Action: ActionRetry, Machine: m.Name, Message: fmt.Sprintf("retrying the failed in-place update of Machine %s, as its retry annotation asks", m.Name)}
+			}
+		}
+		return Decision{Action: ActionKeepFailed, Message: "the in-place update to this spec failed and was rolled back; revert or change the spec, or annotate the Machine with the retry annotation"}
 	}
 
 	var waiting []string

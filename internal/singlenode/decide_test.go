@@ -60,6 +60,28 @@ func TestDecide(t *testing.T) {
 			wantAction: ActionKeepFailed,
 		},
 		{
+			name: "failed target with the Machine's retry annotation is retried",
+			state: func() State {
+				m := ready("m1")
+				m.RetryRequested = true
+				s := held(upToDate("m0"), m)
+				s.FailedTarget = "t2"
+				return s
+			}(),
+			wantAction: ActionRetry, wantMachine: "m1",
+		},
+		{
+			name: "a retry annotation on an up-to-date Machine retries nothing",
+			state: func() State {
+				m := upToDate("m0")
+				m.RetryRequested = true
+				s := held(m, ready("m1"))
+				s.FailedTarget = "t2"
+				return s
+			}(),
+			wantAction: ActionKeepFailed,
+		},
+		{
 			name:       "a failure of an older target does not block the new one",
 			state:      func() State { s := held(ready("m1")); s.FailedTarget = "t1"; return s }(),
 			wantAction: ActionUpdate, wantMachine: "m1",

@@ -41,8 +41,9 @@
 //     cause on the KCP and the Cluster, records Events, and keeps KCP paused: releasing it
 //     with an outdated Machine would make KCP create a surge Machine. Reverting or
 //     changing the spec moves on; so does a retry: the Machine's
-//     inplacev1.RetryAnnotation, then the hold-failed annotation removed (the
-//     coordinator then builds the plan again, as for the hooks).
+//     inplacev1.RetryAnnotation, the hook path's retry, makes the controller drop
+//     hold-failed (ActionRetry) and update the node again; the coordinator withdraws
+//     the failed plan and its verdict, as for the hooks.
 //
 // Invariants: all state lives in annotations and conditions of the KCP (and the
 // objects themselves); every reconcile is idempotent and may be repeated after a

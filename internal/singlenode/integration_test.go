@@ -321,6 +321,41 @@ func TestIntegrationRetryAfterFailure(t *testing.T) {
 	g.Expect(env.updater.calls(f.machine)).To(HaveLen(2))
 }
 
+// TestIntegrationRetryByMachineAnnotation: the retry procedure of the hook path,
+// the Machine's retry annotation alone, retries a failed single-node update too:
+// the controller forgets the failed target, keeping the hold, and updates the
+// Machine again.
+func TestIntegrationRetryByMachineAnnotation(t *testing.T) {
+	env.require(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(ctx, t, true)
+	env.updater.script(f.machine,
+		failedFinal(coordinator.CauseRolledBack, "node n: the agent rolled back plan abc: GateFailed: kubelet not Ready"),
+		done("node n runs plan def"))
+
+	f.setVersion(ctx, g, toVersion)
+	g.Eventually(func(g Gomega) {
+		g.Expect(f.getKCP(ctx, g).Annotations).To(HaveKey(inplacev1.HoldFailedAnnotation))
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+	g.Consistently(func() int { return len(env.updater.calls(f.machine)) }, 2*time.Second, 200*time.Millisecond).Should(Equal(1), "a failed target is not retried unasked")
+
+	m := &clusterv1.Machine{}
+	g.Expect(env.topology.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: f.machine}, m)).To(Succeed())
+	patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, inplacev1.RetryAnnotation))
+	g.Expect(env.topology.Patch(ctx, m, client.RawPatch("application/merge-patch+json", patch))).To(Succeed())
+
+	g.Eventually(func(g Gomega) {
+		kcp := f.getKCP(ctx, g)
+		g.Expect(kcp.Annotations).NotTo(HaveKey(inplacev1.HoldAnnotation))
+		g.Expect(kcp.Annotations).NotTo(HaveKey(inplacev1.HoldFailedAnnotation))
+		g.Expect(kcp.Annotations).NotTo(HaveKey(clusterv1.PausedAnnotation))
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+	ok, why := f.upToDate(ctx, g)
+	g.Expect(ok).To(BeTrue(), "%v", why)
+	g.Expect(env.updater.calls(f.machine)).To(HaveLen(2))
+}
+
 func TestIntegrationOptOutHandsBackToKCP(t *testing.T) {
 	env.require(t)
 	g := NewWithT(t)

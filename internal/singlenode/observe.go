@@ -115,6 +115,7 @@ func (o *observed) state() State {
 			HasNode:  m.Status.NodeRef.IsDefined(),
 			Deleting: !m.DeletionTimestamp.IsZero(),
 		}
+		_, ms.RetryRequested = m.Annotations[inplacev1.RetryAnnotation]
 		if res != nil {
 			ms.Eligible = res.EligibleForInPlaceUpdate
 			ms.Complete = res.DesiredMachine != nil && res.DesiredKubeadmConfig != nil && res.DesiredInfraMachine != nil

@@ -22,6 +22,7 @@ import (
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/planner"
 )
 
@@ -107,7 +108,27 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		Named(ControllerName).
 		For(&controlplanev1.KubeadmControlPlane{}, builder.WithPredicates(heldPredicate())).
 		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(controlPlaneOf)).
+		Watches(&clusterv1.Machine{}, handler.EnqueueRequestsFromMapFunc(controlPlaneOfMachine), builder.WithPredicates(retryRequested())).
 		Complete(r)
+}
+
+// retryRequested passes Machine events where the Machine carries the retry
+// annotation: the operator's retry of a failed update (ActionRetry).
+func retryRequested() predicate.Predicate {
+	return predicate.NewPredicateFuncs(func(o client.Object) bool {
+		_, ok := o.GetAnnotations()[inplacev1.RetryAnnotation]
+		return ok
+	})
+}
+
+// controlPlaneOfMachine maps a Machine to the KubeadmControlPlane that owns it.
+func controlPlaneOfMachine(_ context.Context, o client.Object) []reconcile.Request {
+	for _, ref := range o.GetOwnerReferences() {
+		if ref.Kind == "KubeadmControlPlane" && ref.Controller != nil && *ref.Controller {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}}}
+		}
+	}
+	return nil
 }
 
 // heldPredicate passes KCP events where either side carries the hold, so the
