@@ -112,7 +112,7 @@ func TestMain(m *testing.M) {
 	}
 	laneStart := time.Now()
 	code := m.Run()
-	failed.write(os.Stderr)
+	failed.Write(os.Stderr)
 	mirror.Close()
 	_ = os.RemoveAll(mirrorDir)
 	figures.Add("lane: go test wall time (clusters, management cluster, every test; without build.sh and install-deps)", time.Since(laneStart))

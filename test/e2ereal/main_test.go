@@ -47,6 +47,8 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	// Last, after the teardown's output: CI keeps the end of it.
+	defer failed.Write(os.Stdout)
 	wd, _ := os.Getwd()
 	suite.root = filepath.Clean(filepath.Join(wd, "..", ".."))
 	suite.artifacts = filepath.Join(suite.root, "_artifacts", "realcapi", "run-"+time.Now().UTC().Format("20060102-150405"))

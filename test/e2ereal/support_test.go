@@ -29,6 +29,7 @@ import (
 	"github.com/capi-inplace/capi-inplace/internal/localstack"
 	"github.com/capi-inplace/capi-inplace/internal/singlenode"
 	"github.com/capi-inplace/capi-inplace/internal/status"
+	"github.com/capi-inplace/capi-inplace/test/lanekit"
 )
 
 // workloadRef is the scenarios' workload image (hack/realcapi/images.sh builds it, the
@@ -133,8 +134,13 @@ func workloadClient(ctx context.Context, ns, cluster string) (kubernetes.Interfa
 	return kubernetes.NewForConfig(cfg)
 }
 
+// failed keeps every failed assertion of the run; TestMain repeats them last.
+var failed = &lanekit.Failures{Lane: "e2ereal", Dir: "/test/e2ereal/"}
+
+// newG is NewWithT(t) with the lane's waits, whose failures are also kept for
+// the run's summary.
 func newG(t *testing.T) *WithT {
-	g := NewWithT(t)
+	g := failed.G(t)
 	g.SetDefaultEventuallyTimeout(15 * time.Minute)
 	g.SetDefaultEventuallyPollingInterval(2 * time.Second)
 	return g
