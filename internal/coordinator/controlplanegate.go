@@ -23,13 +23,17 @@ import (
 // newer than any kube-apiserver it talks to, and a worker's kubelet reaches every
 // API server of the cluster through its load balancer).
 //
-// Upstream does not order this for in-place updates. A Machine's spec.version is
-// the new version from the moment Cluster API starts updating it in place, and
-// KubeadmControlPlane's status.versions aggregates its Machines' spec.version, so
-// the topology controller takes the control plane as "not upgrading" as soon as
-// KCP picked its last Machine, and moves the MachineDeployments while that Machine
-// still runs the old API server (seen on real nodes: workers at kubelet v1.36.3
-// while the third control plane restarted its v1.35.4 API server). In a plain
+// Upstream does not order this for in-place updates. KubeadmControlPlane's
+// status.versions takes each Machine's version from its node's kubelet (and from
+// spec.version only before the node reports one), and a node's kubelet reports
+// the new version before the Machine's in-place update is over: the agent
+// installs the new kubelet before `kubeadm upgrade node`, so any kubelet restart
+// in between runs it, and the gates run after the kubelet restart. The topology
+// controller then takes the control plane as upgraded and moves the
+// MachineDeployments while the last control plane may still run the old API
+// server or roll back (seen on real nodes: the third control plane lost power in
+// `kubeadm upgrade node`, its kubelet came back at v1.36.3, and both workers ran
+// kubelet v1.36.3 while its v1.35.4 API server restarted). In a plain
 // cluster an operator can move a MachineDeployment before the control plane
 // finished just as well. So the coordinator holds a worker's update that raises
 // its kubelet's version, before cordon, until the control plane is there
