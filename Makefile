@@ -160,10 +160,10 @@ e2e-real: tools-capi build ## Real Cluster API lane: upstream CAPI and its Docke
 # RAUC A/B slots and GRUB boot counting, booted in QEMU under software emulation.
 # One vCPU per VM and the scenarios side by side: a boot under TCG is mostly one
 # thread, and the boots' waits overlap.
-E2EOS_FLAGS ?= -v -timeout 60m -parallel 4
+E2EOS_FLAGS ?= -v -timeout 60m -parallel 6
 
 .PHONY: e2e-os
-e2e-os: ## OS image lane: RAUC A/B slots, GRUB boot counting, real reboots and power cuts in QEMU VMs (root; docs/backends.md).
+e2e-os: tools ## OS image lane: RAUC A/B slots, GRUB boot counting, real reboots and power cuts in QEMU VMs (root; docs/backends.md).
 	hack/install-deps.sh
 	@img=$$(hack/osimage/build.sh) && echo "==> OS images $$img" && \
 	E2EOS_IMAGE=$$img $(GO) test $(E2EOS_FLAGS) -tags e2eos ./test/e2eos/

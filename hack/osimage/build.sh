@@ -7,9 +7,9 @@
 #   v2-good.raucb   a signed RAUC bundle of image v2, which boots
 #   v3-broken.raucb a signed RAUC bundle of image v3, whose init exits at once:
 #                   its kernel starts and panics, its userspace never comes up
-# Every root filesystem comes from Debian's packages (mmdebstrap) with the
-# product's RAUC backend driven by test/e2eos/vmhelper inside. Prints the cache
-# directory.
+# Every root filesystem comes from Debian's packages (mmdebstrap), with the node
+# agent (capi-inplace-agent, a systemd unit) and the lane's helper
+# (test/e2eos/vmhelper) inside. Prints the cache directory.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,10 +25,14 @@ packages=(systemd systemd-sysv udev dbus linux-image-amd64 initramfs-tools rauc 
 tools=${OSIMAGE_CACHE:-$root/_cache/osimage}
 mkdir -p "$tools"
 helper=$tools/capi-inplace-vmhelper
+agent=$tools/capi-inplace-agent
+# The agent as the release builds it (Makefile build): static, no local paths.
 (cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$helper.tmp" ./test/e2eos/vmhelper) && mv "$helper.tmp" "$helper"
+(cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$agent.tmp" ./cmd/capi-inplace-agent) && mv "$agent.tmp" "$agent"
 
-# The content key: this script, the overlay, the loader's script, the helper, the packages.
-key=$( (cat "$here/build.sh" "$here/grub.cfg" "$helper"; printf '%s\n' "${packages[@]}"
+# The content key: this script, the overlay, the loader's script, the helper, the
+# agent, the packages.
+key=$( (cat "$here/build.sh" "$here/grub.cfg" "$helper" "$agent"; printf '%s\n' "${packages[@]}"
 	(cd "$here/rootfs" && find . -type f | sort | xargs sha256sum)) | sha256sum | cut -c1-16)
 out=$tools/$key
 if [[ -f $out/done ]]; then
@@ -75,6 +79,7 @@ build_version() {
 	cp -a "$here/rootfs/." "$tree/"
 	cp "$out/ca.pem" "$tree/etc/rauc/ca.pem"
 	install -m 0755 "$helper" "$tree/usr/local/bin/capi-inplace-vmhelper"
+	install -m 0755 "$agent" "$tree/usr/local/bin/capi-inplace-agent"
 	mkdir -p "$tree/efi" "$tree/data"
 	echo "capi-inplace-vm-$version" > "$tree/etc/hostname"
 	# The image's identity as the node sees it: os-release, read by the test in the VM.
@@ -86,6 +91,7 @@ build_version() {
 	mkdir -p "$wants"
 	ln -sf /etc/systemd/system/rauc-mark-good.service "$wants/"
 	ln -sf /etc/systemd/system/capi-inplace-vmhelper.service "$wants/"
+	ln -sf /etc/systemd/system/capi-inplace-agent.service "$wants/"
 	ln -sf /lib/systemd/system/systemd-networkd.service "$wants/"
 	# Every second of boot is paid a dozen times per lane run under emulation: no
 	# console on a display nobody watches, no scrub of snapshots nobody takes.
@@ -114,6 +120,7 @@ bundle() {
 	local version=$1 content=$work/bundle-$1
 	mkdir -p "$content"
 	build_version "$version" "$content/rootfs.ext4"
+	stat -c %s "$content/rootfs.ext4" > "$work/slot-size-$version"
 	printf '[update]\ncompatible=capi-inplace-vm\nversion=%s\n\n[bundle]\nformat=plain\n\n[image.rootfs]\nfilename=rootfs.ext4\n' \
 		"$version" > "$content/manifest.raucm"
 	# lz4: the VM unpacks the bundle under emulation, where gzip costs minutes.
@@ -140,24 +147,36 @@ mmd -i "$esp" ::/EFI ::/EFI/BOOT
 mcopy -i "$esp" "$work/BOOTX64.EFI" "$work/grubenv" ::/EFI/BOOT/
 
 # The data partition, /data in every slot.
-mkdir -p "$work/data/rauc" "$work/data/capi-inplace"
-mkfs.ext4 -q -F -L data -d "$work/data" "$work/data.ext4" 512M >&2
+mkdir -p "$work/data/rauc" "$work/data/capi-inplace" "$work/data/capi-inplace-agent"
+chmod 0700 "$work/data/capi-inplace" "$work/data/capi-inplace-agent"
 
-# The disk: partitions at fixed MiB offsets, written without loop devices.
+# The disk: partitions at fixed MiB offsets, written without loop devices. A slot
+# holds the largest version's file system (RAUC writes it whole); the data
+# partition a downloaded bundle and the room the agent's store leaves free.
+slot=600 data=640
+mkfs.ext4 -q -F -L data -d "$work/data" "$work/data.ext4" "${data}M" >&2
 disk=$out/disk.raw
-rm -f "$disk" && truncate -s 1600M "$disk"
+rm -f "$disk" && truncate -s $((34 + 2 * slot + data + 16))M "$disk"
 sfdisk -q "$disk" <<PARTS
 label: gpt
 unit: sectors
 start=2048, size=$((32 * 2048)), type=C12A7328-F81F-11D2-BA4B-00A0C93EC93B, name=esp
-start=$((34 * 2048)), size=$((500 * 2048)), type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=rootA
-start=$((534 * 2048)), size=$((500 * 2048)), type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=rootB
-start=$((1034 * 2048)), size=$((520 * 2048)), type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=data
+start=$((34 * 2048)), size=$((slot * 2048)), type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=rootA
+start=$(((34 + slot) * 2048)), size=$((slot * 2048)), type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=rootB
+start=$(((34 + 2 * slot) * 2048)), size=$(((data + 8) * 2048)), type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=data
 PARTS
-place() { dd if="$1" of="$disk" bs=1M seek="$2" conv=notrunc,sparse status=none; }
-place "$esp" 1
-place "$work/rootA.ext4" 34
-place "$work/data.ext4" 1034
+# place <file> <offset MiB> <partition MiB>: a file system larger than its
+# partition would be cut off and fail to mount.
+place() {
+	(($(stat -c %s "$1") <= $3 * 1024 * 1024)) || die "${1##*/} is larger than its ${3} MiB partition"
+	dd if="$1" of="$disk" bs=1M seek="$2" conv=notrunc,sparse status=none
+}
+place "$esp" 1 32
+place "$work/rootA.ext4" 34 "$slot"
+for v in v2-good v3-broken; do
+	[[ -f $work/slot-size-$v ]] && (($(cat "$work/slot-size-$v") <= slot * 1024 * 1024)) || die "bundle $v's file system does not fit a ${slot} MiB slot"
+done
+place "$work/data.ext4" $((34 + 2 * slot)) "$data"
 cp /usr/share/OVMF/OVMF_VARS_4M.fd "$out/OVMF_VARS.fd"
 rm -rf "$work"
 touch "$out/done"

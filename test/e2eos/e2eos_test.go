@@ -43,6 +43,9 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	server.Close()
+	if err := stopAPIServer(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
 	if err := figures.Write(filepath.Join(artifactsDir, "figures.md")); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/capi-inplace/capi-inplace/internal/backend"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 	"github.com/capi-inplace/capi-inplace/test/e2eos/vmapi"
+	"github.com/capi-inplace/capi-inplace/test/lanekit"
 )
 
 // OVMF's code is shared and read-only; each VM gets its own copy of the variables.
@@ -236,6 +237,37 @@ func (v *VM) Fetch(ctx context.Context, a protocol.BinaryArtifact) (string, erro
 func (v *VM) Step(ctx context.Context, step string, a backend.Artifact) (vmapi.StepResult, error) {
 	var out vmapi.StepResult
 	return out, v.do(ctx, stepTimeout, http.MethodPost, "/backend/"+step, a, &out)
+}
+
+// ConfigureAgent gives the VM's agent its credentials and node name (the node's
+// bootstrap) and starts it.
+func (v *VM) ConfigureAgent(ctx context.Context, c vmapi.AgentConfig) error {
+	return v.do(ctx, factsTimeout, http.MethodPost, "/agent", c, &vmapi.StepResult{})
+}
+
+// Journal reads the agent's journal in the VM.
+func (v *VM) Journal(ctx context.Context) (lanekit.Journal, error) {
+	var raw json.RawMessage
+	if err := v.do(ctx, factsTimeout, http.MethodGet, "/journal", nil, &raw); err != nil {
+		return lanekit.Journal{}, err
+	}
+	return lanekit.ParseJournal(raw)
+}
+
+// AgentLog returns the agent's log of the current boot.
+func (v *VM) AgentLog(ctx context.Context) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, factsTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:"+strconv.Itoa(v.port)+"/agent/log", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 }
 
 // Reboot asks the VM for an orderly reboot (systemctl reboot).

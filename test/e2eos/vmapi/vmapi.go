@@ -35,6 +35,26 @@ type Facts struct {
 	BackendErr string         `json:"backendErr,omitempty"`
 }
 
+// The node agent's configuration on the data partition, which both slots mount
+// (hack/osimage/rootfs/etc/systemd/system/capi-inplace-agent.service reads it).
+const (
+	AgentConfigDir  = "/data/capi-inplace-agent"
+	AgentKubeconfig = AgentConfigDir + "/kubeconfig"
+	AgentEnv        = AgentConfigDir + "/env"
+	// AgentUnit is the agent's systemd unit in the image.
+	AgentUnit = "capi-inplace-agent.service"
+	// AgentJournal is the agent's journal at its default state directory
+	// (lanekit.AgentJournal; not imported here, to keep client-go out of the helper).
+	AgentJournal = "/var/lib/capi-inplace/journal.json"
+)
+
+// AgentConfig is what a node's bootstrap gives the agent: its credentials for the
+// API server and its node's name.
+type AgentConfig struct {
+	Kubeconfig []byte `json:"kubeconfig"`
+	NodeName   string `json:"nodeName"`
+}
+
 // Fetched is where the artifact store put a fetched artifact.
 type Fetched struct {
 	Path string `json:"path"`

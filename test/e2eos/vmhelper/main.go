@@ -4,8 +4,11 @@
 // what the VM booted as the VM itself sees it: /proc/cmdline, os-release, GRUB's
 // environment, RAUC's slot status and every boot that reached userspace.
 //
-// It is a test harness: the test decides the order of the steps (as the agent's
-// executor would) and asserts on what this reports. It is never part of a
+// It is a test harness: in the backend scenarios the test decides the order of
+// the steps (as the agent's executor would) and asserts on what this reports; in
+// the agent's scenarios it only plays the node's bootstrap (the agent's
+// credentials and node name, then the agent's unit starts) and reports facts and
+// the agent's journal, while the agent runs the steps. It is never part of a
 // product image.
 package main
 
@@ -56,6 +59,9 @@ func run(addr, stateDir string) error {
 	mux.HandleFunc("POST /fetch", h.fetch)
 	mux.HandleFunc("POST /backend/{step}", h.step)
 	mux.HandleFunc("POST /reboot", h.reboot)
+	mux.HandleFunc("POST /agent", h.configureAgent)
+	mux.HandleFunc("GET /journal", h.journal)
+	mux.HandleFunc("GET /agent/log", h.agentLog)
 	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	return srv.ListenAndServe()
 }
@@ -210,6 +216,86 @@ func (h *helper) reboot(w http.ResponseWriter, _ *http.Request) {
 			log.Printf("systemctl reboot: %v: %s", err, out)
 		}
 	}()
+}
+
+// configureAgent writes the agent's configuration to the data partition and
+// starts its unit, which from then on starts at every boot of either slot.
+func (h *helper) configureAgent(w http.ResponseWriter, r *http.Request) {
+	var c vmapi.AgentConfig
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&c); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if len(c.Kubeconfig) == 0 || c.NodeName == "" || strings.ContainsAny(c.NodeName, "\n\"'\\ ") {
+		http.Error(w, "a kubeconfig and a plain node name are required", http.StatusBadRequest)
+		return
+	}
+	if err := os.MkdirAll(vmapi.AgentConfigDir, 0o700); err != nil {
+		fail(w, err)
+		return
+	}
+	// The env file first: the unit's condition is the kubeconfig.
+	for _, f := range []struct {
+		path string
+		data []byte
+	}{{vmapi.AgentEnv, []byte("NODE_NAME=" + c.NodeName + "\n")}, {vmapi.AgentKubeconfig, c.Kubeconfig}} {
+		if err := writeSynced(f.path, f.data); err != nil {
+			fail(w, err)
+			return
+		}
+	}
+	if out, err := exec.CommandContext(r.Context(), "systemctl", "start", vmapi.AgentUnit).CombinedOutput(); err != nil {
+		fail(w, fmt.Errorf("systemctl start %s: %w: %s", vmapi.AgentUnit, err, out))
+		return
+	}
+	reply(w, vmapi.StepResult{})
+}
+
+// writeSynced writes a file that must outlive a power cut right after.
+func writeSynced(path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// journal serves the agent's journal as the agent wrote it; 404 while there is none.
+func (h *helper) journal(w http.ResponseWriter, _ *http.Request) {
+	data, err := os.ReadFile(vmapi.AgentJournal)
+	if errors.Is(err, os.ErrNotExist) {
+		http.Error(w, "no journal", http.StatusNotFound)
+		return
+	}
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(data)
+}
+
+// agentLog serves the agent's log of this boot, for the reader of a failed run.
+func (h *helper) agentLog(w http.ResponseWriter, r *http.Request) {
+	out, err := exec.CommandContext(r.Context(), "journalctl", "-b", "-u", vmapi.AgentUnit, "--no-pager", "-o", "short-precise").CombinedOutput()
+	if err != nil {
+		fail(w, fmt.Errorf("journalctl: %w: %s", err, out))
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain")
+	_, _ = w.Write(out)
 }
 
 func reply(w http.ResponseWriter, v any) {
