@@ -27,6 +27,7 @@ import (
 	ctrlclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/agent/state"
 	"github.com/capi-inplace/capi-inplace/internal/coordinator/agentinstall"
 	"github.com/capi-inplace/capi-inplace/internal/coordinator/nodeplan"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
@@ -37,8 +38,9 @@ import (
 // The agent's scenarios run the real capi-inplace-agent in the VM as a systemd
 // unit of the image (hack/osimage/rootfs/etc/systemd/system/capi-inplace-agent.service),
 // not as the DaemonSet pod the extension installs: the VM has no kubelet and no
-// container runtime (a kubelet under emulation would add minutes to every boot
-// and nothing to what these scenarios prove). The agent is the same binary with
+// container runtime (both under emulation would add minutes to every boot), and
+// what these scenarios prove, the image switch across a real reboot, needs the
+// agent on the host, not in a pod. The agent is the same binary with
 // the same flags as in its pod but --host-root=/, which is what the pod's
 // /host mount gives it. Its API server is a real kube-apiserver and etcd on the
 // host, reached from the VM through QEMU's user-mode network; the agent talks
@@ -410,6 +412,10 @@ func TestAgentRollsBackUnbootableImage(t *testing.T) {
 		t.Fatalf("plan %s ended %s (%s): %s", hash, out.status.Phase, out.status.Reason, out.status.Message)
 	}
 	t.Logf("rolled back: %s: %s", out.status.Reason, out.status.Message)
+	// The cause is an action that failed (Verify: the old slot booted), not a gate.
+	if out.status.Reason != state.ReasonActionFailed {
+		t.Fatalf("rolled back with reason %s, want %s", out.status.Reason, state.ReasonActionFailed)
+	}
 	l.figure("desired to RolledBack (failed trial, fallback, rollback, reboot)", time.Since(t0))
 	if len(out.reboots) > 0 {
 		l.figure("reboot by the agent, failed trial and GRUB's fallback", out.reboots[0])
