@@ -235,7 +235,13 @@ func (b *Backend) bootedHolds(ctx context.Context, a backend.Artifact) (SystemSt
 		return st, Slot{}, fmt.Errorf("%w: rauc does not know the booted slot", backend.ErrVerifyFailed)
 	}
 	if !booted.holds(imgs) {
-		return st, booted, fmt.Errorf("%w: booted slot %s (%s) holds image %s, not the bundle's", backend.ErrVerifyFailed, booted.Name, booted.BootName, booted.SlotStatus.Checksum.SHA256)
+		// A slot RAUC never installed (the image the node was provisioned with)
+		// has no checksum in RAUC's status.
+		held := "an image RAUC did not install"
+		if sum := booted.SlotStatus.Checksum.SHA256; sum != "" {
+			held = "image " + sum
+		}
+		return st, booted, fmt.Errorf("%w: booted slot %s (%s) holds %s, not the bundle's", backend.ErrVerifyFailed, booted.Name, booted.BootName, held)
 	}
 	return st, booted, nil
 }

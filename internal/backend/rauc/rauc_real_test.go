@@ -270,7 +270,10 @@ func TestRealRAUCFailedVerifyRollsBack(t *testing.T) {
 		g.Expect(b.Stage(ctx, a)).To(Succeed())
 		g.Expect(b.Activate(ctx, a)).To(Succeed())
 		d.bootFallback(t, "A")
-		g.Expect(b.Verify(ctx, a)).To(MatchError(backend.ErrVerifyFailed))
+		err := b.Verify(ctx, a)
+		g.Expect(err).To(MatchError(backend.ErrVerifyFailed))
+		// Slot A holds the image the node came with: RAUC has no checksum of it.
+		g.Expect(err).To(MatchError(ContainSubstring("holds an image RAUC did not install")))
 		g.Expect(b.Commit(ctx, a)).To(MatchError(backend.ErrVerifyFailed), "the old slot is never marked good for the new image")
 		for range 2 {
 			g.Expect(b.Rollback(ctx, a)).To(Succeed())
