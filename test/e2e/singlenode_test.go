@@ -725,23 +725,18 @@ func TestSingleNodeHealthGateFailure(t *testing.T) {
 	s.logf("EVIDENCE Machine %s Event %s: %s", ms[0].Name, ev.Reason, ev.Message)
 
 	// Cluster API refuses to lower spec.topology.version, so the way on is a retry: the
-	// operator fixes the cause, clears the node's verdict (the coordinator's documented
-	// retry) and the KCP's hold-failed marker. The retry succeeds and KCP is released.
+	// operator fixes the cause and annotates the Machine, the one retry of both paths
+	// (docs/operations.md). The controller drops hold-failed, the coordinator withdraws
+	// the failed plan and its verdict, the retry succeeds and KCP is released.
 	if err := os.Remove(filepath.Join(agents.HostRoot(node), ".sim", "fail-gate")); err != nil {
 		t.Fatal(err)
 	}
-	wc := s.workloadClient(agents.Kubeconfig())
-	nodePatch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null,%q:null}}}`, inplacev1.DesiredPlanAnnotation, inplacev1.StatusAnnotation))
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
-	if err := wc.Patch(s.ctx, n, client.RawPatch("application/merge-patch+json", nodePatch)); err != nil {
-		t.Fatalf("clear the node's verdict: %v", err)
-	}
-	kcpPatch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, inplacev1.HoldFailedAnnotation))
-	if err := s.stack.Client.Patch(s.ctx, kcp, client.RawPatch("application/merge-patch+json", kcpPatch)); err != nil {
-		t.Fatalf("clear hold-failed: %v", err)
-	}
-	s.logf("retry: fail-gate removed, node verdict and %s cleared", inplacev1.HoldFailedAnnotation)
+	s.annotateMachine(ms[0].Name, inplacev1.RetryAnnotation, ptrTo("true"))
+	s.logf("retry: fail-gate removed, Machine %s annotated %s", ms[0].Name, inplacev1.RetryAnnotation)
 	s.waitReleased(kcpName, rolloutTimeout)
+	if _, ok := s.machine(ms[0].Name).Annotations[inplacev1.RetryAnnotation]; ok {
+		t.Fatalf("Machine %s still carries %s after the retry: the coordinator did not take it", ms[0].Name, inplacev1.RetryAnnotation)
+	}
 	ms = s.machines(cluster)
 	if err := sameMachines(before, ms); err != nil {
 		t.Fatal(err)
