@@ -291,19 +291,24 @@ func TestIntegrationUnalignableObjectsNeverTouchTheNode(t *testing.T) {
 	g.Expect(f.versions(ctx, g)).To(Equal(rvBefore))
 }
 
+// failFirstAttempt moves the KCP to toVersion with a node update that is rolled
+// back, then succeeds if asked again, and waits for the failed target's record.
+func (f *fixture) failFirstAttempt(ctx context.Context, g *WithT) {
+	env.updater.script(f.machine,
+		failedFinal(coordinator.CauseRolledBack, "node n: the agent rolled back plan abc: GateFailed: kubelet not Ready"),
+		done("node n runs plan def"))
+	f.setVersion(ctx, g, toVersion)
+	g.Eventually(func(g Gomega) {
+		g.Expect(f.getKCP(ctx, g).Annotations).To(HaveKey(inplacev1.HoldFailedAnnotation))
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+}
+
 func TestIntegrationRetryAfterFailure(t *testing.T) {
 	env.require(t)
 	g := NewWithT(t)
 	ctx := context.Background()
 	f := newFixture(ctx, t, true)
-	env.updater.script(f.machine,
-		failedFinal(coordinator.CauseRolledBack, "node n: the agent rolled back plan abc: GateFailed: kubelet not Ready"),
-		done("node n runs plan def"))
-
-	f.setVersion(ctx, g, toVersion)
-	g.Eventually(func(g Gomega) {
-		g.Expect(f.getKCP(ctx, g).Annotations).To(HaveKey(inplacev1.HoldFailedAnnotation))
-	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+	f.failFirstAttempt(ctx, g)
 
 	// The operator asks for another attempt of the same spec.
 	kcp := f.getKCP(ctx, g)
@@ -330,14 +335,7 @@ func TestIntegrationRetryByMachineAnnotation(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	f := newFixture(ctx, t, true)
-	env.updater.script(f.machine,
-		failedFinal(coordinator.CauseRolledBack, "node n: the agent rolled back plan abc: GateFailed: kubelet not Ready"),
-		done("node n runs plan def"))
-
-	f.setVersion(ctx, g, toVersion)
-	g.Eventually(func(g Gomega) {
-		g.Expect(f.getKCP(ctx, g).Annotations).To(HaveKey(inplacev1.HoldFailedAnnotation))
-	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+	f.failFirstAttempt(ctx, g)
 	g.Consistently(func() int { return len(env.updater.calls(f.machine)) }, 2*time.Second, 200*time.Millisecond).Should(Equal(1), "a failed target is not retried unasked")
 
 	m := &clusterv1.Machine{}
