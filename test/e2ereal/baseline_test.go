@@ -44,10 +44,18 @@ func TestKubeadmBaseline(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	kubeconfigFile := filepath.Join(t.TempDir(), "kubeconfig")
 	g.Expect(os.WriteFile(kubeconfigFile, kubeconfig, 0o600)).To(Succeed())
+	// kubectl runs a command as an operator would: again while the API server
+	// does not answer (the new kubelet restarts the control plane's static pods,
+	// so the API server goes away for a while after the kubelet's restart).
 	kubectl := func(args ...string) {
 		t.Helper()
-		out, err := exec.CommandContext(ctx, filepath.Join(suite.root, "bin", "kubectl"), append([]string{"--kubeconfig", kubeconfigFile}, args...)...).CombinedOutput()
-		g.Expect(err).NotTo(HaveOccurred(), "kubectl %s: %s", strings.Join(args, " "), out)
+		g.Eventually(func() error {
+			out, err := exec.CommandContext(ctx, filepath.Join(suite.root, "bin", "kubectl"), append([]string{"--kubeconfig", kubeconfigFile}, args...)...).CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, out)
+			}
+			return nil
+		}, 3*time.Minute, 5*time.Second).Should(Succeed())
 	}
 	// install puts the target release's binary in place as a package manager does:
 	// a new file renamed over the old one, which may be running.
