@@ -108,7 +108,8 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		Named(ControllerName).
 		For(&controlplanev1.KubeadmControlPlane{}, builder.WithPredicates(heldPredicate())).
 		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(controlPlaneOf)).
-		Watches(&clusterv1.Machine{}, handler.EnqueueRequestsFromMapFunc(controlPlaneOfMachine), builder.WithPredicates(retryRequested())).
+		Watches(&clusterv1.Machine{}, handler.EnqueueRequestForOwner(scheme, mgr.GetRESTMapper(), &controlplanev1.KubeadmControlPlane{}, handler.OnlyControllerOwner()),
+			builder.WithPredicates(retryRequested())).
 		Complete(r)
 }
 
@@ -119,16 +120,6 @@ func retryRequested() predicate.Predicate {
 		_, ok := o.GetAnnotations()[inplacev1.RetryAnnotation]
 		return ok
 	})
-}
-
-// controlPlaneOfMachine maps a Machine to the KubeadmControlPlane that owns it.
-func controlPlaneOfMachine(_ context.Context, o client.Object) []reconcile.Request {
-	for _, ref := range o.GetOwnerReferences() {
-		if ref.Kind == "KubeadmControlPlane" && ref.Controller != nil && *ref.Controller {
-			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}}}
-		}
-	}
-	return nil
 }
 
 // heldPredicate passes KCP events where either side carries the hold, so the
