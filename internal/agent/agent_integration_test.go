@@ -280,7 +280,7 @@ func TestControlPlaneUpdateCommits(t *testing.T) {
 	for k, v := range n.runs() {
 		g.Expect(v).To(Equal(1), "action %s", k)
 	}
-	g.Expect(n.runs()).To(HaveLen(13))
+	g.Expect(n.runs()).To(HaveLen(14))
 	cmds := n.read(".sim/commands.log")
 	g.Expect(cmds).To(ContainSubstring("kubeadm upgrade apply v1.36.0 --yes"))
 	g.Expect(cmds).NotTo(ContainSubstring("etcdctl"), "etcd is reached through its Go client, not host tools")
@@ -307,7 +307,7 @@ func TestKilledMidUpdateCompletesWithEachActionOnce(t *testing.T) {
 	g.Expect(n.get().Status.NodeInfo.KubeletVersion).To(Equal("v1.36.0"))
 	runs := n.runs()
 	g.Expect(runs).To(Equal(map[string]int{"backup-files": 1, "write-files": 1, "apply-users": 1, "apply-ntp": 1,
-		"install-binaries": 1, "kubeadm-upgrade": 1, "restart-kubelet": 1, "gates": 1}))
+		"install-kubeadm": 1, "kubeadm-upgrade": 1, "install-kubelet": 1, "restart-kubelet": 1, "gates": 1}))
 	g.Expect(n.read("etc/passwd")).To(ContainSubstring("ops:x:1000:1000::/home/ops:/bin/bash\n"))
 	g.Expect(n.read("home/ops/.ssh/authorized_keys")).To(Equal("ssh-ed25519 AAAA ops@example\n"))
 	g.Expect(n.read("etc/sudoers.d/90-capi-inplace-ops")).To(Equal("ops ALL=(ALL) NOPASSWD:ALL\n"))

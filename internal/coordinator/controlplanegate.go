@@ -27,13 +27,13 @@ import (
 // status.versions takes each Machine's version from its node's kubelet (and from
 // spec.version only before the node reports one), and a node's kubelet reports
 // the new version before the Machine's in-place update is over: the agent
-// installs the new kubelet before `kubeadm upgrade node`, so any kubelet restart
-// in between runs it, and the gates run after the kubelet restart. The topology
-// controller then takes the control plane as upgraded and moves the
-// MachineDeployments while the last control plane may still run the old API
-// server or roll back (seen on real nodes: the third control plane lost power in
-// `kubeadm upgrade node`, its kubelet came back at v1.36.3, and both workers ran
-// kubelet v1.36.3 while its v1.35.4 API server restarted). In a plain
+// restarts the new kubelet before the gates judge the update, which may still
+// roll it back. The topology controller then takes the control plane as
+// upgraded and moves the MachineDeployments while the last control plane may
+// still roll back (seen on real nodes, when the agent still installed the
+// kubelet before `kubeadm upgrade node`: the third control plane lost power in
+// it, its kubelet came back at v1.36.3, and both workers ran kubelet v1.36.3
+// while its v1.35.4 API server restarted). In a plain
 // cluster an operator can move a MachineDeployment before the control plane
 // finished just as well. So the coordinator holds a worker's update that raises
 // its kubelet's version, before cordon, until the control plane is there

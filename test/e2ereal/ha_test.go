@@ -178,7 +178,19 @@ func TestHAControlPlaneAndWorkers(t *testing.T) {
 	workerCut := powerCutDuring(ctx, workers[0], "gates", nil)
 	var workerStart time.Time
 	backupsBefore := kubeadmBackups(ctx, third)
-	powerCut := powerCutDuring(ctx, third, "kubeadm-upgrade", nil)
+	powerCut := make(chan error, 1)
+	kubeletAfterCut := make(chan string, 1)
+	go func(cut <-chan error) {
+		// The kubelet the node boots after the cut: the agent installs the new
+		// one only after kubeadm upgraded the node, and resumes minutes later.
+		err := <-cut
+		if err == nil {
+			var out string
+			out, err = nodeExec(ctx, third, "kubelet", "--version")
+			kubeletAfterCut <- out
+		}
+		powerCut <- err
+	}(powerCutDuring(ctx, third, "kubeadm-upgrade", nil))
 	mustNodeExec(t, second, "rm", "-f", failUnhealthyFile)
 	retried := time.Now()
 	annotateMachine(t, ns, machineOf[second], inplacev1.RetryAnnotation, "true")
@@ -194,6 +206,7 @@ func TestHAControlPlaneAndWorkers(t *testing.T) {
 	select {
 	case err := <-powerCut:
 		g.Expect(err).NotTo(HaveOccurred(), "the power cut")
+		g.Expect(<-kubeletAfterCut).To(ContainSubstring(from), "the kubelet booted during kubeadm upgrade is the old one: never newer than its API server")
 	default:
 		t.Fatal("the third control plane's agent was never seen running kubeadm: no power cut")
 	}

@@ -94,13 +94,9 @@ func (b fixedBoot) BootID(context.Context) (string, error) { return string(b), n
 // newBinaries is the node's package source: kubeadm and kubelet of the new release.
 type newBinaries struct{ root string }
 
-func (b newBinaries) Install(context.Context, string) error {
-	for p, content := range map[string]string{kube.KubeletBinary: newKubelet, kube.KubeadmBinary: newKubeadm} {
-		if err := os.WriteFile(filepath.Join(b.root, p), []byte(content), 0o755); err != nil {
-			return err
-		}
-	}
-	return nil
+func (b newBinaries) Install(_ context.Context, hostPath, _ string) error {
+	content := map[string]string{kube.KubeletBinary: newKubelet, kube.KubeadmBinary: newKubeadm}[hostPath]
+	return os.WriteFile(filepath.Join(b.root, hostPath), []byte(content), 0o755)
 }
 
 // powerCut wraps the agent's Kubernetes layer: kubeadm writes an API server
@@ -162,7 +158,8 @@ func cutDuringKubeadm(t *testing.T, newPort string) *controlPlane {
 	e, err := jr.Load()
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(e.InFlight).To(Equal("kubeadm-upgrade"))
-	g.Expect(readHost(t, cp.root, kube.KubeletBinary)).To(Equal(newKubelet))
+	g.Expect(readHost(t, cp.root, kube.KubeadmBinary)).To(Equal(newKubeadm))
+	g.Expect(readHost(t, cp.root, kube.KubeletBinary)).To(Equal(oldKubelet), "the kubelet is installed after kubeadm upgrade")
 	g.Expect(readHost(t, cp.root, "/etc/app.conf")).To(Equal("new\n"))
 	g.Expect(filepath.Join(cp.root, kube.RescueManifest)).To(BeAnExistingFile(), "the rescue pod was armed before the update changed the node's boot")
 	return cp
@@ -227,7 +224,7 @@ func TestRescueLeavesAServingNodeToTheAgent(t *testing.T) {
 	after, _ := cp.entry(t)
 	g.Expect(after).To(Equal(before), "the journal is untouched")
 	g.Expect(readHost(t, cp.root, kube.APIServerManifest)).To(Equal(apiServerManifest(port, ", --bad-flag")))
-	g.Expect(readHost(t, cp.root, kube.KubeletBinary)).To(Equal(newKubelet))
+	g.Expect(readHost(t, cp.root, kube.KubeadmBinary)).To(Equal(newKubeadm))
 	g.Expect(filepath.Join(cp.root, kube.RescueManifest)).To(BeAnExistingFile())
 	g.Expect(runner.Calls()).To(BeEmpty())
 
@@ -256,7 +253,7 @@ func TestRescueRollsBackAnAPIServerThatDoesNotComeBack(t *testing.T) {
 	e, st := cp.entry(t)
 	g.Expect(st.Phase).To(Equal(protocol.PhaseRolledBack))
 	g.Expect(e.InFlight).To(BeEmpty())
-	g.Expect(e.Runs).To(Equal(map[string]int{"backup-files": 1, "write-files": 1, "install-binaries": 1, "kubeadm-upgrade": 1,
+	g.Expect(e.Runs).To(Equal(map[string]int{"backup-files": 1, "write-files": 1, "install-kubeadm": 1, "kubeadm-upgrade": 1,
 		"rollback/restore-files": 1, "rollback/restart-kubelet": 1}))
 	status := st.Status()
 	g.Expect(status.Reason).To(Equal(state.ReasonAPIServerNotBack))
@@ -319,11 +316,11 @@ func TestRescueKilledMidRollbackFinishesIt(t *testing.T) {
 	g.Expect(cp.rescueNode(runner).rescue(context.Background(), RescueOptions{APIServerDeadline: time.Hour}, logr.Discard())).To(Succeed())
 	e, st = cp.entry(t)
 	g.Expect(st.Phase).To(Equal(protocol.PhaseRolledBack))
-	g.Expect(e.Runs).To(Equal(map[string]int{"backup-files": 1, "write-files": 1, "install-binaries": 1, "kubeadm-upgrade": 1,
+	g.Expect(e.Runs).To(Equal(map[string]int{"backup-files": 1, "write-files": 1, "install-kubeadm": 1, "kubeadm-upgrade": 1,
 		"rollback/restore-files": 1, "rollback/restart-kubelet": 2}))
 	g.Expect(runner.Calls()).To(Equal([]string{"systemctl daemon-reload", "systemctl daemon-reload", "systemctl restart kubelet"}),
 		"the restart the cut interrupted ran once, after it")
-	g.Expect(readHost(t, cp.root, kube.KubeletBinary)).To(Equal(oldKubelet))
+	g.Expect(readHost(t, cp.root, kube.KubeadmBinary)).To(Equal(oldKubeadm))
 	g.Expect(filepath.Join(cp.root, kube.RescueManifest)).NotTo(BeAnExistingFile())
 }
 

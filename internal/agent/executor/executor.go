@@ -506,10 +506,17 @@ func (x *Executor) perform(ctx context.Context, attempt string, p *protocol.Node
 		return x.Kube.KubeletFlags(ctx, p.KubeletExtraArgs)
 	case state.ActControlPlaneConfig:
 		return x.Kube.ControlPlaneConfig(ctx, p.Kubernetes)
-	case state.ActInstallBinaries:
-		return x.Kube.InstallKubernetesBinaries(ctx, p.Kubernetes)
+	case state.ActInstallKubeadm:
+		return x.Kube.InstallKubeadm(ctx, p.Kubernetes)
 	case state.ActKubeadmUpgrade:
 		return x.Kube.KubeadmUpgrade(ctx, p.Kubernetes)
+	case state.ActInstallKubelet:
+		return x.Kube.InstallKubelet(ctx, p.Kubernetes)
+	case state.ActInstallBinaries:
+		if err := x.Kube.InstallKubelet(ctx, p.Kubernetes); err != nil {
+			return err
+		}
+		return x.Kube.InstallKubeadm(ctx, p.Kubernetes)
 	case state.ActRestartKubelet:
 		return x.Kube.RestartKubelet(ctx)
 	case state.ActGates:

@@ -21,7 +21,8 @@ type Host interface {
 	ApplyNTP(ctx context.Context, raw json.RawMessage) error
 	KubeletFlags(ctx context.Context, args []protocol.Arg) error
 	ControlPlaneConfig(ctx context.Context, k protocol.KubernetesPlan) error
-	InstallKubernetesBinaries(ctx context.Context, k protocol.KubernetesPlan) error
+	InstallKubeadm(ctx context.Context, k protocol.KubernetesPlan) error
+	InstallKubelet(ctx context.Context, k protocol.KubernetesPlan) error
 	KubeadmUpgrade(ctx context.Context, k protocol.KubernetesPlan) error
 	RestartKubelet(ctx context.Context) error
 	// EtcdSnapshot snapshots the local etcd member and returns the member count.

@@ -83,9 +83,14 @@ func (a *armedAt) WriteFiles(ctx context.Context, files []protocol.File) error {
 	return a.Host.WriteFiles(ctx, files)
 }
 
-func (a *armedAt) InstallKubernetesBinaries(ctx context.Context, k protocol.KubernetesPlan) error {
+func (a *armedAt) InstallKubeadm(ctx context.Context, k protocol.KubernetesPlan) error {
 	a.note(ctx)
-	return a.Host.InstallKubernetesBinaries(ctx, k)
+	return a.Host.InstallKubeadm(ctx, k)
+}
+
+func (a *armedAt) InstallKubelet(ctx context.Context, k protocol.KubernetesPlan) error {
+	a.note(ctx)
+	return a.Host.InstallKubelet(ctx, k)
 }
 
 func (a *armedAt) KubeadmUpgrade(ctx context.Context, k protocol.KubernetesPlan) error {
@@ -123,14 +128,14 @@ func TestRescueArmedFromTheFirstBootChange(t *testing.T) {
 		end     protocol.Phase
 	}{
 		{"control plane, committed", rescuePlan(), nil, map[string]bool{
-			"backup-files": false, "write-files": true, "install-binaries": true, "kubeadm-upgrade": true, "restart-kubelet": true,
+			"backup-files": false, "write-files": true, "install-kubeadm": true, "kubeadm-upgrade": true, "install-kubelet": true, "restart-kubelet": true,
 		}, protocol.PhaseCommitted},
 		{"control plane, rolled back", rescuePlan(), &gate.Error{Gate: "node-ready", Timeout: time.Second, Err: errors.New("not Ready")}, map[string]bool{
-			"backup-files": false, "write-files": true, "install-binaries": true, "kubeadm-upgrade": true, "restart-kubelet": true,
+			"backup-files": false, "write-files": true, "install-kubeadm": true, "kubeadm-upgrade": true, "install-kubelet": true, "restart-kubelet": true,
 			"rollback/restore-files": true, "rollback/restart-kubelet": true,
 		}, protocol.PhaseRolledBack},
 		{"worker, committed", workerPlan(false), nil, map[string]bool{
-			"backup-files": false, "write-files": false, "install-binaries": false, "kubeadm-upgrade": false, "restart-kubelet": false,
+			"backup-files": false, "write-files": false, "install-kubeadm": false, "kubeadm-upgrade": false, "install-kubelet": false, "restart-kubelet": false,
 		}, protocol.PhaseCommitted},
 	}
 	for _, tt := range tests {
@@ -191,7 +196,7 @@ func TestRollBackFailsTheActionInFlight(t *testing.T) {
 	g.Expect(filepath.Join(f.root, "etc/app.conf")).NotTo(BeAnExistingFile())
 	g.Expect(filepath.Join(f.root, kube.RescueManifest)).NotTo(BeAnExistingFile())
 	runs, _ := f.x.Runs()
-	g.Expect(runs).To(Equal(map[string]int{"backup-files": 1, "write-files": 1, "install-binaries": 1, "kubeadm-upgrade": 1,
+	g.Expect(runs).To(Equal(map[string]int{"backup-files": 1, "write-files": 1, "install-kubeadm": 1, "kubeadm-upgrade": 1,
 		"rollback/restore-files": 1, "rollback/restart-kubelet": 1}))
 	last := f.reports.last()
 	g.Expect(last.Reason).To(Equal(state.ReasonAPIServerNotBack))
@@ -211,14 +216,14 @@ func TestRollBackBetweenActions(t *testing.T) {
 	g := NewWithT(t)
 	f := rescueFixture(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
-	f.x.Journal = &crashAt{Journal: f.journal, action: "install-binaries", cancel: cancel}
+	f.x.Journal = &crashAt{Journal: f.journal, action: "install-kubeadm", cancel: cancel}
 	_, err := f.x.Start(ctx, rescuePlan())
 	g.Expect(err).To(MatchError(context.Canceled))
 	f.x.Journal = f.journal
 	st, err := f.x.RollBack(context.Background(), state.ReasonAPIServerNotBack, "not back")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(st.Phase).To(Equal(protocol.PhaseRolledBack))
-	g.Expect(st.FailedAction).To(Equal(state.ActInstallBinaries))
+	g.Expect(st.FailedAction).To(Equal(state.ActInstallKubeadm))
 	runs, _ := f.x.Runs()
 	g.Expect(runs).To(Equal(map[string]int{"backup-files": 1, "write-files": 1, "rollback/restore-files": 1, "rollback/restart-kubelet": 1}))
 }

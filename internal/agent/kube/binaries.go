@@ -38,64 +38,39 @@ func (h *Host) platform() string { return runtime.GOOS + "/" + h.store().ArchNam
 // staged is one verified copy waiting to be renamed into place.
 type staged struct{ tmp, dest string }
 
-// installFromStore puts kubeadm and kubelet of bins under the host root from the
-// artifact store: the one download path (artifact.Store.Fetch: sources and
-// mirrors, size bound, digest, architecture) runs during staging, before the node
-// was cordoned; a plan whose files are not in the store (an agent restarted with an
-// emptied store) fetches them the same way here.
+// installFromStore puts one binary of bins, KubeadmBinary or KubeletBinary,
+// under the host root from the artifact store: the one download path
+// (artifact.Store.Fetch: sources and mirrors, size bound, digest, architecture)
+// runs during staging, before the node was cordoned; a plan whose files are not
+// in the store (an agent restarted with an emptied store) fetches them the same
+// way here.
 //
-// Both binaries are copied first (beside their destination, hashed while written
-// against the plan's digest, fsynced, 0755) and only then renamed into place, so a
-// failure of either replaces neither; a binary that already has its digest is left
-// alone, which makes the install idempotent. The rename replaces the directory
-// entry, never the file in use: a running kubelet keeps its old inode until its
-// restart, and the caller's backup (taken before) restores the old binaries on
-// rollback.
-func (h *Host) installFromStore(ctx context.Context, bins *protocol.KubernetesBinaries) error {
+// The binary is copied first (beside its destination, hashed while written
+// against the plan's digest, fsynced, 0755) and only then renamed into place; a
+// binary that already has its digest is left alone, which makes the install
+// idempotent. The rename replaces the directory entry, never the file in use: a
+// running kubelet keeps its old inode until its restart, and the caller's backup
+// (taken before) restores the old binary on rollback.
+func (h *Host) installFromStore(ctx context.Context, bins *protocol.KubernetesBinaries, hostPath string) error {
 	if err := bins.Validate(); err != nil {
 		return fmt.Errorf("kubernetes binaries: %w", err)
 	}
 	if bins.Platform != h.platform() {
 		return fmt.Errorf("%w: the plan's kubeadm and kubelet are for %s, this node is %s", ErrWrongPlatform, bins.Platform, h.platform())
 	}
-	var ready []staged
-	cleanup := func() {
-		for _, s := range ready {
-			_ = os.Remove(s.tmp)
-		}
+	item := protocol.StageItem{Name: protocol.StageKubeadm, Artifact: bins.Kubeadm, Executable: true}
+	if hostPath == KubeletBinary {
+		item = protocol.StageItem{Name: protocol.StageKubelet, Artifact: bins.Kubelet, Executable: true}
 	}
-	for _, item := range []struct {
-		hostPath string
-		name     protocol.StageItemName
-		artifact protocol.BinaryArtifact
-	}{{KubeadmBinary, protocol.StageKubeadm, bins.Kubeadm}, {KubeletBinary, protocol.StageKubelet, bins.Kubelet}} {
-		s, err := h.stageBinary(ctx, item.hostPath, protocol.StageItem{Name: item.name, Artifact: item.artifact, Executable: true})
-		if err != nil {
-			cleanup()
-			return err
-		}
-		if s.tmp != "" {
-			ready = append(ready, s)
-		}
+	s, err := h.stageBinary(ctx, hostPath, item)
+	if err != nil || s.tmp == "" {
+		return err
 	}
-	dirs := map[string]bool{}
-	for i, s := range ready {
-		if err := os.Rename(s.tmp, s.dest); err != nil {
-			// Binaries renamed before stay: the backup taken before this action
-			// restores them on rollback, and a repeat finds them in place.
-			for _, rest := range ready[i:] {
-				_ = os.Remove(rest.tmp)
-			}
-			return fmt.Errorf("install %s: %w", s.dest, err)
-		}
-		dirs[filepath.Dir(s.dest)] = true
+	if err := os.Rename(s.tmp, s.dest); err != nil {
+		_ = os.Remove(s.tmp)
+		return fmt.Errorf("install %s: %w", s.dest, err)
 	}
-	for d := range dirs {
-		if err := atomicfile.SyncDir(d); err != nil {
-			return err
-		}
-	}
-	return nil
+	return atomicfile.SyncDir(filepath.Dir(s.dest))
 }
 
 // stageBinary copies one binary from the store into a temporary file in its
@@ -188,15 +163,35 @@ func removeLeftovers(dir, name string) {
 	}
 }
 
-// InstallKubernetesBinaries makes sure kubeadm and kubelet of the plan's version
-// are on the node: from the artifact store when the plan carries them, otherwise
-// from the host's BinarySource or the OS image; then kubeadm's version is checked.
-func (h *Host) InstallKubernetesBinaries(ctx context.Context, k protocol.KubernetesPlan) error {
-	if k.Binaries == nil {
-		return h.InstallBinaries(ctx, k.Version)
-	}
-	if err := h.installFromStore(ctx, k.Binaries); err != nil {
-		return fmt.Errorf("install kubeadm and kubelet %s: %w", k.Version, err)
+// InstallKubeadm makes sure kubeadm of the plan's version is on the node, from
+// the artifact store when the plan carries it, otherwise from the host's
+// BinarySource or the OS image, and checks its version: kubeadm upgrade runs next.
+func (h *Host) InstallKubeadm(ctx context.Context, k protocol.KubernetesPlan) error {
+	if err := h.install(ctx, k, KubeadmBinary); err != nil {
+		return fmt.Errorf("install kubeadm %s: %w", k.Version, err)
 	}
 	return h.checkKubeadmVersion(ctx, k.Version)
+}
+
+// InstallKubelet puts the kubelet of the plan's version in place, from the same
+// sources as InstallKubeadm. It takes effect at the kubelet's restart; the
+// kubelet-version gate checks what the restarted kubelet reports.
+func (h *Host) InstallKubelet(ctx context.Context, k protocol.KubernetesPlan) error {
+	if err := h.install(ctx, k, KubeletBinary); err != nil {
+		return fmt.Errorf("install kubelet %s: %w", k.Version, err)
+	}
+	return nil
+}
+
+// install puts one binary (KubeadmBinary or KubeletBinary) of the plan's version
+// in place; nothing when the plan delivers none and the host has no source: the
+// OS image brings it.
+func (h *Host) install(ctx context.Context, k protocol.KubernetesPlan, hostPath string) error {
+	switch {
+	case k.Binaries != nil:
+		return h.installFromStore(ctx, k.Binaries, hostPath)
+	case h.Binaries != nil:
+		return h.Binaries.Install(ctx, hostPath, k.Version)
+	}
+	return nil
 }

@@ -106,10 +106,11 @@ func inode(g *WithT, p string) uint64 {
 	return fi.Sys().(*syscall.Stat_t).Ino
 }
 
-// TestInstallKubernetesBinariesFromHTTP: nothing staged (an agent whose store was
-// emptied): the install fetches through the artifact store, the one download path,
-// and keeps the files there.
-func TestInstallKubernetesBinariesFromHTTP(t *testing.T) {
+// TestInstallKubeadmThenKubeletFromHTTP: nothing staged (an agent whose store
+// was emptied): each install fetches through the artifact store, the one download
+// path, and keeps the file there. kubeadm comes first and alone: the kubelet stays
+// the old one until its own install, after kubeadm upgrade.
+func TestInstallKubeadmThenKubeletFromHTTP(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	srv := &artifactServer{files: map[string]string{"/v1.36.3/kubeadm": newKubeadm, "/v1.36.3/kubelet": newKubelet}}
@@ -124,29 +125,34 @@ func TestInstallKubernetesBinariesFromHTTP(t *testing.T) {
 	p := protocol.NewPlan("n1")
 	p.Kubernetes = protocol.KubernetesPlan{Role: protocol.RoleWorker, Version: "v1.36.3", Action: protocol.KubeadmUpgradeNode, Binaries: binariesFor(ts.URL)}
 
-	// The backup is taken before the install (backup-files precedes
-	// install-binaries), so a rollback gets the old binaries back.
+	// The backup is taken before either install (backup-files precedes
+	// install-kubeadm), so a rollback gets the old binaries back.
 	g.Expect(h.BackupSet(p)).To(ContainElements(KubeadmBinary, KubeletBinary))
 	g.Expect(h.Backup(ctx, "a1", h.BackupSet(p))).To(Succeed())
 
-	g.Expect(h.InstallKubernetesBinaries(ctx, p.Kubernetes)).To(Succeed())
+	g.Expect(h.InstallKubeadm(ctx, p.Kubernetes)).To(Succeed())
 	g.Expect(read(t, root, KubeadmBinary)).To(Equal(newKubeadm))
+	g.Expect(read(t, root, KubeletBinary)).To(Equal(oldKubelet), "the kubelet is installed after kubeadm upgrade")
+	g.Expect(r.Calls()).To(Equal([]string{"kubeadm version -o short"}))
+	g.Expect(srv.requests.Load()).To(Equal(int32(1)))
+
+	g.Expect(h.InstallKubelet(ctx, p.Kubernetes)).To(Succeed())
 	g.Expect(read(t, root, KubeletBinary)).To(Equal(newKubelet))
 	for _, b := range []string{KubeadmBinary, KubeletBinary} {
 		fi, err := os.Stat(filepath.Join(root, b))
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(fi.Mode().Perm()).To(Equal(os.FileMode(0o755)))
 	}
-	g.Expect(r.Calls()).To(Equal([]string{"kubeadm version -o short"}))
 	g.Expect(srv.requests.Load()).To(Equal(int32(2)))
 	g.Expect((&artifact.Store{Root: root}).Has(sha(newKubelet))).To(BeTrue(), "fetched into the store")
 	entries, _ := os.ReadDir(filepath.Join(root, "/usr/bin"))
 	g.Expect(entries).To(HaveLen(2), "no staging file is left")
 
-	// Repeating the action (a crash after it, a resume) downloads nothing and
+	// Repeating either action (a crash after it, a resume) downloads nothing and
 	// replaces nothing.
 	before := inode(g, filepath.Join(root, KubeletBinary))
-	g.Expect(h.InstallKubernetesBinaries(ctx, p.Kubernetes)).To(Succeed())
+	g.Expect(h.InstallKubeadm(ctx, p.Kubernetes)).To(Succeed())
+	g.Expect(h.InstallKubelet(ctx, p.Kubernetes)).To(Succeed())
 	g.Expect(srv.requests.Load()).To(Equal(int32(2)))
 	g.Expect(inode(g, filepath.Join(root, KubeletBinary))).To(Equal(before))
 
@@ -165,13 +171,13 @@ func TestInstallKubernetesBinariesOverHTTPS(t *testing.T) {
 	// The default client trusts the system's roots only: the test server's own CA
 	// is refused, and nothing is replaced.
 	root := oldHost(t)
-	err := (&Host{Root: root}).installFromStore(context.Background(), binariesFor(ts.URL))
+	err := (&Host{Root: root}).installFromStore(context.Background(), binariesFor(ts.URL), KubeletBinary)
 	g.Expect(err).To(MatchError(artifact.ErrUnreachable))
 	g.Expect(err.Error()).To(ContainSubstring("certificate"))
 	expectUntouched(g, t, root)
 
 	// A client that trusts the server's CA downloads over TLS.
-	g.Expect((&Host{Root: root, Store: &artifact.Store{Root: root, Client: ts.Client()}}).installFromStore(context.Background(), binariesFor(ts.URL))).To(Succeed())
+	g.Expect((&Host{Root: root, Store: &artifact.Store{Root: root, Client: ts.Client()}}).installFromStore(context.Background(), binariesFor(ts.URL), KubeletBinary)).To(Succeed())
 	g.Expect(read(t, root, KubeletBinary)).To(Equal(newKubelet))
 }
 
@@ -189,7 +195,7 @@ func TestInstallKubernetesBinariesRefusals(t *testing.T) {
 		wantText string
 	}{
 		{
-			name:     "corrupted kubelet: refused, kubeadm not replaced either",
+			name:     "corrupted kubelet: refused, not replaced",
 			files:    map[string]string{"/v1.36.3/kubeadm": newKubeadm, "/v1.36.3/kubelet": newKubelet + "tampered"},
 			wantErr:  artifact.ErrDigestMismatch,
 			wantText: "kubelet: content does not match its digest: http://",
@@ -280,7 +286,7 @@ func TestInstallKubernetesBinariesRefusals(t *testing.T) {
 			root := oldHost(t)
 			store := tt.store
 			store.Root = root
-			err := (&Host{Root: root, Store: &store}).installFromStore(context.Background(), bins)
+			err := (&Host{Root: root, Store: &store}).installFromStore(context.Background(), bins, KubeletBinary)
 			g.Expect(err).To(MatchError(tt.wantErr))
 			g.Expect(err.Error()).To(ContainSubstring(tt.wantText))
 			expectUntouched(g, t, root)
@@ -313,13 +319,15 @@ func TestInstallKubernetesBinariesFromTheStagedStore(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(os.WriteFile(p, []byte(elfFile("evil")), 0o755)).To(Succeed())
 	h := &Host{Root: root, Runner: (&backendtest.Runner{}).On("kubeadm version", "v1.36.3\n", nil), Store: store}
-	err = h.InstallKubernetesBinaries(ctx, protocol.KubernetesPlan{Version: "v1.36.3", Binaries: bins})
+	k := protocol.KubernetesPlan{Version: "v1.36.3", Binaries: bins}
+	err = h.InstallKubelet(ctx, k)
 	g.Expect(err).To(MatchError(artifact.ErrUnreachable))
 	expectUntouched(g, t, root)
 
 	// Staged intact: installed from the store alone.
 	g.Expect(os.WriteFile(p, []byte(newKubelet), 0o600)).To(Succeed())
-	g.Expect(h.InstallKubernetesBinaries(ctx, protocol.KubernetesPlan{Version: "v1.36.3", Binaries: bins})).To(Succeed())
+	g.Expect(h.InstallKubeadm(ctx, k)).To(Succeed())
+	g.Expect(h.InstallKubelet(ctx, k)).To(Succeed())
 	g.Expect(read(t, root, KubeadmBinary)).To(Equal(newKubeadm))
 	g.Expect(read(t, root, KubeletBinary)).To(Equal(newKubelet))
 	g.Expect(srv.requests.Load()).To(Equal(int32(2)), "nothing downloaded at install")
@@ -331,7 +339,7 @@ func TestInstallKubernetesBinariesWithoutArtifacts(t *testing.T) {
 	g := NewWithT(t)
 	r := (&backendtest.Runner{}).On("kubeadm version", "v1.35.4\n", nil)
 	h := &Host{Root: oldHost(t), Runner: r}
-	err := h.InstallKubernetesBinaries(context.Background(), protocol.KubernetesPlan{Version: "v1.36.3"})
+	err := h.InstallKubeadm(context.Background(), protocol.KubernetesPlan{Version: "v1.36.3"})
 	g.Expect(err).To(MatchError(ContainSubstring("kubeadm on the node is v1.35.4, the plan needs v1.36.3")))
 }
 
@@ -345,7 +353,7 @@ func TestInstallKubernetesBinariesStaysInsideTheRoot(t *testing.T) {
 	root, outside := t.TempDir(), t.TempDir()
 	g.Expect(os.MkdirAll(filepath.Join(root, "usr"), 0o755)).To(Succeed())
 	g.Expect(os.Symlink(outside, filepath.Join(root, "usr", "bin"))).To(Succeed())
-	err := (&Host{Root: root}).installFromStore(context.Background(), binariesFor(ts.URL))
+	err := (&Host{Root: root}).installFromStore(context.Background(), binariesFor(ts.URL), KubeletBinary)
 	g.Expect(err).To(MatchError(ContainSubstring("/usr/bin is not a directory (a symlink is refused)")))
 	entries, _ := os.ReadDir(outside)
 	g.Expect(entries).To(BeEmpty())

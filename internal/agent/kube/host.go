@@ -37,11 +37,14 @@ func StaticPods() []string {
 	return []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd"}
 }
 
-// BinarySource puts kubeadm and kubelet of a version on the host (a package
-// manager, or the simulated host). Nil means the binaries must already be there,
-// e.g. delivered by the OS image.
+// BinarySource puts kubeadm or the kubelet of a version on the host (a package
+// manager, or the simulated host), one at a time: the agent installs kubeadm
+// before kubeadm upgrade and the kubelet after it. Nil means the binaries must
+// already be there, e.g. delivered by the OS image.
 type BinarySource interface {
-	Install(ctx context.Context, version string) error
+	// Install puts the binary at hostPath (KubeadmBinary or KubeletBinary) of
+	// version in place.
+	Install(ctx context.Context, hostPath, version string) error
 }
 
 // Host performs Kubernetes actions on one node.
@@ -83,17 +86,6 @@ func (h *Host) services() service.Manager {
 
 func (h *Host) run(ctx context.Context, name string, args ...string) (backend.Result, error) {
 	return h.Runner.Run(ctx, backend.Command{Name: name, Args: args})
-}
-
-// InstallBinaries makes sure kubeadm of the target version is on the node; the
-// kubelet binary is replaced too (it takes effect at restart-kubelet).
-func (h *Host) InstallBinaries(ctx context.Context, version string) error {
-	if h.Binaries != nil {
-		if err := h.Binaries.Install(ctx, version); err != nil {
-			return fmt.Errorf("install kubeadm and kubelet %s: %w", version, err)
-		}
-	}
-	return h.checkKubeadmVersion(ctx, version)
 }
 
 // checkKubeadmVersion fails unless the node's kubeadm reports version.

@@ -114,9 +114,13 @@ func TestCommands(t *testing.T) {
 			return h.KubeadmUpgrade(context.Background(), protocol.KubernetesPlan{Version: "v1.36.0", Action: protocol.KubeadmUpgradeNode})
 		}, func(r *backendtest.Runner) { r.On("kubeadm", "", errors.New("couldn't create a Kubernetes client")) },
 			[]string{"kubeadm upgrade node"}, "kubeadm upgrade: kubeadm upgrade node: couldn't create a Kubernetes client"},
-		{"binaries present", func(h *Host) error { return h.InstallBinaries(context.Background(), "v1.36.0") },
+		{"kubeadm present", func(h *Host) error {
+			return h.InstallKubeadm(context.Background(), protocol.KubernetesPlan{Version: "v1.36.0"})
+		},
 			func(r *backendtest.Runner) { r.On("kubeadm version", "v1.36.0\n", nil) }, []string{"kubeadm version -o short"}, ""},
-		{"binaries missing", func(h *Host) error { return h.InstallBinaries(context.Background(), "v1.36.0") },
+		{"kubeadm missing", func(h *Host) error {
+			return h.InstallKubeadm(context.Background(), protocol.KubernetesPlan{Version: "v1.36.0"})
+		},
 			func(r *backendtest.Runner) { r.On("kubeadm version", "v1.35.2\n", nil) }, []string{"kubeadm version -o short"},
 			"kubeadm on the node is v1.35.2, the plan needs v1.36.0"},
 		{"restart kubelet", func(h *Host) error { return h.RestartKubelet(context.Background()) },

@@ -32,8 +32,9 @@ func TestWorkerStepsEveryMinorOfAChain(t *testing.T) {
 	k := &kube.Host{Root: h.Root, Runner: h.Runner(), Binaries: h, Etcd: h.Etcd()}
 	reported := "v1.33.0"
 	for _, v := range []string{"v1.34.0", "v1.35.0", "v1.36.0"} {
-		g.Expect(k.InstallBinaries(ctx, v)).To(Succeed(), v)
+		g.Expect(k.InstallKubeadm(ctx, protocol.KubernetesPlan{Version: v})).To(Succeed(), v)
 		g.Expect(k.KubeadmUpgrade(ctx, protocol.KubernetesPlan{Role: protocol.RoleWorker, Version: v, Action: protocol.KubeadmUpgradeNode})).To(Succeed(), v)
+		g.Expect(k.InstallKubelet(ctx, protocol.KubernetesPlan{Version: v})).To(Succeed(), v)
 		g.Expect(k.RestartKubelet(ctx)).To(Succeed(), v)
 		var err error
 		reported, err = h.SyncKubelet(ctx, reported)

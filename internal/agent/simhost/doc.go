@@ -27,6 +27,9 @@
 //	api-outage-seconds     the next kubeadm upgrade makes the API server
 //	                       unreachable for this agent for N seconds (one-shot)
 //	boot-id, boots         current boot ID and number of boots
+//	kubelet-skew           (written) each kubelet start on a control plane newer
+//	                       than the node's kube-apiserver, one per line: the skew
+//	                       policy broken (Host.KubeletSkew)
 //	commands.log           every command the agent ran, one per line
 //	etcd-members           the simulated etcd cluster's member count (default 1)
 //	preflight-failures     kubeadm preflight checks this node fails, one per line
@@ -44,6 +47,6 @@
 // kubeadm's defaults, an unreadable one fails the upgrade.
 //
 // Imports: internal/backend, internal/backend/simulated, internal/agent/etcd, internal/agent/executor
-// (ErrRebooted, Host, ActionFrom), internal/agent/journal, internal/protocol, client-go, apimachinery,
+// (ErrRebooted, Host, ActionFrom), internal/agent/journal, internal/agent/kube (binary paths), internal/protocol, client-go, apimachinery,
 // sigs.k8s.io/yaml and the standard library.
 package simhost

@@ -17,7 +17,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/capi-inplace/capi-inplace/internal/agent/executor"
+	"github.com/capi-inplace/capi-inplace/internal/agent/kube"
 	"github.com/capi-inplace/capi-inplace/internal/backend/simulated"
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 // Control-plane static pods and the image tags the simulated kubeadm writes.
@@ -169,14 +171,12 @@ func (h *Host) Boots() int {
 }
 
 // Install implements kube.BinarySource: the simulated package source has every
-// version.
-func (h *Host) Install(_ context.Context, version string) error {
-	for _, b := range []string{"kubeadm", "kubelet"} {
-		if err := writeFile(h.path("usr/bin/"+b), []byte(version+"\n")); err != nil {
-			return err
-		}
+// version of kubeadm and the kubelet.
+func (h *Host) Install(_ context.Context, hostPath, version string) error {
+	if hostPath != kube.KubeadmBinary && hostPath != kube.KubeletBinary {
+		return fmt.Errorf("the simulated package source has no %s", hostPath)
 	}
-	return nil
+	return writeFile(h.path(hostPath), []byte(version+"\n"))
 }
 
 // BootID implements executor.Rebooter.
@@ -195,12 +195,22 @@ func (h *Host) Reboot(ctx context.Context) error {
 	if err := h.actionFault(ctx); err != nil {
 		return err
 	}
+	if err := h.PowerCut(); err != nil {
+		return err
+	}
+	return executor.ErrRebooted
+}
+
+// PowerCut is a boot the agent did not ask for (power lost and back, a kernel
+// panic): the node boots what its bootloader selects, with a new boot ID, and
+// the kubelet starts from whatever binary is in place.
+func (h *Host) PowerCut() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if err := simulated.New(h.Root).Boot(); err != nil {
 		return fmt.Errorf("simulated boot: %w", err)
 	}
-	if err := writeFile(h.simPath("kubelet-running"), []byte(h.BinaryVersion("kubelet")+"\n")); err != nil {
+	if err := h.startKubelet(); err != nil {
 		return err
 	}
 	if err := writeFile(h.simPath("boots"), []byte(strconv.Itoa(h.Boots()+1)+"\n")); err != nil {
@@ -209,9 +219,51 @@ func (h *Host) Reboot(ctx context.Context) error {
 	if err := writeFile(h.simPath("boot-id"), []byte(newBootID()+"\n")); err != nil {
 		return err
 	}
-	h.Log.Info("Simulated reboot", "node", h.NodeName, "boots", h.Boots())
+	h.Log.Info("Simulated boot", "node", h.NodeName, "boots", h.Boots())
 	h.Kick()
-	return executor.ErrRebooted
+	return nil
+}
+
+// startKubelet starts the kubelet from its binary. On a control plane a kubelet
+// newer than the node's kube-apiserver breaks Kubernetes' version skew policy:
+// the real one runs anyway and reports its version (which KubeadmControlPlane
+// reads as the Machine's), so the simulated one does too and records the
+// start in kubelet-skew, for tests to assert it never happens.
+func (h *Host) startKubelet() error {
+	kubelet := h.BinaryVersion("kubelet")
+	if err := writeFile(h.simPath("kubelet-running"), []byte(kubelet+"\n")); err != nil {
+		return err
+	}
+	if !h.ControlPlane() {
+		return nil
+	}
+	image, err := h.manifestImage("kube-apiserver")
+	if err != nil {
+		return err
+	}
+	_, apiServer, _ := strings.Cut(image, ":")
+	kv, kerr := protocol.ParseVersion(kubelet)
+	av, aerr := protocol.ParseVersion(apiServer)
+	if kerr != nil || aerr != nil || !kv.GT(av) {
+		return nil
+	}
+	f, err := os.OpenFile(h.simPath("kubelet-skew"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = fmt.Fprintf(f, "kubelet %s started beside kube-apiserver %s\n", kubelet, apiServer)
+	return err
+}
+
+// KubeletSkew lists the kubelet starts that broke the version skew policy
+// (startKubelet), oldest first.
+func (h *Host) KubeletSkew() []string {
+	s := h.readTrim(h.simPath("kubelet-skew"))
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
 }
 
 // Kick asks the simulated kubelet to sync now.

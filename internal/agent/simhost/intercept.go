@@ -125,8 +125,12 @@ func (k faultyKube) ControlPlaneConfig(ctx context.Context, p protocol.Kubernete
 	return k.call(ctx, func() error { return k.Host.ControlPlaneConfig(ctx, p) })
 }
 
-func (k faultyKube) InstallKubernetesBinaries(ctx context.Context, p protocol.KubernetesPlan) error {
-	return k.call(ctx, func() error { return k.Host.InstallKubernetesBinaries(ctx, p) })
+func (k faultyKube) InstallKubeadm(ctx context.Context, p protocol.KubernetesPlan) error {
+	return k.call(ctx, func() error { return k.Host.InstallKubeadm(ctx, p) })
+}
+
+func (k faultyKube) InstallKubelet(ctx context.Context, p protocol.KubernetesPlan) error {
+	return k.call(ctx, func() error { return k.Host.InstallKubelet(ctx, p) })
 }
 
 func (k faultyKube) KubeadmUpgrade(ctx context.Context, p protocol.KubernetesPlan) error {

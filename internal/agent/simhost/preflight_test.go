@@ -28,7 +28,7 @@ func TestPreflightFailsLikeTheRealNode(t *testing.T) {
 	k := &kube.Host{Root: h.Root, Runner: h.Runner(), Binaries: h, PreflightRetryPause: time.Millisecond}
 	before, err := os.ReadFile(h.path(kube.KubeletInstanceConfig))
 	g.Expect(err).NotTo(HaveOccurred(), "kubeadm 1.35+ writes instance-config.yaml at init")
-	g.Expect(k.InstallBinaries(ctx, "v1.36.3")).To(Succeed())
+	g.Expect(k.InstallKubeadm(ctx, protocol.KubernetesPlan{Version: "v1.36.3"})).To(Succeed())
 
 	apply := protocol.KubernetesPlan{Role: protocol.RoleControlPlane, Version: "v1.36.3", Action: protocol.KubeadmUpgradeApply}
 	// The agent keeps the tail of kubeadm's stderr: the cgroup message's end, and
@@ -71,7 +71,7 @@ func TestPreflightIsOptIn(t *testing.T) {
 	h := New(t.TempDir(), "n1", nil, logr.Discard())
 	g.Expect(h.Init(ctx, Options{KubernetesVersion: "v1.35.4"})).To(Succeed())
 	k := &kube.Host{Root: h.Root, Runner: h.Runner(), Binaries: h}
-	g.Expect(k.InstallBinaries(ctx, "v1.36.3")).To(Succeed())
+	g.Expect(k.InstallKubeadm(ctx, protocol.KubernetesPlan{Version: "v1.36.3"})).To(Succeed())
 	g.Expect(k.KubeadmUpgrade(ctx, protocol.KubernetesPlan{Role: protocol.RoleWorker, Version: "v1.36.3", Action: protocol.KubeadmUpgradeNode})).To(Succeed())
 }
 
@@ -95,7 +95,7 @@ func TestApplyPreflightRetried(t *testing.T) {
 			g.Expect(h.Init(ctx, Options{KubernetesVersion: "v1.35.4", ControlPlane: true,
 				PreflightFailures: []string{CheckCreateJob + "*" + strconv.Itoa(tc.failures)}})).To(Succeed())
 			k := &kube.Host{Root: h.Root, Runner: h.Runner(), Binaries: h, PreflightRetryPause: time.Millisecond}
-			g.Expect(k.InstallBinaries(ctx, "v1.36.3")).To(Succeed())
+			g.Expect(k.InstallKubeadm(ctx, protocol.KubernetesPlan{Version: "v1.36.3"})).To(Succeed())
 			err := k.KubeadmUpgrade(ctx, protocol.KubernetesPlan{Role: protocol.RoleControlPlane, Version: "v1.36.3", Action: protocol.KubeadmUpgradeApply})
 			log, rerr := os.ReadFile(h.simPath("commands.log"))
 			g.Expect(rerr).NotTo(HaveOccurred())

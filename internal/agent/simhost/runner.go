@@ -182,7 +182,7 @@ func (h *Host) systemctl(args []string) (string, error) {
 	case "restart chrony", "restart systemd-timesyncd":
 		return "", nil
 	case "restart kubelet":
-		if err := writeFile(h.simPath("kubelet-running"), []byte(h.BinaryVersion("kubelet")+"\n")); err != nil {
+		if err := h.startKubelet(); err != nil {
 			return "", err
 		}
 		h.Kick()

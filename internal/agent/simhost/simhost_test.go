@@ -51,10 +51,12 @@ func TestKubernetesLayerOnTheSimulatedHost(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(members).To(Equal(1))
 	g.Expect(k.Backup(ctx, "h1", k.BackupSet(&protocol.NodePlan{Kubernetes: plan}))).To(Succeed())
-	g.Expect(k.InstallBinaries(ctx, "v1.36.0")).To(Succeed())
+	g.Expect(k.InstallKubeadm(ctx, protocol.KubernetesPlan{Version: "v1.36.0"})).To(Succeed())
+	g.Expect(h.BinaryVersion("kubelet")).To(Equal("v1.35.2"), "kubeadm alone is installed before kubeadm upgrade")
 	g.Expect(k.KubeadmUpgrade(ctx, plan)).To(Succeed())
 	img, _ := h.manifestImage("kube-apiserver")
 	g.Expect(img).To(Equal("registry.k8s.io/kube-apiserver:v1.36.0"))
+	g.Expect(k.InstallKubelet(ctx, plan)).To(Succeed())
 	g.Expect(h.RunningKubelet()).To(Equal("v1.35.2"), "the new kubelet runs only after a restart")
 	g.Expect(k.RestartKubelet(ctx)).To(Succeed())
 	g.Expect(h.RunningKubelet()).To(Equal("v1.36.0"))
@@ -100,7 +102,7 @@ func TestWorkerUpgradeNode(t *testing.T) {
 	ctx := context.Background()
 	h, _ := newHost(t, false)
 	k := &kube.Host{Root: h.Root, Runner: h.Runner(), Binaries: h, Etcd: h.Etcd()}
-	g.Expect(k.InstallBinaries(ctx, "v1.36.0")).To(Succeed())
+	g.Expect(k.InstallKubeadm(ctx, protocol.KubernetesPlan{Version: "v1.36.0"})).To(Succeed())
 	g.Expect(k.KubeadmUpgrade(ctx, protocol.KubernetesPlan{Role: protocol.RoleWorker, Version: "v1.36.0", Action: protocol.KubeadmUpgradeNode})).To(Succeed())
 	cfg, _ := os.ReadFile(filepath.Join(h.Root, kube.KubeletConfig))
 	g.Expect(string(cfg)).To(ContainSubstring("written by kubeadm v1.36.0"))
@@ -237,7 +239,8 @@ func TestKubeletOnAnInMemoryStyleAPIServer(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	g.Expect(h.Install(ctx, "v1.36.0")).To(Succeed())
+	g.Expect(h.Install(ctx, kube.KubeadmBinary, "v1.36.0")).To(Succeed())
+	g.Expect(h.Install(ctx, kube.KubeletBinary, "v1.36.0")).To(Succeed())
 	_, err := h.Runner().Run(ctx, cmd("systemctl", "restart", "kubelet"))
 	g.Expect(err).NotTo(HaveOccurred())
 	_, err = h.Runner().Run(ctx, cmd("kubeadm", "upgrade", "node"))

@@ -26,7 +26,7 @@ func TestKubeadmRefusesWhatThePlanRefuses(t *testing.T) {
 
 			h, _ := newHost(t, true)
 			k := &kube.Host{Root: h.Root, Runner: h.Runner(), Binaries: h, Etcd: h.Etcd()}
-			g.Expect(k.InstallBinaries(ctx, "v1.36.0")).To(Succeed())
+			g.Expect(k.InstallKubeadm(ctx, protocol.KubernetesPlan{Version: "v1.36.0"})).To(Succeed())
 			plan := protocol.KubernetesPlan{Role: protocol.RoleControlPlane, Version: v, Action: protocol.KubeadmUpgradeApply}
 			err := k.KubeadmUpgrade(ctx, plan)
 			g.Expect(err).To(MatchError(ContainSubstring(perr.Error())))

@@ -36,11 +36,20 @@ const (
 	// cluster's kubeadm-config (which KubeadmControlPlane updated) when the plan's
 	// ClusterConfiguration changed without a version change.
 	ActControlPlaneConfig ActionName = "control-plane-config"
-	// ActInstallBinaries makes sure kubeadm and kubelet of the target version are on
-	// the node (from the OS image or a package source).
-	ActInstallBinaries ActionName = "install-binaries"
+	// ActInstallKubeadm makes sure kubeadm of the target version is on the node
+	// (delivered by the plan, from a package source, or with the OS image).
+	ActInstallKubeadm ActionName = "install-kubeadm"
 	// ActKubeadmUpgrade runs kubeadm upgrade apply or kubeadm upgrade node.
 	ActKubeadmUpgrade ActionName = "kubeadm-upgrade"
+	// ActInstallKubelet puts the kubelet of the target version in place, after
+	// kubeadm upgraded the node, as kubeadm's own procedure orders it: a kubelet
+	// that starts before then (a power cut, systemd restarting it) must not be
+	// newer than the API server it reports to.
+	ActInstallKubelet ActionName = "install-kubelet"
+	// ActInstallBinaries installs kubeadm and the kubelet in one action, before
+	// kubeadm upgrade. Derive no longer emits it; a journal that lists it (written
+	// by an agent that did) resumes with it.
+	ActInstallBinaries ActionName = "install-binaries"
 	// ActRestartKubelet restarts the kubelet so it runs the new binary and config.
 	ActRestartKubelet ActionName = "restart-kubelet"
 	// ActGates runs the health gates; a failure rolls everything back.
@@ -202,7 +211,7 @@ func Derive(s Spec) []Action {
 		names = append(names, ActControlPlaneConfig)
 	}
 	if s.kubeadm() {
-		names = append(names, ActInstallBinaries, ActKubeadmUpgrade)
+		names = append(names, ActInstallKubeadm, ActKubeadmUpgrade, ActInstallKubelet)
 	}
 	if (s.KubeletArgs || s.kubeadm()) && !k8sFirst {
 		names = append(names, ActRestartKubelet)
@@ -260,8 +269,8 @@ func DeriveRollback(s Spec, forward []Action, failed ActionName, etcdMembers int
 	if osAtReboot {
 		names = append(names, ActBackendRollback)
 	}
-	restoreFiles := started[ActWriteFiles] || started[ActApplyUsers] || started[ActApplyNTP] || started[ActKubeletConfig] || started[ActControlPlaneConfig] || started[ActInstallBinaries] ||
-		started[ActKubeadmUpgrade] || started[ActRestartKubelet]
+	restoreFiles := started[ActWriteFiles] || started[ActApplyUsers] || started[ActApplyNTP] || started[ActKubeletConfig] || started[ActControlPlaneConfig] || started[ActInstallKubeadm] ||
+		started[ActInstallKubelet] || started[ActInstallBinaries] || started[ActKubeadmUpgrade] || started[ActRestartKubelet]
 	if restoreFiles {
 		names = append(names, ActRestoreFiles)
 	}
@@ -276,7 +285,7 @@ func DeriveRollback(s Spec, forward []Action, failed ActionName, etcdMembers int
 	if reboot {
 		names = append(names, ActReboot)
 	}
-	kubelet := started[ActWriteFiles] || started[ActKubeletConfig] || started[ActInstallBinaries] ||
+	kubelet := started[ActWriteFiles] || started[ActKubeletConfig] || started[ActInstallKubelet] || started[ActInstallBinaries] ||
 		started[ActKubeadmUpgrade] || started[ActRestartKubelet]
 	if restoreFiles && kubelet && !reboot {
 		names = append(names, ActRestartKubelet)

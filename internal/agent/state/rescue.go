@@ -6,12 +6,13 @@ import "github.com/capi-inplace/capi-inplace/internal/protocol"
 // into: the OS image (activate makes it the next boot, or applies it live),
 // files the plan writes anywhere (an audit policy or an extra argument's file
 // the API server reads at start), the kubelet's flags, the control-plane static
-// pods (control-plane-config, kubeadm), and kubeadm and the kubelet themselves.
+// pods (control-plane-config, kubeadm upgrade) and the kubelet binary (kubeadm
+// alone starts nothing at boot).
 // Users and the NTP client do not stop a control plane from starting; the
 // reboot, the kubelet restart, the gates and the commit only follow one of these.
 func changesBoot(n ActionName) bool {
 	switch n {
-	case ActBackendActivate, ActWriteFiles, ActKubeletConfig, ActControlPlaneConfig, ActInstallBinaries, ActKubeadmUpgrade:
+	case ActBackendActivate, ActWriteFiles, ActKubeletConfig, ActControlPlaneConfig, ActInstallBinaries, ActKubeadmUpgrade, ActInstallKubelet:
 		return true
 	}
 	return false

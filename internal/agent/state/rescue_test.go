@@ -51,13 +51,13 @@ func TestRescueWanted(t *testing.T) {
 		end   protocol.Phase
 	}{
 		{"control plane, OS image first: from activate", cpFull, "", []string{
-			"backend-activate", "reboot", "backend-verify", "backup-files", "write-files", "kubelet-config", "install-binaries",
-			"kubeadm-upgrade", "restart-kubelet", "gates", "backend-commit"}, protocol.PhaseCommitted},
+			"backend-activate", "reboot", "backend-verify", "backup-files", "write-files", "kubelet-config", "install-kubeadm",
+			"kubeadm-upgrade", "install-kubelet", "restart-kubelet", "gates", "backend-commit"}, protocol.PhaseCommitted},
 		{"control plane, Kubernetes before the image: from the plan's files", withBinaries(cpFull), "", []string{
-			"write-files", "kubelet-config", "install-binaries", "kubeadm-upgrade", "backend-activate", "reboot", "backend-verify",
-			"gates", "backend-commit"}, protocol.PhaseCommitted},
-		{"control plane, Kubernetes only: from the binaries", cpKubeadm, "", []string{
-			"install-binaries", "kubeadm-upgrade", "restart-kubelet", "gates"}, protocol.PhaseCommitted},
+			"write-files", "kubelet-config", "install-kubeadm", "kubeadm-upgrade", "install-kubelet", "backend-activate", "reboot",
+			"backend-verify", "gates", "backend-commit"}, protocol.PhaseCommitted},
+		{"control plane, Kubernetes only: from kubeadm upgrade (a new kubeadm binary starts nothing at boot)", cpKubeadm, "", []string{
+			"kubeadm-upgrade", "install-kubelet", "restart-kubelet", "gates"}, protocol.PhaseCommitted},
 		{"control plane, component configuration: from control-plane-config",
 			Spec{ControlPlane: true, EtcdSnapshot: true, Kubeadm: protocol.KubeadmNone, ControlPlaneConfig: true}, "",
 			[]string{"control-plane-config", "gates"}, protocol.PhaseCommitted},
@@ -68,10 +68,12 @@ func TestRescueWanted(t *testing.T) {
 		{"worker, failed gates: never, rollback included",
 			Spec{Kubeadm: protocol.KubeadmUpgradeNode, Version: "v1.36.0"}, "gates", nil, protocol.PhaseRolledBack},
 		{"control plane, failed gates: the whole rollback, etcd restore included", cpKubeadm, "gates", []string{
-			"install-binaries", "kubeadm-upgrade", "restart-kubelet", "gates",
+			"kubeadm-upgrade", "install-kubelet", "restart-kubelet", "gates",
 			"rollback/restore-files", "rollback/restore-etcd", "rollback/restart-kubelet"}, protocol.PhaseRolledBack},
-		{"control plane, binaries failed while running: their rollback", cpKubeadm, "install-binaries", []string{
-			"install-binaries", "rollback/restore-files", "rollback/restart-kubelet"}, protocol.PhaseRolledBack},
+		{"control plane, kubelet install failed while running: its rollback", cpKubeadm, "install-kubelet", []string{
+			"kubeadm-upgrade", "install-kubelet", "rollback/restore-files", "rollback/restore-etcd", "rollback/restart-kubelet"}, protocol.PhaseRolledBack},
+		{"control plane, kubeadm install failed while running: never (a kubeadm binary starts nothing at boot)", cpKubeadm, "install-kubeadm",
+			nil, protocol.PhaseRolledBack},
 		{"control plane, staging failed: the image's rollback changes no boot", cpFull, "backend-stage", nil, protocol.PhaseRolledBack},
 		{"control plane, backup failed: nothing to roll back", cpKubeadm, "backup-files", nil, protocol.PhaseFailed},
 	}

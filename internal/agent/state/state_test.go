@@ -37,21 +37,21 @@ func TestDerive(t *testing.T) {
 	}{
 		{"control plane, everything, A/B image with reboot", cpFull, []ActionName{
 			ActEtcdSnapshot, ActBackendStage, ActBackendActivate, ActReboot, ActBackendVerify,
-			ActBackupFiles, ActWriteFiles, ActKubeletConfig, ActInstallBinaries, ActKubeadmUpgrade, ActRestartKubelet,
+			ActBackupFiles, ActWriteFiles, ActKubeletConfig, ActInstallKubeadm, ActKubeadmUpgrade, ActInstallKubelet, ActRestartKubelet,
 			ActGates, ActBackendCommit}},
 		{"control plane, upgrade with delivered binaries, A/B image: static pods before the image boots",
 			withBinaries(cpFull), []ActionName{
 				ActEtcdSnapshot, ActBackendStage,
-				ActBackupFiles, ActWriteFiles, ActKubeletConfig, ActInstallBinaries, ActKubeadmUpgrade,
+				ActBackupFiles, ActWriteFiles, ActKubeletConfig, ActInstallKubeadm, ActKubeadmUpgrade, ActInstallKubelet,
 				ActBackendActivate, ActReboot, ActBackendVerify,
 				ActGates, ActBackendCommit}},
 		{"control plane, upgrade with delivered binaries, image applied live: image first",
 			Spec{ControlPlane: true, Kubeadm: protocol.KubeadmUpgradeApply, OS: true, BinariesDelivered: true, Caps: backend.Capabilities{SupportsRollback: true}},
-			[]ActionName{ActEtcdSnapshot, ActBackendStage, ActBackendActivate, ActBackendVerify, ActBackupFiles, ActInstallBinaries, ActKubeadmUpgrade, ActRestartKubelet, ActGates, ActBackendCommit}},
+			[]ActionName{ActEtcdSnapshot, ActBackendStage, ActBackendActivate, ActBackendVerify, ActBackupFiles, ActInstallKubeadm, ActKubeadmUpgrade, ActInstallKubelet, ActRestartKubelet, ActGates, ActBackendCommit}},
 		{"worker, upgrade with delivered binaries, A/B image: image first (the control plane is done)",
 			Spec{Kubeadm: protocol.KubeadmUpgradeNode, OS: true, BinariesDelivered: true, Caps: cpFull.Caps},
-			[]ActionName{ActBackendStage, ActBackendActivate, ActReboot, ActBackendVerify, ActBackupFiles, ActInstallBinaries, ActKubeadmUpgrade, ActRestartKubelet, ActGates, ActBackendCommit}},
-		{"worker, Kubernetes only", workerK8s, []ActionName{ActBackupFiles, ActInstallBinaries, ActKubeadmUpgrade, ActRestartKubelet, ActGates}},
+			[]ActionName{ActBackendStage, ActBackendActivate, ActReboot, ActBackendVerify, ActBackupFiles, ActInstallKubeadm, ActKubeadmUpgrade, ActInstallKubelet, ActRestartKubelet, ActGates, ActBackendCommit}},
+		{"worker, Kubernetes only", workerK8s, []ActionName{ActBackupFiles, ActInstallKubeadm, ActKubeadmUpgrade, ActInstallKubelet, ActRestartKubelet, ActGates}},
 		{"worker, files only", Spec{Kubeadm: protocol.KubeadmNone, Files: true}, []ActionName{ActBackupFiles, ActWriteFiles, ActGates}},
 		{"control plane, files only, no snapshot asked", Spec{ControlPlane: true, Kubeadm: protocol.KubeadmNone, Files: true}, []ActionName{ActBackupFiles, ActWriteFiles, ActGates}},
 		{"control plane, files only, snapshot asked", Spec{ControlPlane: true, EtcdSnapshot: true, Kubeadm: protocol.KubeadmNone, Files: true}, []ActionName{ActEtcdSnapshot, ActBackupFiles, ActWriteFiles, ActGates}},
@@ -61,9 +61,9 @@ func TestDerive(t *testing.T) {
 		{"control plane, component config changed, same version", Spec{ControlPlane: true, EtcdSnapshot: true, Kubeadm: protocol.KubeadmNone, ControlPlaneConfig: true},
 			[]ActionName{ActEtcdSnapshot, ActBackupFiles, ActControlPlaneConfig, ActGates}},
 		{"control plane, component config changed with an upgrade: kubeadm upgrade covers it", Spec{ControlPlane: true, Kubeadm: protocol.KubeadmUpgradeNode, ControlPlaneConfig: true},
-			[]ActionName{ActEtcdSnapshot, ActBackupFiles, ActInstallBinaries, ActKubeadmUpgrade, ActRestartKubelet, ActGates}},
+			[]ActionName{ActEtcdSnapshot, ActBackupFiles, ActInstallKubeadm, ActKubeadmUpgrade, ActInstallKubelet, ActRestartKubelet, ActGates}},
 		{"control plane of an external etcd, upgrade: no member to snapshot", Spec{ControlPlane: true, ExternalEtcd: true, Kubeadm: protocol.KubeadmUpgradeApply, OS: true, Caps: backend.Capabilities{SupportsRollback: true}},
-			[]ActionName{ActBackendStage, ActBackendActivate, ActBackendVerify, ActBackupFiles, ActInstallBinaries, ActKubeadmUpgrade, ActRestartKubelet, ActGates, ActBackendCommit}},
+			[]ActionName{ActBackendStage, ActBackendActivate, ActBackendVerify, ActBackupFiles, ActInstallKubeadm, ActKubeadmUpgrade, ActInstallKubelet, ActRestartKubelet, ActGates, ActBackendCommit}},
 		{"worker ignores component config", Spec{Kubeadm: protocol.KubeadmNone, ControlPlaneConfig: true}, []ActionName{ActGates}},
 		{"users and NTP", Spec{Kubeadm: protocol.KubeadmNone, Users: true, NTP: true}, []ActionName{ActBackupFiles, ActApplyUsers, ActApplyNTP, ActGates}},
 		{"nothing to change still gates", Spec{Kubeadm: protocol.KubeadmNone}, []ActionName{ActGates}},
@@ -120,6 +120,8 @@ func TestDeriveRollback(t *testing.T) {
 		{"static pods first, gates fail after booting the image: everything and reboot back",
 			withBinaries(cpFull), ActGates, []ActionName{ActBackendRollback, ActRestoreFiles, ActRestoreEtcd, ActReboot}},
 		{"worker gates fail: files, kubelet restart", workerK8s, ActGates, []ActionName{ActRestoreFiles, ActRestartKubelet}},
+		{"worker kubeadm install fails: kubeadm restored, the running kubelet left alone", workerK8s, ActInstallKubeadm, []ActionName{ActRestoreFiles}},
+		{"worker kubelet install fails: restore, restart", workerK8s, ActInstallKubelet, []ActionName{ActRestoreFiles, ActRestartKubelet}},
 		{"worker write-files fails: restore, restart", Spec{Kubeadm: protocol.KubeadmNone, Files: true}, ActWriteFiles, []ActionName{ActRestoreFiles, ActRestartKubelet}},
 		{"control-plane-config fails: files and etcd", Spec{ControlPlane: true, EtcdSnapshot: true, Kubeadm: protocol.KubeadmNone, ControlPlaneConfig: true}, ActControlPlaneConfig, []ActionName{ActRestoreFiles, ActRestoreEtcd}},
 		{"apply-users fails: restore passwd and friends", Spec{Kubeadm: protocol.KubeadmNone, Users: true, NTP: true}, ActApplyUsers, []ActionName{ActRestoreFiles}},
@@ -168,6 +170,15 @@ func TestDeriveRollback(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRollbackOfBothBinariesAtOnce: a journal whose forward list installs
+// kubeadm and the kubelet in one action (ActInstallBinaries, which Derive no
+// longer emits) still rolls both back and restarts the kubelet.
+func TestRollbackOfBothBinariesAtOnce(t *testing.T) {
+	g := NewWithT(t)
+	fwd := []Action{{Name: ActBackupFiles, Done: true}, {Name: ActInstallBinaries}, {Name: ActKubeadmUpgrade}, {Name: ActRestartKubelet}, {Name: ActGates}}
+	g.Expect(names(DeriveRollback(workerK8s, fwd, ActInstallBinaries, 0))).To(Equal([]ActionName{ActRestoreFiles, ActRestartKubelet}))
 }
 
 // host is a scripted world for the state machine: it performs actions (counting
@@ -328,7 +339,7 @@ func TestPhasesAlongTheWay(t *testing.T) {
 	g.Expect(phases).To(Equal([]protocol.Phase{
 		protocol.PhaseStaging, protocol.PhaseStaging, protocol.PhaseApplying, protocol.PhaseRebooting, protocol.PhaseRebooting,
 		protocol.PhaseApplying, protocol.PhaseApplying, protocol.PhaseApplying, protocol.PhaseApplying, protocol.PhaseApplying,
-		protocol.PhaseApplying, protocol.PhaseApplying, protocol.PhaseVerifying, protocol.PhaseVerifying, protocol.PhaseCommitted,
+		protocol.PhaseApplying, protocol.PhaseApplying, protocol.PhaseApplying, protocol.PhaseVerifying, protocol.PhaseVerifying, protocol.PhaseCommitted,
 	}))
 }
 
@@ -484,7 +495,7 @@ func TestTransitions(t *testing.T) {
 		{"reject from empty", State{}, PlanRejected{Hash: "h9", Reason: ReasonUnknownBackend}, nil, protocol.PhaseFailed, ""},
 		{"reject another plan while busy", running, PlanRejected{Hash: "h9", Reason: ReasonUnknownBackend}, ErrBusy, protocol.PhaseApplying, ActBackupFiles},
 		{"reject the running plan", running, PlanRejected{Hash: "h1", Reason: ReasonUnknownBackend}, ErrUnexpected, protocol.PhaseApplying, ActBackupFiles},
-		{"success of the current action", running, ActionSucceeded{Name: ActBackupFiles}, nil, protocol.PhaseApplying, ActInstallBinaries},
+		{"success of the current action", running, ActionSucceeded{Name: ActBackupFiles}, nil, protocol.PhaseApplying, ActInstallKubeadm},
 		{"success of another action", running, ActionSucceeded{Name: ActGates}, ErrUnexpected, protocol.PhaseApplying, ActBackupFiles},
 		{"failure of another action", running, ActionFailed{Name: ActGates}, ErrUnexpected, protocol.PhaseApplying, ActBackupFiles},
 		{"failure of the first action", running, ActionFailed{Name: ActBackupFiles, Reason: ReasonActionFailed}, nil, protocol.PhaseFailed, ""},
