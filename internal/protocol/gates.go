@@ -8,6 +8,7 @@ import (
 	"path"
 	"regexp"
 	"strings"
+	"time"
 )
 
 // Bounds of user-defined gates. They keep a plan small and a gate's worst case
@@ -25,6 +26,71 @@ const (
 	// MaxGateExpressionBytes bounds a CEL expression.
 	MaxGateExpressionBytes = 4096
 )
+
+// The agent's bounds of a user gate that leaves them at 0: the defaults of its
+// --gate-timeout flag and of its command timeout. The agent the extension
+// installs runs with these, so the policy can tell a gate's worst case
+// (GateBounds.Max) without seeing a node.
+const (
+	// DefaultGatePassWithin is how long a gate without passWithinSeconds may
+	// take to pass (every built-in gate too).
+	DefaultGatePassWithin = 5 * time.Minute
+	// DefaultGateRunTimeout bounds one run of a gate without timeoutSeconds.
+	DefaultGateRunTimeout = 30 * time.Second
+)
+
+// AgentGateDefaults are the bounds the agent gives a gate that sets neither
+// passWithinSeconds nor timeoutSeconds (DefaultGatePassWithin,
+// DefaultGateRunTimeout).
+func AgentGateDefaults() GateBounds {
+	return GateBounds{PassWithin: DefaultGatePassWithin, Run: DefaultGateRunTimeout}
+}
+
+// GateBounds are the time bounds the agent runs a gate with.
+type GateBounds struct {
+	// PassWithin is how long the gate may take to pass: the agent runs it again
+	// until it passes or this time is up.
+	PassWithin time.Duration
+	// Run bounds one run of the gate (the command, the request, the evaluation);
+	// zero leaves it to the agent's per-attempt bound.
+	Run time.Duration
+}
+
+// Max is the longest the agent may spend on the gate before it passes or fails:
+// the agent runs it again until PassWithin is up, and a run that starts just
+// before then still gets its whole Run (gate.Checker polls so).
+func (b GateBounds) Max() time.Duration { return b.PassWithin + b.Run }
+
+// Bounds are the bounds the agent runs g with, given the agent's own for a gate
+// that leaves them at 0 (its gate timeout and its command timeout): PassWithin is
+// passWithinSeconds, else def.PassWithin; Run is timeoutSeconds, else def.Run, or
+// passWithinSeconds when that is shorter (without its own run timeout a hanging
+// gate cannot outlast the time it has to pass). The agent (gate.Checker) and the
+// policy's deadline check use this one rule.
+func (g Gate) Bounds(def GateBounds) GateBounds {
+	b := def
+	passWithin := time.Duration(g.PassWithinSeconds) * time.Second
+	if passWithin > 0 {
+		b.PassWithin = passWithin
+	}
+	if g.TimeoutSeconds > 0 {
+		b.Run = time.Duration(g.TimeoutSeconds) * time.Second
+	} else if passWithin > 0 && (b.Run <= 0 || passWithin < b.Run) {
+		b.Run = passWithin
+	}
+	return b
+}
+
+// GatesMax is the longest the agent may spend on gates: it runs them one after
+// the other, each until it passes or its bounds (Gate.Bounds with def) are up,
+// and stops at the first that fails.
+func GatesMax(gates []Gate, def GateBounds) time.Duration {
+	var total time.Duration
+	for _, g := range gates {
+		total += g.Bounds(def).Max()
+	}
+	return total
+}
 
 // Gate kinds (Gate.Kind).
 const (

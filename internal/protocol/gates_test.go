@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 )
@@ -180,4 +181,63 @@ func TestValidateGatesAtNamesWholePaths(t *testing.T) {
 		fmt.Sprintf("gates[0].gates: %d gates, more than %d", MaxGates+1, MaxGates),
 		`gates[0].gates[1].name "Bad_Name" is not a DNS label (lower-case letters, digits and '-', at most 63)`,
 	}))
+}
+
+// TestGateBounds: the bounds the agent runs a user gate with, and its worst case,
+// from the gate's own fields and the agent's defaults; the policy's verifying
+// deadline check and the agent's gate.Checker both take them from here.
+func TestGateBounds(t *testing.T) {
+	agent := AgentGateDefaults()
+	tests := []struct {
+		name          string
+		timeout, pass int32
+		def           GateBounds
+		want          GateBounds
+		wantMax       time.Duration
+	}{
+		{name: "neither set: the agent's gate timeout and command timeout", def: agent,
+			want: GateBounds{PassWithin: 5 * time.Minute, Run: 30 * time.Second}, wantMax: 5*time.Minute + 30*time.Second},
+		{name: "both set", timeout: 10, pass: 600, def: agent,
+			want: GateBounds{PassWithin: 10 * time.Minute, Run: 10 * time.Second}, wantMax: 10*time.Minute + 10*time.Second},
+		{name: "a run may be longer than the time to pass: a last run still gets all of it", timeout: 120, pass: 20, def: agent,
+			want: GateBounds{PassWithin: 20 * time.Second, Run: 2 * time.Minute}, wantMax: 140 * time.Second},
+		{name: "passWithin shorter than the command timeout bounds each run", pass: 20, def: agent,
+			want: GateBounds{PassWithin: 20 * time.Second, Run: 20 * time.Second}, wantMax: 40 * time.Second},
+		{name: "passWithin longer than the command timeout: the command timeout bounds each run", pass: 600, def: agent,
+			want: GateBounds{PassWithin: 10 * time.Minute, Run: 30 * time.Second}, wantMax: 10*time.Minute + 30*time.Second},
+		{name: "timeout only: the agent's gate timeout to pass", timeout: 5, def: agent,
+			want: GateBounds{PassWithin: 5 * time.Minute, Run: 5 * time.Second}, wantMax: 5*time.Minute + 5*time.Second},
+		{name: "another agent's defaults", def: GateBounds{PassWithin: 2 * time.Minute, Run: time.Second},
+			want: GateBounds{PassWithin: 2 * time.Minute, Run: time.Second}, wantMax: 2*time.Minute + time.Second},
+		{name: "no command timeout: passWithin bounds each run", pass: 7, def: GateBounds{PassWithin: time.Minute},
+			want: GateBounds{PassWithin: 7 * time.Second, Run: 7 * time.Second}, wantMax: 14 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			got := Gate{Name: "x", Command: []string{"/bin/true"}, TimeoutSeconds: tt.timeout, PassWithinSeconds: tt.pass}.Bounds(tt.def)
+			g.Expect(got).To(Equal(tt.want))
+			g.Expect(got.Max()).To(Equal(tt.wantMax))
+		})
+	}
+}
+
+// TestGatesMax: gates run one after the other, so their worst cases add up.
+func TestGatesMax(t *testing.T) {
+	tests := []struct {
+		name  string
+		gates []Gate
+		want  time.Duration
+	}{
+		{"none", nil, 0},
+		{"one with the defaults", []Gate{{Name: "a"}}, 5*time.Minute + 30*time.Second},
+		{"the sum, each by its own bounds", []Gate{{Name: "a"}, {Name: "b", TimeoutSeconds: 10, PassWithinSeconds: 600}, {Name: "c", PassWithinSeconds: 20}},
+			5*time.Minute + 30*time.Second + 10*time.Minute + 10*time.Second + 40*time.Second},
+		{"the bounds' most", []Gate{{Name: "a", TimeoutSeconds: MaxGateSeconds, PassWithinSeconds: MaxGateSeconds}}, 2 * time.Hour},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			NewWithT(t).Expect(GatesMax(tt.gates, AgentGateDefaults())).To(Equal(tt.want))
+		})
+	}
 }

@@ -113,7 +113,7 @@ systemctl, etcd and reboots are emulated there, and fault files under
 	if sim != nil {
 		f.BoolVar(&o.Simulate, "simulate", false, "Emulate the host inside --host-root (tests, demos, CAPI's in-memory clusters).")
 	}
-	f.DurationVar(&o.GateTimeout, "gate-timeout", 5*time.Minute, "How long each health gate may take to pass before the update is rolled back.")
+	f.DurationVar(&o.GateTimeout, "gate-timeout", protocol.DefaultGatePassWithin, "How long each health gate may take to pass before the update is rolled back.")
 	f.DurationVar(&o.QuorumHoldTimeout, "etcd-quorum-hold-timeout", gate.DefaultHoldTimeout,
 		"How long a control-plane update waits, before touching the node, for the etcd cluster to be whole; then the update fails with nothing changed (reason EtcdQuorumTimeout).")
 	f.StringVar(&o.NodeConfig, "node-config", agent.NodeConfigPath, "Host path (under --host-root) of the node configuration: the service manager (see docs/agent-node.md); a missing file means systemd.")
@@ -236,7 +236,7 @@ func Run(ctx context.Context, o Options, sim Simulator) error {
 		Journal: am.CountedJournal(jr),
 		Kube:    kubeHost,
 		Gates: &gate.Checker{Nodes: nodeReader, Pods: nodeReader, Etcd: kubeHost, Runner: runner, Progress: reporter.GateStarted, Holds: &gate.HoldClock{Timeout: o.QuorumHoldTimeout},
-			Timeout: o.GateTimeout, Interval: 2 * time.Second, MaxInterval: 5 * time.Second, CommandTimeout: 30 * time.Second},
+			Timeout: o.GateTimeout, Interval: 2 * time.Second, MaxInterval: 5 * time.Second, CommandTimeout: protocol.DefaultGateRunTimeout},
 		Backends: lookupBackend(backends),
 		Rebooter: rebooter,
 		Reporter: am.ObservedReporter(reporter),

@@ -78,3 +78,43 @@ func TestUserGatePassWithin(t *testing.T) {
 		g.Expect(ge.Timeout).To(Equal(300 * time.Millisecond))
 	})
 }
+
+// TestUserGateBounds: the agent runs a user gate with the bounds protocol.Gate.Bounds
+// gives it from the Checker's gate and command timeouts, the rule the policy
+// checks its verifying deadline by (protocol.GatesMax), and a gate may take up to
+// their Max: a run started within passWithin that passes after it passes.
+func TestUserGateBounds(t *testing.T) {
+	c := realChecker()
+	def := protocol.GateBounds{PassWithin: c.Timeout, Run: c.CommandTimeout}
+	tests := []struct {
+		name string
+		gate protocol.Gate
+	}{
+		{"neither set", protocol.Gate{Name: "a", Command: []string{"/bin/true"}}},
+		{"both set", protocol.Gate{Name: "b", Command: []string{"/bin/true"}, TimeoutSeconds: 10, PassWithinSeconds: 600}},
+		{"passWithin shorter than the command timeout", protocol.Gate{Name: "c", HTTPGet: &protocol.HTTPGetGate{URL: "http://127.0.0.1:1/"}, PassWithinSeconds: 20}},
+		{"timeout only", protocol.Gate{Name: "d", CEL: &protocol.CELGate{Expression: "true"}, TimeoutSeconds: 5}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			gates := c.Gates(userGatePlan(tt.gate))
+			got := gates[len(gates)-1]
+			want := tt.gate.Bounds(def)
+			g.Expect(got.Name).To(Equal(tt.gate.Name))
+			g.Expect(got.PassWithin).To(Equal(want.PassWithin))
+			g.Expect(got.AttemptTimeout).To(Equal(want.Run))
+		})
+	}
+
+	t.Run("a run that passes after passWithin is up still passes, within Max", func(t *testing.T) {
+		g := NewWithT(t)
+		slow := protocol.Gate{Name: "slow", Command: []string{"/bin/sleep", "2"}, TimeoutSeconds: 3, PassWithinSeconds: 1}
+		start := time.Now()
+		err := realChecker().Run(context.Background(), userGatePlan(slow))
+		took := time.Since(start)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(took).To(BeNumerically(">", time.Duration(slow.PassWithinSeconds)*time.Second))
+		g.Expect(took).To(BeNumerically("<", slow.Bounds(def).Max()))
+	})
+}

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -32,16 +31,10 @@ const maxProbeBody = 64 << 10
 
 // userGate turns one user-defined gate of the plan into a check of its kind.
 func (c *Checker) userGate(ug protocol.Gate) Gate {
-	timeout := c.CommandTimeout
-	passWithin := time.Duration(ug.PassWithinSeconds) * time.Second
-	if ug.TimeoutSeconds > 0 {
-		timeout = time.Duration(ug.TimeoutSeconds) * time.Second
-	} else if passWithin > 0 && (timeout <= 0 || passWithin < timeout) {
-		// Without its own run timeout a hanging gate cannot outlast the time the
-		// gate has to pass.
-		timeout = passWithin
-	}
-	g := Gate{Name: ug.Name, AttemptTimeout: timeout, PassWithin: passWithin}
+	// The policy bounds the verifying deadline with the same rule
+	// (protocol.GatesMax), so the agent's own verdict comes before it.
+	b := ug.Bounds(protocol.GateBounds{PassWithin: c.Timeout, Run: c.CommandTimeout})
+	g := Gate{Name: ug.Name, AttemptTimeout: b.Run, PassWithin: b.PassWithin}
 	switch {
 	case ug.HTTPGet != nil:
 		g.Check = httpCheck(*ug.HTTPGet)
