@@ -100,6 +100,14 @@ data:
 			wantLines: []string{"cel.yaml: gates[0].gates[0].cel.expression: CEL expression does not compile", "\n   | node.metadata.name =="},
 		},
 		{
+			name: "gates that may outlast the verifying deadline",
+			files: map[string]string{"slow.yaml": "deadlines: {verifyingSeconds: 1200}\ngates:\n- cluster: prod/edge\n  gates:\n" +
+				"  - {name: app-ready, command: [/bin/true], passWithinSeconds: 900}\n  - {name: pods-ready, cel: {expression: \"true\"}}\n"},
+			args: func(p map[string]string) []string { return []string{"-f", p["slow.yaml"]} },
+			code: ExitInvalidPolicy, entries: 1,
+			wantLines: []string{"slow.yaml: gates[0] (cluster prod/edge): the gates app-ready (up to 15m30s), pods-ready (up to 5m30s) may take 21m0s in all, not less than deadlines.verifyingSeconds 1200 (20m0s)"},
+		},
+		{
 			name:  "manifests from standard input: the policy ConfigMap is checked, other objects skipped",
 			stdin: manifests,
 			args:  func(map[string]string) []string { return []string{"-f", "-"} },

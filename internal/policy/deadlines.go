@@ -21,6 +21,15 @@ import (
 // Every value is optional (the defaults above) and must be positive: an update
 // without a deadline can hold a node cordoned, out of MachineHealthCheck's reach,
 // forever.
+//
+// verifyingSeconds must be longer than the user gates of one pool may take
+// together, or the policy is refused (and than the gates of all the pools that
+// select one Machine, or that Machine's update fails): the agent runs a node's
+// gates one after the other, each until it passes or its passWithinSeconds (else
+// the agent's 5 min) is up, plus one last run (timeoutSeconds, else 30 s, or
+// passWithinSeconds when that is shorter). A shorter deadline would mark a node
+// Degraded, and leave it cordoned, while its gates might still pass. The
+// built-in gates run first and are not counted: leave them a few minutes.
 type DeadlinesConfig struct {
 	// StagingSeconds bounds staging: the agent downloads and verifies the
 	// update's artifacts, before the node is cordoned. 1 to 604800 (a week).
@@ -35,7 +44,8 @@ type DeadlinesConfig struct {
 	// next report. 1 to 604800.
 	RebootingSeconds *int32 `json:"rebootingSeconds,omitempty"`
 	// VerifyingSeconds bounds verification: the agent's gates, then the
-	// kubelet's version and the Node's Ready. 1 to 604800.
+	// kubelet's version and the Node's Ready. 1 to 604800, and longer than the
+	// user gates of a Machine's pools may take together (see above).
 	VerifyingSeconds *int32 `json:"verifyingSeconds,omitempty"`
 	// KeepRemediationHold keeps Cluster API's skip-remediation on the Machine of a
 	// node left cordoned past a deadline (or Degraded), for a human to inspect it
@@ -55,7 +65,8 @@ type Deadlines struct {
 // Node), so five minutes means it is not running; applying covers a kubeadm
 // upgrade with its etcd snapshot; a bare-metal reboot with a slow firmware takes
 // minutes, half an hour means it is not coming back; verifying covers the
-// built-in gates (minutes each) and user gates.
+// built-in gates (minutes each) and user gates (New refuses user gates that may
+// take all of it: gatesFitVerifying).
 const (
 	DefaultStagingDeadline   = 30 * time.Minute
 	DefaultPickupDeadline    = 5 * time.Minute

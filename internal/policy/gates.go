@@ -3,6 +3,8 @@ package policy
 import (
 	"fmt"
 	"slices"
+	"strings"
+	"time"
 
 	"github.com/capi-inplace/capi-inplace/internal/celgate"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
@@ -28,7 +30,11 @@ import (
 //	    passWithinSeconds: 300
 //
 // A Machine gets the gates of every pool that selects it, in the policy's order,
-// after the agent's built-in gates.
+// after the agent's built-in gates. The agent runs them one after the other, so
+// deadlines.verifyingSeconds must be longer than they may take together (each
+// its passWithinSeconds plus one last run): a pool whose gates may not fit is
+// refused when the policy loads, and the update of a Machine that several pools
+// select fails, naming their gates, when theirs together may not fit.
 type GatePoolConfig struct {
 	PoolSelector `json:",inline"`
 	// Gates run on every node of the pool before its update is committed.
@@ -117,7 +123,46 @@ func (p *Policy) Gates(namespace string, machineLabels map[string]string) ([]pro
 	if err := protocol.ValidateGates(out); err != nil {
 		return nil, fmt.Errorf("gates of the pools that select the machine: %w", err)
 	}
+	// Each pool's gates fit the deadline (New); several pools together may not.
+	if err := gatesFitVerifying("the pools that select the machine", out, p.deadlines.Verifying, p.verifyingDefault); err != nil {
+		return nil, err
+	}
 	return out, nil
+}
+
+// gatesFitVerifying refuses gates that may together take as long as the
+// verifying deadline or longer. The agent runs a node's gates one after the
+// other in its Verifying phase, after its built-in gates, each until it passes
+// or its own time is up; a deadline shorter than that lets the coordinator's
+// watchdog mark a node Degraded, and leave it cordoned, while a slow gate still
+// had time to pass, where the agent's own verdict would have been a pass or a
+// named failed gate and a rollback. The worst case is protocol.GatesMax with the
+// bounds of the agent the extension installs (protocol.AgentGateDefaults), the
+// rule the agent runs gates by. The deadline must be longer, not merely as long:
+// the built-in gates run first. They are not counted at their bound: theirs
+// (the agent's gate timeout, up to five of them on a control plane) is a
+// failure limit, where a user gate's passWithinSeconds is the operator's word on
+// how long a healthy node may take; at their bound every deadline under 26
+// minutes would be refused, user gates or none. who names the gates' pool in the
+// error; byDefault says the deadline is the default, not the policy's.
+func gatesFitVerifying(who string, gates []protocol.Gate, verifying time.Duration, byDefault bool) error {
+	def := protocol.AgentGateDefaults()
+	total := protocol.GatesMax(gates, def)
+	if len(gates) == 0 || total < verifying {
+		return nil
+	}
+	each := make([]string, 0, len(gates))
+	for _, g := range gates {
+		each = append(each, fmt.Sprintf("%s (up to %s)", g.Name, g.Bounds(def).Max()))
+	}
+	deadline := fmt.Sprintf("deadlines.verifyingSeconds %d (%s)", int64(verifying/time.Second), verifying)
+	if byDefault {
+		deadline = fmt.Sprintf("deadlines.verifyingSeconds %d (%s, the default)", int64(verifying/time.Second), verifying)
+	}
+	return fmt.Errorf("%s: the gates %s may take %s in all, not less than %s: the watchdog would mark a node Degraded, "+
+		"and leave it cordoned, while its gates may still pass; set deadlines.verifyingSeconds above %d, with room for the built-in gates, "+
+		"or lower the gates' passWithinSeconds (a gate may take its passWithinSeconds, else %s, plus one last run)",
+		who, strings.Join(each, ", "), total, deadline, int64(total/time.Second), def.PassWithin)
 }
 
 // copyGate returns a gate that shares nothing with g.

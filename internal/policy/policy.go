@@ -178,6 +178,7 @@ type Policy struct {
 	preflightPools      []kubeadmPool
 	etcdRestore         protocol.EtcdRestore
 	osBackendPools      []osBackendsPool
+	verifyingDefault    bool                 // deadlines.verifyingSeconds not set: named so in errors
 	registrySecrets     map[string]SecretRef // registry host -> pull Secret
 }
 
@@ -363,7 +364,19 @@ func New(cfg Config) (*Policy, error) {
 
 	var deadlineErrs []error
 	p.deadlines, deadlineErrs = compileDeadlines(cfg.Deadlines)
+	p.verifyingDefault = cfg.Deadlines.VerifyingSeconds == nil
 	errs = append(errs, deadlineErrs...)
+	if len(deadlineErrs) == 0 {
+		for i, gp := range p.gatePools {
+			if protocol.ValidateGates(gp.gates) != nil {
+				continue // refused above, with its own error
+			}
+			who := fmt.Sprintf("gates[%d] (%s)", i, gp.pool)
+			if err := gatesFitVerifying(who, gp.gates, p.deadlines.Verifying, p.verifyingDefault); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
 
 	if len(errs) > 0 {
 		return nil, &InvalidError{Problems: errs}

@@ -3,11 +3,14 @@ package policy
 import (
 	"errors"
 	"testing"
+
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 // FuzzParse: the policy file is operator input read at start-up. Any bytes are
 // refused with ErrInvalid or give a policy whose lookups answer without panicking,
-// and whose drain timeout is positive. Seeds: testdata/fuzz/FuzzParse (the
+// whose drain timeout is positive and each of whose gate pools fits the
+// verifying deadline. Seeds: testdata/fuzz/FuzzParse (the
 // package's sample policy, JSON, and near-misses).
 func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -20,6 +23,11 @@ func FuzzParse(f *testing.F) {
 		}
 		if p.Drain().TimeoutSeconds <= 0 {
 			t.Fatalf("accepted a non-positive drain timeout: %+v", p.Drain())
+		}
+		for i, gp := range p.gatePools {
+			if most := protocol.GatesMax(gp.gates, protocol.AgentGateDefaults()); most >= p.Deadlines().Verifying {
+				t.Fatalf("accepted gates[%d], whose gates may take %s, with a verifying deadline of %s", i, most, p.Deadlines().Verifying)
+			}
 		}
 		_ = p.AcceptBootstrapOnlyFields()
 		_ = p.BackendFor("edge", "store-42")

@@ -58,3 +58,15 @@ func (mp machinePool) selects(namespace string, machineLabels map[string]string)
 	}
 	return mp.selector.Matches(labels.Set(machineLabels))
 }
+
+// String names the pool's Machines in a few words, for errors.
+func (mp machinePool) String() string {
+	s := "every cluster"
+	if mp.cluster != "" {
+		s = "cluster " + mp.namespace + "/" + mp.cluster
+	}
+	if !mp.selector.Empty() {
+		s += ", Machines " + mp.selector.String()
+	}
+	return s
+}
