@@ -13,6 +13,10 @@
 //     background), so an update continues while the API server is unreachable;
 //   - a cancelled context stops the executor without recording a failure: the
 //     next Resume repeats the interrupted action.
+//   - a rollback's reboot is issued only after the OS backend's status went to
+//     the state machine (state.ImageObserved), which records it done without a
+//     reboot when the node already runs, and boots next, the image it ran
+//     before the plan (read from the backend when the plan starts).
 //   - an action runs only with the rescue static pod in place when
 //     state.RescueWanted says the node needs it (a control plane about to change,
 //     or changing, what it boots into), and the pod is removed when the update

@@ -169,7 +169,13 @@ func (x *Executor) StartFrom(ctx context.Context, p *protocol.NodePlan, fromVers
 	}
 	spec.ControlPlaneConfig = clusterConfigChanged(e.Committed, p)
 	spec = spec.EtcdRollback(p.Kubernetes.EtcdRestore, etcdChange(e.Committed, p, fromVersion))
-	st, _, err := state.Step(cur, state.PlanObserved{Hash: hash, DesiredState: desired, Spec: spec, At: x.Now()})
+	before := ""
+	if spec.OS && spec.Caps.NeedsReboot && cur.PlanHash != hash {
+		// What a rollback returns to: one that finds it running and booting
+		// next does not reboot into it again (state.ImageObserved).
+		before = x.bootedImage(ctx, b)
+	}
+	st, _, err := state.Step(cur, state.PlanObserved{Hash: hash, DesiredState: desired, Spec: spec, ImageBefore: before, At: x.Now()})
 	if err != nil {
 		return cur, err
 	}
@@ -332,6 +338,20 @@ func (x *Executor) drive(ctx context.Context, log logr.Logger, e *journal.Entry,
 		if ctx.Err() != nil {
 			return st, ctx.Err()
 		}
+		if a.Name == state.ActReboot && a.Rollback {
+			skipped, next, nout, err := x.observeImage(ctx, log, plan, st)
+			if err != nil {
+				return st, err
+			}
+			if skipped {
+				st, out = next, nout
+				if err := x.save(e, st); err != nil {
+					return st, err
+				}
+				x.report(st)
+				continue
+			}
+		}
 		e.Begin(a.Key())
 		if err := x.save(e, st); err != nil {
 			return st, err
@@ -462,6 +482,49 @@ func (x *Executor) backendFor(p *protocol.NodePlan) (backend.Backend, error) {
 		return nil, fmt.Errorf("backend %s: %w", name, err)
 	}
 	return b, nil
+}
+
+// bootedImage names the image the node runs, as the plan's backend reports it
+// (backend.Status.Booted); empty when the backend cannot say, which only costs a
+// rollback's reboot that might have been skipped.
+func (x *Executor) bootedImage(ctx context.Context, b backend.Backend) string {
+	st, err := b.Status(ctx)
+	if err != nil {
+		x.Log.Info("Reading the booted OS image failed; a rollback will reboot", "backend", b.Name(), "error", err.Error())
+		return ""
+	}
+	return st.Booted
+}
+
+// observeImage feeds the OS backend's status to the state when the rollback's
+// reboot is due (state.ImageObserved) and reports whether the state skipped the
+// reboot, with the state and output after it. The observation only reads: an
+// agent that dies before the skip is journaled observes again when it resumes.
+// A backend that cannot report leaves the reboot in place.
+func (x *Executor) observeImage(ctx context.Context, log logr.Logger, plan *protocol.NodePlan, st state.State) (bool, state.State, state.Output, error) {
+	b, err := x.backendFor(plan)
+	var status backend.Status
+	if err == nil {
+		status, err = b.Status(ctx)
+	}
+	if ctx.Err() != nil {
+		// Interrupted: Resume observes again.
+		return false, st, state.Output{}, ctx.Err()
+	}
+	if err != nil {
+		log.Info("Reading the booted OS image failed; the rollback reboots", "error", err.Error())
+		return false, st, state.Output{}, nil
+	}
+	next, out, err := state.Step(st, state.ImageObserved{Booted: status.Booted, Staged: status.Staged})
+	if err != nil {
+		return false, st, state.Output{}, err
+	}
+	if cur, ok := next.CurrentAction(); ok && cur.Name == state.ActReboot && cur.Rollback {
+		log.Info("The rollback reboots", "booted", status.Booted, "staged", status.Staged, "imageBefore", st.ImageBefore)
+		return false, st, state.Output{}, nil
+	}
+	log.Info("The image from before the update runs and boots next; the rollback does not reboot", "booted", status.Booted)
+	return true, next, out, nil
 }
 
 // imageBooted reports whether the node already runs the plan's OS image, as the

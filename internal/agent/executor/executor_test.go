@@ -29,13 +29,21 @@ type rebooter struct {
 	mu   sync.Mutex
 	boot int
 	sim  *simulated.Backend
+	// fallBack: the next reboots boot the fallback slot (the new one does not
+	// come up), counting down.
+	fallBack int
 }
 
 func (r *rebooter) Reboot(context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.boot++
-	if err := r.sim.Boot(); err != nil {
+	boot := r.sim.Boot
+	if r.fallBack > 0 {
+		r.fallBack--
+		boot = r.sim.FallBack
+	}
+	if err := boot(); err != nil {
 		return err
 	}
 	return ErrRebooted

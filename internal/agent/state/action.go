@@ -79,6 +79,9 @@ type Action struct {
 	Name     ActionName `json:"name"`
 	Rollback bool       `json:"rollback,omitempty"`
 	Done     bool       `json:"done,omitempty"`
+	// Skipped: done without running, because the node did not need it: a
+	// rollback's reboot into the image that already runs (ImageObserved).
+	Skipped bool `json:"skipped,omitempty"`
 	// Failures counts the failed runs of a rollback action (RollbackAttempts).
 	Failures int `json:"failures,omitempty"`
 }
@@ -245,33 +248,23 @@ func Derive(s Spec) []Action {
 //
 // Then the Kubernetes files and binaries, then the etcd data that belongs to them,
 // then the reboot, so the node comes up once on a fully restored state; the kubelet
-// is restarted last when no reboot does it. etcdMembers is the member count the
-// etcd-snapshot action saw: the etcd data is restored only when it was exactly one
-// (0, unknown, restores nothing), and only when the spec does not keep it
-// (KeepEtcd: the update did not change what etcd stores, or the policy says
-// never): a restore drops every write made since the snapshot. failed is the
-// action that failed while running; empty when none did or the one that failed
-// changed nothing (ActionFailed.Unchanged).
+// is restarted last when no reboot does it. A reboot that would boot the image
+// already running (the node fell back to it by itself) is skipped when it is due,
+// with a kubelet restart in its place if the restore needs one (ImageObserved).
+// etcdMembers is the member count the etcd-snapshot action saw: the etcd data is
+// restored only when it was exactly one (0, unknown, restores nothing), and only
+// when the spec does not keep it (KeepEtcd: the update did not change what etcd
+// stores, or the policy says never): a restore drops every write made since the
+// snapshot. failed is the action that failed while running; empty when none did
+// or the one that failed changed nothing (ActionFailed.Unchanged).
 func DeriveRollback(s Spec, forward []Action, failed ActionName, etcdMembers int) []Action {
-	started := map[ActionName]bool{}
-	if failed != "" {
-		started[failed] = true
-	}
-	done := map[ActionName]bool{}
-	for _, a := range forward {
-		if a.Done {
-			started[a.Name] = true
-			done[a.Name] = true
-		}
-	}
+	started, done := startedActions(forward, failed)
 	var names []ActionName
 	osAtReboot := started[ActBackendStage] && s.Caps.NeedsReboot
 	if osAtReboot {
 		names = append(names, ActBackendRollback)
 	}
-	restoreFiles := started[ActWriteFiles] || started[ActApplyUsers] || started[ActApplyNTP] || started[ActKubeletConfig] || started[ActControlPlaneConfig] || started[ActInstallKubeadm] ||
-		started[ActInstallKubelet] || started[ActInstallBinaries] || started[ActKubeadmUpgrade] || started[ActRestartKubelet]
-	if restoreFiles {
+	if restoresFiles(started) {
 		names = append(names, ActRestoreFiles)
 	}
 	if done[ActEtcdSnapshot] && etcdMembers == 1 && !s.KeepEtcd && (started[ActKubeadmUpgrade] || started[ActControlPlaneConfig]) {
@@ -285,9 +278,7 @@ func DeriveRollback(s Spec, forward []Action, failed ActionName, etcdMembers int
 	if reboot {
 		names = append(names, ActReboot)
 	}
-	kubelet := started[ActWriteFiles] || started[ActKubeletConfig] || started[ActInstallKubelet] || started[ActInstallBinaries] ||
-		started[ActKubeadmUpgrade] || started[ActRestartKubelet]
-	if restoreFiles && kubelet && !reboot {
+	if restartsKubelet(started) && !reboot {
 		names = append(names, ActRestartKubelet)
 	}
 	out := make([]Action, len(names))
@@ -295,6 +286,37 @@ func DeriveRollback(s Spec, forward []Action, failed ActionName, etcdMembers int
 		out[i] = Action{Name: n, Rollback: true}
 	}
 	return out
+}
+
+// startedActions returns the forward actions that were started (done, or failed
+// while running: failed, empty when none) and those done.
+func startedActions(forward []Action, failed ActionName) (started, done map[ActionName]bool) {
+	started, done = map[ActionName]bool{}, map[ActionName]bool{}
+	if failed != "" {
+		started[failed] = true
+	}
+	for _, a := range forward {
+		if a.Done {
+			started[a.Name] = true
+			done[a.Name] = true
+		}
+	}
+	return started, done
+}
+
+// restoresFiles reports whether the rollback of the started actions restores the
+// backup (ActRestoreFiles).
+func restoresFiles(started map[ActionName]bool) bool {
+	return started[ActWriteFiles] || started[ActApplyUsers] || started[ActApplyNTP] || started[ActKubeletConfig] || started[ActControlPlaneConfig] ||
+		started[ActInstallKubeadm] || started[ActInstallKubelet] || started[ActInstallBinaries] || started[ActKubeadmUpgrade] || started[ActRestartKubelet]
+}
+
+// restartsKubelet reports whether the restore of the started actions changes
+// what the kubelet reads when it starts (its binary, flags, configuration, the
+// plan's files), so the kubelet must start again unless a reboot starts it.
+func restartsKubelet(started map[ActionName]bool) bool {
+	return restoresFiles(started) && (started[ActWriteFiles] || started[ActKubeletConfig] || started[ActInstallKubelet] || started[ActInstallBinaries] ||
+		started[ActKubeadmUpgrade] || started[ActRestartKubelet])
 }
 
 // phaseOf is the phase reported while a forward action is the next one.

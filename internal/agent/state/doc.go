@@ -7,7 +7,10 @@
 //     Output.Next, so that a crash at any point resumes exactly;
 //  2. perform Output.Next (at most one action at a time: actions are ordered);
 //  3. feed the outcome back as ActionSucceeded, ActionFailed or, for a reboot,
-//     RebootIssued followed by Resumed with the new boot ID;
+//     RebootIssued followed by Resumed with the new boot ID; before a rollback's
+//     reboot, feed ImageObserved with the OS backend's status and issue the
+//     reboot only if it is still the next action (it is skipped when the image
+//     it would boot already runs);
 //  4. after a process restart, feed Resumed: the machine answers with the first
 //     action that is not done, so finished actions are never re-done and
 //     unfinished ones never skipped.

@@ -18,12 +18,14 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 // followed by its expected output, blocks are separated by blank lines, and lines
 // starting with # are comments. Commands:
 //
-//	observe <spec>           PlanObserved (specs: cp-full, worker-k8s, worker-files)
+//	observe <spec> [image]   PlanObserved on a node that runs image (specs: cp-full,
+//	                         cp-k8s-first, worker-k8s, worker-files, worker-os)
 //	reject <reason> <msg>    PlanRejected
 //	ok                       the current action succeeded
 //	fail <reason> <msg>      the current action failed
 //	reboot <boot-id>         RebootIssued on boot <boot-id>
 //	resume <boot-id>         Resumed on boot <boot-id>
+//	image <booted> [staged]  ImageObserved: the backend's booted and staged images
 //	crash <boot-id>          the state goes through its journal form, then Resumed
 //	status                   the status envelope
 //
@@ -42,6 +44,8 @@ var specs = map[string]Spec{
 	"cp-full":      cpFull,
 	"worker-k8s":   workerK8s,
 	"worker-files": {Kubeadm: protocol.KubeadmNone, Files: true},
+	"worker-os":    workerOS,
+	"cp-k8s-first": cpK8sFirst,
 }
 
 func runScenario(t *testing.T, path string) {
@@ -89,7 +93,7 @@ func scenarioStep(t *testing.T, s State, cmd string) (State, string) {
 	var ev Event
 	switch f[0] {
 	case "observe":
-		ev = PlanObserved{Hash: "plan-" + f[1], Spec: specs[f[1]]}
+		ev = PlanObserved{Hash: "plan-" + f[1], Spec: specs[f[1]], ImageBefore: rest(2)}
 	case "reject":
 		ev = PlanRejected{Hash: "rejected", Reason: f[1], Message: rest(2)}
 	case "ok":
@@ -103,6 +107,8 @@ func scenarioStep(t *testing.T, s State, cmd string) (State, string) {
 		ev = RebootIssued{BootID: f[1]}
 	case "resume":
 		ev = Resumed{BootID: f[1]}
+	case "image":
+		ev = ImageObserved{Booted: f[1], Staged: rest(2)}
 	case "crash":
 		b, _ := json.Marshal(s)
 		s = State{}

@@ -51,13 +51,20 @@ type State struct {
 	Spec         Spec           `json:"spec"`
 	// Actions are the forward actions, in order.
 	Actions []Action `json:"actions,omitempty"`
-	// Rollback is set once, at the first failure, and never re-derived.
+	// Rollback is set once, at the first failure, and never re-derived; a
+	// reboot it skips may put a kubelet restart after itself (ImageObserved).
 	Rollback []Action `json:"rollback,omitempty"`
 	// EtcdMembers is the number of members etcd had when the snapshot was taken
 	// (0 before, or without, a snapshot); see DeriveRollback.
 	EtcdMembers int `json:"etcdMembers,omitempty"`
 	// RebootFrom is the boot ID the node had when the pending reboot was issued.
 	RebootFrom string `json:"rebootFrom,omitempty"`
+	// ImageBefore is the OS image the node ran when the plan started, as its
+	// backend names it (backend.Status.Booted): what a rollback returns to.
+	// Empty when the plan boots no new image, the backend could not say, or the
+	// journal is from an agent before the field: then a rollback that rebooted
+	// forward always reboots back (see ImageObserved).
+	ImageBefore string `json:"imageBefore,omitempty"`
 	// Reason, FailedAction and Message are the cause of a rollback or failure;
 	// FailedGate is the health gate that did not pass (Reason GateFailed), kept
 	// here so that an agent restarted during the rollback still names it.
@@ -83,7 +90,9 @@ type PlanObserved struct {
 	// DesiredState is the plan's desired-state identity (NodePlan.DesiredState).
 	DesiredState string
 	Spec         Spec
-	At           time.Time
+	// ImageBefore is the image the node runs now (State.ImageBefore).
+	ImageBefore string
+	At          time.Time
 }
 
 // PlanRejected: the desired plan cannot be applied at all (see Admit); nothing
@@ -120,12 +129,29 @@ type RebootIssued struct{ BootID string }
 // Resumed: the agent (re)started with a journal, on a boot with BootID.
 type Resumed struct{ BootID string }
 
+// ImageObserved: the OS backend's report, read when a rollback's reboot is due
+// and before it is issued: Booted is the image that runs (backend.Status.Booted),
+// Staged the one that boots next when it is another (empty: Booted boots next).
+// When the node runs the image it ran before the plan (State.ImageBefore) and
+// boots it next, the reboot would only boot the same image again: after GRUB's
+// fallback from a new slot that never came up, the agent resumes in the old
+// one. Step then records the reboot done and skipped, and puts a kubelet
+// restart after it when the restored files need one (restartsKubelet). The
+// reboot stays the next action, for the executor to issue, when another image
+// runs or boots next, when no image was recorded, and when the rollback
+// restores what a boot made effective and only a boot makes effective again:
+// the plan's files (any service may have read them when it started: the node
+// booted after they were written, or the old image would not run) and the NTP
+// client's servers (applying them restarted it).
+type ImageObserved struct{ Booted, Staged string }
+
 func (PlanObserved) isEvent()    {}
 func (PlanRejected) isEvent()    {}
 func (ActionSucceeded) isEvent() {}
 func (ActionFailed) isEvent()    {}
 func (RebootIssued) isEvent()    {}
 func (Resumed) isEvent()         {}
+func (ImageObserved) isEvent()   {}
 
 // Output tells the executor what to do after a Step.
 type Output struct {
@@ -173,7 +199,7 @@ func Step(s State, e Event) (State, Output, error) {
 		if s.PlanHash != "" && !s.Phase.Terminal() {
 			return s, s.output(), fmt.Errorf("%w: plan %s is %s", ErrBusy, s.PlanHash, s.Phase)
 		}
-		n := State{PlanHash: e.Hash, DesiredState: e.DesiredState, Spec: e.Spec, Actions: Derive(e.Spec), StartedAt: e.At}
+		n := State{PlanHash: e.Hash, DesiredState: e.DesiredState, Spec: e.Spec, Actions: Derive(e.Spec), ImageBefore: e.ImageBefore, StartedAt: e.At}
 		n.Phase = n.phase()
 		return n, n.output(), nil
 	case PlanRejected:
@@ -242,8 +268,46 @@ func Step(s State, e Event) (State, Output, error) {
 		// it took effect): output() asks for it again.
 		s.RebootFrom = ""
 		return s, s.output(), nil
+	case ImageObserved:
+		cur := s.current()
+		if cur == nil || cur.Name != ActReboot || !cur.Rollback || s.RebootFrom != "" {
+			return s, s.output(), fmt.Errorf("%w: image observed while the current action is %s", ErrUnexpected, s.currentName())
+		}
+		if !s.rebootNeedless(e) {
+			return s, s.output(), nil
+		}
+		cur.Done, cur.Skipped = true, true
+		started, _ := startedActions(s.Actions, s.FailedAction)
+		if restartsKubelet(started) {
+			s.Rollback = insertAfter(s.Rollback, ActReboot, Action{Name: ActRestartKubelet, Rollback: true})
+		}
+		s.Phase = s.phase()
+		return s, s.output(), nil
 	}
 	return s, s.output(), fmt.Errorf("%w: %T", ErrUnexpected, e)
+}
+
+// rebootNeedless reports whether the rollback's reboot, due now, can be left
+// out: the node runs the image it ran before the plan and boots it next, and
+// nothing the rollback restores needs a boot to take effect (ImageObserved).
+// The failed action counts as started even when it changed nothing: at worst
+// the reboot stays, as before the skip existed.
+func (s *State) rebootNeedless(e ImageObserved) bool {
+	if s.ImageBefore == "" || e.Booted != s.ImageBefore || e.Staged != "" {
+		return false
+	}
+	started, _ := startedActions(s.Actions, s.FailedAction)
+	return !started[ActWriteFiles] && !started[ActApplyNTP]
+}
+
+// insertAfter returns list with a inserted after its first action named after.
+func insertAfter(list []Action, after ActionName, a Action) []Action {
+	for i := range list {
+		if list[i].Name == after {
+			return append(list[:i+1], append([]Action{a}, list[i+1:]...)...)
+		}
+	}
+	return append(list, a)
 }
 
 // current returns the first action not done of the active list, or nil.
@@ -305,6 +369,16 @@ func (s State) output() Output {
 	}
 	a := *c
 	return Output{Next: &a}
+}
+
+// rebootNote says in the status message that the rollback skipped its reboot.
+func (s State) rebootNote() string {
+	for _, a := range s.Rollback {
+		if a.Name == ActReboot && a.Skipped {
+			return "; not rebooted: the node already ran the image it ran before the update"
+		}
+	}
+	return ""
 }
 
 // etcdOutcome is what a rollback did to a single-member etcd's data: restored
@@ -390,7 +464,7 @@ func (s State) Status() protocol.NodeStatus {
 	case protocol.PhaseRolledBack:
 		st.Reason = s.Reason
 		st.Action = string(s.FailedAction)
-		st.Message = fmt.Sprintf("rolled back because %s%s", cause, s.etcdNote())
+		st.Message = fmt.Sprintf("rolled back because %s%s%s", cause, s.etcdNote(), s.rebootNote())
 		st.EtcdData = s.etcdOutcome()
 	case protocol.PhaseFailed:
 		st.Reason = s.Reason

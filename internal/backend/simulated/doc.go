@@ -15,7 +15,8 @@
 // first and then as given. Either way the digest is checked before anything changes.
 //
 // The reboot itself is the simulated host's (internal/agent/simhost), which calls
-// Boot; every other method is idempotent, as the backend contract requires.
+// Boot (FallBack plays a bootloader's fallback from a failed trial); every other
+// method is idempotent, as the backend contract requires.
 //
 // Imports: internal/backend, internal/protocol and the standard library.
 package simulated

@@ -269,3 +269,20 @@ func (b *Backend) Boot() error {
 	}
 	return b.save(s)
 }
+
+// FallBack boots the fallback slot instead of the next one: what a bootloader
+// with boot counting does when the slot under trial does not come up (or the
+// node loses power during the trial, before Commit). The slot that failed stays
+// the next boot until Rollback or a new Activate: the bootloader records the
+// failed trial, not a new choice. Without a fallback it boots as Boot does.
+func (b *Backend) FallBack() error {
+	s, err := b.load()
+	if err != nil {
+		return err
+	}
+	if s.Fallback == "" {
+		return b.Boot()
+	}
+	s.Booted = s.Fallback
+	return b.save(s)
+}

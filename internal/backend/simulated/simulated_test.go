@@ -67,6 +67,30 @@ func TestRollbackBeforeBootAndWithoutActivate(t *testing.T) {
 	g.Expect(st.Staged).To(BeEmpty(), "the old image boots next again")
 }
 
+// TestFallBackThenRollback: the new slot never comes up and the node boots the
+// old one; Rollback makes the old slot the next boot again, so that it runs and
+// boots next (Status: no staged image) without another boot.
+func TestFallBackThenRollback(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	b := New(t.TempDir())
+	a := backend.Artifact{Ref: "sim:os-v2", Digest: DigestOf([]byte("sim:os-v2"))}
+	initial := DigestOf([]byte(InitialRef))
+	g.Expect(b.Stage(ctx, a)).To(Succeed())
+	g.Expect(b.Activate(ctx, a)).To(Succeed())
+	g.Expect(b.FallBack()).To(Succeed())
+	st, _ := b.Status(ctx)
+	g.Expect(st).To(Equal(backend.Status{Booted: initial, Staged: a.Digest, Rollback: initial}), "the failed slot still boots next")
+	g.Expect(b.Verify(ctx, a)).To(MatchError(backend.ErrVerifyFailed))
+	g.Expect(b.Rollback(ctx, a)).To(Succeed())
+	g.Expect(b.Rollback(ctx, a)).To(Succeed())
+	st, _ = b.Status(ctx)
+	g.Expect(st).To(Equal(backend.Status{Booted: initial}))
+	g.Expect(b.Boot()).To(Succeed())
+	st, _ = b.Status(ctx)
+	g.Expect(st).To(Equal(backend.Status{Booted: initial}))
+}
+
 func TestStageRefusesWrongDigestAndChangesNothing(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
