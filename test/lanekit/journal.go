@@ -10,15 +10,26 @@ import (
 const AgentJournal = "/var/lib/capi-inplace/journal.json"
 
 // Journal is the part of the agent's journal (internal/agent/journal.Entry) the
-// lanes read on a node: which action is in flight, how often each ran.
+// lanes read on a node: which action is in flight, how often each ran, and the
+// state's rollback actions.
 type Journal struct {
 	Key      string         `json:"key"`
 	InFlight string         `json:"inFlight"`
 	Runs     map[string]int `json:"runs"`
 	Attempt  string         `json:"attempt"`
 	State    struct {
-		Phase string `json:"phase"`
+		Phase    string          `json:"phase"`
+		Rollback []JournalAction `json:"rollback"`
 	} `json:"state"`
+}
+
+// JournalAction is one action of the state's lists (internal/agent/state.Action).
+type JournalAction struct {
+	Name string `json:"name"`
+	Done bool   `json:"done"`
+	// Skipped: recorded done without running (a rollback's reboot into the image
+	// that already runs).
+	Skipped bool `json:"skipped"`
 }
 
 // ParseJournal decodes the journal file's content.
