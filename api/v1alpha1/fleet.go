@@ -17,7 +17,8 @@ const (
 	// withdrawn, a node we cordoned is uncordoned, and every call answers Failure
 	// (cause Cancelled) while the annotation stays. Too late (the agent is staging
 	// or applying) the update runs on and the message says so. Remove it to let the
-	// update start again.
+	// update start again. On the single-node path the KubeadmControlPlane stays held
+	// and paused, cancelled rather than failed, until then.
 	CancelAnnotation = GroupName + "/cancel"
 )
 

@@ -404,3 +404,55 @@ func TestRecordsFinished(t *testing.T) {
 		})
 	}
 }
+
+// TestUpdateNodeCancelAnnotation: the single-node controller's in-process entry
+// honours the Machine's cancel annotation as the hook does: before the agent acts,
+// the plan is withdrawn, the node uncordoned, and the typed answer is a final
+// Failure of cause Cancelled (the controller keeps the hold and records no
+// failure on it); without the annotation the update starts again.
+func TestUpdateNodeCancelAnnotation(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t, nil)
+	f.node("cn-cp", "v1.35.0", false)
+	m := f.machine("m-cn-cp", "cn-cp", "v1.36.0", false)
+	stored := &clusterv1.Machine{}
+	g.Expect(f.mgmt.Get(f.ctx, client.ObjectKeyFromObject(m), stored)).To(Succeed())
+	stored.Annotations = nil // the single-node path sets no CAPI marks
+	g.Expect(f.mgmt.Update(f.ctx, stored)).To(Succeed())
+	c := f.coordinator()
+	req := f.request(m, nil)
+	bootstrap, err := toUnstructured(req.Desired.BootstrapConfig)
+	g.Expect(err).NotTo(HaveOccurred())
+	infra, err := toUnstructured(req.Desired.InfrastructureMachine)
+	g.Expect(err).NotTo(HaveOccurred())
+	desired := DesiredNode{Machine: &req.Desired.Machine, BootstrapConfig: bootstrap, InfrastructureMachine: infra}
+	untilPublished := func() {
+		t.Helper()
+		for range 5 {
+			out := c.UpdateNode(f.ctx, desired)
+			g.Expect(out.Kind).To(Equal(OutcomeInProgress), out.Message)
+			if strings.Contains(out.Message, "pick up plan") {
+				return
+			}
+		}
+		t.Fatal("the plan was not published")
+	}
+	untilPublished()
+	g.Expect(f.getNode("cn-cp").Spec.Unschedulable).To(BeTrue())
+
+	f.annotate(m, inplacev1.CancelAnnotation, "true")
+	for range 2 {
+		out := c.UpdateNode(f.ctx, desired)
+		g.Expect(out.Kind).To(Equal(OutcomeFailedFinal), out.Message)
+		g.Expect(out.Cause).To(Equal(CauseCancelled))
+		g.Expect(out.Message).To(ContainSubstring("update cancelled by annotation " + inplacev1.CancelAnnotation))
+	}
+	n := f.getNode("cn-cp")
+	g.Expect(n.Spec.Unschedulable).To(BeFalse())
+	g.Expect(n.Annotations).NotTo(HaveKey(inplacev1.DesiredPlanAnnotation))
+	g.Expect(f.fleetState().Failures).To(BeEmpty(), "a cancel is not a failure")
+
+	f.annotate(m, inplacev1.CancelAnnotation, "-")
+	untilPublished()
+	g.Expect(f.getNode("cn-cp").Spec.Unschedulable).To(BeTrue())
+}

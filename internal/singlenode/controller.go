@@ -147,6 +147,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	case ActionRetry:
 		return r.retry(ctx, obs, d)
+	case ActionCancel:
+		return ctrl.Result{}, r.cancel(ctx, obs, d.Machine, d.Message, false)
 	case ActionWait:
 		return ctrl.Result{RequeueAfter: waitRequeue}, r.setCondition(ctx, obs, metav1.ConditionFalse, inplacev1.ReasonWaiting, d.Message)
 	case ActionUpdate:
@@ -225,6 +227,8 @@ func (r *Reconciler) update(ctx context.Context, obs *observed, machineName stri
 		return ctrl.Result{RequeueAfter: out.RetryAfter}, r.setCondition(ctx, obs, metav1.ConditionFalse, out.Reason, msg)
 	case StepFail:
 		return r.fail(ctx, obs, machine, out.Reason, out.Message)
+	case StepCancelled:
+		return ctrl.Result{}, r.cancel(ctx, obs, machineName, fmt.Sprintf("Machine %s: %s", machineName, out.Message), true)
 	}
 
 	// Done: align the three objects (repeatable from the start), then clear the marker.
@@ -261,6 +265,44 @@ func (r *Reconciler) fail(ctx context.Context, obs *observed, machine *clusterv1
 	r.Recorder.Eventf(obs.kcp, machine, corev1.EventTypeWarning, eventFor(reason), "Update", "%s", eventNote(msg))
 	r.Recorder.Eventf(machine, obs.kcp, corev1.EventTypeWarning, eventFor(reason), "Update", "%s", eventNote(cause))
 	return ctrl.Result{}, r.setCondition(ctx, obs, metav1.ConditionFalse, reason, msg)
+}
+
+// cancel records an update the operator cancelled with the Machine's cancel
+// annotation: before it started (ActionCancel), or in flight and withdrawn by the
+// coordinator before the agent's first destructive action (withdrawn, the
+// coordinator's StepCancelled, whose detail says so). The hold and the pause stay:
+// releasing KCP with an outdated Machine would make it replace the only control
+// plane. Unlike fail, no failed target is recorded and nothing counts as a failure:
+// the in-flight marker goes, and once the annotation is gone the next reconcile
+// updates the Machine to the KCP's spec of that time. The condition and the Event
+// are written when the update becomes cancelled; a cancel already recorded keeps
+// its message (the coordinator's detail of a withdrawal).
+func (r *Reconciler) cancel(ctx context.Context, obs *observed, machineName, detail string, withdrawn bool) error {
+	if _, ok := obs.kcp.Annotations[inplacev1.HoldUpdatingAnnotation]; ok {
+		if err := r.patchKCPAnnotations(ctx, obs.kcp, map[string]*string{inplacev1.HoldUpdatingAnnotation: nil}); err != nil {
+			return err
+		}
+	}
+	cur := meta.FindStatusCondition(obs.kcp.Status.Conditions, inplacev1.InPlaceUpdateCondition)
+	recorded := cur != nil && cur.Reason == inplacev1.ReasonCancelled
+	if recorded && !withdrawn {
+		return nil
+	}
+	msg := fmt.Sprintf("%s. KubeadmControlPlane %s stays paused at its new spec (no Machine is created); remove the annotation from Machine %s to update it, or revert the spec to release the hold",
+		detail, obs.kcp.Name, machineName)
+	if err := r.setCondition(ctx, obs, metav1.ConditionFalse, inplacev1.ReasonCancelled, msg); err != nil {
+		return err
+	}
+	if recorded {
+		return nil
+	}
+	ctrl.LoggerFrom(ctx).Info("In-place update of a control-plane Machine cancelled", "Machine", klog.KRef(obs.kcp.Namespace, machineName), "withdrawn", withdrawn)
+	r.Recorder.Eventf(obs.kcp, obs.machine(machineName), corev1.EventTypeNormal, inplacev1.EventUpdateCancelled, "Cancel", "%s", eventNote(msg))
+	if m := obs.machine(machineName); m != nil && !withdrawn {
+		// A withdrawal's Event on the Machine is the coordinator's.
+		r.Recorder.Eventf(m, obs.kcp, corev1.EventTypeNormal, inplacev1.EventUpdateCancelled, "Cancel", "%s", eventNote(detail))
+	}
+	return nil
 }
 
 // retry forgets the failed target so that the next reconcile updates the

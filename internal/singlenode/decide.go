@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 )
 
 // MachineState is what the controller observed about one control-plane Machine,
@@ -28,6 +30,9 @@ type MachineState struct {
 	// RetryRequested: the Machine carries inplacev1.RetryAnnotation, the one retry
 	// request of both paths (docs/operations.md).
 	RetryRequested bool
+	// CancelRequested: the Machine carries inplacev1.CancelAnnotation, the one
+	// cancel request of both paths (docs/operations.md).
+	CancelRequested bool
 }
 
 // State is what the controller observed about one held KubeadmControlPlane.
@@ -69,6 +74,13 @@ const (
 	// the hold, so that the update runs again; the coordinator withdraws the
 	// failed plan and its verdict when it sees the Machine's retry annotation.
 	ActionRetry Action = "Retry"
+	// ActionCancel: the operator cancelled the update of Decision.Machine (the
+	// Machine's cancel annotation) before it started: keep the hold and the pause
+	// (releasing would make KCP replace the Machine), start nothing, say so. Not a
+	// failure: nothing is recorded, and removing the annotation lets the update
+	// start. An update in flight is not cancelled here but by the coordinator,
+	// which alone knows whether the agent has begun (ActionUpdate).
+	ActionCancel Action = "Cancel"
 )
 
 // Decision is Decide's answer.
@@ -83,7 +95,10 @@ type Decision struct {
 // the opt-in away (or scaled to three replicas), which hands the control plane back
 // to upstream's behaviour by design. Machines are handled one at a time in name order,
 // and an update in flight is always driven to its end first, so a spec change or an
-// opt-out in the middle never leaves a node half-updated.
+// opt-out in the middle never leaves a node half-updated (a cancel too: only the
+// coordinator can tell whether it came before the agent's first destructive action).
+// A Machine whose update the operator cancelled is skipped, as on the hook path, and
+// keeps the hold once nothing else is left to do.
 func Decide(s State) Decision {
 	if !s.Held {
 		return Decision{Action: ActionNone, Message: "not held"}
@@ -113,7 +128,8 @@ func Decide(s State) Decision {
 		return Decision{Action: ActionKeepFailed, Message: "the in-place update to this spec failed and was rolled back; revert or change the spec, or annotate the Machine with the retry annotation"}
 	}
 
-	var waiting []string
+	var waiting, cancelled []string
+	cancelledMachine := ""
 	for _, m := range machines {
 		if m.UpToDate {
 			continue
@@ -127,9 +143,17 @@ func Decide(s State) Decision {
 			waiting = append(waiting, fmt.Sprintf("Machine %s has no KubeadmConfig or no infrastructure machine cloned from the KubeadmControlPlane's template", m.Name))
 		case !m.HasNode:
 			waiting = append(waiting, fmt.Sprintf("Machine %s has no node yet", m.Name))
+		case m.CancelRequested:
+			if cancelledMachine == "" {
+				cancelledMachine = m.Name
+			}
+			cancelled = append(cancelled, fmt.Sprintf("Machine %s: update cancelled by annotation %s before it started; nothing was touched", m.Name, inplacev1.CancelAnnotation))
 		default:
 			return Decision{Action: ActionUpdate, Machine: m.Name, Message: fmt.Sprintf("updating Machine %s in place: %s", m.Name, strings.Join(m.Why, "; "))}
 		}
+	}
+	if len(cancelled) > 0 {
+		return Decision{Action: ActionCancel, Machine: cancelledMachine, Message: strings.Join(append(cancelled, waiting...), "; ")}
 	}
 	if len(waiting) > 0 {
 		return Decision{Action: ActionWait, Message: strings.Join(waiting, "; ")}

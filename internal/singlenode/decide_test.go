@@ -14,6 +14,12 @@ func upToDate(name string) MachineState {
 	return MachineState{Name: name, UpToDate: true, Complete: true, HasNode: true}
 }
 
+// cancelled is m with the Machine's cancel annotation.
+func cancelled(m MachineState) MachineState {
+	m.CancelRequested = true
+	return m
+}
+
 func TestDecide(t *testing.T) {
 	held := func(machines ...MachineState) State {
 		return State{Held: true, OptedIn: true, BelowThreshold: true, Target: "t2", Machines: machines}
@@ -125,6 +131,57 @@ func TestDecide(t *testing.T) {
 			name:       "two replicas: a ready one is updated while another waits for its node",
 			state:      held(func() MachineState { m := ready("m1"); m.HasNode = false; return m }(), ready("m2")),
 			wantAction: ActionUpdate, wantMachine: "m2",
+		},
+		{
+			name:       "cancelled before it started: nothing starts, the hold stays",
+			state:      held(cancelled(ready("m1"))),
+			wantAction: ActionCancel, wantMachine: "m1", wantMessage: "Machine m1: update cancelled by annotation inplace.capi-inplace.dev/cancel before it started",
+		},
+		{
+			name:       "cancelled in flight: the coordinator decides whether it is too late",
+			state:      func() State { s := held(cancelled(ready("m1"))); s.Updating = "m1"; return s }(),
+			wantAction: ActionUpdate, wantMachine: "m1",
+		},
+		{
+			name:       "a spec reverted while cancelled is released",
+			state:      held(cancelled(upToDate("m1"))),
+			wantAction: ActionRelease,
+		},
+		{
+			name:       "opt-out while cancelled releases to upstream",
+			state:      func() State { s := held(cancelled(ready("m1"))); s.OptedIn = false; return s }(),
+			wantAction: ActionRelease, wantMessage: "no longer opts",
+		},
+		{
+			name:       "a cancel does not hide a failed target",
+			state:      func() State { s := held(cancelled(ready("m1"))); s.FailedTarget = "t2"; return s }(),
+			wantAction: ActionKeepFailed,
+		},
+		{
+			name: "retry and cancel on a failed target: the retry forgets the failure, the cancel then holds",
+			state: func() State {
+				m := cancelled(ready("m1"))
+				m.RetryRequested = true
+				s := held(m)
+				s.FailedTarget = "t2"
+				return s
+			}(),
+			wantAction: ActionRetry, wantMachine: "m1",
+		},
+		{
+			name:       "two replicas: a cancelled one is skipped, the next is updated",
+			state:      held(cancelled(ready("m1")), ready("m2")),
+			wantAction: ActionUpdate, wantMachine: "m2",
+		},
+		{
+			name:       "two replicas: cancelled and waiting, both said",
+			state:      held(cancelled(ready("m2")), func() MachineState { m := ready("m1"); m.HasNode = false; return m }()),
+			wantAction: ActionCancel, wantMachine: "m2", wantMessage: "before it started; nothing was touched; Machine m1 has no node yet",
+		},
+		{
+			name:       "a cancel annotation on a Machine needing replacement changes nothing",
+			state:      held(cancelled(func() MachineState { m := ready("m1"); m.Eligible = false; return m }())),
+			wantAction: ActionWait, wantMessage: "needs a replacement",
 		},
 		{
 			name:       "stale in-flight marker of an aligned Machine does not block release",

@@ -44,6 +44,12 @@
 //     inplacev1.RetryAnnotation, the hook path's retry, makes the controller drop
 //     hold-failed (ActionRetry) and update the node again; the coordinator withdraws
 //     the failed plan and its verdict, as for the hooks.
+//  6. Cancel. The Machine's inplacev1.CancelAnnotation, the hook path's cancel, keeps
+//     an update from starting (ActionCancel); one in flight goes on to the coordinator,
+//     which withdraws it before the agent's first destructive action (StepCancelled)
+//     or lets it run on. Either way the KCP stays held and paused with
+//     InPlaceUpdate=False, reason Cancelled, and nothing is recorded as failed: removing
+//     the annotation lets the update start, reverting the spec releases the hold.
 //
 // Invariants: all state lives in annotations and conditions of the KCP (and the
 // objects themselves); every reconcile is idempotent and may be repeated after a

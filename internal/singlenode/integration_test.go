@@ -636,3 +636,119 @@ func TestIntegrationFailureAlignsNothingAndKeepsHold(t *testing.T) {
 	g.Expect(f.versions(ctx, g)).To(Equal(rvBefore))
 	g.Expect(f.machineCount(ctx, g)).To(Equal(1))
 }
+
+// annotateMachine sets (value non-nil) or removes (nil) one annotation of the
+// fixture's Machine, as an operator does.
+func (f *fixture) annotateMachine(ctx context.Context, g Gomega, key string, value *string) {
+	m := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: f.machine}}
+	v := "null"
+	if value != nil {
+		v = fmt.Sprintf("%q", *value)
+	}
+	patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:%s}}}`, key, v))
+	g.Expect(env.topology.Patch(ctx, m, client.RawPatch("application/merge-patch+json", patch))).To(Succeed())
+}
+
+// expectCancelled waits for the cancelled state: held and paused, the condition
+// says cancelled, and nothing records a failed target or an update in flight.
+func (f *fixture) expectCancelled(ctx context.Context, g *WithT) {
+	g.Eventually(func(g Gomega) {
+		kcp := f.getKCP(ctx, g)
+		g.Expect(held(kcp)).To(BeTrue(), "releasing would make KCP replace the only control plane")
+		g.Expect(kcp.Annotations).NotTo(HaveKey(inplacev1.HoldFailedAnnotation), "a cancel is not a failure")
+		g.Expect(kcp.Annotations).NotTo(HaveKey(inplacev1.HoldUpdatingAnnotation))
+		cond := meta.FindStatusCondition(kcp.Status.Conditions, inplacev1.InPlaceUpdateCondition)
+		g.Expect(cond).NotTo(BeNil())
+		g.Expect(cond.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(cond.Reason).To(Equal(inplacev1.ReasonCancelled))
+		g.Expect(cond.Message).To(ContainSubstring("cancelled by annotation " + inplacev1.CancelAnnotation))
+		g.Expect(cond.Message).To(ContainSubstring("remove the annotation from Machine " + f.machine + " to update it"))
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+}
+
+// expectReleasedUpToDate waits for the hold's release with the Machine up to date.
+func (f *fixture) expectReleasedUpToDate(ctx context.Context, g *WithT) {
+	g.Eventually(func(g Gomega) {
+		kcp := f.getKCP(ctx, g)
+		g.Expect(kcp.Annotations).NotTo(HaveKey(inplacev1.HoldAnnotation))
+		g.Expect(kcp.Annotations).NotTo(HaveKey(clusterv1.PausedAnnotation))
+		g.Expect(kcp.Annotations).NotTo(HaveKey(inplacev1.HoldFailedAnnotation))
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+	ok, why := f.upToDate(ctx, g)
+	g.Expect(ok).To(BeTrue(), "%v", why)
+}
+
+// TestIntegrationCancelBeforeStart: the Machine's cancel annotation, the hook
+// path's cancel, keeps a single-node update from starting: no node update call,
+// the KCP stays held and paused, cancelled rather than failed. Reverting the spec
+// releases the hold as usual; without the annotation the next change updates.
+func TestIntegrationCancelBeforeStart(t *testing.T) {
+	env.require(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(ctx, t, true)
+	env.updater.script(f.machine, done("node runs the plan"))
+	f.annotateMachine(ctx, g, inplacev1.CancelAnnotation, ptr.To("true"))
+	rvBefore := f.versions(ctx, g)
+
+	f.setVersion(ctx, g, toVersion)
+	f.expectCancelled(ctx, g)
+	g.Consistently(func() int { return len(env.updater.calls(f.machine)) }, 2*time.Second, 200*time.Millisecond).Should(BeZero(), "a cancelled update does not start")
+	g.Expect(f.machineCount(ctx, g)).To(Equal(1))
+
+	// Reverting the spec while cancelled: every Machine is up to date, the hold goes.
+	f.setVersion(ctx, g, fromVersion)
+	f.expectReleasedUpToDate(ctx, g)
+	g.Expect(env.updater.calls(f.machine)).To(BeEmpty())
+
+	// Without the annotation, the next change updates in place.
+	f.annotateMachine(ctx, g, inplacev1.CancelAnnotation, nil)
+	f.setVersion(ctx, g, toVersion)
+	f.expectReleasedUpToDate(ctx, g)
+	g.Expect(env.updater.calls(f.machine)).To(HaveLen(1))
+	g.Expect(f.versions(ctx, g)[0]).NotTo(Equal(rvBefore[0]), "the Machine was aligned")
+	g.Expect(f.machineCount(ctx, g)).To(Equal(1))
+}
+
+// TestIntegrationCancelInFlightThenResume: cancel annotated while the update is in
+// flight; the coordinator withdraws it (Failure, cause Cancelled, as it answers
+// before the agent's first destructive action). The KCP stays held, not failed;
+// removing the annotation alone (the Machine watch wakes the controller) resumes
+// the update to the KCP's spec.
+func TestIntegrationCancelInFlightThenResume(t *testing.T) {
+	env.require(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(ctx, t, true)
+	env.updater.onFirstCall(f.machine, func() { f.annotateMachine(ctx, g, inplacev1.CancelAnnotation, ptr.To("true")) })
+	env.updater.script(f.machine,
+		inProgress(1, "step 3/6: draining node n"),
+		failedFinal(coordinator.CauseCancelled, "node n: update cancelled by annotation "+inplacev1.CancelAnnotation+" before the agent changed anything"),
+		done("node n runs the plan"))
+
+	f.setVersion(ctx, g, toVersion)
+	f.expectCancelled(ctx, g)
+	g.Consistently(func() int { return len(env.updater.calls(f.machine)) }, 2*time.Second, 200*time.Millisecond).Should(Equal(2), "no call while cancelled")
+	g.Eventually(func(g Gomega) {
+		cond := meta.FindStatusCondition(f.getCluster(ctx, g).Status.Conditions, inplacev1.InPlaceUpdateCondition)
+		g.Expect(cond).NotTo(BeNil())
+		g.Expect(cond.Reason).To(Equal(inplacev1.ReasonCancelled))
+	}, 10*time.Second, 200*time.Millisecond).Should(Succeed())
+	g.Eventually(func(g Gomega) {
+		list := &corev1.EventList{}
+		g.Expect(env.admin.List(ctx, list, client.InNamespace(f.ns))).To(Succeed())
+		var cancelled int
+		for _, e := range list.Items {
+			if e.Reason == inplacev1.EventUpdateCancelled && e.InvolvedObject.Kind == "KubeadmControlPlane" {
+				cancelled++
+			}
+			g.Expect(e.Reason).NotTo(Equal(inplacev1.EventUpdateFailed))
+		}
+		g.Expect(cancelled).To(Equal(1))
+	}, 10*time.Second, 200*time.Millisecond).Should(Succeed())
+
+	f.annotateMachine(ctx, g, inplacev1.CancelAnnotation, nil)
+	f.expectReleasedUpToDate(ctx, g)
+	g.Expect(env.updater.calls(f.machine)).To(HaveLen(3))
+	g.Expect(f.machineCount(ctx, g)).To(Equal(1))
+}

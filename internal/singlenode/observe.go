@@ -116,6 +116,7 @@ func (o *observed) state() State {
 			Deleting: !m.DeletionTimestamp.IsZero(),
 		}
 		_, ms.RetryRequested = m.Annotations[inplacev1.RetryAnnotation]
+		_, ms.CancelRequested = m.Annotations[inplacev1.CancelAnnotation]
 		if res != nil {
 			ms.Eligible = res.EligibleForInPlaceUpdate
 			ms.Complete = res.DesiredMachine != nil && res.DesiredKubeadmConfig != nil && res.DesiredInfraMachine != nil

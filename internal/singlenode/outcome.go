@@ -23,6 +23,11 @@ const (
 	// repeating it would mean another etcd snapshot and another upgrade attempt on the
 	// only control-plane node without anyone asking.
 	StepFail Step = "Fail"
+	// StepCancelled: the coordinator withdrew the update because the Machine
+	// carries the cancel annotation (cause Cancelled), before the agent's first
+	// destructive action. Not a failure: nothing records it as one, and the update
+	// starts again once the annotation is gone.
+	StepCancelled Step = "Cancelled"
 )
 
 // retryAfterFailure paces retries of retryable failures.
@@ -52,6 +57,9 @@ func Classify(out coordinator.Outcome) Verdict {
 		}
 		return Verdict{Step: StepWait, RetryAfter: retry, Reason: inplacev1.ReasonInProgress, Message: msg}
 	case coordinator.OutcomeFailedFinal:
+		if out.Cause == coordinator.CauseCancelled {
+			return Verdict{Step: StepCancelled, Reason: inplacev1.ReasonCancelled, Message: msg}
+		}
 		return Verdict{Step: StepFail, Reason: failureReason(out.Cause), Message: msg}
 	case coordinator.OutcomeFailedRetryable:
 		return Verdict{Step: StepWait, RetryAfter: retryAfterFailure, Reason: inplacev1.ReasonInProgress, Message: "retrying: " + msg}

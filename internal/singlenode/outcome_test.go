@@ -56,6 +56,11 @@ func TestClassify(t *testing.T) {
 			Verdict{Step: StepFail, Reason: inplacev1.ReasonRefused, Message: "not touched"},
 		},
 		{
+			"cancelled by the operator is not a failure",
+			out(coordinator.OutcomeFailedFinal, coordinator.CauseCancelled, 0, "node n1: update cancelled by annotation"),
+			Verdict{Step: StepCancelled, Reason: inplacev1.ReasonCancelled, Message: "node n1: update cancelled by annotation"},
+		},
+		{
 			"API error quoting the agent's phrase is retried",
 			out(coordinator.OutcomeFailedRetryable, coordinator.CauseWorkloadAPI, 0, "the agent rolled back plan: connection refused"),
 			Verdict{Step: StepWait, RetryAfter: retryAfterFailure, Reason: inplacev1.ReasonInProgress, Message: "retrying: the agent rolled back plan: connection refused"},

@@ -109,17 +109,31 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		For(&controlplanev1.KubeadmControlPlane{}, builder.WithPredicates(heldPredicate())).
 		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(controlPlaneOf)).
 		Watches(&clusterv1.Machine{}, handler.EnqueueRequestForOwner(scheme, mgr.GetRESTMapper(), &controlplanev1.KubeadmControlPlane{}, handler.OnlyControllerOwner()),
-			builder.WithPredicates(retryRequested())).
+			builder.WithPredicates(operatorRequest())).
 		Complete(r)
 }
 
-// retryRequested passes Machine events where the Machine carries the retry
-// annotation: the operator's retry of a failed update (ActionRetry).
-func retryRequested() predicate.Predicate {
-	return predicate.NewPredicateFuncs(func(o client.Object) bool {
-		_, ok := o.GetAnnotations()[inplacev1.RetryAnnotation]
+// operatorRequest passes Machine events that carry an operator's request: a Machine
+// with the retry annotation (ActionRetry), and the cancel annotation's arrival
+// (ActionCancel) or removal (the update starts again), which no KCP event
+// announces.
+func operatorRequest() predicate.Predicate {
+	has := func(o client.Object, key string) bool {
+		_, ok := o.GetAnnotations()[key]
 		return ok
-	})
+	}
+	either := func(o client.Object) bool {
+		return has(o, inplacev1.RetryAnnotation) || has(o, inplacev1.CancelAnnotation)
+	}
+	return predicate.Funcs{
+		CreateFunc: func(e event.CreateEvent) bool { return either(e.Object) },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return has(e.ObjectNew, inplacev1.RetryAnnotation) ||
+				has(e.ObjectOld, inplacev1.CancelAnnotation) != has(e.ObjectNew, inplacev1.CancelAnnotation)
+		},
+		DeleteFunc:  func(e event.DeleteEvent) bool { return either(e.Object) },
+		GenericFunc: func(e event.GenericEvent) bool { return either(e.Object) },
+	}
 }
 
 // heldPredicate passes KCP events where either side carries the hold, so the
