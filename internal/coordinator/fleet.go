@@ -264,6 +264,7 @@ func (c *Coordinator) cancel(ctx context.Context, s *scope, o Observation, d Dec
 		// The agent is at work (on this plan or an older one): it cannot be stopped
 		// mid-plan safely, and uncordoning now would put a changing node in service.
 		ctrl.LoggerFrom(ctx).Info("Cancel came too late: the agent is at work", "phase", st.Phase)
+		s.cancelTooLate = st.Phase
 		return Outcome{}, false
 	}
 	// Precondition on the Node as read, as for a withdrawal at the pick-up deadline
@@ -299,6 +300,14 @@ func (c *Coordinator) cancel(ctx context.Context, s *scope, o Observation, d Dec
 		c.countHold("Cancelled")
 	}
 	return final(CauseCancelled, msg), true
+}
+
+// cancelTooLateNote ends an answer in progress whose Machine asks for a cancel
+// that came after the agent began (phase): the operator learns that it was seen
+// and why the update runs on.
+func cancelTooLateNote(phase protocol.Phase) string {
+	return fmt.Sprintf("; cancel by annotation %s came too late: the agent is at work on the node (%s) and cannot be stopped safely, so the update runs on",
+		inplacev1.CancelAnnotation, phase)
 }
 
 // recordFailure counts a failed node update against its pool's budget. A failed

@@ -204,6 +204,7 @@ func TestCancelAnnotation(t *testing.T) {
 	resp := call(c, req)
 	g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusSuccess))
 	g.Expect(resp.Message).To(ContainSubstring("to apply plan"))
+	g.Expect(resp.Message).To(HaveSuffix("; cancel by annotation " + inplacev1.CancelAnnotation + " came too late: the agent is at work on the node (Applying) and cannot be stopped safely, so the update runs on"))
 	g.Expect(f.getNode("cx-w1").Annotations).To(HaveKeyWithValue(inplacev1.DesiredPlanAnnotation, hash))
 }
 

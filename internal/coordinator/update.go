@@ -49,6 +49,9 @@ type scope struct {
 	stagingAhead bool
 	// stagedAhead: and the node has staged it; the update waits for the window.
 	stagedAhead bool
+	// cancelTooLate is the agent's phase when the Machine's cancel annotation came
+	// after the agent began (fleet.go cancel); an answer in progress says so.
+	cancelTooLate protocol.Phase
 }
 
 func (c *Coordinator) update(ctx context.Context, desired desiredObjects) Outcome {
@@ -68,6 +71,11 @@ func (c *Coordinator) update(ctx context.Context, desired desiredObjects) Outcom
 // reads from caches (fromCache, caches.go) it answers needsLive for anything but a
 // quiet "in progress".
 func (c *Coordinator) act(ctx context.Context, s *scope) (out Outcome) {
+	defer func() {
+		if s.cancelTooLate != "" && out.Kind == OutcomeInProgress {
+			out.Message += cancelTooLateNote(s.cancelTooLate)
+		}
+	}()
 	now := c.opts.Now()
 	o := observe(s, now)
 	o.PickupTimeout = c.opts.Deadlines.Pickup
