@@ -455,13 +455,17 @@ type FleetBatchStatus struct {
 
 // Event reasons recorded on a FleetRollout, each once per transition (never on
 // every pass). The action of an Event carries the detail a reason has: the halt
-// reason (FleetHalt*) of EventRolloutHalted, the Cluster's reason (FleetReason*)
-// of EventClusterFailed and EventClusterSkipped.
+// reason (FleetHalt*) of EventRolloutHalted and EventRolloutHaltLifted, the
+// Cluster's reason (FleetReason*) of EventClusterFailed and EventClusterSkipped.
 const (
 	// EventBatchStarted: the rollout moved to a batch (the canaries or batch N).
 	EventBatchStarted = "FleetBatchStarted"
 	// EventRolloutHalted: a halt began or its reason changed.
 	EventRolloutHalted = "FleetRolloutHalted"
+	// EventRolloutHaltLifted: the Halted condition turned False (the operator
+	// changed the spec so that the halt no longer holds, or the Clusters' states
+	// no longer meet it); its action is the reason of the halt that lifted.
+	EventRolloutHaltLifted = "FleetRolloutHaltLifted"
 	// EventRolloutCompleted: every Cluster finished.
 	EventRolloutCompleted = "FleetRolloutCompleted"
 	// EventRolloutAborted: spec.abort was set.

@@ -8,8 +8,9 @@
 // Cluster's MachineDeployments follow once its control plane reached the target),
 // and writes the status. It requeues on a timer. Once the status is written it
 // records an Event on the FleetRollout for each transition between the status it
-// read and the one it wrote (events.go: a batch started, a halt, completion,
-// abort, Clusters failed or skipped) and sets the rollout's gauges (metrics.go).
+// read and the one it wrote (events.go: a batch started, a halt began or lifted,
+// completion, abort, Clusters failed or skipped) and sets the rollout's gauges
+// (metrics.go).
 //
 // Invariants:
 //   - Every write goes through the API server's admission, so the in-place guard

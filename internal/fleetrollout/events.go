@@ -43,8 +43,9 @@ type event struct {
 
 // transitions compares the status the controller read (prev) with the one it
 // wrote (next) and returns the Events of what changed, in order, and the halt
-// that began ("" when none did): a batch started, a halt began or changed its
-// reason, the rollout completed or was aborted, Clusters failed or were skipped.
+// that began ("" when none did): a batch started, a halt began, changed its
+// reason or lifted, the rollout completed or was aborted, Clusters failed or were
+// skipped.
 // It compares states, not passes: a pass that changes nothing records nothing, and
 // a pass whose status write failed records nothing (the next one finds the same
 // transitions against the same old status).
@@ -61,6 +62,9 @@ func transitions(prev, next inplacev1.FleetRolloutStatus) ([]event, string) {
 	if r := haltReason(next); r != "" && r != haltReason(prev) {
 		halt = r
 		out = append(out, event{corev1.EventTypeWarning, inplacev1.EventRolloutHalted, r, r + ": " + haltMessage(next)})
+	}
+	if was := haltReason(prev); was != "" && haltReason(next) == "" {
+		out = append(out, event{corev1.EventTypeNormal, inplacev1.EventRolloutHaltLifted, was, liftNote(was, prev, next)})
 	}
 	out = append(out, clusterTransitions(prev, next)...)
 	c := next.Counts
@@ -141,4 +145,22 @@ func haltMessage(st inplacev1.FleetRolloutStatus) string {
 		}
 	}
 	return ""
+}
+
+// liftNote says which halt lifted, what it was, what the rollout does now and
+// whether a spec change lifted it: a halt lifts when the operator raised
+// maxFailures, lowered successThreshold or switched onTimeout to Skip (a new
+// generation), or when the Clusters' states no longer meet it (the same one).
+func liftNote(was string, prev, next inplacev1.FleetRolloutStatus) string {
+	note := fmt.Sprintf("%s lifted", was)
+	if m := haltMessage(prev); m != "" {
+		note += " (was: " + m + ")"
+	}
+	if next.ObservedGeneration != prev.ObservedGeneration {
+		note += fmt.Sprintf(" by spec generation %d", next.ObservedGeneration)
+	}
+	if next.Phase != "" {
+		note += fmt.Sprintf("; phase %s", next.Phase)
+	}
+	return note
 }

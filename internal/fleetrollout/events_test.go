@@ -82,6 +82,23 @@ func TestTransitions(t *testing.T) {
 			next: statusOf(halted, 1, inplacev1.FleetHaltFailureBudget, "s1=Failed:MachineFailed", "s2=Succeeded"),
 		},
 		{
+			name: "a halt lifts (maxFailures raised): one Normal Event, the lifted halt's reason as action",
+			prev: statusOf(halted, 1, inplacev1.FleetHaltFailureBudget, "s1=Failed:MachineFailed", "s2=Pending"),
+			next: statusOf(progressing, 1, "", "s1=Failed:MachineFailed", "s2=Updating"),
+			want: []ev{{corev1.EventTypeNormal, inplacev1.EventRolloutHaltLifted, inplacev1.FleetHaltFailureBudget}},
+		},
+		{
+			name: "a lifted halt stays lifted: no second Event",
+			prev: statusOf(progressing, 1, "", "s1=Failed:MachineFailed", "s2=Updating"),
+			next: statusOf(progressing, 1, "", "s1=Failed:MachineFailed", "s2=Updating"),
+		},
+		{
+			name: "a halt that lifts while the rollout completes lifts all the same",
+			prev: statusOf(halted, 1, inplacev1.FleetHaltTimeout, "s1=Failed:Timeout", "s2=Succeeded"),
+			next: statusOf(inplacev1.FleetPhaseCompleted, 1, "", "s1=Failed:Timeout", "s2=Succeeded"),
+			want: []ev{{corev1.EventTypeNormal, inplacev1.EventRolloutHaltLifted, inplacev1.FleetHaltTimeout}, {corev1.EventTypeNormal, inplacev1.EventRolloutCompleted, actionComplete}},
+		},
+		{
 			name: "a Cluster skipped at first sight (not guarded) is a transition",
 			prev: inplacev1.FleetRolloutStatus{},
 			next: statusOf(inplacev1.FleetPhasePaused, -1, "", "s1=Skipped:NotGuarded", "s2=Pending"),
@@ -130,6 +147,41 @@ func TestTransitions(t *testing.T) {
 			}
 			g.Expect(got).To(Equal(tt.want))
 			g.Expect(halt).To(Equal(tt.wantHalt))
+		})
+	}
+}
+
+func TestLiftNote(t *testing.T) {
+	halted := statusOf(inplacev1.FleetPhaseHalted, 1, inplacev1.FleetHaltFailureBudget)
+	halted.ObservedGeneration = 1
+	tests := []struct {
+		name string
+		next inplacev1.FleetRolloutStatus
+		want string
+	}{
+		{
+			name: "the operator changed the spec",
+			next: func() inplacev1.FleetRolloutStatus {
+				st := statusOf(inplacev1.FleetPhaseProgressing, 1, "")
+				st.ObservedGeneration = 2
+				return st
+			}(),
+			want: "FailureBudgetExhausted lifted (was: why it halted) by spec generation 2; phase Progressing",
+		},
+		{
+			name: "the Clusters' states no longer meet the halt",
+			next: func() inplacev1.FleetRolloutStatus {
+				st := statusOf(inplacev1.FleetPhaseWaitingForApproval, 1, "")
+				st.ObservedGeneration = 1
+				return st
+			}(),
+			want: "FailureBudgetExhausted lifted (was: why it halted); phase WaitingForApproval",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			g.Expect(liftNote(haltReason(halted), halted, tt.next)).To(Equal(tt.want))
 		})
 	}
 }

@@ -386,6 +386,55 @@ func TestFailedCanaryHaltsBeforeTheFirstBatch(t *testing.T) {
 	g.Expect(metric("capi_inplace_fleet_rollout_clusters", "rollout", ns, "state", StateLabelPending)()).To(Equal(4.0))
 }
 
+// TestRaisedBudgetLiftsTheHalt checks that a halt's end is as visible as its
+// start: one Normal Event when the Halted condition turns False, however many
+// passes follow.
+func TestRaisedBudgetLiftsTheHalt(t *testing.T) {
+	env.Require(t)
+	g := NewWithT(t)
+	g.SetDefaultEventuallyTimeout(20 * time.Second)
+	ctx := context.Background()
+	ns := uniqueName("lift")
+	s := stores(ctx, g, ns, 3, false)
+	g.Expect(c.Create(ctx, fleetRollout(ns, ns, func(s *inplacev1.FleetRolloutSpec) {
+		s.Canary = nil
+		s.Strategy.MaxFailures = ptr.To[int32](1)
+	}))).To(Succeed())
+
+	// Batch 1 (s[0], s[1]); s[0] fails: one failure of one allowed halts it.
+	g.Eventually(versions(ctx, ns, s[0], s[1])).Should(Equal(repeat(target, 2)))
+	setMachine(ctx, g, ns, s[0]+"-cp", target, &metav1.Condition{Type: inplacev1.InPlaceUpdateCondition, Status: metav1.ConditionFalse,
+		Reason: inplacev1.ReasonRolledBack, Message: "gate kubelet-ready failed; rolled back"})
+	g.Eventually(status(ctx, ns)).Should(HaveField("Phase", inplacev1.FleetPhaseHalted))
+	halted := map[string][]string{
+		inplacev1.EventBatchStarted:  {actionStartBatch},
+		inplacev1.EventClusterFailed: {inplacev1.FleetReasonMachineFailed},
+		inplacev1.EventRolloutHalted: {inplacev1.FleetHaltFailureBudget},
+	}
+	g.Eventually(eventsOf(ctx, ns)).Should(Equal(halted))
+	g.Expect(metric("capi_inplace_fleet_rollout_halted", "rollout", ns, "reason", inplacev1.FleetHaltFailureBudget)()).To(Equal(1.0))
+
+	// The operator looked into it and allows two failures: the halt lifts.
+	raise := []byte(`{"spec":{"strategy":{"maxFailures":2}}}`)
+	g.Expect(c.Patch(ctx, fleetRollout(ns, ns, nil), client.RawPatch(types.MergePatchType, raise))).To(Succeed())
+	g.Eventually(status(ctx, ns)).Should(HaveField("Phase", inplacev1.FleetPhaseProgressing))
+	st, _ := status(ctx, ns)()
+	cond := meta.FindStatusCondition(st.Conditions, inplacev1.FleetHaltedCondition)
+	g.Expect(cond).NotTo(BeNil())
+	g.Expect(cond.Status).To(Equal(metav1.ConditionFalse))
+	lifted := map[string][]string{
+		inplacev1.EventBatchStarted:      {actionStartBatch},
+		inplacev1.EventClusterFailed:     {inplacev1.FleetReasonMachineFailed},
+		inplacev1.EventRolloutHalted:     {inplacev1.FleetHaltFailureBudget},
+		inplacev1.EventRolloutHaltLifted: {inplacev1.FleetHaltFailureBudget},
+	}
+	g.Eventually(eventsOf(ctx, ns)).Should(Equal(lifted))
+	g.Consistently(eventsOf(ctx, ns)).WithTimeout(hold).Should(Equal(lifted), "one Event for the lift, not one per pass")
+	g.Expect(metric("capi_inplace_fleet_rollout_halted", "rollout", ns, "reason", inplacev1.FleetHaltFailureBudget)()).To(Equal(0.0))
+	g.Expect(metric("capi_inplace_fleet_rollout_phase", "rollout", ns, "phase", PhaseLabelProgressing)()).To(Equal(1.0))
+	g.Expect(metric("capi_inplace_fleet_rollout_halts_total", "rollout", ns, "reason", inplacev1.FleetHaltFailureBudget)()).To(Equal(1.0), "a lift is no halt")
+}
+
 func TestDeletedRolloutLeavesNoSeries(t *testing.T) {
 	env.Require(t)
 	g := NewWithT(t)
