@@ -19,6 +19,7 @@ import (
 type Metrics struct {
 	clusters *prometheus.GaugeVec
 	held     *prometheus.GaugeVec
+	staged   *prometheus.GaugeVec
 	phase    *prometheus.GaugeVec
 	halted   *prometheus.GaugeVec
 	batch    *prometheus.GaugeVec
@@ -71,6 +72,7 @@ func haltReasons() []string {
 type snapshot struct {
 	clusters map[string]float64 // by state label, every state present
 	held     float64
+	staged   float64
 	phase    map[string]float64 // by phase label, every phase present
 	halted   map[string]float64 // by halt reason, every reason present
 	// batch is the current batch's index; hasBatch false before the first started.
@@ -89,6 +91,7 @@ func snapshotOf(st inplacev1.FleetRolloutStatus) snapshot {
 			StateLabelSkipped:   float64(st.Counts.Skipped),
 		},
 		held:    float64(st.Counts.HeldBySpread),
+		staged:  float64(st.Counts.StagedForWindow),
 		phase:   map[string]float64{},
 		halted:  map[string]float64{},
 		batches: float64(st.Batches),
@@ -139,6 +142,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "capi_inplace_fleet_rollout_clusters_held_by_spread",
 			Help: "Pending Clusters of a FleetRollout's current batch that wait because strategy.spreadBy's cap for their label value is reached.",
 		}, rollout),
+		staged: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "capi_inplace_fleet_rollout_clusters_staged_for_window",
+			Help: "Updating Clusters of a FleetRollout whose update is staged on their nodes and waits for their maintenance window (counted as updating too).",
+		}, rollout),
 		phase: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "capi_inplace_fleet_rollout_phase",
 			Help: "1 for the phase of a FleetRollout (progressing, paused, waiting_for_approval, halted, aborted, completed), 0 for the others.",
@@ -161,7 +168,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"rollout", "reason"}),
 	}
 	var err error
-	for _, g := range []**prometheus.GaugeVec{&m.clusters, &m.held, &m.phase, &m.halted, &m.batch, &m.batches} {
+	for _, g := range []**prometheus.GaugeVec{&m.clusters, &m.held, &m.staged, &m.phase, &m.halted, &m.batch, &m.batches} {
 		if *g, err = metrics.Register(reg, *g); err != nil {
 			return nil, err
 		}
@@ -183,6 +190,7 @@ func (m *Metrics) Observe(name string, st inplacev1.FleetRolloutStatus, halt str
 		m.clusters.WithLabelValues(name, state).Set(v)
 	}
 	m.held.WithLabelValues(name).Set(s.held)
+	m.staged.WithLabelValues(name).Set(s.staged)
 	for phase, v := range s.phase {
 		m.phase.WithLabelValues(name, phase).Set(v)
 	}
@@ -206,7 +214,7 @@ func (m *Metrics) Forget(name string) {
 		return
 	}
 	l := prometheus.Labels{"rollout": name}
-	for _, g := range []*prometheus.GaugeVec{m.clusters, m.held, m.phase, m.halted, m.batch, m.batches} {
+	for _, g := range []*prometheus.GaugeVec{m.clusters, m.held, m.staged, m.phase, m.halted, m.batch, m.batches} {
 		g.DeletePartialMatch(l)
 	}
 	m.halts.DeletePartialMatch(l)

@@ -19,6 +19,7 @@ func TestSnapshotOf(t *testing.T) {
 		wantBatch   bool
 		wantCounts  map[string]float64
 		wantHeld    float64
+		wantStaged  float64
 		wantBatches float64
 	}{
 		{
@@ -34,6 +35,14 @@ func TestSnapshotOf(t *testing.T) {
 				CurrentBatch: &inplacev1.FleetBatchStatus{Index: 2}},
 			wantPhase: PhaseLabelProgressing, wantBatch: true, wantHeld: 2, wantBatches: 4,
 			wantCounts: map[string]float64{StateLabelPending: 4, StateLabelUpdating: 2, StateLabelSucceeded: 2, StateLabelFailed: 0, StateLabelSkipped: 1},
+		},
+		{
+			name: "Clusters staged on their nodes, waiting for their maintenance window",
+			st: inplacev1.FleetRolloutStatus{Phase: inplacev1.FleetPhaseProgressing, Batches: 2,
+				Counts:       inplacev1.FleetCounts{Total: 6, Updating: 4, StagedForWindow: 3, Succeeded: 2},
+				CurrentBatch: &inplacev1.FleetBatchStatus{Index: 1}},
+			wantPhase: PhaseLabelProgressing, wantBatch: true, wantStaged: 3, wantBatches: 2,
+			wantCounts: map[string]float64{StateLabelPending: 0, StateLabelUpdating: 4, StateLabelSucceeded: 2, StateLabelFailed: 0, StateLabelSkipped: 0},
 		},
 		{
 			name:      "halted",
@@ -60,6 +69,7 @@ func TestSnapshotOf(t *testing.T) {
 			s := snapshotOf(tt.st)
 			g.Expect(s.clusters).To(Equal(tt.wantCounts))
 			g.Expect(s.held).To(Equal(tt.wantHeld))
+			g.Expect(s.staged).To(Equal(tt.wantStaged))
 			g.Expect(s.phase).To(HaveLen(6), "every phase, so none is left at 1")
 			for phase, v := range s.phase {
 				want := 0.0
@@ -93,6 +103,7 @@ func TestMetricsForget(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred(), "a second set on the same registry shares the series")
 
 	halted := statusOf(inplacev1.FleetPhaseHalted, 1, inplacev1.FleetHaltFailureBudget, "s1=Failed:MachineFailed")
+	halted.Counts.StagedForWindow = 2
 	m.Observe("a", halted, inplacev1.FleetHaltFailureBudget)
 	again.Observe("b", statusOf(inplacev1.FleetPhaseProgressing, -1, ""), "")
 	for _, tt := range []struct {
@@ -106,6 +117,8 @@ func TestMetricsForget(t *testing.T) {
 		{"capi_inplace_fleet_rollout_halts_total", []string{"rollout", "a", "reason", inplacev1.FleetHaltFailureBudget}, 1},
 		{"capi_inplace_fleet_rollout_halted", []string{"rollout", "a", "reason", inplacev1.FleetHaltFailureBudget}, 1},
 		{"capi_inplace_fleet_rollout_current_batch", []string{"rollout", "a"}, 1},
+		{"capi_inplace_fleet_rollout_clusters_staged_for_window", []string{"rollout", "a"}, 2},
+		{"capi_inplace_fleet_rollout_clusters_staged_for_window", []string{"rollout", "b"}, 0},
 		{"capi_inplace_fleet_rollout_current_batch", []string{"rollout", "b"}, -1},
 	} {
 		g.Expect(valueIn(reg, tt.name, tt.labels...)).To(Equal(tt.want), "%s%v", tt.name, tt.labels)
@@ -128,7 +141,7 @@ func TestMetricsForget(t *testing.T) {
 			}
 		}
 	}
-	g.Expect(series).To(Equal(5+1+6+4+1), "b's series remain: states, held, phases, halt reasons, batches (no batch yet)")
+	g.Expect(series).To(Equal(5+1+1+6+4+1), "b's series remain: states, held, staged, phases, halt reasons, batches (no batch yet)")
 
 	var nilMetrics *Metrics
 	nilMetrics.Observe("a", halted, "")
