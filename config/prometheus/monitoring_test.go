@@ -163,6 +163,30 @@ func registered(t *testing.T) map[string]bool {
 	return names
 }
 
+// fleetRolloutMetrics returns the names of the FleetRollout controller's metrics.
+func fleetRolloutMetrics(t *testing.T) []string {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	if _, err := fleetrollout.NewMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	fq := regexp.MustCompile(`fqName: "([^"]+)"`)
+	ch := make(chan *prometheus.Desc, 64)
+	go func() { reg.Describe(ch); close(ch) }()
+	var out []string
+	for d := range ch {
+		m := fq.FindStringSubmatch(d.String())
+		if m == nil {
+			t.Fatalf("cannot read the name of %s", d)
+		}
+		out = append(out, m[1])
+	}
+	if len(out) == 0 {
+		t.Fatal("the FleetRollout controller registers no metric")
+	}
+	return out
+}
+
 // metricName matches a metric name in PromQL, not a function, keyword or label:
 // capi-inplace's prefix, or the scrape's up series.
 var metricName = regexp.MustCompile(`\b(capi_inplace_[a-z0-9_]+|up)\b\s*(\{|\[|\)|\s|$|==|>|<)`)
@@ -196,12 +220,13 @@ func TestRulesNameRegisteredMetrics(t *testing.T) {
 
 // grafanaVariables are the dashboard's template variables, replaced by values
 // PromQL parses before its expressions are checked.
-var grafanaVariables = strings.NewReplacer("$__rate_interval", "5m", "$__range", "1h", "$__interval", "1m", "$cluster", ".*")
+var grafanaVariables = strings.NewReplacer("$__rate_interval", "5m", "$__range", "1h", "$__interval", "1m", "$cluster", ".*", "$rollout", ".*")
 
 // TestDashboard reads the Grafana dashboard: a dashboard model with unique panel
-// ids and grid positions, a cluster variable, and panels whose every expression
-// parses as PromQL (promtool checks them as recording rules) and reads only
-// metrics capi-inplace registers.
+// ids and grid positions that do not overlap, cluster and rollout variables, and
+// panels whose every expression parses as PromQL (promtool checks them as
+// recording rules) and reads only metrics capi-inplace registers, among them
+// every FleetRollout metric.
 func TestDashboard(t *testing.T) {
 	g := NewWithT(t)
 	raw, err := os.ReadFile(filepath.Join("..", "grafana", "capi-inplace-dashboard.json"))
@@ -240,15 +265,29 @@ func TestDashboard(t *testing.T) {
 	}
 	g.Expect(vars).To(HaveKeyWithValue("datasource", "datasource"))
 	g.Expect(vars).To(HaveKeyWithValue("cluster", "query"))
+	g.Expect(vars).To(HaveKeyWithValue("rollout", "query"))
 
 	names := registered(t)
 	ids := map[int]bool{}
+	// cells maps each grid cell (x, y) to the panel that covers it.
+	type cell struct{ x, y int }
+	cells := map[cell]string{}
+	shown := map[string]bool{}
 	var exprs []string
 	for _, p := range d.Panels {
 		g.Expect(ids).NotTo(HaveKey(p.ID), "panel id %d twice", p.ID)
 		ids[p.ID] = true
 		g.Expect(p.GridPos).NotTo(BeNil(), "panel %q has no gridPos", p.Title)
 		g.Expect(p.GridPos.X+p.GridPos.W).To(BeNumerically("<=", 24), "panel %q is wider than the grid", p.Title)
+		g.Expect(p.GridPos.W).To(BeNumerically(">", 0), "panel %q has no width", p.Title)
+		g.Expect(p.GridPos.H).To(BeNumerically(">", 0), "panel %q has no height", p.Title)
+		for x := p.GridPos.X; x < p.GridPos.X+p.GridPos.W; x++ {
+			for y := p.GridPos.Y; y < p.GridPos.Y+p.GridPos.H; y++ {
+				other, taken := cells[cell{x, y}]
+				g.Expect(taken).To(BeFalse(), "panel %q overlaps panel %q at x=%d y=%d", p.Title, other, x, y)
+				cells[cell{x, y}] = p.Title
+			}
+		}
 		if p.Type == "row" {
 			continue
 		}
@@ -259,11 +298,17 @@ func TestDashboard(t *testing.T) {
 			g.Expect(used).NotTo(BeEmpty(), "panel %q: %s reads no metric of capi-inplace", p.Title, tg.Expr)
 			for _, n := range used {
 				g.Expect(names).To(HaveKey(n), "panel %q reads %s, which capi-inplace does not register", p.Title, n)
+				shown[n] = true
 			}
 			exprs = append(exprs, grafanaVariables.Replace(tg.Expr))
 		}
 	}
 	g.Expect(len(exprs)).To(BeNumerically(">=", 10))
+	// A FleetRollout metric with no panel is a gap an operator of hundreds of
+	// Clusters finds only when it matters.
+	for _, n := range fleetRolloutMetrics(t) {
+		g.Expect(shown).To(HaveKey(n), "no panel shows %s", n)
+	}
 
 	// Every expression through Prometheus' own parser: promtool checks a rule file
 	// with one recording rule per expression.
