@@ -146,3 +146,35 @@ func stringsAt(m map[string]any, path fieldPath) []string {
 	}
 	return out
 }
+
+// capiPreviousDefaults are the KubeadmConfigSpec defaults Cluster API's webhooks
+// once set and no longer do (bootstrap/kubeadm/webhooks/admission's
+// ApplyPreviousKubeadmConfigDefaults; TestPreviousDefaultsAreCAPIs ties the two):
+// its topology controller's dry-run requests still carry them, so that objects
+// created before Cluster API dropped them compare equal.
+var capiPreviousDefaults = []struct {
+	path  []string
+	value string
+}{
+	{[]string{"format"}, "cloud-config"},
+	{[]string{"initConfiguration", "nodeRegistration", "imagePullPolicy"}, "IfNotPresent"},
+	{[]string{"joinConfiguration", "nodeRegistration", "imagePullPolicy"}, "IfNotPresent"},
+}
+
+// reasonPreviousDefault: the field is absent on one side and at Cluster API's
+// previous default on the other (capiPreviousDefaults), which means the same.
+const reasonPreviousDefault = "Cluster API's previous default, the same as unset"
+
+// previousDefault reports whether rel differs only by a previous Cluster API
+// default: absent on one side, at the default on the other.
+func previousDefault(rel fieldPath, cur, des map[string]any) bool {
+	for _, d := range capiPreviousDefaults {
+		if !slices.Equal(rel, d.path) {
+			continue
+		}
+		c, cok := lookup(cur, d.path)
+		n, nok := lookup(des, d.path)
+		return (!cok && nok && n == d.value) || (cok && !nok && c == d.value)
+	}
+	return false
+}

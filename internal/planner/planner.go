@@ -348,6 +348,8 @@ func (p *Planner) planBootstrap(s shape, cur, des *unstructured.Unstructured, ve
 		switch {
 		case supported && rel.String() == "joinConfiguration.skipPhases" && initPhasesReadAsJoin(bp.curSpec, bp.desSpec):
 			d = Decision{Object: kind, Field: f.String(), Covered: true, Reason: reasonInitPhases}
+		case supported && previousDefault(rel, bp.curSpec, bp.desSpec):
+			d = Decision{Object: kind, Field: f.String(), Covered: true, Reason: reasonPreviousDefault}
 		case supported:
 			d = kubeadmDecision(p.kubeadm, kind, rel, f, versionCovered, p.policy.AcceptBootstrapOnlyFields())
 			if gap := nodeApplyGap(rel, bp.curSpec, bp.desSpec); d.Covered && gap != "" {

@@ -118,6 +118,32 @@ func TestCanUpdateMachineSet(t *testing.T) {
 			},
 		},
 		{
+			name: "Cluster API's previous defaults, which its topology dry-runs carry, are no change",
+			mutate: func(_, des *msObjects) {
+				spec := &des.kct.Spec.Template.Spec
+				spec.Format = bootstrapv1.CloudConfig
+				spec.InitConfiguration.NodeRegistration.ImagePullPolicy = corev1.PullIfNotPresent
+				spec.JoinConfiguration.NodeRegistration.ImagePullPolicy = corev1.PullIfNotPresent
+			},
+			want: map[string]want{
+				"spec.template.spec.format": {true, "previous default"},
+				"spec.template.spec.initConfiguration.nodeRegistration.imagePullPolicy": {true, "previous default"},
+				"spec.template.spec.joinConfiguration.nodeRegistration.imagePullPolicy": {true, "previous default"},
+			},
+		},
+		{
+			name: "a format or pull policy other than the previous default is a change",
+			mutate: func(_, des *msObjects) {
+				spec := &des.kct.Spec.Template.Spec
+				spec.Format = bootstrapv1.Ignition
+				spec.JoinConfiguration.NodeRegistration.ImagePullPolicy = corev1.PullAlways
+			},
+			want: map[string]want{
+				"spec.template.spec.format": {false, "acts only while a machine bootstraps"},
+				"spec.template.spec.joinConfiguration.nodeRegistration.imagePullPolicy": {false, "cannot be applied"},
+			},
+		},
+		{
 			name:   "two minors up",
 			mutate: func(_, des *msObjects) { des.ms.Spec.Template.Spec.Version = "v1.37.0" },
 			want:   map[string]want{"spec.template.spec.version": {false, "skips a minor version"}},
