@@ -696,6 +696,7 @@ var policyKeyName = regexp.MustCompile(`^([a-z][a-z0-9]*[A-Z][A-Za-z0-9]*)(?::.*
 // settings under names of their own) need no entry: see outputKeyNames.
 var notPolicyKeys = map[string]string{
 	"kubernetesVersions": "Cluster API's ClusterClass spec.kubernetesVersions, beside kubernetesBinaries",
+	"imagePullPolicy":    "a KubeadmConfig nodeRegistration field, beside acceptBootstrapOnlyFields in docs/planner.md",
 }
 
 // outputKeyNames are the keys, at any depth, of the JSON that `capi-inplace
