@@ -155,7 +155,7 @@ func (c *Checker) Gates(p *protocol.NodePlan) []Gate {
 		)
 	}
 	if p.Kubernetes.LocalEtcd() {
-		gates = append(gates, Gate{Name: EtcdHealth, Check: c.Etcd.EtcdHealthy}, c.quorumGate())
+		gates = append(gates, c.healthGate(), c.quorumGate())
 	}
 	for _, ug := range p.Gates {
 		gates = append(gates, c.userGate(ug))

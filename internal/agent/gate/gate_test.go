@@ -39,10 +39,23 @@ func (f *fakeNodes) Pod(_ context.Context, ns, name string) (*corev1.Pod, error)
 	return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, name)
 }
 
-type etcd struct{ err, quorum error }
+// etcd answers its errors after delay, or the context's error if that ends first.
+type etcd struct {
+	err, quorum error
+	delay       time.Duration
+}
 
-func (e etcd) EtcdHealthy(context.Context) error { return e.err }
-func (e etcd) EtcdQuorum(context.Context) error  { return e.quorum }
+func (e etcd) EtcdHealthy(ctx context.Context) error { return e.answer(ctx, e.err) }
+func (e etcd) EtcdQuorum(ctx context.Context) error  { return e.answer(ctx, e.quorum) }
+
+func (e etcd) answer(ctx context.Context, err error) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(e.delay):
+		return err
+	}
+}
 
 func node(version string, ready corev1.ConditionStatus) *corev1.Node {
 	return &corev1.Node{

@@ -18,9 +18,22 @@ const EtcdQuorum = "etcd-quorum"
 // catches up on a large database takes minutes, and a held plan costs nothing.
 const DefaultHoldTimeout = 30 * time.Minute
 
+// etcdAttemptTimeout bounds one poll of an etcd gate. The etcd client bounds its
+// own requests (etcd.Local: each member's probe, then the helper as a whole, under
+// a minute) and its error names the member that did not answer; the Checker's
+// attempt bound, meant for API requests, is shorter than one member's probe and
+// would end the poll with a bare deadline instead. This is a backstop above the
+// client's own bound.
+const etcdAttemptTimeout = 2 * time.Minute
+
 // quorumGate is the EtcdQuorum gate of a control-plane plan.
 func (c *Checker) quorumGate() Gate {
-	return Gate{Name: EtcdQuorum, Check: c.Etcd.EtcdQuorum}
+	return Gate{Name: EtcdQuorum, Check: c.Etcd.EtcdQuorum, AttemptTimeout: etcdAttemptTimeout}
+}
+
+// healthGate is the EtcdHealth gate of a control-plane plan: the local member.
+func (c *Checker) healthGate() Gate {
+	return Gate{Name: EtcdHealth, Check: c.Etcd.EtcdHealthy, AttemptTimeout: etcdAttemptTimeout}
 }
 
 // HoldClock counts, per plan, how long BeforeTouch has held it: from its first

@@ -62,6 +62,25 @@ func TestEtcdQuorumGate(t *testing.T) {
 	}
 }
 
+// TestEtcdChecksOutlastTheAttemptBound: an etcd check that takes longer than the
+// Checker's attempt bound for API requests (a member that does not answer costs
+// the client its own per-member timeout) still ends with the client's answer,
+// which names the member, not with a bare deadline.
+func TestEtcdChecksOutlastTheAttemptBound(t *testing.T) {
+	g := NewWithT(t)
+	cp := protocol.NewPlan("cp-1")
+	cp.Kubernetes = protocol.KubernetesPlan{Role: protocol.RoleControlPlane, Version: "v1.36.0", Action: protocol.KubeadmUpgradeNode}
+	down := errors.New("etcd member m2 is not healthy: no answer")
+	c := &Checker{Nodes: &fakeNodes{node: node("v1.36.0", "True"), pods: pods("v1.36.0", corev1.PodRunning)},
+		Etcd:    etcd{quorum: down, delay: 50 * time.Millisecond},
+		Timeout: 20 * time.Millisecond, Interval: 5 * time.Millisecond, AttemptTimeout: 10 * time.Millisecond}
+	g.Expect(c.BeforeTouch(context.Background(), cp)).To(MatchError(down))
+	var ge *Error
+	g.Expect(errors.As(c.Run(context.Background(), cp), &ge)).To(BeTrue())
+	g.Expect(ge.Gate).To(Equal(EtcdQuorum))
+	g.Expect(ge).To(MatchError(down))
+}
+
 // TestBeforeTouchHoldTimeout: a plan held because the etcd cluster is not whole
 // is given up after the hold timeout, counted from its first failed check; a
 // check that passes starts the count afresh, and each plan has its own count.
