@@ -395,7 +395,19 @@ func TestAgentSwitchesImage(t *testing.T) {
 	expectBoots(t, f, "A:v1 B:v2-good")
 	// Every action once across the reboot: the agent of slot B resumed the journal
 	// the agent of slot A wrote, after the reboot it asked for.
-	l.expectRuns(map[string]int{"backend-stage": 1, "backend-activate": 1, "reboot": 1, "backend-verify": 1, "gates": 1, "backend-commit": 1})
+	runs := map[string]int{"backend-stage": 1, "backend-activate": 1, "reboot": 1, "backend-verify": 1, "gates": 1, "backend-commit": 1}
+	l.expectRuns(runs)
+
+	// Committed means the default from then on: GRUB boots slot B again (its trial
+	// flag, set by every boot until userspace marks the slot good, was cleared by
+	// the last boot's), and the agent of that boot runs nothing again.
+	l.boot = f
+	f, d := l.reboot()
+	l.figure("ordinary reboot after the commit", d)
+	expectBooted(t, f, "B", "v2-good")
+	expectEnv(t, f, map[string]string{"ORDER": "B A", "B_OK": "1"})
+	expectBoots(t, f, "A:v1 B:v2-good B:v2-good")
+	l.expectRuns(runs)
 	l.figure("total", time.Since(l.start))
 }
 
@@ -427,6 +439,10 @@ func TestAgentRollsBackUnbootableImage(t *testing.T) {
 	}
 	if got := out.node.Annotations[inplacev1.CurrentPlanAnnotation]; got == hash {
 		t.Fatalf("current plan is the rolled back plan %s", hash)
+	}
+	// GRUB's own line on the serial console: it did start slot B's trial.
+	if tried, err := l.vm.EverShowed("capi-inplace: booting slot B"); err != nil || !tried {
+		t.Fatalf("GRUB never showed a boot of slot B on the console (%v): the fallback was not a failed trial", err)
 	}
 	f := l.facts()
 	expectBooted(t, f, "A", "v1")

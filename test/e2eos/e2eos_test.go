@@ -246,65 +246,6 @@ func expectEnv(t *testing.T, f vmapi.Facts, want map[string]string) {
 	}
 }
 
-// TestGoodImage: the new image is staged while the old one runs, the VM reboots
-// into it, it is marked good and stays the default across an ordinary reboot.
-func TestGoodImage(t *testing.T) {
-	t.Parallel()
-	l := newLane(t)
-	f := l.powerOn()
-	expectBooted(t, f, "A", "v1")
-	l.figure("power on to helper", time.Since(l.start))
-
-	a := l.fetch(bundle(t, "v2-good"))
-	l.figure("stage (rauc install into slot B)", l.step("stage", a))
-	f = l.facts()
-	expectBooted(t, f, "A", "v1")
-	expectEnv(t, f, map[string]string{"ORDER": "A B"})
-
-	l.step("activate", a)
-	expectEnv(t, l.facts(), map[string]string{"ORDER": "B A", "B_OK": "1", "B_TRY": "0"})
-
-	f, d := l.reboot()
-	l.figure("reboot into the new slot", d)
-	expectBooted(t, f, "B", "v2-good")
-	l.step("verify", a)
-	l.step("commit", a)
-	f = l.facts()
-	expectEnv(t, f, map[string]string{"ORDER": "B A", "B_OK": "1", "B_TRY": "0"})
-	l.figure("boot of the new slot (systemd-analyze)", f.BootTime)
-
-	// Committed means the default from then on: an ordinary reboot is not a trial.
-	f, d = l.reboot()
-	l.figure("ordinary reboot", d)
-	expectBooted(t, f, "B", "v2-good")
-	expectBoots(t, f, "A:v1 B:v2-good B:v2-good")
-	l.figure("total", time.Since(l.start))
-}
-
-// TestUnbootableImage: the new slot's userspace never starts; GRUB falls back to
-// the old slot by itself, the backend reports that the old slot booted, and the
-// rollback keeps it primary and marks the failed slot bad.
-func TestUnbootableImage(t *testing.T) {
-	l := startLane(t)
-
-	a := l.fetch(bundle(t, "v3-broken"))
-	f, d := l.switchTo(a)
-	l.figure("reboot, failed trial and fallback", d)
-	expectBooted(t, f, "A", "v1")
-	// GRUB started slot B (its trial flag is set) and B never reached userspace.
-	expectEnv(t, f, map[string]string{"B_TRY": "1"})
-	expectBoots(t, f, "A:v1 A:v1")
-
-	l.verifyFails(a, "after the fallback")
-	l.step("rollback", a)
-	// Marked bad: GRUB never tries slot B again until a new plan activates it
-	// (TestGateFailsAfterBoot reboots a VM in this state: slot A boots).
-	f = l.facts()
-	expectEnv(t, f, map[string]string{"B_OK": "0"})
-	expectBoots(t, f, "A:v1 A:v1")
-	l.figure("total", time.Since(l.start))
-}
-
 // TestGateFailsAfterBoot: the new image boots but a health gate fails: the
 // rollback makes the old slot primary and the new one bad, and the VM reboots
 // into the old image.

@@ -155,6 +155,24 @@ func (v *VM) WaitConsole(ctx context.Context, text string, timeout time.Duration
 	}
 }
 
+// EverShowed reports whether the serial console of any power-on so far, each
+// reset included, showed text.
+func (v *VM) EverShowed(text string) (bool, error) {
+	v.mu.Lock()
+	n := v.powerOns
+	v.mu.Unlock()
+	for i := range n {
+		data, err := os.ReadFile(v.consolePath(i))
+		if err != nil {
+			return false, err
+		}
+		if bytes.Contains(data, []byte(text)) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // PowerCut kills QEMU: no shutdown, no flush by the guest, no power-on after it.
 func (v *VM) PowerCut() {
 	if v.stop == nil {
