@@ -18,7 +18,15 @@ import (
 // one is registered as registry.Unavailable, so a plan naming it fails with the
 // configuration error.
 func hostBackends(ctx context.Context, hostRoot string, runner backend.Runner) map[string]backend.Backend {
-	configured, err := registry.Load(ctx, registry.Env{HostRoot: hostRoot, Runner: runner}, (&kube.Host{Root: hostRoot}).ReadFile)
+	host := &kube.Host{Root: hostRoot}
+	env := registry.Env{HostRoot: hostRoot, Runner: runner,
+		// The backends live as long as the agent: their directories stay pinned
+		// until it exits (a new configuration restarts it).
+		PinDir: func(dir string) (string, error) {
+			p, _, err := host.PinDir(dir, 0o700)
+			return p, err
+		}}
+	configured, err := registry.Load(ctx, env, host.ReadFile)
 	if err != nil {
 		configured = map[string]backend.Backend{}
 		for _, name := range protocol.NodeBackends() {

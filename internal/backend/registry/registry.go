@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"time"
 
@@ -102,6 +103,12 @@ type Env struct {
 	HostRoot string
 	// Runner runs commands on the host.
 	Runner backend.Runner
+	// PinDir creates the host directory dir (its missing parents too) resolved
+	// inside the host root, and returns a path to it in the agent's view that a
+	// symlink on the way cannot send out of the root (the agent's kube.Host.PinDir).
+	// Backends keep their state there. Nil: the directory under HostRoot, as
+	// named, for a caller that runs no backend step (the CLI's plan).
+	PinDir func(dir string) (string, error)
 }
 
 // ReadHostFile reads a host file resolved inside the host root, never through a
@@ -135,8 +142,6 @@ func Build(ctx context.Context, cfg Config, env Env) map[string]backend.Backend 
 	if stateRoot == "" {
 		stateRoot = DefaultStateDir
 	}
-	// Backends keep their state in the agent's view of the host directory.
-	state := func(name string) string { return filepath.Join(env.HostRoot, stateRoot, name) }
 	out := map[string]backend.Backend{}
 	add := func(name string, b backend.Backend, err error) {
 		if err != nil {
@@ -144,6 +149,21 @@ func Build(ctx context.Context, cfg Config, env Env) map[string]backend.Backend 
 			return
 		}
 		out[name] = b
+	}
+	// withState builds a backend that keeps state, in its own directory under
+	// the state root; a directory that cannot be had makes the backend unavailable.
+	withState := func(name string, build func(stateDir string) (backend.Backend, error)) {
+		dir := path.Join(stateRoot, name)
+		stateDir := filepath.Join(env.HostRoot, dir)
+		if env.PinDir != nil {
+			var err error
+			if stateDir, err = env.PinDir(dir); err != nil {
+				add(name, nil, fmt.Errorf("%s backend: state directory %s: %w", name, dir, err))
+				return
+			}
+		}
+		b, err := build(stateDir)
+		add(name, b, err)
 	}
 	if c := cfg.OSTree; c != nil {
 		flavor := ostree.Flavor(c.Flavor)
@@ -158,18 +178,21 @@ func Build(ctx context.Context, cfg Config, env Env) map[string]backend.Backend 
 		add(bootc.Name, b, err)
 	}
 	if c := cfg.RAUC; c != nil {
-		b, err := rauc.New(rauc.Options{Runner: env.Runner, Conf: c.Conf, Keyring: c.Keyring, StateDir: state(rauc.Name), HostRoot: env.HostRoot})
-		add(rauc.Name, b, err)
+		withState(rauc.Name, func(dir string) (backend.Backend, error) {
+			return rauc.New(rauc.Options{Runner: env.Runner, Conf: c.Conf, Keyring: c.Keyring, StateDir: dir, HostRoot: env.HostRoot})
+		})
 	}
 	if c := cfg.SWUpdate; c != nil {
-		b, err := swupdate.New(swupdate.Options{Runner: env.Runner, Slots: c.Slots, StateDir: state(swupdate.Name), SlotVar: c.SlotVar,
-			EnvConfig: c.EnvConfig, PublicKey: c.PublicKey, HWRevision: c.HWRevision, ExtraArgs: c.ExtraArgs, HostRoot: env.HostRoot})
-		add(swupdate.Name, b, err)
+		withState(swupdate.Name, func(dir string) (backend.Backend, error) {
+			return swupdate.New(swupdate.Options{Runner: env.Runner, Slots: c.Slots, StateDir: dir, SlotVar: c.SlotVar,
+				EnvConfig: c.EnvConfig, PublicKey: c.PublicKey, HWRevision: c.HWRevision, ExtraArgs: c.ExtraArgs, HostRoot: env.HostRoot})
+		})
 	}
 	if c := cfg.Mender; c != nil {
-		b, err := mender.New(mender.Options{Runner: env.Runner, ClientPath: c.Client, Config: c.Config, DataDir: c.DataDir,
-			VerifyKey: c.VerifyKey, PrintenvPath: c.Printenv, StateDir: state(mender.Name), HostRoot: env.HostRoot})
-		add(mender.Name, b, err)
+		withState(mender.Name, func(dir string) (backend.Backend, error) {
+			return mender.New(mender.Options{Runner: env.Runner, ClientPath: c.Client, Config: c.Config, DataDir: c.DataDir,
+				VerifyKey: c.VerifyKey, PrintenvPath: c.Printenv, StateDir: dir, HostRoot: env.HostRoot})
+		})
 	}
 	if c := cfg.Packages; c != nil {
 		m := packages.Manager(c.Manager)
@@ -180,8 +203,9 @@ func Build(ctx context.Context, cfg Config, env Env) map[string]backend.Backend 
 		if err != nil {
 			add(packages.Name, nil, err)
 		} else {
-			b, err := packages.New(packages.Options{Runner: env.Runner, Manager: m, StateDir: state(packages.Name), RefreshIndex: c.RefreshIndex, ExtraArgs: c.ExtraArgs})
-			add(packages.Name, b, err)
+			withState(packages.Name, func(dir string) (backend.Backend, error) {
+				return packages.New(packages.Options{Runner: env.Runner, Manager: m, StateDir: dir, RefreshIndex: c.RefreshIndex, ExtraArgs: c.ExtraArgs})
+			})
 		}
 	}
 	if c := cfg.Script; c != nil {

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -103,4 +104,24 @@ func TestBuildDetectsRPMOSTree(t *testing.T) {
 
 	bs = Build(context.Background(), Config{OSTree: &OSTreeConfig{}}, Env{HostRoot: "/host", Runner: &backendtest.Runner{}})
 	g.Expect(bs[ostree.Name]).To(BeAssignableToTypeOf(Unavailable{}), "plain ostree needs the stateroot")
+}
+
+// TestBuildStateDirectoryRefused: a backend whose state directory cannot be had
+// inside the host root is unavailable, with the reason; the others build.
+func TestBuildStateDirectoryRefused(t *testing.T) {
+	g := NewWithT(t)
+	refused := errors.New("it is not a real directory")
+	pin := func(dir string) (string, error) {
+		if dir == DefaultStateDir+"/rauc" {
+			return "", refused
+		}
+		return t.TempDir(), nil
+	}
+	bs := Build(context.Background(), Config{RAUC: &RAUCConfig{}, Packages: &PackagesConfig{Manager: "apt"}},
+		Env{HostRoot: "/host", Runner: &backendtest.Runner{}, PinDir: pin})
+	g.Expect(bs["rauc"]).To(BeAssignableToTypeOf(Unavailable{}))
+	err := bs["rauc"].Stage(context.Background(), backend.Artifact{})
+	g.Expect(err).To(MatchError(refused))
+	g.Expect(err).To(MatchError(ContainSubstring(DefaultStateDir + "/rauc")))
+	g.Expect(bs["packages"]).NotTo(BeAssignableToTypeOf(Unavailable{}))
 }
