@@ -224,7 +224,9 @@ func Run(ctx context.Context, o Options, sim Simulator) error {
 	if s != nil {
 		backends = withNone(s.Backends)
 	} else {
-		backends = hostBackends(ctx, root, runner)
+		var release func()
+		backends, release = hostBackends(ctx, root, runner)
+		defer release()
 	}
 	reporter := &agent.Reporter{Client: client, NodeName: o.NodeName, Log: log}
 	am, err := agentmetrics.New(time.Now)

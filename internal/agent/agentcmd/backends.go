@@ -16,14 +16,24 @@ import (
 // hostBackends returns the OS backends of a real node, by name: none, and the ones
 // the node is configured with (registry.ConfigPath on the host). A misconfigured
 // one is registered as registry.Unavailable, so a plan naming it fails with the
-// configuration error.
-func hostBackends(ctx context.Context, hostRoot string, runner backend.Runner) map[string]backend.Backend {
+// configuration error. The backends' state directories stay pinned inside the
+// host root until release, which the caller defers for as long as it uses them:
+// a pinned directory is an open descriptor, closed (and its path gone) once
+// nothing holds it.
+func hostBackends(ctx context.Context, hostRoot string, runner backend.Runner) (backends map[string]backend.Backend, release func()) {
 	host := &kube.Host{Root: hostRoot}
+	var releases []func()
+	release = func() {
+		for _, r := range releases {
+			r()
+		}
+	}
 	env := registry.Env{HostRoot: hostRoot, Runner: runner,
-		// The backends live as long as the agent: their directories stay pinned
-		// until it exits (a new configuration restarts it).
 		PinDir: func(dir string) (string, error) {
-			p, _, err := host.PinDir(dir, 0o700)
+			p, r, err := host.PinDir(dir, 0o700)
+			if err == nil {
+				releases = append(releases, r)
+			}
 			return p, err
 		}}
 	configured, err := registry.Load(ctx, env, host.ReadFile)
@@ -33,7 +43,7 @@ func hostBackends(ctx context.Context, hostRoot string, runner backend.Runner) m
 			configured[name] = registry.Unavailable{BackendName: name, Err: err}
 		}
 	}
-	return withNone(configured)
+	return withNone(configured), release
 }
 
 // withNone adds the none backend (no OS image change) to bs.

@@ -5,7 +5,9 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 
@@ -28,12 +30,14 @@ func TestHostBackendsReadTheConfigurationInTheHostRoot(t *testing.T) {
 	g.Expect(os.MkdirAll(filepath.Join(root, "etc"), 0o755)).To(Succeed())
 	g.Expect(os.Symlink(outside, filepath.Join(root, filepath.Dir(registry.ConfigPath)))).To(Succeed())
 
-	bs := hostBackends(context.Background(), root, &backendtest.Runner{})
+	bs, release := hostBackends(context.Background(), root, &backendtest.Runner{})
+	release()
 	g.Expect(backendNames(bs)).To(Equal([]string{"none"}))
 
 	g.Expect(os.MkdirAll(filepath.Join(root, outside), 0o755)).To(Succeed())
 	g.Expect(os.WriteFile(filepath.Join(root, outside, filepath.Base(registry.ConfigPath)), script, 0o644)).To(Succeed())
-	bs = hostBackends(context.Background(), root, &backendtest.Runner{})
+	bs, release = hostBackends(context.Background(), root, &backendtest.Runner{})
+	release()
 	g.Expect(backendNames(bs)).To(Equal([]string{"none", "script"}))
 	g.Expect(bs["script"]).NotTo(BeAssignableToTypeOf(registry.Unavailable{}))
 }
@@ -54,7 +58,15 @@ func TestHostBackendsKeepTheirStateInTheHostRoot(t *testing.T) {
 	g.Expect(os.Symlink(outside, link)).To(Succeed())
 
 	r := (&backendtest.Runner{}).On("dpkg-query", "curl=7.88.1-10\n", nil)
-	bs := hostBackends(context.Background(), root, r)
+	bs, release := hostBackends(context.Background(), root, r)
+	defer release()
+	// A pinned directory is an open descriptor: one that nothing holds is closed
+	// by the collector, its /proc/self/fd path gone (as on the VMs of make e2e-os,
+	// where the agent then failed to stage).
+	for range 3 {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
 	g.Expect(bs[packages.Name]).NotTo(BeAssignableToTypeOf(registry.Unavailable{}))
 	ref := "curl=7.88.1-10+deb12u8"
 	digest, err := packages.Digest(ref)

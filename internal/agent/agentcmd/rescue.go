@@ -126,9 +126,11 @@ func Rescue(ctx context.Context, o RescueOptions) error {
 	if err != nil {
 		return fmt.Errorf("node configuration %s: %w", o.NodeConfig, err)
 	}
+	backends, release := hostBackends(ctx, root, runner)
+	defer release()
 	return rescueNode{
 		Host:     &kube.Host{Root: root, Runner: runner, Services: services, Etcd: etcd.KubeadmLocal(root)},
-		Backends: hostBackends(ctx, root, runner),
+		Backends: backends,
 		Rebooter: agent.Rebooter{Services: services},
 	}.rescue(ctx, o, log)
 }
