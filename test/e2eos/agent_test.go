@@ -230,6 +230,18 @@ func (l *agentLane) osPlan(a protocol.BinaryArtifact) *protocol.NodePlan {
 // made the desired one. It returns the plan's hash and how long staging took.
 func (l *agentLane) publish(p *protocol.NodePlan) (string, time.Duration) {
 	l.t.Helper()
+	hash := l.askToStage(p)
+	t0 := time.Now()
+	l.waitStaging(hash, "the plan staged", func(st protocol.StagingStatus) bool { return st.Phase == protocol.StagePhaseStaged })
+	staged := time.Since(t0)
+	l.makeDesired(hash)
+	return hash, staged
+}
+
+// askToStage seals the plan to the agent's key in the node's plan Secret and asks
+// the node to stage it; it returns the plan's hash.
+func (l *agentLane) askToStage(p *protocol.NodePlan) string {
+	l.t.Helper()
 	n, err := l.client.CoreV1().Nodes().Get(l.ctx, l.node, metav1.GetOptions{})
 	if err != nil {
 		l.t.Fatal(err)
@@ -253,9 +265,16 @@ func (l *agentLane) publish(p *protocol.NodePlan) (string, time.Duration) {
 	}, metav1.CreateOptions{}); err != nil {
 		l.t.Fatal(err)
 	}
-	t0 := time.Now()
-	l.annotate(map[string]string{inplacev1.StagePlanAnnotation: hash})
-	l.waitNode("the plan staged", 20*time.Minute, func(n *corev1.Node) (bool, error) {
+	l.annotate(map[string]any{inplacev1.StagePlanAnnotation: hash})
+	return hash
+}
+
+// waitStaging waits until the node's staging status of plan hash satisfies done;
+// a failed staging fails the test.
+func (l *agentLane) waitStaging(hash, what string, done func(protocol.StagingStatus) bool) protocol.StagingStatus {
+	l.t.Helper()
+	var got protocol.StagingStatus
+	l.waitNode(what, 20*time.Minute, func(n *corev1.Node) (bool, error) {
 		st, err := protocol.DecodeStagingStatus(n.Annotations[inplacev1.StagingStatusAnnotation])
 		if err != nil || st.PlanHash != hash {
 			return false, nil
@@ -263,17 +282,51 @@ func (l *agentLane) publish(p *protocol.NodePlan) (string, time.Duration) {
 		if st.Phase == protocol.StagePhaseFailed {
 			return false, fmt.Errorf("staging failed: %s: %s", st.Reason, st.Message)
 		}
-		return st.Phase == protocol.StagePhaseStaged, nil
+		got = st
+		return done(st), nil
 	})
-	staged := time.Since(t0)
-	l.annotate(map[string]string{
+	return got
+}
+
+// makeDesired makes plan hash the node's desired plan, as the coordinator does
+// once it is staged.
+func (l *agentLane) makeDesired(hash string) {
+	l.t.Helper()
+	l.annotate(map[string]any{
 		inplacev1.DesiredPlanAnnotation:   hash,
 		inplacev1.PlanPublishedAnnotation: time.Now().UTC().Format(time.RFC3339),
 	})
-	return hash, staged
 }
 
-func (l *agentLane) annotate(ann map[string]string) {
+// retry does what the coordinator's retry of a failed update does on the Node
+// (Coordinator.retry): the plan withdrawn, the agent's verdict and the staging
+// removed; then, once the agent has forgotten the plan, the plan staged and made
+// desired again, as a new publication.
+func (l *agentLane) retry(hash string) {
+	l.t.Helper()
+	l.annotate(map[string]any{inplacev1.DesiredPlanAnnotation: nil, inplacev1.PlanPublishedAnnotation: nil,
+		inplacev1.StatusAnnotation: nil, inplacev1.StagingStatusAnnotation: nil, inplacev1.StagePlanAnnotation: nil})
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		j, err := l.vm.Journal(l.ctx)
+		if err != nil {
+			l.t.Fatal(err)
+		}
+		if j.State.Phase == "" { // forgotten: the journal holds no verdict
+			break
+		}
+		if time.Now().After(deadline) {
+			l.t.Fatalf("the agent still journals plan %s (%s) 2 minutes after its withdrawal", hash, j.State.Phase)
+		}
+		time.Sleep(2 * time.Second)
+	}
+	l.annotate(map[string]any{inplacev1.StagePlanAnnotation: hash})
+	l.waitStaging(hash, "the plan staged again", func(st protocol.StagingStatus) bool { return st.Phase == protocol.StagePhaseStaged })
+	l.makeDesired(hash)
+}
+
+// annotate merges ann into the Node's annotations; a nil value removes one.
+func (l *agentLane) annotate(ann map[string]any) {
 	l.t.Helper()
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
 	if err != nil {
@@ -353,6 +406,23 @@ func (l *agentLane) waitOutcome(hash string, timeout time.Duration) outcome {
 	return out
 }
 
+// expectEnd waits for plan hash's terminal status and requires phase and, when
+// given, reason; the plan is the Node's current one exactly when it committed.
+func (l *agentLane) expectEnd(hash string, timeout time.Duration, phase protocol.Phase, reason string) outcome {
+	l.t.Helper()
+	out := l.waitOutcome(hash, timeout)
+	if out.status.Phase != phase || (reason != "" && out.status.Reason != reason) {
+		l.t.Fatalf("plan %s ended %s (%s), want %s (%s): %s", hash, out.status.Phase, out.status.Reason, phase, reason, out.status.Message)
+	}
+	if phase != protocol.PhaseCommitted {
+		l.t.Logf("%s: %s: %s", phase, out.status.Reason, out.status.Message)
+	}
+	if current := out.node.Annotations[inplacev1.CurrentPlanAnnotation]; (current == hash) != (phase == protocol.PhaseCommitted) {
+		l.t.Fatalf("the Node's current plan is %q after plan %s ended %s", current, hash, phase)
+	}
+	return out
+}
+
 // expectRuns checks the journal's run count of every action the agent ran.
 func (l *agentLane) expectRuns(want map[string]int) {
 	l.t.Helper()
@@ -363,6 +433,61 @@ func (l *agentLane) expectRuns(want map[string]int) {
 	if !maps.Equal(j.Runs, want) {
 		l.t.Fatalf("the agent's journal counts runs %v, want %v", j.Runs, want)
 	}
+}
+
+// TestAgentSurvivesPowerCuts: the power fails while the agent writes the new
+// slot, and again while the new slot boots for its trial. After the first cut
+// slot A boots and the agent stages again from the start; after the second, GRUB
+// boots slot A (B's trial began and never reached userspace), the agent there
+// finds the old image, rolls back without a reboot and reports RolledBack; the
+// coordinator's retry then brings slot B up, committed.
+//
+// It is the lane's longest scenario and comes first, so that it starts at once
+// beside the others (two at a time: make e2e-os).
+func TestAgentSurvivesPowerCuts(t *testing.T) {
+	l := startAgentLane(t, "e2eos-agent-cuts")
+	hash := l.askToStage(l.osPlan(bundle(t, "v2-good")))
+
+	// The cut during the install: the bundle is downloaded and `rauc install`
+	// writes slot B (the backend's stage, the last item).
+	l.waitStaging(hash, "the download done", func(st protocol.StagingStatus) bool {
+		return st.Phase == protocol.StagePhaseStaged || st.Done == st.Items-1
+	})
+	time.Sleep(15 * time.Second)
+	if st := l.waitStaging(hash, "a staging status", func(protocol.StagingStatus) bool { return true }); st.Phase == protocol.StagePhaseStaged {
+		t.Fatalf("the install ended before the power cut (%+v): lengthen the image or cut sooner", st)
+	}
+	l.vm.PowerCut()
+	f := l.powerOn()
+	expectBooted(t, f, "A", "v1")
+	expectEnv(t, f, map[string]string{"ORDER": "A B"})
+	t0 := time.Now()
+	l.waitStaging(hash, "the plan staged after the cut", func(st protocol.StagingStatus) bool { return st.Phase == protocol.StagePhaseStaged })
+	l.figure("staging again after the cut", time.Since(t0))
+
+	// The cut during the trial boot of slot B: the agent activates and reboots;
+	// GRUB's line on the console says the trial has begun.
+	l.makeDesired(hash)
+	if err := l.vm.WaitConsole(l.ctx, "capi-inplace: booting slot B", 10*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	l.vm.PowerCut()
+	expectBooted(t, l.powerOn(), "A", "v1")
+	l.expectEnd(hash, 10*time.Minute, protocol.PhaseRolledBack, state.ReasonActionFailed)
+	l.expectRollback("backend-rollback", "reboot (skipped)")
+
+	// Retried to done.
+	t0 = time.Now()
+	l.retry(hash)
+	l.expectEnd(hash, 20*time.Minute, protocol.PhaseCommitted, "")
+	l.figure("retry to Committed", time.Since(t0))
+	f = l.facts()
+	expectBooted(t, f, "B", "v2-good")
+	expectEnv(t, f, map[string]string{"ORDER": "B A", "B_OK": "1", "B_TRY": "0"})
+	// Three boots of slot A (the power-on and one after each cut), the cut trial
+	// of B never reaching userspace, then B.
+	expectBoots(t, f, "A:v1 A:v1 A:v1 B:v2-good")
+	l.figure("total", time.Since(l.start))
 }
 
 // TestAgentSwitchesImage: the agent in the VM stages the new image into slot B
@@ -378,16 +503,10 @@ func TestAgentSwitchesImage(t *testing.T) {
 	expectEnv(t, f, map[string]string{"ORDER": "A B"})
 
 	t0 := time.Now()
-	out := l.waitOutcome(hash, 20*time.Minute)
-	if out.status.Phase != protocol.PhaseCommitted {
-		t.Fatalf("plan %s ended %s (%s): %s", hash, out.status.Phase, out.status.Reason, out.status.Message)
-	}
+	out := l.expectEnd(hash, 20*time.Minute, protocol.PhaseCommitted, "")
 	l.figure("desired to Committed (activate, reboot, verify, gates, commit)", time.Since(t0))
 	if len(out.reboots) > 0 {
 		l.figure("reboot by the agent into the new slot", out.reboots[0])
-	}
-	if got := out.node.Annotations[inplacev1.CurrentPlanAnnotation]; got != hash {
-		t.Fatalf("current plan %q, want %s", got, hash)
 	}
 	f = l.facts()
 	expectBooted(t, f, "B", "v2-good")
@@ -421,24 +540,14 @@ func TestAgentRollsBackUnbootableImage(t *testing.T) {
 	hash, _ := l.publish(l.osPlan(bundle(t, "v3-broken")))
 
 	t0 := time.Now()
-	out := l.waitOutcome(hash, 25*time.Minute)
-	if out.status.Phase != protocol.PhaseRolledBack {
-		t.Fatalf("plan %s ended %s (%s): %s", hash, out.status.Phase, out.status.Reason, out.status.Message)
-	}
-	t.Logf("rolled back: %s: %s", out.status.Reason, out.status.Message)
 	// The cause is an action that failed (Verify: the old slot booted), not a gate.
-	if out.status.Reason != state.ReasonActionFailed {
-		t.Fatalf("rolled back with reason %s, want %s", out.status.Reason, state.ReasonActionFailed)
-	}
+	out := l.expectEnd(hash, 25*time.Minute, protocol.PhaseRolledBack, state.ReasonActionFailed)
 	l.figure("desired to RolledBack (failed trial, fallback, rollback)", time.Since(t0))
 	if len(out.reboots) > 0 {
 		l.figure("reboot by the agent, failed trial and GRUB's fallback", out.reboots[0])
 	}
 	if len(out.reboots) > 1 {
 		t.Fatalf("the helper saw %d boots after the agent's reboot, want one (GRUB's fallback; none by the rollback)", len(out.reboots))
-	}
-	if got := out.node.Annotations[inplacev1.CurrentPlanAnnotation]; got == hash {
-		t.Fatalf("current plan is the rolled back plan %s", hash)
 	}
 	// GRUB's own line on the serial console: it did start slot B's trial.
 	if tried, err := l.vm.EverShowed("capi-inplace: booting slot B"); err != nil || !tried {
@@ -455,6 +564,35 @@ func TestAgentRollsBackUnbootableImage(t *testing.T) {
 	l.expectRuns(map[string]int{"backend-stage": 1, "backend-activate": 1, "reboot": 1, "backend-verify": 1,
 		"rollback/backend-rollback": 1})
 	l.expectRollback("backend-rollback", "reboot (skipped)")
+	l.figure("total", time.Since(l.start))
+}
+
+// TestAgentRollsBackWhenAGateFails: the new image boots and verifies, but a gate
+// of the plan does not pass in it (the workload's readiness, which this image
+// lacks); the agent rolls back, making slot A primary again and slot B bad, and
+// reboots into slot A, where it reports RolledBack (GateFailed).
+func TestAgentRollsBackWhenAGateFails(t *testing.T) {
+	l := startAgentLane(t, "e2eos-agent-gate")
+	p := l.osPlan(bundle(t, "v2-good"))
+	p.Gates = []protocol.Gate{{Name: "app-ready", Command: []string{"/usr/bin/test", "-e", "/etc/lane-app-ready"}, PassWithinSeconds: 10}}
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	hash, _ := l.publish(p)
+
+	t0 := time.Now()
+	out := l.expectEnd(hash, 20*time.Minute, protocol.PhaseRolledBack, state.ReasonGateFailed)
+	l.figure("desired to RolledBack (activate, reboot, gates, rollback, reboot)", time.Since(t0))
+	if len(out.reboots) > 1 {
+		l.figure("reboot by the rollback into the old slot", out.reboots[1])
+	}
+	f := l.facts()
+	expectBooted(t, f, "A", "v1")
+	expectEnv(t, f, map[string]string{"ORDER": "A B", "A_OK": "1", "B_OK": "0"})
+	expectBoots(t, f, "A:v1 B:v2-good A:v1")
+	l.expectRuns(map[string]int{"backend-stage": 1, "backend-activate": 1, "reboot": 1, "backend-verify": 1, "gates": 1,
+		"rollback/backend-rollback": 1, "rollback/reboot": 1})
+	l.expectRollback("backend-rollback", "reboot")
 	l.figure("total", time.Since(l.start))
 }
 

@@ -18,8 +18,7 @@ import (
 	"github.com/capi-inplace/capi-inplace/test/lanekit"
 )
 
-// bootTimeout bounds one boot under emulation (the steps' bound is the VM's
-// stepTimeout); the figures say what they took.
+// bootTimeout bounds one boot under emulation; the figures say what they took.
 const (
 	bootTimeout  = 6 * time.Minute
 	artifactsDir = "../../_artifacts/osimage"
@@ -113,16 +112,6 @@ func newLane(t *testing.T) *lane {
 	return &lane{t: t, ctx: ctx, vm: vm, start: time.Now()}
 }
 
-// startLane starts a scenario, side by side with the others, on a VM powered on
-// into the image every scenario starts from: v1 in slot A.
-func startLane(t *testing.T) *lane {
-	t.Helper()
-	t.Parallel()
-	l := newLane(t)
-	expectBooted(t, l.powerOn(), "A", "v1")
-	return l
-}
-
 func (l *lane) figure(name string, v any) { figures.Add(l.t.Name()+": "+name, v) }
 
 // powerOn starts QEMU and waits for the first boot that reaches the helper.
@@ -158,29 +147,6 @@ func (l *lane) reboot() (vmapi.Facts, time.Duration) {
 	return f, d
 }
 
-func (l *lane) fetch(a protocol.BinaryArtifact) backend.Artifact {
-	l.t.Helper()
-	path, err := l.vm.Fetch(l.ctx, a)
-	if err != nil {
-		l.t.Fatalf("fetch %s: %v", a.URL, err)
-	}
-	return backend.Artifact{Ref: path, Digest: a.Digest}
-}
-
-// step runs a backend step that must succeed and returns how long it took.
-func (l *lane) step(name string, a backend.Artifact) time.Duration {
-	l.t.Helper()
-	t0 := time.Now()
-	res, err := l.vm.Step(l.ctx, name, a)
-	if err != nil {
-		l.t.Fatalf("%s: %v", name, err)
-	}
-	if res.Error != "" {
-		l.t.Fatalf("%s failed: %s", name, res.Error)
-	}
-	return time.Since(t0)
-}
-
 func (l *lane) facts() vmapi.Facts {
 	l.t.Helper()
 	f, err := l.vm.Facts(l.ctx)
@@ -188,28 +154,6 @@ func (l *lane) facts() vmapi.Facts {
 		l.t.Fatal(err)
 	}
 	return f
-}
-
-// verifyFails runs Verify, which must report that the image is not the one that
-// booted (the backend's ErrVerifyFailed), not any other error.
-func (l *lane) verifyFails(a backend.Artifact, when string) {
-	l.t.Helper()
-	res, err := l.vm.Step(l.ctx, "verify", a)
-	if err != nil {
-		l.t.Fatal(err)
-	}
-	if !res.VerifyFailed {
-		l.t.Fatalf("verify %s: %+v, want a failed verification", when, res)
-	}
-}
-
-// switchTo stages and activates an image, then reboots; it returns the boot that
-// reached the helper and how long the reboot took.
-func (l *lane) switchTo(a backend.Artifact) (vmapi.Facts, time.Duration) {
-	l.t.Helper()
-	l.step("stage", a)
-	l.step("activate", a)
-	return l.reboot()
 }
 
 // expectBoots checks the slot and image of every boot that reached userspace.
@@ -244,78 +188,4 @@ func expectEnv(t *testing.T, f vmapi.Facts, want map[string]string) {
 			t.Fatalf("grubenv %s=%q, want %q (all: %v)", k, f.Grubenv[k], v, f.Grubenv)
 		}
 	}
-}
-
-// TestGateFailsAfterBoot: the new image boots but a health gate fails: the
-// rollback makes the old slot primary and the new one bad, and the VM reboots
-// into the old image.
-func TestGateFailsAfterBoot(t *testing.T) {
-	l := startLane(t)
-	a := l.fetch(bundle(t, "v2-good"))
-	f, _ := l.switchTo(a)
-	expectBooted(t, f, "B", "v2-good")
-	l.step("verify", a)
-
-	// The gates did not pass: the agent rolls back and reboots.
-	l.step("rollback", a)
-	expectEnv(t, l.facts(), map[string]string{"ORDER": "A B", "A_OK": "1", "A_TRY": "0", "B_OK": "0"})
-	f, d := l.reboot()
-	l.figure("reboot back into the old slot", d)
-	expectBooted(t, f, "A", "v1")
-	l.verifyFails(a, "after the rollback")
-	expectBoots(t, f, "A:v1 B:v2-good A:v1")
-	l.figure("total", time.Since(l.start))
-}
-
-// TestPowerCut: the power fails while the new slot is written and again while the
-// new slot boots for its trial; each time the old slot boots, and the update is
-// retried to done.
-func TestPowerCut(t *testing.T) {
-	l := startLane(t)
-	a := l.fetch(bundle(t, "v2-good"))
-
-	// The cut during the install.
-	staged := make(chan vmapi.StepResult, 1)
-	go func() {
-		res, err := l.vm.Step(l.ctx, "stage", a)
-		if err != nil {
-			res.Error = err.Error()
-		}
-		staged <- res
-	}()
-	time.Sleep(8 * time.Second)
-	select {
-	case res := <-staged:
-		t.Fatalf("the install ended before the power cut (%+v): lengthen the image or cut sooner", res)
-	default:
-	}
-	l.vm.PowerCut()
-	f := l.powerOn()
-	expectBooted(t, f, "A", "v1")
-	expectEnv(t, f, map[string]string{"ORDER": "A B"})
-
-	l.step("stage", a)
-	l.step("activate", a)
-
-	// The cut during the trial boot of slot B: GRUB has started B's trial.
-	if err := l.vm.Reboot(l.ctx); err != nil {
-		t.Fatal(err)
-	}
-	// The loader's line on the serial console says when the trial has begun.
-	if err := l.vm.WaitConsole(l.ctx, "capi-inplace: booting slot B", bootTimeout); err != nil {
-		t.Fatal(err)
-	}
-	l.vm.PowerCut()
-	f = l.powerOn()
-	expectBooted(t, f, "A", "v1")
-	l.verifyFails(a, "after the cut trial")
-
-	// Retried to done: activate again (a new trial), reboot, verify, commit.
-	l.step("activate", a)
-	f, _ = l.reboot()
-	expectBooted(t, f, "B", "v2-good")
-	l.step("verify", a)
-	l.step("commit", a)
-	expectBoots(t, f, "A:v1 A:v1 A:v1 B:v2-good")
-	l.figure("total", time.Since(l.start))
 }

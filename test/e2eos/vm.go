@@ -18,8 +18,6 @@ import (
 	"time"
 
 	"github.com/capi-inplace/capi-inplace/bench"
-	"github.com/capi-inplace/capi-inplace/internal/backend"
-	"github.com/capi-inplace/capi-inplace/internal/protocol"
 	"github.com/capi-inplace/capi-inplace/test/e2eos/vmapi"
 	"github.com/capi-inplace/capi-inplace/test/lanekit"
 )
@@ -231,42 +229,26 @@ func (v *VM) WaitBoot(ctx context.Context, notBootID string, timeout time.Durati
 	}
 }
 
-// Bounds of one request to the helper: facts answer at once or the VM is not up;
-// a step may install a bundle, which takes minutes under emulation.
-const (
-	factsTimeout = 30 * time.Second
-	stepTimeout  = 15 * time.Minute
-)
+// requestTimeout bounds one request to the helper: it answers at once or the VM
+// is not up.
+const requestTimeout = 30 * time.Second
 
 // Facts asks the helper what the VM booted.
 func (v *VM) Facts(ctx context.Context) (vmapi.Facts, error) {
 	var f vmapi.Facts
-	return f, v.do(ctx, factsTimeout, http.MethodGet, "/facts", nil, &f)
-}
-
-// Fetch has the VM's artifact store fetch a file and returns its path in the VM.
-func (v *VM) Fetch(ctx context.Context, a protocol.BinaryArtifact) (string, error) {
-	var out vmapi.Fetched
-	err := v.do(ctx, stepTimeout, http.MethodPost, "/fetch", a, &out)
-	return out.Path, err
-}
-
-// Step runs one step of the RAUC backend in the VM.
-func (v *VM) Step(ctx context.Context, step string, a backend.Artifact) (vmapi.StepResult, error) {
-	var out vmapi.StepResult
-	return out, v.do(ctx, stepTimeout, http.MethodPost, "/backend/"+step, a, &out)
+	return f, v.do(ctx, requestTimeout, http.MethodGet, "/facts", nil, &f)
 }
 
 // ConfigureAgent gives the VM's agent its credentials and node name (the node's
 // bootstrap) and starts it.
 func (v *VM) ConfigureAgent(ctx context.Context, c vmapi.AgentConfig) error {
-	return v.do(ctx, factsTimeout, http.MethodPost, "/agent", c, &vmapi.StepResult{})
+	return v.do(ctx, requestTimeout, http.MethodPost, "/agent", c, &struct{}{})
 }
 
 // Journal reads the agent's journal in the VM.
 func (v *VM) Journal(ctx context.Context) (lanekit.Journal, error) {
 	var raw json.RawMessage
-	if err := v.do(ctx, factsTimeout, http.MethodGet, "/journal", nil, &raw); err != nil {
+	if err := v.do(ctx, requestTimeout, http.MethodGet, "/journal", nil, &raw); err != nil {
 		return lanekit.Journal{}, err
 	}
 	return lanekit.ParseJournal(raw)
@@ -274,7 +256,7 @@ func (v *VM) Journal(ctx context.Context) (lanekit.Journal, error) {
 
 // AgentLog returns the agent's log of the current boot.
 func (v *VM) AgentLog(ctx context.Context) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, factsTimeout)
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:"+strconv.Itoa(v.port)+"/agent/log", nil)
 	if err != nil {
@@ -290,7 +272,7 @@ func (v *VM) AgentLog(ctx context.Context) ([]byte, error) {
 
 // Reboot asks the VM for an orderly reboot (systemctl reboot).
 func (v *VM) Reboot(ctx context.Context) error {
-	return v.do(ctx, stepTimeout, http.MethodPost, "/reboot", struct{}{}, &vmapi.StepResult{})
+	return v.do(ctx, requestTimeout, http.MethodPost, "/reboot", struct{}{}, &struct{}{})
 }
 
 func (v *VM) do(ctx context.Context, timeout time.Duration, method, path string, in, out any) error {

@@ -54,15 +54,3 @@ type AgentConfig struct {
 	Kubeconfig []byte `json:"kubeconfig"`
 	NodeName   string `json:"nodeName"`
 }
-
-// Fetched is where the artifact store put a fetched artifact.
-type Fetched struct {
-	Path string `json:"path"`
-}
-
-// StepResult is a backend step's outcome.
-type StepResult struct {
-	Error        string `json:"error,omitempty"`
-	VerifyFailed bool   `json:"verifyFailed,omitempty"`
-	Refused      bool   `json:"refused,omitempty"`
-}

@@ -1,19 +1,15 @@
 // Command capi-inplace-vmhelper runs inside the OS image lane's VM (hack/osimage,
-// test/e2eos). It drives the product's RAUC backend and artifact store, the agent's
-// edges for an OS image switch, on request of the test on the host, and reports
-// what the VM booted as the VM itself sees it: /proc/cmdline, os-release, GRUB's
-// environment, RAUC's slot status and every boot that reached userspace.
+// test/e2eos). It reports what the VM booted as the VM itself sees it:
+// /proc/cmdline, os-release, GRUB's environment, RAUC's slot status (through the
+// product's RAUC backend) and every boot that reached userspace; it plays the
+// node's bootstrap (the agent's credentials and node name, then the agent's unit
+// starts), serves the agent's journal and log, and reboots the VM on request.
 //
-// It is a test harness: in the backend scenarios the test decides the order of
-// the steps (as the agent's executor would) and asserts on what this reports; in
-// the agent's scenarios it only plays the node's bootstrap (the agent's
-// credentials and node name, then the agent's unit starts) and reports facts and
-// the agent's journal, while the agent runs the steps. It is never part of a
-// product image.
+// It is a test harness: the agent runs every step of an update; the test asserts
+// on what this reports. It is never part of a product image.
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -26,10 +22,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/capi-inplace/capi-inplace/internal/agent/artifact"
 	"github.com/capi-inplace/capi-inplace/internal/backend"
 	"github.com/capi-inplace/capi-inplace/internal/backend/rauc"
-	"github.com/capi-inplace/capi-inplace/internal/protocol"
 	"github.com/capi-inplace/capi-inplace/test/e2eos/vmapi"
 )
 
@@ -53,11 +47,9 @@ func run(addr, stateDir string) error {
 	if err != nil {
 		return err
 	}
-	h := &helper{backend: b, store: &artifact.Store{Root: "/", ReserveBytes: -1}}
+	h := &helper{backend: b}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /facts", h.facts)
-	mux.HandleFunc("POST /fetch", h.fetch)
-	mux.HandleFunc("POST /backend/{step}", h.step)
 	mux.HandleFunc("POST /reboot", h.reboot)
 	mux.HandleFunc("POST /agent", h.configureAgent)
 	mux.HandleFunc("GET /journal", h.journal)
@@ -94,7 +86,6 @@ func recordBoot() error {
 
 type helper struct {
 	backend *rauc.Backend
-	store   *artifact.Store
 }
 
 func bootFacts() (vmapi.Facts, error) {
@@ -167,49 +158,8 @@ func (h *helper) facts(w http.ResponseWriter, r *http.Request) {
 	reply(w, f)
 }
 
-func (h *helper) fetch(w http.ResponseWriter, r *http.Request) {
-	var a protocol.BinaryArtifact
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&a); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	path, err := h.store.Fetch(r.Context(), protocol.StageItem{Name: protocol.StageItemName("os"), Artifact: a}, nil)
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	reply(w, vmapi.Fetched{Path: path})
-}
-
-// step runs one backend step; its outcome is the answer's body, never its status
-// code, so that the test tells a refused artifact from a failed verification.
-func (h *helper) step(w http.ResponseWriter, r *http.Request) {
-	var a backend.Artifact
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&a); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	steps := map[string]func(context.Context, backend.Artifact) error{
-		"stage": h.backend.Stage, "activate": h.backend.Activate, "verify": h.backend.Verify,
-		"commit": h.backend.Commit, "rollback": h.backend.Rollback,
-	}
-	run, ok := steps[r.PathValue("step")]
-	if !ok {
-		http.Error(w, "unknown step", http.StatusNotFound)
-		return
-	}
-	err := run(r.Context(), a)
-	out := vmapi.StepResult{}
-	if err != nil {
-		out.Error = err.Error()
-		out.VerifyFailed = errors.Is(err, backend.ErrVerifyFailed)
-		out.Refused = errors.Is(err, backend.ErrArtifactRefused)
-	}
-	reply(w, out)
-}
-
 func (h *helper) reboot(w http.ResponseWriter, _ *http.Request) {
-	reply(w, vmapi.StepResult{})
+	reply(w, struct{}{})
 	go func() {
 		time.Sleep(200 * time.Millisecond)
 		if out, err := exec.Command("systemctl", "reboot").CombinedOutput(); err != nil {
@@ -248,7 +198,7 @@ func (h *helper) configureAgent(w http.ResponseWriter, r *http.Request) {
 		fail(w, fmt.Errorf("systemctl start %s: %w: %s", vmapi.AgentUnit, err, out))
 		return
 	}
-	reply(w, vmapi.StepResult{})
+	reply(w, struct{}{})
 }
 
 // writeSynced writes a file that must outlive a power cut right after.
