@@ -232,10 +232,10 @@ func (l *agentLane) publish(p *protocol.NodePlan) (string, time.Duration) {
 	l.t.Helper()
 	hash := l.askToStage(p)
 	t0 := time.Now()
-	l.waitStaging(hash, "the plan staged", func(st protocol.StagingStatus) bool { return st.Phase == protocol.StagePhaseStaged })
-	staged := time.Since(t0)
+	l.waitStaging(hash, "the plan staged", staged)
+	took := time.Since(t0)
 	l.makeDesired(hash)
-	return hash, staged
+	return hash, took
 }
 
 // askToStage seals the plan to the agent's key in the node's plan Secret and asks
@@ -288,6 +288,9 @@ func (l *agentLane) waitStaging(hash, what string, done func(protocol.StagingSta
 	return got
 }
 
+// staged is the staging status of a plan whose new slot is written.
+func staged(st protocol.StagingStatus) bool { return st.Phase == protocol.StagePhaseStaged }
+
 // makeDesired makes plan hash the node's desired plan, as the coordinator does
 // once it is staged.
 func (l *agentLane) makeDesired(hash string) {
@@ -321,7 +324,7 @@ func (l *agentLane) retry(hash string) {
 		time.Sleep(2 * time.Second)
 	}
 	l.annotate(map[string]any{inplacev1.StagePlanAnnotation: hash})
-	l.waitStaging(hash, "the plan staged again", func(st protocol.StagingStatus) bool { return st.Phase == protocol.StagePhaseStaged })
+	l.waitStaging(hash, "the plan staged again", staged)
 	l.makeDesired(hash)
 }
 
@@ -451,10 +454,10 @@ func TestAgentSurvivesPowerCuts(t *testing.T) {
 	// The cut during the install: the bundle is downloaded and `rauc install`
 	// writes slot B (the backend's stage, the last item).
 	l.waitStaging(hash, "the download done", func(st protocol.StagingStatus) bool {
-		return st.Phase == protocol.StagePhaseStaged || st.Done == st.Items-1
+		return staged(st) || st.Done == st.Items-1
 	})
 	time.Sleep(15 * time.Second)
-	if st := l.waitStaging(hash, "a staging status", func(protocol.StagingStatus) bool { return true }); st.Phase == protocol.StagePhaseStaged {
+	if st := l.waitStaging(hash, "a staging status", func(protocol.StagingStatus) bool { return true }); staged(st) {
 		t.Fatalf("the install ended before the power cut (%+v): lengthen the image or cut sooner", st)
 	}
 	l.vm.PowerCut()
@@ -462,7 +465,7 @@ func TestAgentSurvivesPowerCuts(t *testing.T) {
 	expectBooted(t, f, "A", "v1")
 	expectEnv(t, f, map[string]string{"ORDER": "A B"})
 	t0 := time.Now()
-	l.waitStaging(hash, "the plan staged after the cut", func(st protocol.StagingStatus) bool { return st.Phase == protocol.StagePhaseStaged })
+	l.waitStaging(hash, "the plan staged after the cut", staged)
 	l.figure("staging again after the cut", time.Since(t0))
 
 	// The cut during the trial boot of slot B: the agent activates and reboots;
