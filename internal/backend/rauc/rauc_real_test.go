@@ -1,6 +1,7 @@
 package rauc
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -80,6 +81,7 @@ type device struct {
 	slotA, slotB    string
 	env             []string
 	service         *exec.Cmd
+	exited          <-chan struct{} // closed once service has been waited for
 }
 
 func newDevice(t *testing.T, activateInstalled bool) *device {
@@ -124,11 +126,20 @@ bootname=B
 
 	sock := filepath.Join(dir, "bus.sock")
 	write(t, filepath.Join(dir, "bus.conf"), strings.ReplaceAll(busConf, "@SOCK@", sock), 0o644)
-	bus := exec.Command("dbus-daemon", "--nofork", "--config-file="+filepath.Join(dir, "bus.conf"))
+	// dbus-daemon prints its address once it listens; a RAUC service started
+	// before that cannot reach the bus and exits.
+	bus := exec.Command("dbus-daemon", "--nofork", "--print-address=1", "--config-file="+filepath.Join(dir, "bus.conf"))
+	listening, err := bus.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := bus.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = bus.Process.Kill(); _ = bus.Wait() })
+	if _, err := bufio.NewReader(listening).ReadString('\n'); err != nil {
+		t.Fatalf("dbus-daemon did not start listening: %v", err)
+	}
 	d.env = append(os.Environ(), "DBUS_SYSTEM_BUS_ADDRESS=unix:path="+sock)
 	d.boot(t)
 	return d
@@ -162,13 +173,22 @@ func (d *device) serve(t *testing.T, bootname string) {
 	}
 	d.service = svc
 	t.Cleanup(d.stop)
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	exited := make(chan struct{})
+	go func() { _ = svc.Wait(); close(exited) }()
+	d.exited = exited
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		c := exec.Command("rauc", "--conf="+d.conf, "status", "--output-format=json")
 		c.Env = d.env
 		if c.Run() == nil {
 			return
 		}
+		select {
+		case <-exited:
+			t.Fatalf("rauc service exited: %s", log.String())
+		default:
+		}
 		if time.Now().After(deadline) {
+			d.stop()
 			t.Fatalf("rauc service did not come up: %s", log.String())
 		}
 	}
@@ -177,7 +197,7 @@ func (d *device) serve(t *testing.T, bootname string) {
 func (d *device) stop() {
 	if d.service != nil {
 		_ = d.service.Process.Kill()
-		_ = d.service.Wait()
+		<-d.exited
 		d.service = nil
 	}
 }
