@@ -211,6 +211,9 @@ func createCluster(t *testing.T, spec clusterSpec) {
 	if spec.NodeImage == "" {
 		spec.NodeImage = suite.nodeImage
 	}
+	// Cleanups run last registered first: this one, registered before the scenario
+	// starts its watchers, runs once they have stopped.
+	t.Cleanup(func() { saveNodeLogs(t, spec.Name) })
 	if err := suite.stack.CreateNamespace(ctx, spec.Namespace, map[string]string{
 		extensionLabel: "true", inplacev1.NamespaceEnabledLabel: "true",
 	}); err != nil {

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -25,6 +26,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/coordinator/agentinstall"
 	"github.com/capi-inplace/capi-inplace/internal/guard"
 	"github.com/capi-inplace/capi-inplace/internal/localstack"
 	"github.com/capi-inplace/capi-inplace/internal/singlenode"
@@ -109,6 +112,73 @@ func mustNodeExec(t *testing.T, node string, args ...string) string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// nodeLogTimeout bounds each command saveNodeLogs runs: a wedged node must not hold
+// up the scenario's end.
+const nodeLogTimeout = 30 * time.Second
+
+// saveNodeLogs copies, from every node container of cluster, what dates the steps
+// of an update on the node, to <run dir>/nodes/<cluster>/<node>/: the kubelet's and
+// containerd's journal (static pods stopped and started), the journal's tail, the
+// agent's container logs (its DaemonSet pod and its rescue static pod, every
+// restart the kubelet kept) and the static pod manifests and kubeadm's backup
+// directories with their mtimes (kubeadm writes each component's manifest in turn
+// and names its backups by the time it started). The nodes go with the lane's
+// Docker engine after the run, so this is the only copy. Best effort: a failure is
+// logged, never fails the scenario.
+func saveNodeLogs(t *testing.T, cluster string) {
+	ctx, cancel := context.WithTimeout(suite.ctx, nodeLogTimeout)
+	// CAPD labels each container with its cluster and role (kind's labels).
+	out, err := exec.CommandContext(ctx, dockerCLI, "ps", "--filter", "label=io.x-k8s.kind.cluster="+cluster,
+		"--format", `{{.Names}} {{.Label "io.x-k8s.kind.role"}}`).Output()
+	cancel()
+	if err != nil {
+		t.Logf("node logs of cluster %s: docker ps: %v", cluster, err)
+		return
+	}
+	journal := func(args ...string) []string {
+		return append([]string{"journalctl", "--no-pager", "-o", "short-iso-precise"}, args...)
+	}
+	agentLogs := fmt.Sprintf("/var/log/pods/%s_%s-*/*/*.log /var/log/pods/kube-system_capi-inplace-rescue-*/*/*.log",
+		inplacev1.AgentNamespace, agentinstall.AgentName)
+	files := []struct {
+		name string
+		cmd  []string
+	}{
+		{"kubelet.log", journal("-u", "kubelet")},
+		{"containerd.log", journal("-u", "containerd")},
+		{"journal.log", journal("-n", "5000")},
+		{"agent.log", []string{"sh", "-c", `for f in ` + agentLogs + `; do if [ -f "$f" ]; then echo "==> $f"; cat "$f"; fi; done`}},
+		// /etc/kubernetes/tmp holds kubeadm's backups, named by their time; a node
+		// kubeadm never upgraded has none.
+		{"manifests.txt", []string{"sh", "-c", `ls -l --time-style=full-iso /etc/kubernetes/manifests; if [ -d /etc/kubernetes/tmp ]; then ls -l --time-style=full-iso /etc/kubernetes/tmp; fi`}},
+	}
+	root := filepath.Join(suite.artifacts, "nodes", cluster)
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		node, role, _ := strings.Cut(line, " ")
+		if node == "" || role == "external-load-balancer" {
+			continue
+		}
+		dir := filepath.Join(root, node)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Logf("node logs: %v", err)
+			return
+		}
+		for _, f := range files {
+			ctx, cancel := context.WithTimeout(suite.ctx, nodeLogTimeout)
+			// What a failing command printed before it failed is kept too.
+			text, err := nodeExec(ctx, node, f.cmd...)
+			cancel()
+			if err != nil {
+				t.Logf("node logs of %s: %v", node, err)
+			}
+			if werr := os.WriteFile(filepath.Join(dir, f.name), []byte(text), 0o644); werr != nil {
+				t.Logf("node logs of %s: %v", node, werr)
+			}
+		}
+	}
+	t.Logf("node logs of cluster %s in %s", cluster, root)
 }
 
 // nodeIP is a node container's address on the kind network.
