@@ -15,6 +15,9 @@ import (
 // node).
 type BeforeToucher interface {
 	BeforeTouch(ctx context.Context, p *protocol.NodePlan) error
+	// EndHold ends the hold count of a plan refused after its hold timeout, so
+	// a retry of it is held afresh.
+	EndHold(p *protocol.NodePlan)
 }
 
 // beforeTouchRetry is how soon a held plan is checked again.
@@ -43,7 +46,9 @@ func (a *Agent) holdBeforeTouch(ctx context.Context, hash string, plan *protocol
 			fmt.Sprintf("%v; nothing on the node changed; retry the update once the etcd cluster is whole", err)); rerr != nil {
 			a.Log.Error(rerr, "Journaling the refused plan failed", "plan", hash)
 			time.AfterFunc(beforeTouchRetry, a.trigger)
+			return true
 		}
+		bt.EndHold(plan)
 		return true
 	}
 	a.Log.Info("Holding plan before touching the node", "plan", hash, "reason", protocol.ReasonWaitingForEtcdQuorum, "error", err.Error())

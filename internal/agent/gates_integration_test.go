@@ -2,7 +2,9 @@ package agent_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -10,8 +12,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/agent"
 	"github.com/capi-inplace/capi-inplace/internal/agent/state"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
@@ -117,4 +121,51 @@ func TestEtcdQuorumHoldTimesOut(t *testing.T) {
 	g.Expect(os.Remove(n.sim("fail-gate"))).To(Succeed())
 	g.Consistently(func() string { return string(n.status().Phase) }, 7*time.Second, 500*time.Millisecond).Should(Equal(string(protocol.PhaseFailed)))
 	g.Expect(n.runs()).To(BeEmpty())
+}
+
+// TestEtcdQuorumHoldOutlivesTheAgent: the hold before touch is dated on the
+// node's disk, so an agent restarted mid-hold refuses the plan when the first
+// hold times out, not a full timeout after its restart (a crash-looping agent
+// would otherwise hold the cordoned node for ever); and a retry of the refused
+// plan is held afresh, not refused again at once.
+func TestEtcdQuorumHoldOutlivesTheAgent(t *testing.T) {
+	const holdTimeout = 20 * time.Second
+	g := NewWithT(t)
+	n := newNode(t, "cp-quorum-restart", "v1.35.2", true)
+	args := []string{"--gate-timeout", "60s", "--etcd-quorum-hold-timeout", holdTimeout.String()}
+	n.start(args...)
+	g.Eventually(func() string { return n.read(".sim/boot-id") }, 20*time.Second).ShouldNot(Equal("<missing>"))
+	g.Expect(os.WriteFile(n.sim("fail-gate"), []byte("etcd-quorum"), 0o644)).To(Succeed())
+
+	hash := n.publishPlan(cpPlan(n.name))
+	g.Eventually(func() string { return n.status().Reason }, 30*time.Second).Should(Equal(protocol.ReasonWaitingForEtcdQuorum))
+	held := time.Now()
+	holdFile := filepath.Join(n.stateDir(), agent.HoldFileName)
+	g.Expect(holdFile).To(BeAnExistingFile(), "the hold is dated on the node's disk")
+	time.Sleep(time.Until(held.Add(holdTimeout / 2)))
+	n.kill()
+	n.start(args...)
+	restarted := time.Now()
+
+	// A count started afresh by the restart could not end before restarted+holdTimeout.
+	st := n.waitPhase(g, hash, protocol.PhaseFailed, holdTimeout-time.Second)
+	g.Expect(st.Reason).To(Equal(protocol.ReasonEtcdQuorumTimeout))
+	t.Logf("held %s in all, refused %s after the restart", time.Since(held).Round(time.Second), time.Since(restarted).Round(time.Second))
+	g.Expect(n.runs()).To(BeEmpty(), "no action ran")
+	g.Expect(holdFile).NotTo(BeAnExistingFile(), "the refused plan's hold ended")
+
+	// The coordinator's retry clears the verdict and publishes the same plan: it
+	// is held again, then runs once the etcd cluster is whole.
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+		inplacev1.DesiredPlanAnnotation: nil, inplacev1.PlanPublishedAnnotation: nil,
+		inplacev1.StatusAnnotation: nil, inplacev1.StateAnnotation: nil,
+	}}})
+	_, err := client.CoreV1().Nodes().Patch(context.Background(), n.name, types.MergePatchType, patch, metav1.PatchOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(n.publishPlan(cpPlan(n.name))).To(Equal(hash), "the retry republishes the same plan")
+	g.Eventually(func() string { return n.status().Reason }, 30*time.Second).Should(Equal(protocol.ReasonWaitingForEtcdQuorum))
+	g.Consistently(func() protocol.Phase { return n.status().Phase }, 6*time.Second, 500*time.Millisecond).
+		ShouldNot(Equal(protocol.PhaseFailed), "a retry is held afresh")
+	g.Expect(os.Remove(n.sim("fail-gate"))).To(Succeed())
+	n.waitPhase(g, hash, protocol.PhaseCommitted, 90*time.Second)
 }

@@ -237,7 +237,7 @@ func Run(ctx context.Context, o Options, sim Simulator) error {
 	x := &executor.Executor{
 		Journal: am.CountedJournal(jr),
 		Kube:    kubeHost,
-		Gates: &gate.Checker{Nodes: nodeReader, Pods: nodeReader, Etcd: kubeHost, Runner: runner, Progress: reporter.GateStarted, Holds: &gate.HoldClock{Timeout: o.QuorumHoldTimeout},
+		Gates: &gate.Checker{Nodes: nodeReader, Pods: nodeReader, Etcd: kubeHost, Runner: runner, Progress: reporter.GateStarted, Holds: &gate.HoldClock{Timeout: o.QuorumHoldTimeout, Record: agent.HoldFile{Path: filepath.Join(journalDir, agent.HoldFileName)}},
 			Timeout: o.GateTimeout, Interval: 2 * time.Second, MaxInterval: 5 * time.Second, CommandTimeout: protocol.DefaultGateRunTimeout},
 		Backends: lookupBackend(backends),
 		Rebooter: rebooter,

@@ -37,15 +37,32 @@ func (c *Checker) healthGate() Gate {
 }
 
 // HoldClock counts, per plan, how long BeforeTouch has held it: from its first
-// failed check in this process until a check passes.
+// failed check until a check passes or the plan is refused (EndHold). With a
+// Record the count outlives the agent process: an agent that restarts while a
+// plan is held (a crash loop, a DaemonSet rollout) would otherwise start the
+// count again each time and hold the cordoned node past the timeout.
 type HoldClock struct {
 	// Timeout is how long a plan may be held; zero means DefaultHoldTimeout.
 	Timeout time.Duration
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// Record keeps the start of the current hold across restarts; nil keeps it in
+	// memory only.
+	Record HoldRecord
 
-	mu    sync.Mutex
-	since map[string]time.Time
+	mu     sync.Mutex
+	since  map[string]time.Time
+	loaded bool
+}
+
+// HoldRecord stores the start of one hold (the node holds one plan at a time).
+// Its errors leave the count in memory: they shorten nothing, and an agent that
+// cannot write its state directory fails its journal writes first.
+type HoldRecord interface {
+	// LoadHold returns the recorded hold; ok is false when there is none.
+	LoadHold() (plan string, since time.Time, ok bool, err error)
+	SaveHold(plan string, since time.Time) error
+	ClearHold() error
 }
 
 // observe records one check of plan (err nil: it passed) and returns a
@@ -57,17 +74,18 @@ func (h *HoldClock) observe(plan string, err error) error {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.load(now)
 	if err == nil {
-		delete(h.since, plan)
+		h.end(plan)
 		return nil
-	}
-	if h.since == nil {
-		h.since = map[string]time.Time{}
 	}
 	since, ok := h.since[plan]
 	if !ok {
 		since = now
 		h.since[plan] = now
+		if h.Record != nil {
+			_ = h.Record.SaveHold(plan, now)
+		}
 	}
 	limit := h.Timeout
 	if limit <= 0 {
@@ -79,6 +97,45 @@ func (h *HoldClock) observe(plan string, err error) error {
 		return &HoldTimeoutError{Held: limit, Err: err}
 	}
 	return err
+}
+
+// load reads the Record once per process. A start in the future (the clock was
+// set back) counts from now, so the hold is never cut short.
+func (h *HoldClock) load(now time.Time) {
+	if h.since == nil {
+		h.since = map[string]time.Time{}
+	}
+	if h.loaded || h.Record == nil {
+		return
+	}
+	h.loaded = true
+	plan, since, ok, err := h.Record.LoadHold()
+	if err != nil || !ok {
+		return
+	}
+	if since.After(now) {
+		since = now
+	}
+	h.since[plan] = since
+}
+
+// EndHold ends plan's hold count: the caller refused the plan, so a retry of the
+// same plan is held afresh rather than refused at once.
+func (h *HoldClock) EndHold(plan string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.load(time.Now())
+	h.end(plan)
+}
+
+func (h *HoldClock) end(plan string) {
+	if _, ok := h.since[plan]; !ok {
+		return
+	}
+	delete(h.since, plan)
+	if h.Record != nil {
+		_ = h.Record.ClearHold()
+	}
 }
 
 // HoldTimeoutError is BeforeTouch's answer once a plan has been held for the
@@ -115,4 +172,15 @@ func (c *Checker) BeforeTouch(ctx context.Context, p *protocol.NodePlan) error {
 		return err
 	}
 	return c.Holds.observe(hash, err)
+}
+
+// EndHold ends the hold count of a plan the caller refused after a
+// *HoldTimeoutError (see HoldClock.EndHold).
+func (c *Checker) EndHold(p *protocol.NodePlan) {
+	if c.Holds == nil {
+		return
+	}
+	if hash, err := p.Hash(); err == nil {
+		c.Holds.EndHold(hash)
+	}
 }

@@ -128,3 +128,64 @@ func TestBeforeTouchHoldTimeout(t *testing.T) {
 	g.Expect(u.BeforeTouch(ctx, cp)).To(MatchError(down))
 	g.Expect(errors.As(u.BeforeTouch(ctx, cp), &ht)).To(BeFalse())
 }
+
+// memoryHold is a HoldRecord that outlives the HoldClocks using it, as the
+// agent's file outlives the agent.
+type memoryHold struct {
+	plan  string
+	since time.Time
+}
+
+func (m *memoryHold) LoadHold() (string, time.Time, bool, error) {
+	return m.plan, m.since, m.plan != "", nil
+}
+
+func (m *memoryHold) SaveHold(plan string, since time.Time) error {
+	m.plan, m.since = plan, since
+	return nil
+}
+
+func (m *memoryHold) ClearHold() error {
+	*m = memoryHold{}
+	return nil
+}
+
+// TestHoldClockOutlivesTheProcess: with a Record, a new HoldClock (the agent
+// restarted) goes on counting the hold its predecessor started; a start in the
+// future (the clock was set back) counts from now; EndHold ends the count, so a
+// retry of the same plan is held afresh.
+func TestHoldClockOutlivesTheProcess(t *testing.T) {
+	g := NewWithT(t)
+	down := errors.New("etcd member m2 is not healthy: no answer")
+	now := time.Date(2026, 12, 7, 7, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	rec := &memoryHold{}
+	var ht *HoldTimeoutError
+
+	first := &HoldClock{Timeout: 10 * time.Minute, Now: clock, Record: rec}
+	g.Expect(first.observe("p1", down)).To(MatchError(down))
+	g.Expect(rec.plan).To(Equal("p1"))
+	g.Expect(rec.since).To(Equal(now))
+	now = now.Add(9 * time.Minute)
+
+	restarted := &HoldClock{Timeout: 10 * time.Minute, Now: clock, Record: rec}
+	g.Expect(errors.As(restarted.observe("p1", down), &ht)).To(BeFalse())
+	now = now.Add(time.Minute)
+	g.Expect(errors.As(restarted.observe("p1", down), &ht)).To(BeTrue(), "ten minutes since the first process's first check")
+
+	restarted.EndHold("p1")
+	g.Expect(rec.plan).To(BeEmpty(), "the record ends with the hold")
+	err := restarted.observe("p1", down)
+	g.Expect(errors.As(err, &ht)).To(BeFalse(), "a retry is held afresh: %v", err)
+
+	// A recorded start later than the clock: counted from now, never cut short.
+	rec.since = now.Add(time.Hour)
+	behind := &HoldClock{Timeout: 10 * time.Minute, Now: clock, Record: rec}
+	g.Expect(errors.As(behind.observe("p1", down), &ht)).To(BeFalse())
+	now = now.Add(10 * time.Minute)
+	g.Expect(errors.As(behind.observe("p1", down), &ht)).To(BeTrue())
+
+	// A check that passes ends the hold and its record.
+	g.Expect(behind.observe("p1", nil)).To(Succeed())
+	g.Expect(rec.plan).To(BeEmpty())
+}

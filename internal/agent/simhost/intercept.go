@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/capi-inplace/capi-inplace/internal/agent"
 	"github.com/capi-inplace/capi-inplace/internal/agent/executor"
 	"github.com/capi-inplace/capi-inplace/internal/agent/gate"
 	"github.com/capi-inplace/capi-inplace/internal/agent/journal"
@@ -220,12 +221,17 @@ func (g faultyGates) Run(ctx context.Context, p *protocol.NodePlan) error {
 // BeforeTouch keeps the wrapped runner's check before a plan touches the node
 // (agent.BeforeToucher): the wrapper must not hide it.
 func (g faultyGates) BeforeTouch(ctx context.Context, p *protocol.NodePlan) error {
-	if bt, ok := g.next.(interface {
-		BeforeTouch(ctx context.Context, p *protocol.NodePlan) error
-	}); ok {
+	if bt, ok := g.next.(agent.BeforeToucher); ok {
 		return bt.BeforeTouch(ctx, p)
 	}
 	return nil
+}
+
+// EndHold passes the end of a hold on to the wrapped runner.
+func (g faultyGates) EndHold(p *protocol.NodePlan) {
+	if bt, ok := g.next.(agent.BeforeToucher); ok {
+		bt.EndHold(p)
+	}
 }
 
 // fail-gate is injected the same way: the gate runner the executor has, when it
