@@ -30,17 +30,24 @@ var _ RegistryCredentialsResolver = (*policy.Policy)(nil)
 // the management cluster), and nothing for other registries: the plan is sealed to
 // the node's key, so only that node's agent reads them. A named Secret that is
 // missing or holds no login for the registry is an input error whose message names
-// the Secret, never its content.
+// the Secret, never its content. So is a private registry that any source of the
+// plan reaches over oci+http: the sealed plan protects the login up to the node,
+// and the agent would then send it without TLS; the Secret is not even read.
 func (c *Coordinator) addRegistryCredentials(ctx context.Context, plan *protocol.NodePlan, namespace string) error {
 	r := c.opts.RegistryCredentials
 	if r == nil || plan == nil {
 		return nil
 	}
 	plan.RegistryCredentials = nil
+	var creds []protocol.RegistryCredential
 	for _, host := range plan.OCIRegistries() {
 		ref, ok := r.RegistrySecret(namespace, host)
 		if !ok {
 			continue
+		}
+		if inClear := plan.SourcesInClear(host); len(inClear) > 0 {
+			return fmt.Errorf("%w: %w: registry %s has the pull Secret %s/%s, and the plan reaches it over %s (%s): serve the registry over TLS and name it with %s://, or, if it serves anonymously, drop its registryCredentials entry from the policy",
+				nodeplan.ErrInput, protocol.ErrRegistryLoginInClear, host, ref.Namespace, ref.Name, protocol.SchemeOCIHTTP, strings.Join(inClear, ", "), protocol.SchemeOCI)
 		}
 		sec := &corev1.Secret{}
 		if err := c.opts.Client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, sec); err != nil {
@@ -50,8 +57,9 @@ func (c *Coordinator) addRegistryCredentials(ctx context.Context, plan *protocol
 		if err != nil {
 			return fmt.Errorf("%w: pull Secret %s/%s of registry %s: %w", nodeplan.ErrInput, ref.Namespace, ref.Name, host, err)
 		}
-		plan.RegistryCredentials = append(plan.RegistryCredentials, cred)
+		creds = append(creds, cred)
 	}
+	plan.RegistryCredentials = creds
 	return nil
 }
 

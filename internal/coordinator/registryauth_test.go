@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -9,10 +10,13 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/coordinator/nodeplan"
 	"github.com/capi-inplace/capi-inplace/internal/policy"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
@@ -127,6 +131,77 @@ registryCredentials:
 	}
 	g.Expect(resp.Message).NotTo(ContainSubstring(testRegistryPass))
 	g.Expect(f.rec.all()).NotTo(ContainSubstring(testRegistryPass))
+}
+
+// TestRegistryLoginNeverPlannedInClear: a registry the policy names a pull
+// Secret for, reached by any source of the plan over oci+http, fails the update
+// before the node is asked for anything (no plan Secret, no stage-plan), with an
+// input error that names the registry, the scheme and the way out, never the
+// Secret's content; the same plan without that pull Secret carries no login for
+// the registry and is published.
+func TestRegistryLoginNeverPlannedInClear(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t, nil)
+	platform := runtime.GOOS + "/" + runtime.GOARCH
+	digest := "sha256:" + fmt.Sprintf("%064x", 10)
+	binaries := fmt.Sprintf(`
+kubernetesBinaries:
+  v1.36.3:
+    %[1]s:
+      kubeadm: {url: "oci://registry.example.com:5000/k8s/kubeadm", digest: "%[2]s"}
+      kubelet: {url: "oci://registry.example.com:5000/k8s/kubelet", digest: "%[2]s",
+                mirrors: ["oci+http://mirror.site.local:5000/k8s/kubelet"]}
+registryCredentials:
+- {registry: "registry.example.com:5000", secretRef: {namespace: %[3]s, name: site-registry}}
+`, platform, digest, f.ns)
+	withMirrorLogin := binaries + fmt.Sprintf(`- {registry: "mirror.site.local:5000", secretRef: {namespace: %s, name: mirror-registry}}
+`, f.ns)
+	for _, name := range []string{"site-registry", "mirror-registry"} {
+		g.Expect(f.mgmt.Create(f.ctx, pullSecret(f.ns, name,
+			`{"auths":{"registry.example.com:5000":{"username":"u","password":"`+testRegistryPass+`"},"mirror.site.local:5000":{"username":"u","password":"`+testRegistryPass+`"}}}`))).To(Succeed())
+	}
+	f.node("regclear1", "v1.35.0", false)
+	node := f.getNode("regclear1")
+	node.Status.NodeInfo.OperatingSystem, node.Status.NodeInfo.Architecture = runtime.GOOS, runtime.GOARCH
+	g.Expect(f.wl.Status().Update(f.ctx, node)).To(Succeed())
+	req := f.request(f.machine("m-regclear1", "regclear1", "v1.36.3", false), nil)
+
+	pol, err := policy.Parse([]byte(withMirrorLogin))
+	g.Expect(err).NotTo(HaveOccurred())
+	c := f.coordinator(func(o *Options) { o.Binaries = pol; o.RegistryCredentials = pol })
+	resp := call(c, req)
+	g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusFailure))
+	g.Expect(resp.Message).To(ContainSubstring("registry mirror.site.local:5000 has the pull Secret " + f.ns + "/mirror-registry"))
+	g.Expect(resp.Message).To(ContainSubstring("over oci+http (oci+http://mirror.site.local:5000/k8s/kubelet)"))
+	g.Expect(resp.Message).To(ContainSubstring("serve the registry over TLS and name it with oci://"))
+	g.Expect(resp.Message).NotTo(ContainSubstring(testRegistryPass))
+	g.Expect(f.rec.all()).NotTo(ContainSubstring(testRegistryPass))
+	g.Expect(f.getNode("regclear1").Annotations).NotTo(HaveKey(inplacev1.StagePlanAnnotation))
+	err = f.wl.Get(f.ctx, client.ObjectKey{Namespace: inplacev1.AgentNamespace, Name: inplacev1.PlanSecretName("regclear1")}, &corev1.Secret{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no plan Secret: %v", err)
+
+	// The refusal is an input error a caller can tell by its sentinels.
+	plan := &protocol.NodePlan{Kubernetes: protocol.KubernetesPlan{Binaries: &protocol.KubernetesBinaries{Platform: platform,
+		Kubeadm: protocol.BinaryArtifact{URL: "oci://registry.example.com:5000/k8s/kubeadm", Digest: digest},
+		Kubelet: protocol.BinaryArtifact{URL: "oci://registry.example.com:5000/k8s/kubelet", Digest: digest, Mirrors: []string{"oci+http://Mirror.site.local:5000/k8s/kubelet"}}}}}
+	err = c.addRegistryCredentials(f.ctx, plan, f.ns)
+	g.Expect(errors.Is(err, nodeplan.ErrInput)).To(BeTrue(), "%v", err)
+	g.Expect(errors.Is(err, protocol.ErrRegistryLoginInClear)).To(BeTrue(), "%v", err)
+	g.Expect(plan.RegistryCredentials).To(BeEmpty())
+
+	// Without a pull Secret for the mirror, the plan goes out with the TLS
+	// registry's login only, and the mirror is pulled from anonymously.
+	pol, err = policy.Parse([]byte(binaries))
+	g.Expect(err).NotTo(HaveOccurred())
+	c = f.coordinator(func(o *Options) { o.Binaries = pol; o.RegistryCredentials = pol })
+	resp = call(c, req)
+	g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusSuccess), resp.Message)
+	sealed, err := protocol.DecodeSealedPlan(f.planSecret("regclear1").Data[inplacev1.PlanSecretDataKey])
+	g.Expect(err).NotTo(HaveOccurred())
+	published, err := sealed.Open(testAgentKey)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(published.RegistryCredentials).To(Equal([]protocol.RegistryCredential{
+		{Registry: "registry.example.com:5000", Username: "u", Password: testRegistryPass}}))
 }
 
 func (r *recorder) all() string {

@@ -16,6 +16,9 @@ import (
 // administers that node's cluster can read it there. Namespaces scopes the login
 // to the Machines of those namespaces, so each tenant gets its own; an entry
 // without Namespaces serves the namespaces no other entry of the registry names.
+// A login is never sent without TLS: a plan that would fetch from the registry
+// over oci+http fails to build, naming the registry (serve it over TLS and use
+// oci://, or drop its entry if it serves anonymously).
 //
 //	registryCredentials:
 //	- registry: registry.example.com:5000

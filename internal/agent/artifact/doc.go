@@ -8,7 +8,8 @@
 // repository whose blob of that digest is the file (oci://, oci+http://); mirrors
 // are tried first. A declared size (protocol.BinaryArtifact.Size) bounds the body
 // exactly, else DefaultMaxBytes does; a source host's CA bundle is the only trust
-// for fetches from it, and redirects never leave TLS for plain http (redirect.go). An executable is also checked to be built for the node's
+// for fetches from it, and redirects never leave TLS for plain http (redirect.go);
+// a registry login is never sent over oci+http (oci.go). An executable is also checked to be built for the node's
 // architecture (its ELF header), so a mislabelled binary fails here rather than
 // after the node was drained. A full disk is found before the download (free space
 // against the announced size) or while writing (ENOSPC), and leaves no partial file.

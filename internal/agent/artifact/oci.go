@@ -22,8 +22,18 @@ var errDigest = errors.New("registry blob digest check failed")
 // openOCI fetches the blob of the digest from an OCI repository
 // (oci://<registry>/<repository>; oci+http:// for a registry without TLS),
 // through the source's transport (Store.clientFor): with the plan's credential
-// for the registry when it has one, anonymously otherwise.
+// for the registry when it has one, anonymously otherwise. A source that would
+// carry that credential without TLS is refused before any request
+// (protocol.ErrRegistryLoginInClear): the coordinator does not build such a plan,
+// and an agent given one anyway must not be the one to leak the login.
 func (s *Store) openOCI(ctx context.Context, u *url.URL, digest string, creds []protocol.RegistryCredential, transport http.RoundTripper) (io.ReadCloser, int64, error) {
+	auth := authn.Anonymous
+	if c, ok := protocol.Credential(creds, u.Host); ok {
+		if host, inClear := protocol.RegistryInClear(u.String()); inClear {
+			return nil, 0, fmt.Errorf("%w: the plan carries a login for registry %s, which this source reaches without TLS; the source is not tried", protocol.ErrRegistryLoginInClear, host)
+		}
+		auth = authn.FromConfig(authn.AuthConfig{Username: c.Username, Password: c.Password, IdentityToken: c.IdentityToken})
+	}
 	var opts []name.Option
 	if u.Scheme == protocol.SchemeOCIHTTP {
 		opts = append(opts, name.Insecure)
@@ -31,10 +41,6 @@ func (s *Store) openOCI(ctx context.Context, u *url.URL, digest string, creds []
 	ref, err := name.NewDigest(u.Host+"/"+strings.TrimPrefix(u.Path, "/")+"@"+digest, opts...)
 	if err != nil {
 		return nil, 0, fmt.Errorf("OCI reference: %w", err)
-	}
-	auth := authn.Anonymous
-	if c, ok := protocol.Credential(creds, u.Host); ok {
-		auth = authn.FromConfig(authn.AuthConfig{Username: c.Username, Password: c.Password, IdentityToken: c.IdentityToken})
 	}
 	layer, err := remote.Layer(ref, remote.WithContext(ctx), remote.WithTransport(transport), remote.WithAuth(auth))
 	if err != nil {
