@@ -477,7 +477,7 @@ func TestAgentSurvivesPowerCuts(t *testing.T) {
 	l.vm.PowerCut()
 	expectBooted(t, l.powerOn(), "A", "v1")
 	l.expectEnd(hash, 10*time.Minute, protocol.PhaseRolledBack, state.ReasonActionFailed)
-	l.expectRollback("backend-rollback", "reboot (skipped)")
+	l.expectRollback("backend-rollback", "reboot (skipped)", "verify-rollback")
 
 	// Retried to done.
 	t0 = time.Now()
@@ -565,8 +565,8 @@ func TestAgentRollsBackUnbootableImage(t *testing.T) {
 	// booting next, so it did not reboot into it once more.
 	expectBoots(t, f, "A:v1 A:v1")
 	l.expectRuns(map[string]int{"backend-stage": 1, "backend-activate": 1, "reboot": 1, "backend-verify": 1,
-		"rollback/backend-rollback": 1})
-	l.expectRollback("backend-rollback", "reboot (skipped)")
+		"rollback/backend-rollback": 1, "rollback/verify-rollback": 1})
+	l.expectRollback("backend-rollback", "reboot (skipped)", "verify-rollback")
 	l.figure("total", time.Since(l.start))
 }
 
@@ -594,8 +594,8 @@ func TestAgentRollsBackWhenAGateFails(t *testing.T) {
 	expectEnv(t, f, map[string]string{"ORDER": "A B", "A_OK": "1", "B_OK": "0"})
 	expectBoots(t, f, "A:v1 B:v2-good A:v1")
 	l.expectRuns(map[string]int{"backend-stage": 1, "backend-activate": 1, "reboot": 1, "backend-verify": 1, "gates": 1,
-		"rollback/backend-rollback": 1, "rollback/reboot": 1})
-	l.expectRollback("backend-rollback", "reboot")
+		"rollback/backend-rollback": 1, "rollback/reboot": 1, "rollback/verify-rollback": 1})
+	l.expectRollback("backend-rollback", "reboot", "verify-rollback")
 	l.figure("total", time.Since(l.start))
 }
 

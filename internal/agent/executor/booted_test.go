@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -62,6 +63,7 @@ func TestRollbackIntoTheRunningImageIsNotRebooted(t *testing.T) {
 	g.Expect(st.Rollback).To(Equal([]state.Action{
 		{Name: state.ActBackendRollback, Rollback: true, Done: true},
 		{Name: state.ActReboot, Rollback: true, Done: true, Skipped: true},
+		{Name: state.ActVerifyRollback, Rollback: true, Done: true},
 	}))
 	runs, _ := f.x.Runs()
 	g.Expect(runs).To(HaveKeyWithValue("rollback/backend-rollback", 1))
@@ -91,9 +93,9 @@ func TestRollbackAfterAFallBackRestartsTheKubelet(t *testing.T) {
 		wantNoRunsKey string
 	}{
 		{"no plan files: no reboot, a kubelet restart", false, 2,
-			[]string{"backend-rollback", "restore-files", "reboot (skipped)", "restart-kubelet"}, 2, "rollback/reboot"},
+			[]string{"backend-rollback", "restore-files", "reboot (skipped)", "restart-kubelet", "verify-rollback"}, 2, "rollback/reboot"},
 		{"plan files: a reboot", true, 3,
-			[]string{"backend-rollback", "restore-files", "reboot"}, 1, "rollback/restart-kubelet"},
+			[]string{"backend-rollback", "restore-files", "reboot", "verify-rollback"}, 1, "rollback/restart-kubelet"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -149,4 +151,39 @@ func TestRollbackAfterAFallBackRestartsTheKubelet(t *testing.T) {
 			g.Expect(restarts).To(Equal(tt.wantRestarts), "the forward restart, and the rollback's in place of a reboot")
 		})
 	}
+}
+
+// rollbackNotTaken is an OS backend whose rollback reports success and changes
+// nothing: a bootloader that did not take it (a stale environment, a write the
+// firmware lost).
+type rollbackNotTaken struct{ backend.Backend }
+
+func (rollbackNotTaken) Rollback(context.Context, backend.Artifact) error { return nil }
+
+// TestRollbackThatDidNotTakeIsNotRolledBack: the gates fail on the new image and
+// the rollback restores the files and reboots, but the node comes back on the
+// plan's image: it is not rolled back (on ostree and bootc kubeadm and the
+// kubelet come only with the image), so the agent reports the rollback failed
+// and the node left for a human, never RolledBack.
+func TestRollbackThatDidNotTakeIsNotRolledBack(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t, errors.New("kubelet-version: kubelet reports v1.35.0"))
+	sim := f.reboots.sim
+	f.x.Backends = func(string) (backend.Backend, error) { return rollbackNotTaken{sim}, nil }
+	before, err := sim.Status(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+
+	st, err := f.x.Start(context.Background(), workerPlan(true))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(f.reboots.boot).To(Equal(2), "the forward reboot and the rollback's")
+	after, err := sim.Status(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(after.Booted).NotTo(Equal(before.Booted), "the plan's image still runs")
+
+	g.Expect(st.Phase).To(Equal(protocol.PhaseFailed))
+	g.Expect(st.Status().Reason).To(Equal(protocol.ReasonRollbackFailed))
+	g.Expect(st.Status().Broken()).To(BeTrue(), "the node needs a human")
+	runs, _ := f.x.Runs()
+	g.Expect(runs).To(HaveKeyWithValue("rollback/verify-rollback", state.RollbackAttempts))
+	g.Expect(f.reports.last().Phase).To(Equal(protocol.PhaseFailed))
 }

@@ -379,7 +379,7 @@ func (x *Executor) drive(ctx context.Context, log logr.Logger, e *journal.Entry,
 		case a.Name == state.ActEtcdSnapshot && !a.Rollback:
 			etcdMembers, actErr = x.Kube.EtcdSnapshot(actx, e.Attempt)
 		default:
-			actErr = x.perform(actx, e.Attempt, plan, st.Spec, a)
+			actErr = x.perform(actx, e.Attempt, plan, st, a)
 		}
 		if ctx.Err() != nil {
 			// Interrupted, not failed: Resume repeats the action.
@@ -540,8 +540,10 @@ func imageBooted(ctx context.Context, b backend.Backend, p *protocol.NodePlan) b
 }
 
 // perform runs one action of the attempt (every action but etcd-snapshot, which
-// also returns the member count); spec is the attempt's, as the state holds it.
-func (x *Executor) perform(ctx context.Context, attempt string, p *protocol.NodePlan, spec state.Spec, a state.Action) error {
+// also returns the member count); st is the attempt's state as the journal holds
+// it (its spec, the image it started from).
+func (x *Executor) perform(ctx context.Context, attempt string, p *protocol.NodePlan, st state.State, a state.Action) error {
+	spec := st.Spec
 	var artifact backend.Artifact
 	if p.OS != nil {
 		artifact = backend.Artifact{Ref: p.OS.Ref, Digest: p.OS.Digest}
@@ -598,8 +600,35 @@ func (x *Executor) perform(ctx context.Context, attempt string, p *protocol.Node
 		return x.Kube.RestoreEtcd(ctx, attempt)
 	case state.ActBackendRollback:
 		return b.Rollback(ctx, artifact)
+	case state.ActVerifyRollback:
+		return verifyRollback(ctx, b, artifact, st.ImageBefore)
 	}
 	return fmt.Errorf("unknown action %s", a.Name)
+}
+
+// ErrRollbackNotBooted: after the reboot that ends an image rollback, the node
+// does not run the image it ran before the plan.
+var ErrRollbackNotBooted = errors.New("the node does not run the image it ran before the update")
+
+// verifyRollback checks that an image rollback took (state.ActVerifyRollback):
+// the node runs before, the image the plan started from, as Status names it (the
+// name the state compared when it skipped the rollback's reboot); when that was
+// not recorded, at least not the plan's image, as the backend judges it (Verify).
+func verifyRollback(ctx context.Context, b backend.Backend, planImage backend.Artifact, before string) error {
+	if before == "" {
+		if b.Verify(ctx, planImage) == nil {
+			return fmt.Errorf("%w: it runs the update's image %s", ErrRollbackNotBooted, planImage.Ref)
+		}
+		return nil
+	}
+	status, err := b.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("read the booted image: %w", err)
+	}
+	if status.Booted != before {
+		return fmt.Errorf("%w: it runs %s, not %s", ErrRollbackNotBooted, status.Booted, before)
+	}
+	return nil
 }
 
 func (x *Executor) save(e *journal.Entry, st state.State) error {

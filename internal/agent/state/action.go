@@ -72,6 +72,12 @@ const (
 	ActRestoreEtcd ActionName = "restore-etcd"
 	// ActBackendRollback returns the OS backend to the image that ran before.
 	ActBackendRollback ActionName = "backend-rollback"
+	// ActVerifyRollback checks, after the reboot that ends an image rollback,
+	// that the node runs the image it ran before the plan: what the image owns (a
+	// read-only /usr with kubeadm and the kubelet on ostree and bootc) comes back
+	// only with it, so a node that booted the plan's image again is not rolled
+	// back, whatever the restored files say.
+	ActVerifyRollback ActionName = "verify-rollback"
 )
 
 // Action is one entry of a state's ordered action list.
@@ -247,8 +253,9 @@ func Derive(s Spec) []Action {
 //     restoring it after the OS rollback would put the new packages' files back.
 //
 // Then the Kubernetes files and binaries, then the etcd data that belongs to them,
-// then the reboot, so the node comes up once on a fully restored state; the kubelet
-// is restarted last when no reboot does it. A reboot that would boot the image
+// then the reboot, so the node comes up once on a fully restored state, and after
+// an image rollback's reboot the check that the old image runs (ActVerifyRollback);
+// the kubelet is restarted last when no reboot does it. A reboot that would boot the image
 // already running (the node fell back to it by itself) is skipped when it is due,
 // with a kubelet restart in its place if the restore needs one (ImageObserved).
 // etcdMembers is the member count the etcd-snapshot action saw: the etcd data is
@@ -277,6 +284,9 @@ func DeriveRollback(s Spec, forward []Action, failed ActionName, etcdMembers int
 	reboot := done[ActReboot]
 	if reboot {
 		names = append(names, ActReboot)
+		if osAtReboot {
+			names = append(names, ActVerifyRollback)
+		}
 	}
 	if restartsKubelet(started) && !reboot {
 		names = append(names, ActRestartKubelet)

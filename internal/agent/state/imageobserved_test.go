@@ -87,25 +87,25 @@ func TestImageObservedSkipsANeedlessRollbackReboot(t *testing.T) {
 		wantNext     string
 	}{
 		{"worker, GRUB fell back to the old slot: no reboot", workerOS, "slot-a", ActBackendVerify, ImageObserved{Booted: "slot-a"},
-			[]string{"backend-rollback (done)", "reboot (skipped)"}, ""},
+			[]string{"backend-rollback (done)", "reboot (skipped)", "verify-rollback"}, "rollback/verify-rollback"},
 		{"the new image runs (its gates failed): reboot", workerOS, "slot-a", ActGates, ImageObserved{Booted: "slot-b", Staged: "slot-a"},
-			[]string{"backend-rollback (done)", "restore-files (done)", "reboot"}, "rollback/reboot"},
+			[]string{"backend-rollback (done)", "restore-files (done)", "reboot", "verify-rollback"}, "rollback/reboot"},
 		{"the old image runs, another boots next: reboot", workerOS, "slot-a", ActBackendVerify, ImageObserved{Booted: "slot-a", Staged: "slot-b"},
-			[]string{"backend-rollback (done)", "reboot"}, "rollback/reboot"},
+			[]string{"backend-rollback (done)", "reboot", "verify-rollback"}, "rollback/reboot"},
 		{"no image recorded when the plan started (a journal from before, a backend that could not say): reboot", workerOS, "", ActBackendVerify, ImageObserved{Booted: "slot-a"},
-			[]string{"backend-rollback (done)", "reboot"}, "rollback/reboot"},
+			[]string{"backend-rollback (done)", "reboot", "verify-rollback"}, "rollback/reboot"},
 		{"worker, the old slot booted after the Kubernetes part (a power cut in the trial): the kubelet restarts instead",
 			workerOS, "slot-a", ActBackendCommit, ImageObserved{Booted: "slot-a"},
-			[]string{"backend-rollback (done)", "restore-files (done)", "reboot (skipped)", "restart-kubelet"}, "rollback/restart-kubelet"},
+			[]string{"backend-rollback (done)", "restore-files (done)", "reboot (skipped)", "restart-kubelet", "verify-rollback"}, "rollback/restart-kubelet"},
 		{"control plane, static pods upgraded before the image, GRUB fell back: files and etcd restored, the kubelet restarts instead",
 			cpK8sFirst, "slot-a", ActBackendVerify, ImageObserved{Booted: "slot-a"},
-			[]string{"backend-rollback (done)", "restore-files (done)", "restore-etcd (done)", "reboot (skipped)", "restart-kubelet"}, "rollback/restart-kubelet"},
+			[]string{"backend-rollback (done)", "restore-files (done)", "restore-etcd (done)", "reboot (skipped)", "restart-kubelet", "verify-rollback"}, "rollback/restart-kubelet"},
 		{"the plan's files were written before the boot (any service may have read them): reboot",
 			withBinaries(cpFull), "slot-a", ActBackendVerify, ImageObserved{Booted: "slot-a"},
-			[]string{"backend-rollback (done)", "restore-files (done)", "restore-etcd (done)", "reboot"}, "rollback/reboot"},
+			[]string{"backend-rollback (done)", "restore-files (done)", "restore-etcd (done)", "reboot", "verify-rollback"}, "rollback/reboot"},
 		{"the NTP client was restarted on the plan's servers: reboot",
 			withBinaries(Spec{ControlPlane: true, Kubeadm: protocol.KubeadmUpgradeApply, Version: "v1.36.0", NTP: true, OS: true, Caps: abCaps}), "slot-a", ActBackendVerify, ImageObserved{Booted: "slot-a"},
-			[]string{"backend-rollback (done)", "restore-files (done)", "restore-etcd (done)", "reboot"}, "rollback/reboot"},
+			[]string{"backend-rollback (done)", "restore-files (done)", "restore-etcd (done)", "reboot", "verify-rollback"}, "rollback/reboot"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -116,15 +116,18 @@ func TestImageObservedSkipsANeedlessRollbackReboot(t *testing.T) {
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(persist(t, s)).To(Equal(before), "Step must not mutate its input")
 			g.Expect(rollbackKeys(got)).To(Equal(tt.wantRollback))
-			if tt.wantNext == "" {
-				g.Expect(out.Next).To(BeNil())
-				g.Expect(got.Phase).To(Equal(protocol.PhaseRolledBack))
-				g.Expect(got.Status().Message).To(HaveSuffix("; not rebooted: the node already ran the image it ran before the update"))
-				return
-			}
 			g.Expect(out.Next).NotTo(BeNil())
 			g.Expect(out.Next.Key()).To(Equal(tt.wantNext))
 			g.Expect(got.Phase).To(Equal(protocol.PhaseRollingBack))
+			if tt.wantNext != "rollback/verify-rollback" {
+				return
+			}
+			// The old image runs: the check passes and the rollback ends.
+			got, out, err = Step(got, ActionSucceeded{Name: ActVerifyRollback})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(out.Next).To(BeNil())
+			g.Expect(got.Phase).To(Equal(protocol.PhaseRolledBack))
+			g.Expect(got.Status().Message).To(HaveSuffix("; not rebooted: the node already ran the image it ran before the update"))
 		})
 	}
 }
@@ -151,12 +154,15 @@ func TestSkippedRebootResumesExactly(t *testing.T) {
 	g.Expect(out.Next.Key()).To(Equal("rollback/restart-kubelet"))
 	s, out, err = Step(s, ActionSucceeded{Name: ActRestartKubelet})
 	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out.Next.Key()).To(Equal("rollback/verify-rollback"))
+	s, out, err = Step(persist(t, s), ActionSucceeded{Name: ActVerifyRollback})
+	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(out.Next).To(BeNil())
 	g.Expect(s.Phase).To(Equal(protocol.PhaseRolledBack))
-	g.Expect(rollbackKeys(s)).To(Equal([]string{"backend-rollback (done)", "restore-files (done)", "restore-etcd (done)", "reboot (skipped)", "restart-kubelet (done)"}))
+	g.Expect(rollbackKeys(s)).To(Equal([]string{"backend-rollback (done)", "restore-files (done)", "restore-etcd (done)", "reboot (skipped)", "restart-kubelet (done)", "verify-rollback (done)"}))
 	st := s.Status()
-	g.Expect(st.Step).To(Equal(5))
-	g.Expect(st.Steps).To(Equal(5))
+	g.Expect(st.Step).To(Equal(6))
+	g.Expect(st.Steps).To(Equal(6))
 
 	// Once done, the observation is refused: no reboot is due.
 	_, _, err = Step(s, ImageObserved{Booted: "slot-a"})

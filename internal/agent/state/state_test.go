@@ -110,15 +110,15 @@ func TestDeriveRollback(t *testing.T) {
 		{"snapshot fails: nothing changed", cpFull, ActEtcdSnapshot, []ActionName{}},
 		{"stage fails: backend rollback only", cpFull, ActBackendStage, []ActionName{ActBackendRollback}},
 		{"reboot command fails: no reboot to undo", cpFull, ActReboot, []ActionName{ActBackendRollback}},
-		{"verify fails after reboot: rollback and reboot back", cpFull, ActBackendVerify, []ActionName{ActBackendRollback, ActReboot}},
-		{"backup fails after reboot", cpFull, ActBackupFiles, []ActionName{ActBackendRollback, ActReboot}},
-		{"kubeadm upgrade fails on control plane: everything", cpFull, ActKubeadmUpgrade, []ActionName{ActBackendRollback, ActRestoreFiles, ActRestoreEtcd, ActReboot}},
-		{"gates fail on control plane: everything, image first (read-only /usr comes back with it)", cpFull, ActGates, []ActionName{ActBackendRollback, ActRestoreFiles, ActRestoreEtcd, ActReboot}},
-		{"commit fails", cpFull, ActBackendCommit, []ActionName{ActBackendRollback, ActRestoreFiles, ActRestoreEtcd, ActReboot}},
+		{"verify fails after reboot: rollback, reboot back, check the old image runs", cpFull, ActBackendVerify, []ActionName{ActBackendRollback, ActReboot, ActVerifyRollback}},
+		{"backup fails after reboot", cpFull, ActBackupFiles, []ActionName{ActBackendRollback, ActReboot, ActVerifyRollback}},
+		{"kubeadm upgrade fails on control plane: everything", cpFull, ActKubeadmUpgrade, []ActionName{ActBackendRollback, ActRestoreFiles, ActRestoreEtcd, ActReboot, ActVerifyRollback}},
+		{"gates fail on control plane: everything, image first (read-only /usr comes back with it)", cpFull, ActGates, []ActionName{ActBackendRollback, ActRestoreFiles, ActRestoreEtcd, ActReboot, ActVerifyRollback}},
+		{"commit fails", cpFull, ActBackendCommit, []ActionName{ActBackendRollback, ActRestoreFiles, ActRestoreEtcd, ActReboot, ActVerifyRollback}},
 		{"static pods first, kubeadm upgrade fails: image staged only, files, etcd, kubelet restart (no reboot happened)",
 			withBinaries(cpFull), ActKubeadmUpgrade, []ActionName{ActBackendRollback, ActRestoreFiles, ActRestoreEtcd, ActRestartKubelet}},
 		{"static pods first, gates fail after booting the image: everything and reboot back",
-			withBinaries(cpFull), ActGates, []ActionName{ActBackendRollback, ActRestoreFiles, ActRestoreEtcd, ActReboot}},
+			withBinaries(cpFull), ActGates, []ActionName{ActBackendRollback, ActRestoreFiles, ActRestoreEtcd, ActReboot, ActVerifyRollback}},
 		{"worker gates fail: files, kubelet restart", workerK8s, ActGates, []ActionName{ActRestoreFiles, ActRestartKubelet}},
 		{"worker kubeadm install fails: kubeadm restored, the running kubelet left alone", workerK8s, ActInstallKubeadm, []ActionName{ActRestoreFiles}},
 		{"worker kubelet install fails: restore, restart", workerK8s, ActInstallKubelet, []ActionName{ActRestoreFiles, ActRestartKubelet}},
@@ -138,13 +138,13 @@ func TestDeriveRollback(t *testing.T) {
 		members int
 		want    []ActionName
 	}{
-		{"three members, gates fail: image, files, reboot; no etcd restore", cpFull, ActGates, 3, []ActionName{ActBackendRollback, ActRestoreFiles, ActReboot}},
+		{"three members, gates fail: image, files, reboot; no etcd restore", cpFull, ActGates, 3, []ActionName{ActBackendRollback, ActRestoreFiles, ActReboot, ActVerifyRollback}},
 		{"three members, control-plane-config fails: files only", Spec{ControlPlane: true, EtcdSnapshot: true, Kubeadm: protocol.KubeadmNone, ControlPlaneConfig: true}, ActControlPlaneConfig, 3, []ActionName{ActRestoreFiles}},
-		{"member count unknown: no etcd restore", cpFull, ActKubeadmUpgrade, 0, []ActionName{ActBackendRollback, ActRestoreFiles, ActReboot}},
-		{"one member: restore", cpFull, ActKubeadmUpgrade, 1, []ActionName{ActBackendRollback, ActRestoreFiles, ActRestoreEtcd, ActReboot}},
+		{"member count unknown: no etcd restore", cpFull, ActKubeadmUpgrade, 0, []ActionName{ActBackendRollback, ActRestoreFiles, ActReboot, ActVerifyRollback}},
+		{"one member: restore", cpFull, ActKubeadmUpgrade, 1, []ActionName{ActBackendRollback, ActRestoreFiles, ActRestoreEtcd, ActReboot, ActVerifyRollback}},
 		{"one member, configuration only, data kept: files only", Spec{ControlPlane: true, EtcdSnapshot: true, Kubeadm: protocol.KubeadmNone, ControlPlaneConfig: true, KeepEtcd: true}, ActControlPlaneConfig, 1, []ActionName{ActRestoreFiles}},
-		{"one member, upgrade, data kept (policy Never): no etcd restore", withKeepEtcd(cpFull), ActGates, 1, []ActionName{ActBackendRollback, ActRestoreFiles, ActReboot}},
-		{"one member, kubeadm failed before changing anything (failed empty): no etcd restore", cpFull, "", 1, []ActionName{ActBackendRollback, ActRestoreFiles, ActReboot}},
+		{"one member, upgrade, data kept (policy Never): no etcd restore", withKeepEtcd(cpFull), ActGates, 1, []ActionName{ActBackendRollback, ActRestoreFiles, ActReboot, ActVerifyRollback}},
+		{"one member, kubeadm failed before changing anything (failed empty): no etcd restore", cpFull, "", 1, []ActionName{ActBackendRollback, ActRestoreFiles, ActReboot, ActVerifyRollback}},
 	}
 	for _, tt := range multi {
 		t.Run(tt.name, func(t *testing.T) {
@@ -410,7 +410,7 @@ func TestRebootWithoutNewBootIsReissued(t *testing.T) {
 }
 
 func TestFailedGateRollsBackOnceInOrder(t *testing.T) {
-	for _, crash := range []int{-1, 13, 14, 15, 16} {
+	for _, crash := range []int{-1, 13, 14, 15, 16, 17} {
 		t.Run("crash-"+strconv.Itoa(crash), func(t *testing.T) {
 			g := NewWithT(t)
 			h := newHost()
@@ -419,7 +419,7 @@ func TestFailedGateRollsBackOnceInOrder(t *testing.T) {
 			s = drive(t, h, s, out, crash, false)
 			g.Expect(s.Phase).To(Equal(protocol.PhaseRolledBack))
 			g.Expect(h.order[indexOf(Derive(cpFull), ActGates):]).To(Equal([]string{
-				"gates", "rollback/backend-rollback", "rollback/restore-files", "rollback/restore-etcd", "rollback/reboot",
+				"gates", "rollback/backend-rollback", "rollback/restore-files", "rollback/restore-etcd", "rollback/reboot", "rollback/verify-rollback",
 			}))
 			for k, v := range h.runs {
 				g.Expect(v).To(Equal(1), "action %s", k)
@@ -431,8 +431,8 @@ func TestFailedGateRollsBackOnceInOrder(t *testing.T) {
 			g.Expect(st.Message).To(Equal("rolled back because gates failed: kubelet-version: kubelet reports v1.35.0, want v1.36.0" +
 				"; etcd was restored from its snapshot taken when the update started at 1970-01-01T00:01:40Z: every write to the cluster since then is lost"))
 			g.Expect(st.EtcdData).To(Equal(protocol.EtcdDataRestored))
-			g.Expect(st.Step).To(Equal(4))
-			g.Expect(st.Steps).To(Equal(4))
+			g.Expect(st.Step).To(Equal(5))
+			g.Expect(st.Steps).To(Equal(5))
 		})
 	}
 }
