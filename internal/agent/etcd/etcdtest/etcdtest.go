@@ -66,21 +66,39 @@ func isFile(p string) bool {
 	return err == nil && info.Mode().IsRegular()
 }
 
-// Ports returns n free loopback TCP ports.
+// handedOut holds every port Ports returned in this process. A port is free when
+// Ports closes its listener, and the kernel may hand it out again at once: to the
+// next member of the same cluster, whose etcd then fails to bind.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// Ports returns n free loopback TCP ports, none returned before in this process.
 func Ports(t testing.TB, n int) []int {
 	t.Helper()
+	handedOut.Lock()
+	defer handedOut.Unlock()
 	var out []int
 	var ls []net.Listener
-	for range n {
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
+	for len(out) < n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Held open until the end, so the kernel does not offer the port again.
 		ls = append(ls, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		_ = l.Close()
+		port := l.Addr().(*net.TCPAddr).Port
+		if handedOut.ports[port] {
+			continue
+		}
+		handedOut.ports[port] = true
+		out = append(out, port)
 	}
 	return out
 }
