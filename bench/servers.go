@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/capi-inplace/capi-inplace/internal/extension/extensiontest"
+	"github.com/capi-inplace/capi-inplace/internal/freeport"
 	"github.com/capi-inplace/capi-inplace/internal/localstack"
 )
 
@@ -114,14 +115,9 @@ func StartServer(ctx context.Context, spec ServerSpec, dir, logDir string) (*Ser
 // Stop ends the process (TERM, then KILL).
 func (s *Server) Stop() { s.Proc.Stop(10 * time.Second) }
 
-// FreePort returns a TCP port free on 127.0.0.1 right now.
+// FreePort returns a TCP port free on 127.0.0.1 right now (freeport.Port).
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return freeport.Port()
 }
 
 func tlsDial(addr string) error {

@@ -14,19 +14,18 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	"github.com/capi-inplace/capi-inplace/internal/freeport"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 // freeAddr returns a loopback address with a port free right now.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Port()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 }
 
 // agentMetrics scrapes the agent's /metrics over HTTP: series (name with its

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/capi-inplace/capi-inplace/internal/extension"
 	"github.com/capi-inplace/capi-inplace/internal/extension/extensiontest"
+	"github.com/capi-inplace/capi-inplace/internal/freeport"
 	pt "github.com/capi-inplace/capi-inplace/internal/planner/plannertest"
 	"github.com/capi-inplace/capi-inplace/internal/policy"
 )
@@ -105,12 +105,11 @@ func run(tb testing.TB, start func(context.Context) error, port int, client *htt
 
 func freePort(tb testing.TB) int {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Port()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 func TestServerDiscoveryAndFailurePolicies(t *testing.T) {

@@ -2,11 +2,11 @@ package localstack
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 
 	"github.com/capi-inplace/capi-inplace/internal/extension/extensiontest"
+	"github.com/capi-inplace/capi-inplace/internal/freeport"
 )
 
 // servingCert is a self-made CA and a serving certificate it signed for 127.0.0.1
@@ -33,13 +33,8 @@ func newServingCert(dir string) (servingCert, error) {
 	return servingCert{Dir: dir, CAPEM: caPEM}, nil
 }
 
-// freePort asks the kernel for a free TCP port on 127.0.0.1. The port is released
-// before the caller binds it; the window is small and the stack runs alone.
+// freePort is a free TCP port on 127.0.0.1 for a component of the stack to bind
+// (freeport.Port: never one handed out before in this process).
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return freeport.Port()
 }

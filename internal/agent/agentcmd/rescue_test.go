@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +30,7 @@ import (
 	"github.com/capi-inplace/capi-inplace/internal/backend"
 	"github.com/capi-inplace/capi-inplace/internal/backend/backendtest"
 	"github.com/capi-inplace/capi-inplace/internal/backend/none"
+	"github.com/capi-inplace/capi-inplace/internal/freeport"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
@@ -76,13 +78,11 @@ func exists(t *testing.T, p string) bool {
 // freePort returns a loopback port nothing listens on.
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Port()
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	_ = l.Close()
-	return port
+	return strconv.Itoa(port)
 }
 
 // fixedBoot is a node's boot: its ID never changes (a reboot happened before).

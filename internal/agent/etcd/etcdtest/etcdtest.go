@@ -11,7 +11,6 @@ package etcdtest
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +21,7 @@ import (
 	"time"
 
 	"github.com/capi-inplace/capi-inplace/internal/agent/etcd"
+	"github.com/capi-inplace/capi-inplace/internal/freeport"
 )
 
 // Binary returns the etcd binary: $ETCD_BIN, <repo>/bin/etcd, or etcd on PATH. It
@@ -66,41 +66,15 @@ func isFile(p string) bool {
 	return err == nil && info.Mode().IsRegular()
 }
 
-// handedOut holds every port Ports returned in this process. A port is free when
-// Ports closes its listener, and the kernel may hand it out again at once: to the
-// next member of the same cluster, whose etcd then fails to bind.
-var handedOut = struct {
-	sync.Mutex
-	ports map[int]bool
-}{ports: map[int]bool{}}
-
-// Ports returns n free loopback TCP ports, none returned before in this process.
+// Ports returns n free loopback TCP ports, none returned before in this process
+// (freeport.Ports).
 func Ports(t testing.TB, n int) []int {
 	t.Helper()
-	handedOut.Lock()
-	defer handedOut.Unlock()
-	var out []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	for len(out) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Held open until the end, so the kernel does not offer the port again.
-		ls = append(ls, l)
-		port := l.Addr().(*net.TCPAddr).Port
-		if handedOut.ports[port] {
-			continue
-		}
-		handedOut.ports[port] = true
-		out = append(out, port)
+	p, err := freeport.Ports(n)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	return p
 }
 
 // Member is one etcd process definition.

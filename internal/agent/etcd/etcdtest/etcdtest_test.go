@@ -40,17 +40,3 @@ func TestNoEtcdSkipsAtOnce(t *testing.T) {
 		t.Fatal("a test without an etcd binary did not return within 20 s")
 	}
 }
-
-// TestPortsNeverRepeat: ports handed out in one process are never handed out
-// again, even once their listeners are closed (the kernel reuses them at once).
-func TestPortsNeverRepeat(t *testing.T) {
-	seen := map[int]bool{}
-	for range 200 {
-		for _, p := range Ports(t, 2) {
-			if seen[p] {
-				t.Fatalf("port %d handed out twice", p)
-			}
-			seen[p] = true
-		}
-	}
-}
