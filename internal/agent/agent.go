@@ -182,6 +182,10 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, secret *corev1
 		return nil
 	}
 	sealed, err := protocol.DecodeSealedPlan(secret.Data[inplacev1.PlanSecretDataKey])
+	if errors.Is(err, protocol.ErrPlanNewerThanAgent) {
+		a.waitForNewerAgent(desired, err)
+		return nil
+	}
 	if err != nil {
 		// The Node and Secret watches are separate streams: the Node's new desired
 		// plan can arrive before the Secret written ahead of it. A rejection is
@@ -207,6 +211,9 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, secret *corev1
 	plan, err := sealed.Open(a.Key)
 	var otherKey *protocol.SealedToAnotherKeyError
 	switch {
+	case errors.Is(err, protocol.ErrPlanNewerThanAgent):
+		a.waitForNewerAgent(desired, err)
+		return nil
 	case errors.As(err, &otherKey):
 		// Not a rejection: the plan's hash stays the same when the coordinator seals
 		// it again to this node's key (its next call does, seeing the new key on the
@@ -326,4 +333,17 @@ func (a *Agent) refuse(ctx context.Context, nodes corelisters.NodeLister, synced
 		case <-a.kick:
 		}
 	}
+}
+
+// waitForNewerAgent reports a plan written for a newer agent (its fields are
+// unknown here: protocol.ErrPlanNewerThanAgent) Pending, neither applied nor
+// refused: a rejection would be journaled against the plan's hash for good, and
+// the agent that knows those fields, which the coordinator rolls out with the
+// DaemonSet's image, applies the same plan. The coordinator's deadlines bound the
+// wait.
+func (a *Agent) waitForNewerAgent(desired string, err error) {
+	a.Log.Info("Waiting for a newer agent: the plan has fields this agent does not know", "plan", desired, "error", err.Error())
+	st := pending(desired, fmt.Sprintf("not applying plan %s: %v; waiting for the agent DaemonSet to run an agent that knows them", desired, err))
+	st.Reason = protocol.ReasonAgentOutdated
+	a.Reporter.Report(st)
 }

@@ -88,6 +88,41 @@ func TestPlanSealedToAnotherKeyIsRefused(t *testing.T) {
 	g.Expect(n.read("etc/app/app.conf")).To(Equal("new\n"))
 }
 
+// TestPlanForANewerAgentWaits: a plan whose envelope has a field this agent does
+// not know (a newer coordinator wrote it while the agent DaemonSet still rolls
+// out) is neither applied nor refused for good: the Node says Pending,
+// AgentOutdated, nothing on the host changes, and the same plan, once readable
+// (as the newer agent reads it), applies under the same hash. Refused as
+// InvalidPlan, it was journaled Failed for good and counted against the budget.
+func TestPlanForANewerAgentWaits(t *testing.T) {
+	g := NewWithT(t)
+	n := newNode(t, "worker-outdated", "v1.35.2", false)
+	n.start()
+	key := n.publicKey()
+	g.Eventually(func() string { return n.read(".sim/boot-id") }, 20*time.Second).ShouldNot(Equal("<missing>"))
+	before := tree(t, n.root)
+
+	plan := workerPlan(n.name)
+	raw, err := nodeplan.Seal(plan, key)
+	g.Expect(err).NotTo(HaveOccurred())
+	newer := bytes.Replace(raw, []byte(`"kind"`), []byte(`"signature":"from a newer coordinator","kind"`), 1)
+	g.Expect(newer).NotTo(Equal(raw))
+	hash, _ := plan.Hash()
+	n.publish(newer, hash)
+	g.Eventually(func() string { return n.status().Reason }, 20*time.Second).Should(Equal(protocol.ReasonAgentOutdated))
+	g.Expect(n.status().Phase).To(Equal(protocol.PhasePending))
+	g.Expect(n.status().Message).To(ContainSubstring(`unknown field "signature"`))
+	g.Consistently(func() protocol.Phase { return n.status().Phase }, 3*time.Second).Should(Equal(protocol.PhasePending), "waiting, not failed")
+	g.Expect(n.read(".sim/commands.log")).To(Equal("<missing>"), "no command ran")
+	after := tree(t, n.root)
+	delete(after, "var/lib/capi-inplace/journal.json")
+	g.Expect(after).To(Equal(before), "nothing on the host changed")
+
+	g.Expect(n.publishPlan(plan)).To(Equal(hash))
+	n.waitPhase(g, hash, protocol.PhaseCommitted, 60*time.Second)
+	g.Expect(n.read("etc/app/app.conf")).To(Equal("new\n"))
+}
+
 // adminConfig is the suite's admin connection to the API server.
 func adminConfig(t *testing.T) *rest.Config {
 	t.Helper()

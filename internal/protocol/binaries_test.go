@@ -91,10 +91,10 @@ func TestBinariesRoundTrip(t *testing.T) {
 	g.Expect(got).To(Equal(p))
 
 	// An unknown field inside binaries (say, inline content from a newer
-	// coordinator) is refused, never half-applied.
+	// coordinator) is refused, never half-applied: a plan for a newer agent.
 	bad := strings.Replace(string(data), `"platform":`, `"content":"AAAA","platform":`, 1)
 	_, err = DecodePlan([]byte(bad))
-	g.Expect(err).To(MatchError(ErrInvalidPlan))
+	g.Expect(err).To(MatchError(ErrPlanNewerThanAgent))
 	g.Expect(err.Error()).To(ContainSubstring(`unknown field "content"`))
 
 	// A plan without binaries encodes without the key: existing plans keep their hash.

@@ -283,6 +283,36 @@ var (
 // ErrInvalidPlan is wrapped by every validation error of a plan.
 var ErrInvalidPlan = errors.New("invalid node plan")
 
+// ErrPlanNewerThanAgent: the plan (or its sealed envelope) has fields this agent
+// does not know, and would decode without them: a newer coordinator wrote it,
+// typically while the agent DaemonSet still rolls out the agent that knows them.
+// The plan is not applied (half of it must never run), and not refused for good
+// either: the newer agent applies it. See ReasonAgentOutdated.
+var ErrPlanNewerThanAgent = errors.New("the plan has fields this agent does not know")
+
+// ReasonAgentOutdated is the NodeStatus reason of a Pending plan that is newer
+// than the agent (ErrPlanNewerThanAgent).
+const ReasonAgentOutdated = "AgentOutdated"
+
+// decodeStrict decodes one JSON value, refusing unknown fields. A value that
+// fails only because of unknown fields gives ErrPlanNewerThanAgent; any other
+// failure, ErrInvalidPlan. what names the value in errors.
+func decodeStrict[T any](data []byte, what string) (*T, error) {
+	v := new(T)
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if json.Unmarshal(data, new(T)) == nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrPlanNewerThanAgent, what, err)
+		}
+		return nil, fmt.Errorf("%w: decode %s: %w", ErrInvalidPlan, what, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%w: trailing data after the %s", ErrInvalidPlan, what)
+	}
+	return v, nil
+}
+
 // Validate checks that the plan is complete and internally consistent. It does not
 // know which backends a node has: the agent checks that separately.
 func (p *NodePlan) Validate() error {
@@ -409,16 +439,13 @@ func EncodePlan(p *NodePlan) ([]byte, error) {
 }
 
 // DecodePlan parses and validates a plan. Unknown fields are refused: a plan from a
-// newer coordinator that this agent does not understand must not be half-applied.
+// newer coordinator that this agent does not understand must not be half-applied
+// (ErrPlanNewerThanAgent); anything else that does not decode or validate wraps
+// ErrInvalidPlan.
 func DecodePlan(data []byte) (*NodePlan, error) {
-	dec := json.NewDecoder(strings.NewReader(string(data)))
-	dec.DisallowUnknownFields()
-	p := &NodePlan{}
-	if err := dec.Decode(p); err != nil {
-		return nil, fmt.Errorf("%w: decode: %w", ErrInvalidPlan, err)
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("%w: trailing data after the plan", ErrInvalidPlan)
+	p, err := decodeStrict[NodePlan](data, "plan")
+	if err != nil {
+		return nil, err
 	}
 	if err := p.Validate(); err != nil {
 		return nil, err

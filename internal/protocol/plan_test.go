@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -106,7 +107,7 @@ func TestDecodePlanRefusesBadInput(t *testing.T) {
 	}{
 		{name: "empty", data: "", wantErr: "decode"},
 		{name: "garbage", data: "not json", wantErr: "decode"},
-		{name: "unknown field", data: strings.Replace(string(good), `"kind"`, `"extra":1,"kind"`, 1), wantErr: "unknown field"},
+		{name: "unknown field beside a value of the wrong type", data: strings.Replace(strings.Replace(string(good), `"kind"`, `"extra":1,"kind"`, 1), `"worker-1"`, `1`, 1), wantErr: "unknown field"},
 		{name: "trailing data", data: string(good) + "{}", wantErr: "trailing"},
 		{name: "invalid content", data: strings.Replace(string(good), `"worker-1"`, `"Worker 1"`, 1), wantErr: "nodeName"},
 	}
@@ -118,6 +119,26 @@ func TestDecodePlanRefusesBadInput(t *testing.T) {
 			g.Expect(err.Error()).To(ContainSubstring(tt.wantErr))
 		})
 	}
+}
+
+// TestDecodeNewerThanAgent: a plan or sealed envelope that decodes once its
+// unknown fields are left out was written by a newer coordinator: refused with
+// ErrPlanNewerThanAgent (the agent waits for the agent that knows them), never
+// ErrInvalidPlan (which the agent journals as a failure for good).
+func TestDecodeNewerThanAgent(t *testing.T) {
+	g := NewWithT(t)
+	plain, err := EncodePlan(validPlan())
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = DecodePlan([]byte(strings.Replace(string(plain), `"kind"`, `"artifactSources":[],"kind"`, 1)))
+	g.Expect(err).To(MatchError(ErrPlanNewerThanAgent))
+	g.Expect(err).NotTo(MatchError(ErrInvalidPlan))
+	g.Expect(err.Error()).To(ContainSubstring(`unknown field "artifactSources"`))
+
+	sealed, err := SealPlan(validPlan(), newKey(t).PublicKey(), testPin)
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = DecodeSealedPlan(bytes.Replace(sealed, []byte(`"kind"`), []byte(`"signature":"x","kind"`), 1))
+	g.Expect(err).To(MatchError(ErrPlanNewerThanAgent))
+	g.Expect(err).NotTo(MatchError(ErrInvalidPlan))
 }
 
 func TestPreflightFlag(t *testing.T) {

@@ -204,14 +204,9 @@ func DecodeSealedPlan(data []byte) (*SealedPlan, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: not a sealed plan (no ciphertext after the header)", ErrInvalidPlan)
 	}
-	dec := json.NewDecoder(bytes.NewReader(header))
-	dec.DisallowUnknownFields()
-	s := &SealedPlan{}
-	if err := dec.Decode(s); err != nil {
-		return nil, fmt.Errorf("%w: decode sealed plan header: %w", ErrInvalidPlan, err)
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("%w: trailing data after the sealed plan header", ErrInvalidPlan)
+	s, err := decodeStrict[SealedPlan](header, "sealed plan header")
+	if err != nil {
+		return nil, err
 	}
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }

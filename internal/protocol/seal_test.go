@@ -116,7 +116,7 @@ func TestDecodeSealedPlanRefusesBadInput(t *testing.T) {
 		{"empty", nil, "not a sealed plan"},
 		{"a plain plan", plain, "not a sealed plan"},
 		{"garbage header", []byte("x\nabc"), "decode sealed plan header"},
-		{"unknown field", bytes.Replace(good, []byte(`"kind"`), []byte(`"extra":1,"kind"`), 1), "unknown field"},
+		{"unknown field beside a value of the wrong type", bytes.Replace(bytes.Replace(good, []byte(`"kind"`), []byte(`"extra":1,"kind"`), 1), []byte(`"worker-1"`), []byte(`1`), 1), "unknown field"},
 		{"other seal version", bytes.Replace(good, []byte(SealX25519AESGCM), []byte("x25519-v0"), 1), "seal"},
 		{"no ciphertext", append(bytes.SplitN(good, []byte{'\n'}, 2)[0], '\n'), "shorter than its tag"},
 		{"bad node name", bytes.Replace(good, []byte(`"worker-1"`), []byte(`"Worker 1"`), 1), "nodeName"},
