@@ -371,6 +371,7 @@ func (x *Executor) drive(ctx context.Context, log logr.Logger, e *journal.Entry,
 			continue
 		}
 		log.V(1).Info("Running action", "action", a.Key())
+		began := x.Now()
 		actErr := armErr
 		etcdMembers := 0
 		actx := WithAction(ctx, a.Key())
@@ -385,9 +386,15 @@ func (x *Executor) drive(ctx context.Context, log logr.Logger, e *journal.Entry,
 			// Interrupted, not failed: Resume repeats the action.
 			return st, ctx.Err()
 		}
+		// Each action's duration in the node's log: where an update's time goes
+		// (kubeadm's upgrade, a gate's wait) without a profiler on the node.
+		took := x.Now().Sub(began).Round(time.Millisecond)
 		var ev state.Event = state.ActionSucceeded{Name: a.Name, EtcdMembers: etcdMembers}
+		if actErr == nil {
+			log.Info("Action done", "action", a.Key(), "took", took.String())
+		}
 		if actErr != nil {
-			log.Info("Action failed", "action", a.Key(), "error", actErr.Error())
+			log.Info("Action failed", "action", a.Key(), "took", took.String(), "error", actErr.Error())
 			failed := state.ActionFailed{Name: a.Name, Reason: reasonOf(actErr), Message: actErr.Error(),
 				Unchanged: armErr != nil || errors.Is(actErr, kube.ErrNodeUnchanged)}
 			if ge := (*gate.Error)(nil); errors.As(actErr, &ge) {
