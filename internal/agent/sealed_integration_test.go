@@ -76,13 +76,28 @@ func TestPlanSealedToAnotherKeyIsRefused(t *testing.T) {
 	st := n.status()
 	g.Expect(st.Message).To(ContainSubstring("sealed to key " + protocol.KeyID(oldKey.PublicKey())))
 	g.Expect(st.Message).To(ContainSubstring("this node's key is " + protocol.KeyID(key)))
-	g.Consistently(func() protocol.Phase { return n.status().Phase }, 2*time.Second).Should(Equal(protocol.PhasePending), "refused, not failed")
-	g.Expect(n.read(".sim/commands.log")).To(Equal("<missing>"), "no command ran")
-	after := tree(t, n.root)
-	delete(after, "var/lib/capi-inplace/journal.json")
-	g.Expect(after).To(Equal(before), "nothing on the host changed")
+	n.expectPendingAndUntouched(g, before, 2*time.Second)
 
 	// The coordinator seals the same plan to the node's key: same hash, applied.
+	n.expectPlanApplies(g, plan, hash)
+}
+
+// expectPendingAndUntouched checks that the node's plan stays Pending for d
+// (refused, not failed), that no command ran and that nothing on the host
+// changed since before but the journal.
+func (n *node) expectPendingAndUntouched(g Gomega, before map[string]string, d time.Duration) {
+	n.t.Helper()
+	g.Consistently(func() protocol.Phase { return n.status().Phase }, d).Should(Equal(protocol.PhasePending), "refused, not failed")
+	g.Expect(n.read(".sim/commands.log")).To(Equal("<missing>"), "no command ran")
+	after := tree(n.t, n.root)
+	delete(after, "var/lib/capi-inplace/journal.json")
+	g.Expect(after).To(Equal(before), "nothing on the host changed")
+}
+
+// expectPlanApplies publishes plan sealed to the node's key and checks that it
+// commits under hash.
+func (n *node) expectPlanApplies(g Gomega, plan *protocol.NodePlan, hash string) {
+	n.t.Helper()
 	g.Expect(n.publishPlan(plan)).To(Equal(hash))
 	n.waitPhase(g, hash, protocol.PhaseCommitted, 60*time.Second)
 	g.Expect(n.read("etc/app/app.conf")).To(Equal("new\n"))
@@ -112,15 +127,8 @@ func TestPlanForANewerAgentWaits(t *testing.T) {
 	g.Eventually(func() string { return n.status().Reason }, 20*time.Second).Should(Equal(protocol.ReasonAgentOutdated))
 	g.Expect(n.status().Phase).To(Equal(protocol.PhasePending))
 	g.Expect(n.status().Message).To(ContainSubstring(`unknown field "signature"`))
-	g.Consistently(func() protocol.Phase { return n.status().Phase }, 3*time.Second).Should(Equal(protocol.PhasePending), "waiting, not failed")
-	g.Expect(n.read(".sim/commands.log")).To(Equal("<missing>"), "no command ran")
-	after := tree(t, n.root)
-	delete(after, "var/lib/capi-inplace/journal.json")
-	g.Expect(after).To(Equal(before), "nothing on the host changed")
-
-	g.Expect(n.publishPlan(plan)).To(Equal(hash))
-	n.waitPhase(g, hash, protocol.PhaseCommitted, 60*time.Second)
-	g.Expect(n.read("etc/app/app.conf")).To(Equal("new\n"))
+	n.expectPendingAndUntouched(g, before, 3*time.Second)
+	n.expectPlanApplies(g, plan, hash)
 }
 
 // adminConfig is the suite's admin connection to the API server.
