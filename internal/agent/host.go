@@ -49,10 +49,10 @@ func (r HostRunner) Run(ctx context.Context, c backend.Command) (backend.Result,
 	if c.Stdin != nil {
 		cmd.Stdin = bytes.NewReader(c.Stdin)
 	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	output := c.Capture(cmd)
 	err = cmd.Run()
-	res := backend.Result{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), ExitCode: cmd.ProcessState.ExitCode()}
+	stdout, stderr := output()
+	res := backend.Result{Stdout: stdout, Stderr: stderr, ExitCode: cmd.ProcessState.ExitCode()}
 	if err != nil {
 		return res, &backend.CommandError{Command: c, Result: res, Err: err}
 	}

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os/exec"
 	"strings"
+	"sync"
 
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
@@ -22,6 +24,10 @@ type Command struct {
 	// and CommandError render each as Redacted, also inside the tool's own output
 	// (a tool may echo its input in an error). Stdin is never rendered at all.
 	Secrets []string
+	// Output, when set, is handed each line the command writes (stdout and
+	// stderr, secrets redacted) as it writes it, one call at a time: a long
+	// command's progress (kubeadm's phases) in the caller's log while it runs.
+	Output func(line string)
 }
 
 // Redacted stands for a secret value in every text the agent produces.
@@ -83,14 +89,88 @@ func (r ExecRunner) Run(ctx context.Context, c Command) (Result, error) {
 	if c.Stdin != nil {
 		cmd.Stdin = bytes.NewReader(c.Stdin)
 	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	output := c.Capture(cmd)
 	err := cmd.Run()
-	res := Result{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), ExitCode: cmd.ProcessState.ExitCode()}
+	stdout, stderr := output()
+	res := Result{Stdout: stdout, Stderr: stderr, ExitCode: cmd.ProcessState.ExitCode()}
 	if err != nil {
 		return res, &CommandError{Command: c, Result: res, Err: err}
 	}
 	return res, nil
+}
+
+// Capture points cmd's stdout and stderr at buffers and, when c.Output is set,
+// also hands c.Output each line as the command writes it. Call the returned
+// function once cmd has run: it hands on a last line without a newline and
+// returns what the command wrote to each stream.
+func (c Command) Capture(cmd *exec.Cmd) func() (stdout, stderr []byte) {
+	var out, errb bytes.Buffer
+	if c.Output == nil {
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		return func() ([]byte, []byte) { return out.Bytes(), errb.Bytes() }
+	}
+	var mu sync.Mutex // os/exec copies each stream on its own goroutine
+	lineOut := &lineWriter{mu: &mu, emit: func(l string) { c.Output(c.redact(l)) }}
+	lineErr := &lineWriter{mu: &mu, emit: lineOut.emit}
+	cmd.Stdout, cmd.Stderr = io.MultiWriter(&out, lineOut), io.MultiWriter(&errb, lineErr)
+	return func() ([]byte, []byte) {
+		lineOut.flush()
+		lineErr.flush()
+		return out.Bytes(), errb.Bytes()
+	}
+}
+
+// lineWriter hands each complete line written to it to emit. A line longer than
+// maxOutputLine is left out (a note stands in for it) rather than cut, which
+// could split a secret so that redaction misses half of it; pending memory stays
+// bounded either way.
+type lineWriter struct {
+	mu       *sync.Mutex
+	emit     func(string)
+	pending  []byte
+	skipping bool // inside a line too long to hand on, until its newline
+}
+
+const maxOutputLine = 4096
+
+var longLineNote = fmt.Sprintf("(a line longer than %d bytes, left out)", maxOutputLine)
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	rest := p
+	for len(rest) > 0 {
+		i := bytes.IndexByte(rest, '\n')
+		if i < 0 {
+			if !w.skipping {
+				w.pending = append(w.pending, rest...)
+				if len(w.pending) > maxOutputLine {
+					w.emit(longLineNote)
+					w.pending, w.skipping = nil, true
+				}
+			}
+			break
+		}
+		switch line := append(w.pending, rest[:i]...); {
+		case w.skipping:
+		case len(line) > maxOutputLine:
+			w.emit(longLineNote)
+		default:
+			w.emit(strings.TrimRight(string(line), "\r"))
+		}
+		w.pending, w.skipping = nil, false
+		rest = rest[i+1:]
+	}
+	return len(p), nil
+}
+
+func (w *lineWriter) flush() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.pending) > 0 && !w.skipping {
+		w.emit(string(w.pending))
+	}
+	w.pending, w.skipping = nil, false
 }
 
 // CommandError is returned when a command fails; its message carries the command

@@ -1,9 +1,12 @@
 package backend
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
+
+	. "github.com/onsi/gomega"
 )
 
 func TestCommandErrorRedactsSecrets(t *testing.T) {
@@ -51,4 +54,31 @@ func TestRedactKeepsOrdinaryText(t *testing.T) {
 			t.Errorf("RedactKnownSecrets(%q) = %q, want it unchanged", s, got)
 		}
 	}
+}
+
+// TestOutputLinesAsWritten: a command's lines reach Output as it writes them,
+// from both streams, secrets redacted, a last line without a newline included;
+// a line too long to hand on whole is left out (never cut, which could split a
+// secret past its redaction), and the Result still holds everything.
+func TestOutputLinesAsWritten(t *testing.T) {
+	g := NewWithT(t)
+	long := strings.Repeat("x", maxOutputLine+10)
+	var lines []string
+	c := Command{Name: "sh", Args: []string{"-c", `echo "phase one"; echo "token s3cret" >&2; echo ` + long + `; printf "last"`},
+		Secrets: []string{"s3cret"}, Output: func(l string) { lines = append(lines, l) }}
+	res, err := ExecRunner{}.Run(context.Background(), c)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(lines).To(ContainElements("phase one", "token "+Redacted, "last"))
+	g.Expect(lines).To(ContainElement(ContainSubstring("left out")))
+	for _, l := range lines {
+		g.Expect(l).NotTo(ContainSubstring("s3cret"))
+		g.Expect(len(l)).To(BeNumerically("<=", maxOutputLine))
+	}
+	g.Expect(string(res.Stdout)).To(Equal("phase one\n" + long + "\nlast"))
+	g.Expect(string(res.Stderr)).To(Equal("token s3cret\n"))
+
+	// Without Output nothing changes.
+	res, err = ExecRunner{}.Run(context.Background(), Command{Name: "sh", Args: []string{"-c", "echo quiet"}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(res.Stdout)).To(Equal("quiet\n"))
 }

@@ -374,7 +374,8 @@ func (x *Executor) drive(ctx context.Context, log logr.Logger, e *journal.Entry,
 		began := x.Now()
 		actErr := armErr
 		etcdMembers := 0
-		actx := WithAction(ctx, a.Key())
+		// The action's logger travels with ctx: a long command logs its output.
+		actx := logr.NewContext(WithAction(ctx, a.Key()), log.WithValues("action", a.Key()))
 		switch {
 		case armErr != nil:
 		case a.Name == state.ActEtcdSnapshot && !a.Rollback:

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
+
 	"github.com/capi-inplace/capi-inplace/internal/agent/artifact"
 	"github.com/capi-inplace/capi-inplace/internal/agent/etcd"
 	"github.com/capi-inplace/capi-inplace/internal/agent/service"
@@ -88,6 +90,15 @@ func (h *Host) run(ctx context.Context, name string, args ...string) (backend.Re
 	return h.Runner.Run(ctx, backend.Command{Name: name, Args: args})
 }
 
+// runLogged is run for a long command whose output tells where its time goes
+// (kubeadm's phases): each line goes to the logger in ctx as it is written.
+func (h *Host) runLogged(ctx context.Context, name string, args ...string) (backend.Result, error) {
+	log := logr.FromContextOrDiscard(ctx).WithValues("command", name)
+	return h.Runner.Run(ctx, backend.Command{Name: name, Args: args, Output: func(line string) {
+		log.Info("Command output", "line", line)
+	}})
+}
+
 // checkKubeadmVersion fails unless the node's kubeadm reports version.
 func (h *Host) checkKubeadmVersion(ctx context.Context, version string) error {
 	res, err := h.run(ctx, "kubeadm", "version", "-o", "short")
@@ -121,7 +132,7 @@ func (h *Host) KubeadmUpgrade(ctx context.Context, k protocol.KubernetesPlan) er
 	default:
 		return nil
 	}
-	if _, err := h.run(ctx, "kubeadm", append(args, k.PreflightFlag()...)...); err != nil {
+	if _, err := h.runLogged(ctx, "kubeadm", append(args, k.PreflightFlag()...)...); err != nil {
 		return fmt.Errorf("kubeadm upgrade: %w", err)
 	}
 	return nil
@@ -154,7 +165,7 @@ func (h *Host) applyPreflight(ctx context.Context, k protocol.KubernetesPlan) er
 	}
 	var err error
 	for attempt := 1; ; attempt++ {
-		if _, err = h.run(ctx, "kubeadm", args...); err == nil {
+		if _, err = h.runLogged(ctx, "kubeadm", args...); err == nil {
 			return nil
 		}
 		if attempt == PreflightAttempts {
