@@ -141,14 +141,16 @@ func (b *Backend) rpmOSTree(ctx context.Context, args ...string) (backend.Result
 
 // refusal reports whether a pull failed because of the artifact itself (the
 // commit does not exist or its objects do not match their checksums) rather than
-// because of the network or the host.
+// because of the network or the host. An HTTP remote answers a commit it does
+// not have with 404 (the same answer a wrong remote URL gets: neither passes on
+// a retry).
 func refusal(err error) bool {
 	var ce *backend.CommandError
 	if !errors.As(err, &ce) {
 		return false
 	}
 	msg := string(ce.Result.Stderr)
-	for _, s := range []string{"Corrupted", "checksum", "No such metadata object", "not found"} {
+	for _, s := range []string{"Corrupted", "checksum", "No such metadata object", "not found", "Server returned HTTP 404"} {
 		if strings.Contains(msg, s) {
 			return true
 		}

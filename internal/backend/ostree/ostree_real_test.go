@@ -2,6 +2,8 @@ package ostree
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -115,6 +117,22 @@ func (w world) artifact(csum string) backend.Artifact {
 	return backend.Artifact{Ref: w.src + ":testos/stable", Digest: "sha256:" + csum}
 }
 
+// remoteWorld is a world whose source repository is served over HTTP on
+// loopback and configured as the sysroot's remote "lane", as nodes pull images.
+type remoteWorld struct{ world }
+
+func (w world) httpRemote(t *testing.T) remoteWorld {
+	t.Helper()
+	srv := httptest.NewServer(http.FileServer(http.Dir(w.src)))
+	t.Cleanup(srv.Close)
+	run(t, "ostree", "--repo="+filepath.Join(w.sysroot, "ostree/repo"), "remote", "add", "--no-gpg-verify", "lane", srv.URL)
+	return remoteWorld{w}
+}
+
+func (w remoteWorld) artifact(csum string) backend.Artifact {
+	return backend.Artifact{Ref: "lane:testos/stable", Digest: "sha256:" + csum}
+}
+
 func TestRealOSTreeStageActivateCommit(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -198,6 +216,9 @@ func TestRealOSTreeRefusesBadArtifactBeforeChanging(t *testing.T) {
 		}},
 		{name: "malformed digest", artifact: func(_ *testing.T, w world) backend.Artifact {
 			return backend.Artifact{Ref: w.src + ":testos/stable", Digest: w.v2}
+		}},
+		{name: "digest is not a commit on an HTTP remote (404)", artifact: func(t *testing.T, w world) backend.Artifact {
+			return w.httpRemote(t).artifact(strings.Repeat("0", 64))
 		}},
 	}
 	for _, tt := range tests {
