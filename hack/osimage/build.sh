@@ -71,11 +71,37 @@ fi
 openssl req -x509 -newkey rsa:2048 -nodes -keyout "$work/key.pem" -out "$out/ca.pem" \
 	-days 3650 -subj "/CN=capi-inplace OS image lane" 2>/dev/null
 
+# The kernel modules a lane VM loads (`make e2e-os` logs /proc/modules at each
+# power-on) and those the image's tools need (RAUC mounts its bundle on a loop
+# device; the agent reads GRUB's environment on the FAT ESP). keep_modules keeps
+# them and what they depend on.
+vm_modules=(virtio_pci virtio_blk virtio_net virtio_rng virtio_console virtio_balloon ext4 vfat
+	nls_cp437 nls_ascii nls_iso8859-1 nls_utf8 efivarfs efi_pstore squashfs loop overlay fuse configfs i6300esb iTCO_wdt)
+
+# trim_tree <tree>: removes what no lane VM uses and every slot write and bundle
+# download would carry: most of the kernel's modules (two thirds of the root
+# file system), udev's hardware database (device descriptions) and the perl that
+# usrmerge pulled in for the installation only (perl-base stays).
+trim_tree() {
+	local tree=$1 kver keep
+	kver=$(ls "$tree/usr/lib/modules")
+	keep=$(for m in "${vm_modules[@]}"; do chroot "$tree" modprobe -S "$kver" --show-depends "$m"; done |
+		awk '$1 == "insmod" { print $2 }' | sort -u)
+	[[ -n $keep ]] || die "no kernel module of the VM's list found in $kver"
+	(cd "$tree" && find "lib/modules/$kver/kernel" -name '*.ko*' | sed 's|^|/|' | grep -vxF "$keep" |
+		sed 's|^/||' | xargs -r rm -f)
+	find "$tree/usr/lib/modules/$kver/kernel" -depth -type d -empty -delete
+	chroot "$tree" depmod -a "$kver"
+	rm -rf "$tree/usr/lib/udev/hwdb.bin" "$tree/usr/lib/udev/hwdb.d" "$tree/usr/share/perl" \
+		"$tree/usr/lib/x86_64-linux-gnu/perl" "$tree"/usr/lib/x86_64-linux-gnu/libperl.so*
+}
+
 # build_version <version> <ext4 image>: the root filesystem of one OS image version.
 build_version() {
 	local version=$1 img=$2 tree=$work/tree-$1
 	rm -rf "$tree" && mkdir -p "$tree"
 	tar -xf "$base" -C "$tree"
+	trim_tree "$tree"
 	cp -a "$here/rootfs/." "$tree/"
 	cp "$out/ca.pem" "$tree/etc/rauc/ca.pem"
 	install -m 0755 "$helper" "$tree/usr/local/bin/capi-inplace-vmhelper"

@@ -125,7 +125,8 @@ func (l *lane) powerOn() vmapi.Facts {
 	if err != nil {
 		l.t.Fatal(err)
 	}
-	l.t.Logf("powered on: slot %s, image %s, in %s", f.Slot, f.ImageVersion, time.Since(t0).Round(time.Second))
+	l.t.Logf("powered on: slot %s, image %s, in %s (%s; modules %s)", f.Slot, f.ImageVersion, time.Since(t0).Round(time.Second),
+		f.BootTime, strings.Join(f.Modules, " "))
 	l.boot = f
 	return f
 }

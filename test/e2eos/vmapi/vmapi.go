@@ -28,6 +28,9 @@ type Facts struct {
 	// BootTime is `systemd-analyze time` of this boot: firmware, loader, kernel,
 	// initrd and userspace, as systemd measured them.
 	BootTime string `json:"bootTime,omitempty"`
+	// Modules are the kernel modules loaded (/proc/modules): what the image must
+	// keep of the kernel's modules.
+	Modules []string `json:"modules,omitempty"`
 	// Boots are every boot that reached userspace, oldest first.
 	Boots []Boot `json:"boots"`
 	// Backend is the RAUC backend's status; BackendErr when it could not be read.

@@ -137,6 +137,13 @@ func (h *helper) facts(w http.ResponseWriter, r *http.Request) {
 	if out, err := exec.CommandContext(r.Context(), "systemd-analyze", "time").Output(); err == nil {
 		f.BootTime = strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
 	}
+	if mods, err := os.ReadFile("/proc/modules"); err == nil {
+		for _, line := range strings.Split(strings.TrimSpace(string(mods)), "\n") {
+			if name, _, ok := strings.Cut(line, " "); ok {
+				f.Modules = append(f.Modules, name)
+			}
+		}
+	}
 	boots, err := os.ReadFile(vmapi.BootsFile)
 	if err != nil {
 		fail(w, err)
