@@ -51,6 +51,8 @@ import (
 // control plane: the same three members (an in-place update keeps each member; a
 // replacement would remove one and add another), every one healthy.
 func TestHAControlPlaneAndWorkers(t *testing.T) {
+	haHeadStart.running.Store(true)
+	t.Cleanup(releaseHAHeadStart)
 	t.Parallel()
 	g := newG(t)
 	ctx := suite.ctx
@@ -59,6 +61,7 @@ func TestHAControlPlaneAndWorkers(t *testing.T) {
 	created := time.Now()
 	ms := waitMachinesRunning(t, ns, name, 5)
 	suite.figures.Add("ha: Cluster created -> 5 Machines with Ready nodes", time.Since(created))
+	releaseHAHeadStart()
 	waitControlPlaneHealthy(t, ns, name)
 	wc, err := workloadClient(ctx, ns, name)
 	g.Expect(err).NotTo(HaveOccurred())
