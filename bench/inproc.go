@@ -16,6 +16,7 @@ import (
 	"github.com/capi-inplace/capi-inplace/internal/coordinator"
 	"github.com/capi-inplace/capi-inplace/internal/extension"
 	"github.com/capi-inplace/capi-inplace/internal/extension/extensiontest"
+	"github.com/capi-inplace/capi-inplace/internal/freeport"
 	"github.com/capi-inplace/capi-inplace/internal/policy"
 	"github.com/capi-inplace/capi-inplace/internal/workload"
 )
@@ -109,7 +110,7 @@ func StartInProcess(ctx context.Context, name string, h *extension.Handlers, dir
 	if err != nil {
 		return nil, err
 	}
-	port, err := FreePort()
+	port, err := freeport.Port()
 	if err != nil {
 		return nil, err
 	}

@@ -76,11 +76,11 @@ func StartServer(ctx context.Context, spec ServerSpec, dir, logDir string) (*Ser
 	if err != nil {
 		return nil, fmt.Errorf("%s certificate: %w", spec.Name, err)
 	}
-	port, err := FreePort()
+	port, err := freeport.Port()
 	if err != nil {
 		return nil, err
 	}
-	mport, err := FreePort()
+	mport, err := freeport.Port()
 	if err != nil {
 		return nil, err
 	}
@@ -114,11 +114,6 @@ func StartServer(ctx context.Context, spec ServerSpec, dir, logDir string) (*Ser
 
 // Stop ends the process (TERM, then KILL).
 func (s *Server) Stop() { s.Proc.Stop(10 * time.Second) }
-
-// FreePort returns a TCP port free on 127.0.0.1 right now (freeport.Port).
-func FreePort() (int, error) {
-	return freeport.Port()
-}
 
 func tlsDial(addr string) error {
 	c, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // readiness probe only

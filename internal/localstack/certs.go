@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 
 	"github.com/capi-inplace/capi-inplace/internal/extension/extensiontest"
-	"github.com/capi-inplace/capi-inplace/internal/freeport"
 )
 
 // servingCert is a self-made CA and a serving certificate it signed for 127.0.0.1
@@ -31,10 +30,4 @@ func newServingCert(dir string) (servingCert, error) {
 		return servingCert{}, fmt.Errorf("write ca.crt: %w", err)
 	}
 	return servingCert{Dir: dir, CAPEM: caPEM}, nil
-}
-
-// freePort is a free TCP port on 127.0.0.1 for a component of the stack to bind
-// (freeport.Port: never one handed out before in this process).
-func freePort() (int, error) {
-	return freeport.Port()
 }

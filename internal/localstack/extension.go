@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/capi-inplace/capi-inplace/internal/freeport"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
@@ -100,7 +101,7 @@ func UpstreamTestExtension(binDir, name string, labels map[string]string) Extens
 // StartExtension starts the extension over HTTPS with a fresh certificate, registers
 // it with an ExtensionConfig and waits until CAPI has discovered its handlers.
 func (s *Stack) StartExtension(ctx context.Context, spec ExtensionSpec) (*Extension, error) {
-	port, err := freePort()
+	port, err := freeport.Port()
 	if err != nil {
 		return nil, err
 	}

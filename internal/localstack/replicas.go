@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/capi-inplace/capi-inplace/internal/freeport"
 	"io"
 	"net"
 	"path/filepath"
@@ -38,7 +39,7 @@ func (s *Stack) StartExtensionReplicas(ctx context.Context, spec ExtensionSpec, 
 	r := &ExtensionReplicas{Spec: spec, Cert: cert}
 	var backends []string
 	for i := range n {
-		port, err := freePort()
+		port, err := freeport.Port()
 		if err != nil {
 			return nil, err
 		}

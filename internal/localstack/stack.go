@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/capi-inplace/capi-inplace/internal/freeport"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -193,11 +194,11 @@ func Start(ctx context.Context, opts Options) (_ *Stack, retErr error) {
 				return nil, err
 			}
 		}
-		health, err := freePort()
+		health, err := freeport.Port()
 		if err != nil {
 			return nil, err
 		}
-		diag, err := freePort()
+		diag, err := freeport.Port()
 		if err != nil {
 			return nil, err
 		}

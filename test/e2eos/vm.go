@@ -17,7 +17,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/capi-inplace/capi-inplace/bench"
+	"github.com/capi-inplace/capi-inplace/internal/freeport"
 	"github.com/capi-inplace/capi-inplace/test/e2eos/vmapi"
 	"github.com/capi-inplace/capi-inplace/test/lanekit"
 )
@@ -70,7 +70,7 @@ func (v *VM) Start() error {
 	if v.Running() {
 		return errors.New("vm already running")
 	}
-	port, err := bench.FreePort()
+	port, err := freeport.Port()
 	if err != nil {
 		return err
 	}
