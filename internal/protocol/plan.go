@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -299,7 +300,7 @@ const ReasonAgentOutdated = "AgentOutdated"
 // failure, ErrInvalidPlan. what names the value in errors.
 func decodeStrict[T any](data []byte, what string) (*T, error) {
 	v := new(T)
-	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		if json.Unmarshal(data, new(T)) == nil {

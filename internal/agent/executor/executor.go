@@ -393,8 +393,7 @@ func (x *Executor) drive(ctx context.Context, log logr.Logger, e *journal.Entry,
 		var ev state.Event = state.ActionSucceeded{Name: a.Name, EtcdMembers: etcdMembers}
 		if actErr == nil {
 			log.Info("Action done", "action", a.Key(), "took", took.String())
-		}
-		if actErr != nil {
+		} else {
 			log.Info("Action failed", "action", a.Key(), "took", took.String(), "error", actErr.Error())
 			failed := state.ActionFailed{Name: a.Name, Reason: reasonOf(actErr), Message: actErr.Error(),
 				Unchanged: armErr != nil || errors.Is(actErr, kube.ErrNodeUnchanged)}

@@ -68,10 +68,7 @@ type HoldRecord interface {
 // observe records one check of plan (err nil: it passed) and returns a
 // *HoldTimeoutError once the plan has been held for the timeout, else err.
 func (h *HoldClock) observe(plan string, err error) error {
-	now := time.Now()
-	if h.Now != nil {
-		now = h.Now()
-	}
+	now := h.now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.load(now)
@@ -124,8 +121,15 @@ func (h *HoldClock) load(now time.Time) {
 func (h *HoldClock) EndHold(plan string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.load(time.Now())
+	h.load(h.now())
 	h.end(plan)
+}
+
+func (h *HoldClock) now() time.Time {
+	if h.Now != nil {
+		return h.Now()
+	}
+	return time.Now()
 }
 
 func (h *HoldClock) end(plan string) {
