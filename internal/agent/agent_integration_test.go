@@ -152,6 +152,18 @@ func (n *node) kill() {
 	}
 }
 
+// clearForRetry does on the Node what the coordinator's retry of a failed update
+// does: the plan withdrawn, the agent's status and state removed.
+func (n *node) clearForRetry(g Gomega) {
+	n.t.Helper()
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+		inplacev1.DesiredPlanAnnotation: nil, inplacev1.PlanPublishedAnnotation: nil,
+		inplacev1.StatusAnnotation: nil, inplacev1.StateAnnotation: nil,
+	}}})
+	_, err := client.CoreV1().Nodes().Patch(context.Background(), n.name, types.MergePatchType, patch, metav1.PatchOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+}
+
 func (n *node) sim(name string) string { return filepath.Join(n.root, ".sim", name) }
 
 func (n *node) get() *corev1.Node {
@@ -457,12 +469,7 @@ func TestRetryWhileAgentDownStartsAfresh(t *testing.T) {
 	n.kill()
 
 	// The coordinator's retry, then the same plan published again.
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
-		inplacev1.DesiredPlanAnnotation: nil, inplacev1.PlanPublishedAnnotation: nil,
-		inplacev1.StatusAnnotation: nil, inplacev1.StateAnnotation: nil,
-	}}})
-	_, err := client.CoreV1().Nodes().Patch(context.Background(), n.name, types.MergePatchType, patch, metav1.PatchOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
+	n.clearForRetry(g)
 	g.Expect(os.Remove(n.sim("fail-gate"))).To(Succeed())
 	g.Expect(n.publishPlan(workerPlan(n.name))).To(Equal(hash), "the retry republishes the same plan")
 

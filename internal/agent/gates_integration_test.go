@@ -2,7 +2,6 @@ package agent_test
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/agent"
@@ -156,12 +154,7 @@ func TestEtcdQuorumHoldOutlivesTheAgent(t *testing.T) {
 
 	// The coordinator's retry clears the verdict and publishes the same plan: it
 	// is held again, then runs once the etcd cluster is whole.
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
-		inplacev1.DesiredPlanAnnotation: nil, inplacev1.PlanPublishedAnnotation: nil,
-		inplacev1.StatusAnnotation: nil, inplacev1.StateAnnotation: nil,
-	}}})
-	_, err := client.CoreV1().Nodes().Patch(context.Background(), n.name, types.MergePatchType, patch, metav1.PatchOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
+	n.clearForRetry(g)
 	g.Expect(n.publishPlan(cpPlan(n.name))).To(Equal(hash), "the retry republishes the same plan")
 	g.Eventually(func() string { return n.status().Reason }, 30*time.Second).Should(Equal(protocol.ReasonWaitingForEtcdQuorum))
 	g.Consistently(func() protocol.Phase { return n.status().Phase }, 6*time.Second, 500*time.Millisecond).
