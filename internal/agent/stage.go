@@ -203,11 +203,10 @@ func (s *Stager) stage(ctx context.Context, plan *protocol.NodePlan, rep *stageR
 	return rep.sendFinal(ctx)
 }
 
-// pullsImages reports whether staging pulls the plan's control-plane images: a
-// control-plane node changing version, with the new kubeadm in the plan (without
-// it, the new kubeadm arrives only with the OS image, after the cordon).
+// pullsImages reports whether staging pulls the plan's control-plane images
+// (kube.StagesControlPlaneImages).
 func (s *Stager) pullsImages(plan *protocol.NodePlan) bool {
-	return s.Images != nil && plan.Kubernetes.Binaries != nil && kube.NeedsControlPlaneImages(plan.Kubernetes)
+	return s.Images != nil && kube.StagesControlPlaneImages(plan.Kubernetes)
 }
 
 // ErrNodeConfigChanged is returned by Stager.Reconcile after it wrote a new OS

@@ -80,7 +80,7 @@ func TestKubeadmBaseline(t *testing.T) {
 	drained := time.Now()
 	install("kubeadm")
 	kctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
-	out, err := nodeExec(kctx, node, "kubeadm", "upgrade", "apply", to, "--yes", "--ignore-preflight-errors="+strings.Join(realcapi.UpgradePreflightIgnores, ","))
+	out, err := nodeExec(kctx, node, "kubeadm", "upgrade", "apply", to, "--yes", "--ignore-preflight-errors="+strings.Join(realcapi.ManualUpgradePreflightIgnores, ","))
 	cancel()
 	g.Expect(err).NotTo(HaveOccurred(), "kubeadm upgrade apply: %s", out)
 	upgraded := time.Now()

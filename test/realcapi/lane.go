@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/capi-inplace/capi-inplace/internal/localstack"
@@ -26,11 +27,16 @@ const Gateway = "172.18.0.1"
 const registryAddr = Gateway + ":5123"
 
 // UpgradePreflightIgnores are kubeadm's preflight checks that fail on every lane node
-// for reasons of the machine (cgroup v1) or of the lane: no CoreDNS or kube-proxy
-// image exists here, and CAPI's ClusterConfiguration cannot disable either addon, so
-// the upgrade's preflight, which pulls every image kubeadm lists, fails its ImagePull
-// check (the agent has pulled the control-plane images it needs while staging).
-var UpgradePreflightIgnores = []string{"SystemVerification", "CoreDNSUnsupportedPlugins", "CoreDNSMigration", "ImagePull"}
+// for reasons of the machine (cgroup v1) or of the lane (no CoreDNS): the policy's
+// exceptions for the agent.
+var UpgradePreflightIgnores = []string{"SystemVerification", "CoreDNSUnsupportedPlugins", "CoreDNSMigration"}
+
+// ManualUpgradePreflightIgnores are the checks a `kubeadm upgrade` by hand skips
+// here: the agent's, and ImagePull, since its preflight pulls every image kubeadm
+// lists, CoreDNS and kube-proxy too, and no such image exists here (CAPI's
+// ClusterConfiguration cannot disable either addon). The agent turns that pull off
+// once it has staged the control-plane images.
+var ManualUpgradePreflightIgnores = append(slices.Clone(UpgradePreflightIgnores), "ImagePull")
 
 // Mirrors are the lane's registry (the target release's control-plane images and
 // the images a caller pushes) and artifact server (the Kubernetes binaries of both

@@ -115,27 +115,82 @@ func (h *Host) checkKubeadmVersion(ctx context.Context, version string) error {
 // KubeadmUpgrade runs the plan's kubeadm command, skipping the preflight checks
 // the plan lists. `kubeadm upgrade apply` runs its preflight phase first, on its
 // own and up to PreflightAttempts times (applyPreflight), then the rest of the
-// workflow without it.
+// workflow without it. Where staging put the control-plane images on the node,
+// the preflight does not pull images (imagePullFlags).
 func (h *Host) KubeadmUpgrade(ctx context.Context, k protocol.KubernetesPlan) error {
+	if k.Action != protocol.KubeadmUpgradeApply && k.Action != protocol.KubeadmUpgradeNode {
+		return nil
+	}
+	pull, err := h.imagePullFlags(k)
+	if err != nil {
+		return err
+	}
+	if len(pull) > 0 {
+		defer func() { _ = h.removeHostFile(UpgradeConfig) }()
+	}
 	var args []string
 	switch k.Action {
 	case protocol.KubeadmUpgradeApply:
 		args = []string{"upgrade", "apply", k.Version, "--yes"}
 		if applyHasPhases(k.Version) {
-			if err := h.applyPreflight(ctx, k); err != nil {
+			if err := h.applyPreflight(ctx, k, pull); err != nil {
 				return err
 			}
 			args = append(args, "--skip-phases=preflight")
+		} else {
+			args = append(args, pull...)
 		}
 	case protocol.KubeadmUpgradeNode:
-		args = []string{"upgrade", "node"}
-	default:
-		return nil
+		args = append([]string{"upgrade", "node"}, pull...)
 	}
 	if _, err := h.runLogged(ctx, "kubeadm", append(args, k.PreflightFlag()...)...); err != nil {
 		return fmt.Errorf("kubeadm upgrade: %w", err)
 	}
 	return nil
+}
+
+// UpgradeConfig is the kubeadm UpgradeConfiguration file (imagePullFlags) that
+// `kubeadm upgrade` reads with --config while it runs.
+const UpgradeConfig = WorkDir + "/upgrade.yaml"
+
+// upgradeConfigNoPull is kubeadm's v1beta4 UpgradeConfiguration (kubeadm 1.31 and
+// later) with the image pull of both preflights turned off and every other
+// setting at kubeadm's default.
+const upgradeConfigNoPull = `apiVersion: kubeadm.k8s.io/v1beta4
+kind: UpgradeConfiguration
+apply:
+  imagePullPolicy: Never
+node:
+  imagePullPolicy: Never
+`
+
+// imagePullFlags returns the flags that turn off the image pull of `kubeadm
+// upgrade`'s preflight on a control plane, having written their file, where
+// staging has already pulled every image the static pods need with the same
+// kubeadm (StagesControlPlaneImages); otherwise none. That pull lists more than
+// the static pods: it pulls the CoreDNS and kube-proxy images too, which only
+// their Deployment and DaemonSet run (on nodes whose kubelet pulls them) and
+// which Cluster API's ClusterConfiguration cannot declare unused. Inside the
+// disruptive window that costs a download, and where the registry lacks them
+// (a cluster that runs neither) minutes of pull retries and an ImagePull error
+// the policy would have to ignore. Without staged images kubeadm keeps its pull:
+// a missing image then fails the preflight, which changed nothing, rather than
+// the static pods' upgrade.
+func (h *Host) imagePullFlags(k protocol.KubernetesPlan) ([]string, error) {
+	if !StagesControlPlaneImages(k) || !hasUpgradeConfiguration(k.Version) {
+		return nil, nil
+	}
+	if err := h.writeHostFile(UpgradeConfig, []byte(upgradeConfigNoPull), 0o600, -1, -1); err != nil {
+		return nil, fmt.Errorf("kubeadm upgrade: write %s: %w", UpgradeConfig, err)
+	}
+	return []string{"--config", UpgradeConfig}, nil
+}
+
+// hasUpgradeConfiguration says whether kubeadm of version reads a v1beta4
+// UpgradeConfiguration: kubeadm 1.31 and later.
+func hasUpgradeConfiguration(version string) bool {
+	v, err := protocol.ParseVersion(version)
+	return err == nil && (v.Major > 1 || v.Minor >= 31)
 }
 
 // ErrNodeUnchanged is wrapped by an action's error when the action failed before
@@ -157,8 +212,8 @@ const (
 // schedulable node within 60 s, which a busy cluster can miss once: failing the
 // action then would roll the node back (on a control plane, an etcd restore and
 // an API outage) for a check that passes a minute later.
-func (h *Host) applyPreflight(ctx context.Context, k protocol.KubernetesPlan) error {
-	args := append([]string{"upgrade", "apply", "phase", "preflight", k.Version, "--yes"}, k.PreflightFlag()...)
+func (h *Host) applyPreflight(ctx context.Context, k protocol.KubernetesPlan, pull []string) error {
+	args := append(append([]string{"upgrade", "apply", "phase", "preflight", k.Version, "--yes"}, pull...), k.PreflightFlag()...)
 	pause := h.PreflightRetryPause
 	if pause == 0 {
 		pause = PreflightRetryPause

@@ -29,11 +29,20 @@ func NeedsControlPlaneImages(k protocol.KubernetesPlan) bool {
 	return k.Role == protocol.RoleControlPlane && (k.Action == protocol.KubeadmUpgradeApply || k.Action == protocol.KubeadmUpgradeNode)
 }
 
+// StagesControlPlaneImages reports whether staging puts the images of k's
+// control-plane static pods on the node before the cordon: a node that needs
+// them (NeedsControlPlaneImages) and whose new kubeadm the plan delivers.
+// Without it the new kubeadm arrives only with the OS image, after the cordon,
+// and `kubeadm upgrade` pulls the images itself.
+func StagesControlPlaneImages(k protocol.KubernetesPlan) bool {
+	return k.Binaries != nil && NeedsControlPlaneImages(k)
+}
+
 // PullControlPlaneImages makes sure the images of plan's control-plane static pods
 // at the new version are in the node's container runtime, pulled by the new
 // release's kubeadm (kubeadm, its host path: the staged copy in the artifact store)
-// while the node still serves, so that the `kubeadm upgrade` after the cordon finds
-// them present (its ImagePull preflight pulls only what is missing). kubeadm names
+// while the node still serves, so that the `kubeadm upgrade` after the cordon
+// need not pull (its preflight is told not to: imagePullFlags). kubeadm names
 // the images: `kubeadm config images pull` for the target version, the image
 // settings `kubeadm upgrade` renders the static pods from (see imageSettings: the
 // plan's ClusterConfiguration, the one the workload cluster's kubeadm-config holds

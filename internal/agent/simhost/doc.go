@@ -34,7 +34,9 @@
 //	etcd-members           the simulated etcd cluster's member count (default 1)
 //	preflight-failures     kubeadm preflight checks this node fails, one per line
 //	                       (SystemVerification, CoreDNSUnsupportedPlugins,
-//	                       CoreDNSMigration): kubeadm upgrade apply/node then fail
+//	                       CoreDNSMigration, ImagePull on a control plane unless
+//	                       the --config file turns the pull off, CreateJob*N):
+//	                       kubeadm upgrade apply/node then fail
 //	                       as on the real node unless --ignore-preflight-errors
 //	                       covers them (opt-in: absent means every check passes)
 //

@@ -2,9 +2,12 @@ package simhost
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
@@ -22,6 +25,11 @@ const (
 	// schedulable node within 60 s; it fails while the cluster cannot, which is
 	// often transient: list it as "CreateJob*N" to fail the next N runs only.
 	CheckCreateJob = "CreateJob"
+	// CheckImagePull fails upgrade apply and node on a control plane whose
+	// registry lacks an image kubeadm lists (the CoreDNS and kube-proxy images of
+	// a cluster that runs neither, as in the real Cluster API lane), unless the
+	// --config UpgradeConfiguration turns the pull off (imagePullPolicy: Never).
+	CheckImagePull = "ImagePull"
 )
 
 // applyOnly are the checks only `kubeadm upgrade apply` runs.
@@ -55,6 +63,15 @@ func (h *Host) preflight(args []string, apply bool) error {
 		if !apply && slices.Contains(applyOnly, name) {
 			continue
 		}
+		if name == CheckImagePull {
+			noPull, err := h.pullTurnedOff(args, apply)
+			if err != nil {
+				return err
+			}
+			if noPull || !h.ControlPlane() {
+				continue // kubeadm pulls images on a control plane only
+			}
+		}
 		if !ignored["all"] && !ignored[strings.ToLower(name)] {
 			failed = append(failed, fmt.Sprintf("\t[ERROR %s]: %s\n", name, preflightMessage(name)))
 			if transient {
@@ -74,6 +91,37 @@ func (h *Host) preflight(args []string, apply bool) error {
 	return fmt.Errorf("[preflight] Some fatal errors occurred:\n%s[preflight] If you know what you are doing, you can make a check non-fatal with `--ignore-preflight-errors=...`", strings.Join(failed, ""))
 }
 
+// pullTurnedOff reports whether the UpgradeConfiguration kubeadm was given
+// (--config) sets imagePullPolicy Never for the command (apply or node).
+func (h *Host) pullTurnedOff(args []string, apply bool) (bool, error) {
+	i := slices.Index(args, "--config")
+	if i < 0 || i+1 >= len(args) {
+		return false, nil
+	}
+	raw, err := os.ReadFile(h.path(args[i+1]))
+	if err != nil {
+		return false, fmt.Errorf("unable to read config from %q: %w", args[i+1], err)
+	}
+	type pull struct {
+		ImagePullPolicy string `json:"imagePullPolicy"`
+	}
+	var cfg struct {
+		Kind  string `json:"kind"`
+		Apply pull   `json:"apply"`
+		Node  pull   `json:"node"`
+	}
+	if err := yaml.Unmarshal(raw, &cfg); err != nil {
+		return false, fmt.Errorf("unable to decode config from %q: %w", args[i+1], err)
+	}
+	if cfg.Kind != "UpgradeConfiguration" {
+		return false, fmt.Errorf("config %q is a %q, not an UpgradeConfiguration", args[i+1], cfg.Kind)
+	}
+	if apply {
+		return cfg.Apply.ImagePullPolicy == "Never", nil
+	}
+	return cfg.Node.ImagePullPolicy == "Never", nil
+}
+
 func preflightMessage(name string) string {
 	switch name {
 	case CheckSystemVerification:
@@ -82,6 +130,8 @@ func preflightMessage(name string) string {
 		return "start version '' not supported"
 	case CheckCoreDNSMigration:
 		return "CoreDNS will not be upgraded: start version '' not supported"
+	case CheckImagePull:
+		return "failed to pull image registry.k8s.io/coredns/coredns:v1.12.1: rpc error: code = NotFound desc = failed to pull and unpack image: not found"
 	case CheckCreateJob:
 		return "Job \"upgrade-health-check\" in the namespace \"kube-system\" did not complete in 1m0s: no condition of type Complete"
 	}

@@ -115,3 +115,44 @@ func TestApplyPreflightRetried(t *testing.T) {
 		})
 	}
 }
+
+// TestStagedImagesAreNotPulledAgain: on a control plane whose registry lacks
+// the CoreDNS and kube-proxy images (the real Cluster API lane), kubeadm
+// upgrade's preflight pull fails unless the plan delivered kubeadm, so that
+// staging pulled the static pods' images and the agent turns the pull off; a
+// worker's upgrade node pulls nothing. The config file is gone afterwards.
+func TestStagedImagesAreNotPulledAgain(t *testing.T) {
+	staged := &protocol.KubernetesBinaries{Platform: "linux/amd64"}
+	for _, tc := range []struct {
+		name         string
+		controlPlane bool
+		plan         protocol.KubernetesPlan
+		pullFails    bool
+	}{
+		{"apply, kubeadm from the OS image", true, protocol.KubernetesPlan{Role: protocol.RoleControlPlane, Action: protocol.KubeadmUpgradeApply}, true},
+		{"apply, kubeadm staged", true, protocol.KubernetesPlan{Role: protocol.RoleControlPlane, Action: protocol.KubeadmUpgradeApply, Binaries: staged}, false},
+		{"control plane's node, kubeadm from the OS image", true, protocol.KubernetesPlan{Role: protocol.RoleControlPlane, Action: protocol.KubeadmUpgradeNode}, true},
+		{"control plane's node, kubeadm staged", true, protocol.KubernetesPlan{Role: protocol.RoleControlPlane, Action: protocol.KubeadmUpgradeNode, Binaries: staged}, false},
+		{"worker", false, protocol.KubernetesPlan{Role: protocol.RoleWorker, Action: protocol.KubeadmUpgradeNode}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			ctx := context.Background()
+			h := New(t.TempDir(), "n1", nil, logr.Discard())
+			g.Expect(h.Init(ctx, Options{KubernetesVersion: "v1.35.4", ControlPlane: tc.controlPlane,
+				PreflightFailures: []string{CheckImagePull}})).To(Succeed())
+			k := &kube.Host{Root: h.Root, Runner: h.Runner(), Binaries: h, PreflightRetryPause: time.Millisecond}
+			g.Expect(k.InstallKubeadm(ctx, protocol.KubernetesPlan{Version: "v1.36.3"})).To(Succeed())
+			tc.plan.Version = "v1.36.3"
+			err := k.KubeadmUpgrade(ctx, tc.plan)
+			if tc.pullFails {
+				g.Expect(err).To(MatchError(ContainSubstring("[ERROR ImagePull]")))
+				tc.plan.IgnorePreflightErrors = []string{CheckImagePull}
+				err = k.KubeadmUpgrade(ctx, tc.plan)
+			}
+			g.Expect(err).NotTo(HaveOccurred())
+			_, statErr := os.Stat(h.path(kube.UpgradeConfig))
+			g.Expect(os.IsNotExist(statErr)).To(BeTrue(), "the UpgradeConfiguration file is removed")
+		})
+	}
+}
