@@ -183,6 +183,7 @@ func runExtension(ctx context.Context, o extensionOptions) error {
 		DeclaredOSImages:    pol,
 		RegistryCredentials: pol,
 		Deadlines:           coordinator.DeadlinesFromPolicy(pol.Deadlines()),
+		PoolDeadlines:       pol,
 		Fleet:               pol,
 		FleetMetrics:        metrics,
 		Metrics:             updateMetrics,

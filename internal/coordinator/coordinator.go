@@ -99,6 +99,9 @@ type Options struct {
 	// Deadlines bound each phase of a node update (watchdog.go); a zero field takes
 	// the policy's default (DeadlinesFromPolicy(policy.Builtin().Deadlines())).
 	Deadlines Deadlines
+	// PoolDeadlines, when set, gives each Machine the deadlines of its pool (the
+	// policy's deadlines.pools); Deadlines fills what it leaves zero.
+	PoolDeadlines DeadlinesResolver
 	// Linger is how long one call keeps re-checking a node update that started less
 	// than 30 s ago before it answers "in progress": most updates finish within a
 	// second or two once the agent has the plan, and CAPI would otherwise only learn

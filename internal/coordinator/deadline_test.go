@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/policy"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
@@ -149,6 +150,41 @@ func TestDeadlineKeepsTheHoldByPolicy(t *testing.T) {
 	got := scrape(t, reg)
 	g.Expect(got.value("capi_inplace_node_remediation_held", labels)).To(Equal(1.0))
 	g.Expect(got.value("capi_inplace_node_deadline_exceeded", map[string]string{"cluster": d.ns + "/c1", "node": "wd-kh", "phase": "Applying"})).To(Equal(1.0))
+}
+
+// TestPoolDeadlines: the deadlines of the Machine's pool (the policy's
+// deadlines.pools) time its update, not the section's: the applying deadline of
+// the cluster's pool (5 min, where the section gives an hour) fails it, and the
+// pool keeps the remediation hold the section would release.
+func TestPoolDeadlines(t *testing.T) {
+	g := NewWithT(t)
+	pol, err := policy.Parse([]byte(`
+deadlines:
+  pools:
+  - machineSelector: {matchLabels: {cluster.x-k8s.io/cluster-name: other}}
+    applyingSeconds: 60
+  - machineSelector: {matchLabels: {cluster.x-k8s.io/cluster-name: c1}}
+    applyingSeconds: 300
+    keepRemediationHold: true
+`))
+	g.Expect(err).NotTo(HaveOccurred())
+	d := newDeadlineFixture(t, "wd-pl", func(o *Options) { o.PoolDeadlines = pol })
+	callUntil(t, d.c, d.req, "pick up plan", 3)
+	hash := d.getNode("wd-pl").Annotations[inplacev1.DesiredPlanAnnotation]
+	d.agentReports("wd-pl", protocol.NodeStatus{PlanHash: hash, Phase: protocol.PhaseApplying, Step: 3, Steps: 9, Action: "kubeadm-upgrade"}, false)
+	d.at(time.Minute)
+	call(d.c, d.req)
+	d.at(4 * time.Minute)
+	g.Expect(call(d.c, d.req).Status).To(Equal(runtimehooksv1.ResponseStatusSuccess), "within the pool's deadline")
+
+	d.at(7 * time.Minute)
+	resp := call(d.c, d.req)
+	g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusFailure))
+	g.Expect(resp.Message).To(ContainSubstring("phase Applying of plan " + hash[:12] + " passed its deadline of 5m0s"))
+	g.Expect(d.machineCondition(d.m).Reason).To(Equal(inplacev1.ReasonDeadlineExceeded))
+	g.Expect(d.machineAnnotations(d.m)).To(HaveKeyWithValue(clusterv1.MachineSkipRemediationAnnotation, remediationHeldValue),
+		"the pool keeps the hold")
+	g.Expect(d.getNode("wd-pl").Spec.Unschedulable).To(BeTrue())
 }
 
 // TestApplyingDeadlineWhileTheAPIServerNeverReturns: a single control plane whose

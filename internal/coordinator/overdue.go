@@ -48,10 +48,10 @@ func (c *Coordinator) markPastDeadline(ctx context.Context, s *scope, msg string
 // releaseBrokenNode applies the rule for a node the update leaves cordoned and
 // broken (Degraded, or past a deadline after cordon): the remediation hold is
 // released so that a MachineHealthCheck can replace the node, unless the policy
-// keeps it (Deadlines.KeepRemediationHold), in which case the metrics say so and
+// keeps it for the Machine's pool (Deadlines.KeepRemediationHold), in which case the metrics say so and
 // an alert fires (CapiInplaceRemediationHeld).
 func (c *Coordinator) releaseBrokenNode(ctx context.Context, s *scope) (Outcome, bool) {
-	if c.opts.Deadlines.KeepRemediationHold {
+	if c.deadlines(s.stored).KeepRemediationHold {
 		return Outcome{}, true
 	}
 	return c.liftRemediationHold(ctx, s)
@@ -63,7 +63,8 @@ func (c *Coordinator) releaseBrokenNode(ctx context.Context, s *scope) (Outcome,
 // deadline fails the update, as the API server of a single control plane that
 // cannot start may never answer again. Nothing is written to the workload cluster.
 func (c *Coordinator) watchOffline(ctx context.Context, s *scope, out Outcome) Outcome {
-	w := Watch(WatchInput{Now: c.opts.Now(), Record: protocol.DecodePhaseRecord(s.stored.Annotations[inplacev1.UpdatePhaseAnnotation]), Deadlines: c.opts.Deadlines})
+	deadlines := c.deadlines(s.stored)
+	w := Watch(WatchInput{Now: c.opts.Now(), Record: protocol.DecodePhaseRecord(s.stored.Annotations[inplacev1.UpdatePhaseAnnotation]), Deadlines: deadlines})
 	if w.Write {
 		c.recordPhase(ctx, s, w.Record)
 	}
@@ -74,7 +75,7 @@ func (c *Coordinator) watchOffline(ctx context.Context, s *scope, out Outcome) O
 		s.node = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: s.stored.Status.NodeRef.Name}}
 	}
 	s.planHash, s.pastDeadline = w.Record.Plan, w.Record.Phase
-	d := expiredDecision(Observation{Node: s.node.Name, PlanHash: s.planHash}, w.Record, c.opts.Deadlines)
+	d := expiredDecision(Observation{Node: s.node.Name, PlanHash: s.planHash}, w.Record, deadlines)
 	c.recordFailure(ctx, s, d)
 	if out, ok := c.releaseBrokenNode(ctx, s); !ok {
 		return out

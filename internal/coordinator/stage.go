@@ -53,10 +53,10 @@ func (c *Coordinator) stage(ctx context.Context, s *scope) (Outcome, bool) {
 		return c.workloadFailure(s, stepAgent, err), false
 	}
 	if err := c.patchNode(ctx, s, "ask for staging on", func(_ *corev1.Node, a map[string]string) {
-		if c.opts.Deadlines.Staging > 0 {
+		if staging := c.deadlines(s.stored).Staging; staging > 0 {
 			// Bounds the agent's attempt only, on the node's clock; the coordinator
 			// judges the staging deadline on its own (watchdog.go).
-			a[inplacev1.StageTimeoutAnnotation] = protocol.EncodeStageTimeout(c.opts.Deadlines.Staging)
+			a[inplacev1.StageTimeoutAnnotation] = protocol.EncodeStageTimeout(staging)
 		}
 		a[inplacev1.StagePlanAnnotation] = s.planHash
 	}); err != nil {

@@ -78,13 +78,14 @@ func (c *Coordinator) act(ctx context.Context, s *scope) (out Outcome) {
 	}()
 	now := c.opts.Now()
 	o := observe(s, now)
-	o.PickupTimeout = c.opts.Deadlines.Pickup
+	deadlines := c.deadlines(s.stored)
+	o.PickupTimeout = deadlines.Pickup
 	d := Decide(o)
 	in := WatchInput{Now: now, Record: protocol.DecodePhaseRecord(s.stored.Annotations[inplacev1.UpdatePhaseAnnotation]), Reachable: true,
-		Plan: s.planHash, Phase: phaseOf(o, d), Seen: seenOf(o), Began: updateBegan(s.stored), Deadlines: c.opts.Deadlines}
+		Plan: s.planHash, Phase: phaseOf(o, d), Seen: seenOf(o), Began: updateBegan(s.stored), Deadlines: deadlines}
 	w := Watch(in)
 	if w.Expired {
-		d = expiredDecision(o, w.Record, c.opts.Deadlines)
+		d = expiredDecision(o, w.Record, deadlines)
 		s.pastDeadline = w.Record.Phase
 	}
 	if c.fromCache && (w.Write || !quiet(s, o, d)) {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/policy"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
@@ -47,6 +49,22 @@ type Deadlines struct {
 func DeadlinesFromPolicy(d policy.Deadlines) Deadlines {
 	return Deadlines{Staging: d.Staging, Pickup: d.Pickup, Applying: d.Applying, Rebooting: d.Rebooting,
 		Verifying: d.Verifying, KeepRemediationHold: d.KeepRemediationHold}
+}
+
+// DeadlinesResolver returns the deadlines of a Machine's pool (*policy.Policy).
+type DeadlinesResolver interface {
+	DeadlinesFor(namespace string, machineLabels map[string]string) policy.Deadlines
+}
+
+var _ DeadlinesResolver = (*policy.Policy)(nil)
+
+// deadlines returns the deadlines of the Machine's pool (Options.PoolDeadlines),
+// else Options.Deadlines.
+func (c *Coordinator) deadlines(m *clusterv1.Machine) Deadlines {
+	if c.opts.PoolDeadlines == nil || m == nil {
+		return c.opts.Deadlines
+	}
+	return DeadlinesFromPolicy(c.opts.PoolDeadlines.DeadlinesFor(m.Namespace, m.Labels)).withDefaults(c.opts.Deadlines)
 }
 
 // withDefaults fills the zero phase deadlines of d from def.

@@ -31,6 +31,22 @@ import (
 // Degraded, and leave it cordoned, while its gates might still pass. The
 // built-in gates run first and are not counted: leave them a few minutes.
 type DeadlinesConfig struct {
+	PhaseDeadlines `json:",inline"`
+	// KeepRemediationHold keeps Cluster API's skip-remediation on the Machine of a
+	// node left cordoned past a deadline (or Degraded), for a human to inspect it
+	// first; an alert fires instead (CapiInplaceRemediationHeld). Default false:
+	// the hold is released so that a MachineHealthCheck replaces the node.
+	KeepRemediationHold bool `json:"keepRemediationHold,omitempty"`
+	// Pools give the Machines of a pool deadlines of their own: the first entry
+	// that selects a Machine sets the deadlines it names, and the rest come from
+	// this section (e.g. a pool whose bare-metal firmware takes 40 minutes to
+	// reboot, or a lab pool whose updates must fail fast).
+	Pools []DeadlinesPoolConfig `json:"pools,omitempty"`
+}
+
+// PhaseDeadlines are the deadline of each phase, in seconds; an unset one takes
+// the default (or, in a pool, the deadlines section's value).
+type PhaseDeadlines struct {
 	// StagingSeconds bounds staging: the agent downloads and verifies the
 	// update's artifacts, before the node is cordoned. 1 to 604800 (a week).
 	StagingSeconds *int32 `json:"stagingSeconds,omitempty"`
@@ -47,11 +63,24 @@ type DeadlinesConfig struct {
 	// kubelet's version and the Node's Ready. 1 to 604800, and longer than the
 	// user gates of a Machine's pools may take together (see above).
 	VerifyingSeconds *int32 `json:"verifyingSeconds,omitempty"`
-	// KeepRemediationHold keeps Cluster API's skip-remediation on the Machine of a
-	// node left cordoned past a deadline (or Degraded), for a human to inspect it
-	// first; an alert fires instead (CapiInplaceRemediationHeld). Default false:
-	// the hold is released so that a MachineHealthCheck replaces the node.
-	KeepRemediationHold bool `json:"keepRemediationHold,omitempty"`
+}
+
+// DeadlinesPoolConfig sets the deadlines of one pool of Machines:
+//
+//	deadlines:
+//	  applyingSeconds: 3600
+//	  pools:
+//	  - cluster: edge/store-42
+//	    machineSelector:
+//	      matchLabels: {cluster.x-k8s.io/deployment-name: md-baremetal}
+//	    rebootingSeconds: 3600
+//	    keepRemediationHold: true
+type DeadlinesPoolConfig struct {
+	PoolSelector   `json:",inline"`
+	PhaseDeadlines `json:",inline"`
+	// KeepRemediationHold, when set, replaces the deadlines section's for the
+	// pool's Machines.
+	KeepRemediationHold *bool `json:"keepRemediationHold,omitempty"`
 }
 
 // Deadlines is the validated deadlines policy.
@@ -78,32 +107,81 @@ const (
 // maxDeadlineSeconds bounds a deadline to a week: longer is no deadline at all.
 const maxDeadlineSeconds = 7 * 24 * 3600
 
-func compileDeadlines(cfg DeadlinesConfig) (Deadlines, []error) {
+// deadlinesPool is a validated DeadlinesPoolConfig: the pool's Machines get
+// deadlines, the section's with the pool's values in place.
+type deadlinesPool struct {
+	pool      machinePool
+	deadlines Deadlines
+	// verifyingDefault: the pool's verifying deadline is the default (for errors).
+	verifyingDefault bool
+}
+
+func compileDeadlines(cfg DeadlinesConfig) (Deadlines, []deadlinesPool, []error) {
 	d := Deadlines{Staging: DefaultStagingDeadline, Pickup: DefaultPickupDeadline, Applying: DefaultApplyingDeadline,
 		Rebooting: DefaultRebootingDeadline, Verifying: DefaultVerifyingDeadline, KeepRemediationHold: cfg.KeepRemediationHold}
+	errs := d.set("deadlines", cfg.PhaseDeadlines)
+	var pools []deadlinesPool
+	for i, pc := range cfg.Pools {
+		field := fmt.Sprintf("deadlines.pools[%d]", i)
+		pool, poolErrs := compilePool(field, pc.PoolSelector)
+		errs = append(errs, poolErrs...)
+		pd := d
+		errs = append(errs, pd.set(field, pc.PhaseDeadlines)...)
+		if pc.KeepRemediationHold != nil {
+			pd.KeepRemediationHold = *pc.KeepRemediationHold
+		}
+		if pc.PhaseDeadlines == (PhaseDeadlines{}) && pc.KeepRemediationHold == nil {
+			errs = append(errs, fmt.Errorf("%s sets no deadline", field))
+		}
+		pools = append(pools, deadlinesPool{pool: pool, deadlines: pd,
+			verifyingDefault: pc.VerifyingSeconds == nil && cfg.VerifyingSeconds == nil})
+	}
+	return d, pools, errs
+}
+
+// set replaces d's deadlines with those pd names; field names them in errors.
+func (d *Deadlines) set(field string, pd PhaseDeadlines) []error {
 	var errs []error
 	for _, f := range []struct {
 		name string
 		v    *int32
 		out  *time.Duration
 	}{
-		{"stagingSeconds", cfg.StagingSeconds, &d.Staging},
-		{"pickupSeconds", cfg.PickupSeconds, &d.Pickup},
-		{"applyingSeconds", cfg.ApplyingSeconds, &d.Applying},
-		{"rebootingSeconds", cfg.RebootingSeconds, &d.Rebooting},
-		{"verifyingSeconds", cfg.VerifyingSeconds, &d.Verifying},
+		{"stagingSeconds", pd.StagingSeconds, &d.Staging},
+		{"pickupSeconds", pd.PickupSeconds, &d.Pickup},
+		{"applyingSeconds", pd.ApplyingSeconds, &d.Applying},
+		{"rebootingSeconds", pd.RebootingSeconds, &d.Rebooting},
+		{"verifyingSeconds", pd.VerifyingSeconds, &d.Verifying},
 	} {
 		if f.v == nil {
 			continue
 		}
 		if *f.v <= 0 || *f.v > maxDeadlineSeconds {
-			errs = append(errs, fmt.Errorf("deadlines.%s %d must be between 1 and %d (a week)", f.name, *f.v, maxDeadlineSeconds))
+			errs = append(errs, fmt.Errorf("%s.%s %d must be between 1 and %d (a week)", field, f.name, *f.v, maxDeadlineSeconds))
 			continue
 		}
 		*f.out = time.Duration(*f.v) * time.Second
 	}
-	return d, errs
+	return errs
 }
 
-// Deadlines returns the deadline of each phase of a node update.
+// Deadlines returns the deadlines section: the deadline of each phase of a node
+// update for Machines no pool of it selects.
 func (p *Policy) Deadlines() Deadlines { return p.deadlines }
+
+// DeadlinesFor returns the deadlines of a Machine (by its namespace and labels):
+// those of the first deadlines pool that selects it, else the section's.
+func (p *Policy) DeadlinesFor(namespace string, machineLabels map[string]string) Deadlines {
+	d, _ := p.deadlinesFor(namespace, machineLabels)
+	return d
+}
+
+// deadlinesFor is DeadlinesFor, and whether its verifying deadline is the default.
+func (p *Policy) deadlinesFor(namespace string, machineLabels map[string]string) (Deadlines, bool) {
+	for _, dp := range p.deadlinePools {
+		if dp.pool.selects(namespace, machineLabels) {
+			return dp.deadlines, dp.verifyingDefault
+		}
+	}
+	return p.deadlines, p.verifyingDefault
+}

@@ -123,8 +123,10 @@ func (p *Policy) Gates(namespace string, machineLabels map[string]string) ([]pro
 	if err := protocol.ValidateGates(out); err != nil {
 		return nil, fmt.Errorf("gates of the pools that select the machine: %w", err)
 	}
-	// Each pool's gates fit the deadline (New); several pools together may not.
-	if err := gatesFitVerifying("the pools that select the machine", out, p.deadlines.Verifying, p.verifyingDefault); err != nil {
+	// Each pool's gates fit the section's deadline (New); several pools together,
+	// or a deadlines pool's shorter deadline, may not.
+	deadlines, byDefault := p.deadlinesFor(namespace, machineLabels)
+	if err := gatesFitVerifying("the pools that select the machine", out, deadlines.Verifying, byDefault); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -178,7 +178,8 @@ type Policy struct {
 	preflightPools      []kubeadmPool
 	etcdRestore         protocol.EtcdRestore
 	osBackendPools      []osBackendsPool
-	verifyingDefault    bool                 // deadlines.verifyingSeconds not set: named so in errors
+	verifyingDefault    bool // deadlines.verifyingSeconds not set: named so in errors
+	deadlinePools       []deadlinesPool
 	registrySecrets     map[string]SecretRef // registry host -> pull Secret
 }
 
@@ -363,7 +364,7 @@ func New(cfg Config) (*Policy, error) {
 	errs = append(errs, regErrs...)
 
 	var deadlineErrs []error
-	p.deadlines, deadlineErrs = compileDeadlines(cfg.Deadlines)
+	p.deadlines, p.deadlinePools, deadlineErrs = compileDeadlines(cfg.Deadlines)
 	p.verifyingDefault = cfg.Deadlines.VerifyingSeconds == nil
 	errs = append(errs, deadlineErrs...)
 	if len(deadlineErrs) == 0 {
