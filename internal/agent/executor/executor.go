@@ -577,7 +577,7 @@ func (x *Executor) perform(ctx context.Context, attempt string, p *protocol.Node
 	case state.ActKubeletConfig:
 		return x.Kube.KubeletFlags(ctx, p.KubeletExtraArgs)
 	case state.ActControlPlaneConfig:
-		return x.Kube.ControlPlaneConfig(ctx, p.Kubernetes)
+		return x.Kube.ControlPlaneConfig(ctx, p)
 	case state.ActInstallKubeadm:
 		return x.Kube.InstallKubeadm(ctx, p.Kubernetes)
 	case state.ActKubeadmUpgrade:

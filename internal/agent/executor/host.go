@@ -20,7 +20,7 @@ type Host interface {
 	ApplyUsers(ctx context.Context, raw json.RawMessage) error
 	ApplyNTP(ctx context.Context, raw json.RawMessage) error
 	KubeletFlags(ctx context.Context, args []protocol.Arg) error
-	ControlPlaneConfig(ctx context.Context, k protocol.KubernetesPlan) error
+	ControlPlaneConfig(ctx context.Context, plan *protocol.NodePlan) error
 	InstallKubeadm(ctx context.Context, k protocol.KubernetesPlan) error
 	InstallKubelet(ctx context.Context, k protocol.KubernetesPlan) error
 	KubeadmUpgrade(ctx context.Context, k protocol.KubernetesPlan) error

@@ -149,38 +149,50 @@ func (h *Host) KubeadmUpgrade(ctx context.Context, k protocol.KubernetesPlan) er
 	return nil
 }
 
-// UpgradeConfig is the kubeadm UpgradeConfiguration file (imagePullFlags) that
+// UpgradeConfig is the kubeadm UpgradeConfiguration file (noPullFlags) that
 // `kubeadm upgrade` reads with --config while it runs.
 const UpgradeConfig = WorkDir + "/upgrade.yaml"
 
-// upgradeConfigNoPull is kubeadm's v1beta4 UpgradeConfiguration (kubeadm 1.31 and
-// later) with the image pull of both preflights turned off and every other
-// setting at kubeadm's default.
-const upgradeConfigNoPull = `apiVersion: kubeadm.k8s.io/v1beta4
+// upgradeConfiguration is kubeadm's v1beta4 UpgradeConfiguration (kubeadm 1.31
+// and later) with the image pull of both preflights turned off, certificates
+// renewed or not by `upgrade node`, and every other setting at kubeadm's default.
+func upgradeConfiguration(certificateRenewal bool) []byte {
+	return fmt.Appendf(nil, `apiVersion: kubeadm.k8s.io/v1beta4
 kind: UpgradeConfiguration
 apply:
   imagePullPolicy: Never
 node:
   imagePullPolicy: Never
-`
+  certificateRenewal: %t
+`, certificateRenewal)
+}
 
 // imagePullFlags returns the flags that turn off the image pull of `kubeadm
-// upgrade`'s preflight on a control plane, having written their file, where
-// staging has already pulled every image the static pods need with the same
-// kubeadm (StagesControlPlaneImages); otherwise none. That pull lists more than
-// the static pods: it pulls the CoreDNS and kube-proxy images too, which only
-// their Deployment and DaemonSet run (on nodes whose kubelet pulls them) and
-// which Cluster API's ClusterConfiguration cannot declare unused. Inside the
-// disruptive window that costs a download, and where the registry lacks them
-// (a cluster that runs neither) minutes of pull retries and an ImagePull error
-// the policy would have to ignore. Without staged images kubeadm keeps its pull:
-// a missing image then fails the preflight, which changed nothing, rather than
-// the static pods' upgrade.
+// upgrade`'s preflight on a control plane where staging has already pulled
+// every image the static pods need with the same kubeadm
+// (StagesControlPlaneImages); otherwise none. That pull lists more than the
+// static pods: it pulls the CoreDNS and kube-proxy images too, which only their
+// Deployment and DaemonSet run (on nodes whose kubelet pulls them) and which
+// Cluster API's ClusterConfiguration cannot declare unused. Inside the
+// disruptive window that costs a download, and where the registry lacks them (a
+// cluster that runs neither) minutes of pull retries and an ImagePull error the
+// policy would have to ignore. Without staged images kubeadm keeps its pull: a
+// missing image then fails the preflight, which changed nothing, rather than the
+// static pods' upgrade.
 func (h *Host) imagePullFlags(k protocol.KubernetesPlan) ([]string, error) {
-	if !StagesControlPlaneImages(k) || !hasUpgradeConfiguration(k.Version) {
+	if !StagesControlPlaneImages(k) {
 		return nil, nil
 	}
-	if err := h.writeHostFile(UpgradeConfig, []byte(upgradeConfigNoPull), 0o600, -1, -1); err != nil {
+	return h.noPullFlags(k.Version, true)
+}
+
+// noPullFlags writes UpgradeConfig and returns the flags that hand it to
+// kubeadm of version, or none where kubeadm reads no UpgradeConfiguration.
+func (h *Host) noPullFlags(version string, certificateRenewal bool) ([]string, error) {
+	if !hasUpgradeConfiguration(version) {
+		return nil, nil
+	}
+	if err := h.writeHostFile(UpgradeConfig, upgradeConfiguration(certificateRenewal), 0o600, -1, -1); err != nil {
 		return nil, fmt.Errorf("kubeadm upgrade: write %s: %w", UpgradeConfig, err)
 	}
 	return []string{"--config", UpgradeConfig}, nil
@@ -246,9 +258,26 @@ func applyHasPhases(version string) bool {
 // KubeadmControlPlane updates before it rolls machines: `kubeadm upgrade node` at
 // the running version does exactly that, and the kubelet restarts the changed pods.
 // Certificates are left alone: this is a configuration change, not an upgrade.
-// The plan's preflight exceptions apply: it is the same kubeadm command.
-func (h *Host) ControlPlaneConfig(ctx context.Context, k protocol.KubernetesPlan) error {
-	args := append([]string{"upgrade", "node", "--certificate-renewal=false"}, k.PreflightFlag()...)
+// The plan's preflight exceptions apply: it is the same kubeadm command. Its
+// preflight pulls no image when the re-rendered pods run the images the node runs
+// now (runsRenderedImages; the pull would fetch CoreDNS and kube-proxy, as in
+// imagePullFlags); a change of image keeps kubeadm's pull, so a missing image
+// fails the preflight instead of the control plane.
+func (h *Host) ControlPlaneConfig(ctx context.Context, plan *protocol.NodePlan) error {
+	k := plan.Kubernetes
+	var flags []string
+	if h.runsRenderedImages(plan.ClusterConfiguration) {
+		var err error
+		if flags, err = h.noPullFlags(k.Version, false); err != nil {
+			return err
+		}
+	}
+	if len(flags) > 0 {
+		defer func() { _ = h.removeHostFile(UpgradeConfig) }()
+	} else {
+		flags = []string{"--certificate-renewal=false"}
+	}
+	args := append(append([]string{"upgrade", "node"}, flags...), k.PreflightFlag()...)
 	if _, err := h.run(ctx, "kubeadm", args...); err != nil {
 		return fmt.Errorf("re-render control-plane static pods: %w", err)
 	}

@@ -156,9 +156,23 @@ func imagesConfig(k protocol.KubernetesPlan, img imageSettings, criSocket string
 // the kube-apiserver manifest's image without "/kube-apiserver:<tag>" (kubeadm
 // renders every control-plane image from ClusterConfiguration.imageRepository).
 func (h *Host) imageRepository() (string, error) {
-	f, err := h.readHostFile(APIServerManifest)
+	image, err := h.manifestImage(APIServerManifest, "kube-apiserver")
 	if err != nil {
-		return "", fmt.Errorf("read %s: %w", APIServerManifest, err)
+		return "", err
+	}
+	name, _ := splitImage(image)
+	if path.Base(name) != "kube-apiserver" || !strings.Contains(name, "/") {
+		return "", fmt.Errorf("%s: image %q is not <repository>/kube-apiserver", APIServerManifest, image)
+	}
+	return path.Dir(name), nil
+}
+
+// manifestImage is the image of the container named container in the static pod
+// manifest at host path manifest.
+func (h *Host) manifestImage(manifest, container string) (string, error) {
+	f, err := h.readHostFile(manifest)
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", manifest, err)
 	}
 	var pod struct {
 		Spec struct {
@@ -169,22 +183,52 @@ func (h *Host) imageRepository() (string, error) {
 		} `json:"spec"`
 	}
 	if err := yaml.Unmarshal(f.Data, &pod); err != nil {
-		return "", fmt.Errorf("%s: %w", APIServerManifest, err)
+		return "", fmt.Errorf("%s: %w", manifest, err)
 	}
 	for _, c := range pod.Spec.Containers {
-		if c.Name != "kube-apiserver" {
-			continue
+		if c.Name == container {
+			return c.Image, nil
 		}
-		name, _, _ := strings.Cut(c.Image, "@")
-		if i := strings.LastIndex(name, ":"); i > strings.LastIndex(name, "/") {
-			name = name[:i]
-		}
-		if path.Base(name) != "kube-apiserver" || !strings.Contains(name, "/") {
-			return "", fmt.Errorf("%s: image %q is not <repository>/kube-apiserver", APIServerManifest, c.Image)
-		}
-		return path.Dir(name), nil
 	}
-	return "", fmt.Errorf("%s has no kube-apiserver container", APIServerManifest)
+	return "", fmt.Errorf("%s has no %s container", manifest, container)
+}
+
+// splitImage splits an image reference into its name and its tag ("" when it
+// has none); a digest is dropped.
+func splitImage(ref string) (name, tag string) {
+	name, _, _ = strings.Cut(ref, "@")
+	if i := strings.LastIndex(name, ":"); i > strings.LastIndex(name, "/") {
+		return name[:i], name[i+1:]
+	}
+	return name, ""
+}
+
+// runsRenderedImages reports whether the static pods `kubeadm upgrade node` at
+// the running version renders from the plan's ClusterConfiguration run the
+// images the node runs now: the plan names no image repository other than the
+// running kube-apiserver's, and no etcd repository or tag other than the running
+// etcd's. An etcd image change the plan does not name (a pinned tag removed) is
+// not seen: the kubelet pulls it when the pod starts, and the agent's gates judge
+// the result.
+func (h *Host) runsRenderedImages(clusterConfiguration json.RawMessage) bool {
+	img, err := h.imageSettings(clusterConfiguration)
+	if err != nil {
+		return false
+	}
+	running, err := h.imageRepository()
+	if err != nil || img.ImageRepository != running {
+		return false
+	}
+	local := img.Etcd.Local
+	if local.ImageRepository == "" && local.ImageTag == "" {
+		return true
+	}
+	etcd, err := h.manifestImage(EtcdManifest, "etcd")
+	if err != nil {
+		return false
+	}
+	name, tag := splitImage(etcd)
+	return (local.ImageRepository == "" || local.ImageRepository == path.Dir(name)) && (local.ImageTag == "" || local.ImageTag == tag)
 }
 
 // criSocket is the kubelet's container runtime endpoint: kubeadm 1.35+ keeps it in

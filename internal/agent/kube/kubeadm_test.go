@@ -50,10 +50,12 @@ func TestKubeadmPreflightExceptions(t *testing.T) {
 			[]string{"kubeadm upgrade node --ignore-preflight-errors=SystemVerification"}},
 		{"upgrade node", func(h *Host) error { return h.KubeadmUpgrade(context.Background(), node) },
 			[]string{"kubeadm upgrade node --ignore-preflight-errors=SystemVerification"}},
-		{"control-plane re-render", func(h *Host) error { return h.ControlPlaneConfig(context.Background(), apply) },
+		{"control-plane re-render, no manifest to compare images with", func(h *Host) error {
+			return h.ControlPlaneConfig(context.Background(), &protocol.NodePlan{Kubernetes: apply})
+		},
 			[]string{"kubeadm upgrade node --certificate-renewal=false --ignore-preflight-errors=SystemVerification,CoreDNSUnsupportedPlugins,CoreDNSMigration"}},
 		{"control-plane re-render without exceptions", func(h *Host) error {
-			return h.ControlPlaneConfig(context.Background(), protocol.KubernetesPlan{Role: protocol.RoleControlPlane, Version: "v1.36.3", Action: protocol.KubeadmNone})
+			return h.ControlPlaneConfig(context.Background(), &protocol.NodePlan{Kubernetes: protocol.KubernetesPlan{Role: protocol.RoleControlPlane, Version: "v1.36.3", Action: protocol.KubeadmNone}})
 		}, []string{"kubeadm upgrade node --certificate-renewal=false"}},
 	}
 	for _, tt := range tests {

@@ -54,7 +54,7 @@ controllerManager:
 			ctx := context.Background()
 			h, client := newHost(t, true)
 			k := &kube.Host{Root: h.Root, Runner: h.Runner(), Binaries: h, Etcd: h.Etcd()}
-			plan := protocol.KubernetesPlan{Role: protocol.RoleControlPlane, Version: "v1.35.2"}
+			plan := &protocol.NodePlan{Kubernetes: protocol.KubernetesPlan{Role: protocol.RoleControlPlane, Version: "v1.35.2"}}
 
 			// Without the ConfigMap: kubeadm's defaults, no extra flags.
 			g.Expect(k.ControlPlaneConfig(ctx, plan)).To(Succeed())
@@ -92,7 +92,7 @@ func TestUpgradeFailsOnAnUnreadableKubeadmConfig(t *testing.T) {
 	}, metav1.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	k := &kube.Host{Root: h.Root, Runner: h.Runner(), Binaries: h, Etcd: h.Etcd()}
-	g.Expect(k.ControlPlaneConfig(ctx, protocol.KubernetesPlan{Role: protocol.RoleControlPlane, Version: "v1.35.2"})).NotTo(Succeed())
+	g.Expect(k.ControlPlaneConfig(ctx, &protocol.NodePlan{Kubernetes: protocol.KubernetesPlan{Role: protocol.RoleControlPlane, Version: "v1.35.2"}})).NotTo(Succeed())
 	g.Expect(h.readManifest(t, "kube-apiserver")).To(Equal(before))
 }
 

@@ -122,7 +122,7 @@ func (k faultyKube) KubeletFlags(ctx context.Context, args []protocol.Arg) error
 	return k.call(ctx, func() error { return k.Host.KubeletFlags(ctx, args) })
 }
 
-func (k faultyKube) ControlPlaneConfig(ctx context.Context, p protocol.KubernetesPlan) error {
+func (k faultyKube) ControlPlaneConfig(ctx context.Context, p *protocol.NodePlan) error {
 	return k.call(ctx, func() error { return k.Host.ControlPlaneConfig(ctx, p) })
 }
 

@@ -46,7 +46,7 @@ func TestPreflightFailsLikeTheRealNode(t *testing.T) {
 
 	// upgrade node runs SystemVerification but not the CoreDNS checks.
 	node := protocol.KubernetesPlan{Role: protocol.RoleControlPlane, Version: "v1.36.3", Action: protocol.KubeadmUpgradeNode}
-	for _, run := range []func() error{func() error { return k.KubeadmUpgrade(ctx, node) }, func() error { return k.ControlPlaneConfig(ctx, node) }} {
+	for _, run := range []func() error{func() error { return k.KubeadmUpgrade(ctx, node) }, func() error { return k.ControlPlaneConfig(ctx, &protocol.NodePlan{Kubernetes: node}) }} {
 		err := run()
 		g.Expect(err).To(MatchError(ContainSubstring("FailCgroupV1")))
 		g.Expect(err.Error()).NotTo(ContainSubstring("CoreDNS"))
@@ -153,6 +153,41 @@ func TestStagedImagesAreNotPulledAgain(t *testing.T) {
 			g.Expect(err).NotTo(HaveOccurred())
 			_, statErr := os.Stat(h.path(kube.UpgradeConfig))
 			g.Expect(os.IsNotExist(statErr)).To(BeTrue(), "the UpgradeConfiguration file is removed")
+		})
+	}
+}
+
+// TestRerenderPullsOnlyForNewImages: re-rendering a control plane's static pods
+// at its running version (a configuration change) pulls nothing while the pods
+// keep the images the node runs, so a registry without CoreDNS does not fail it;
+// a plan that moves the images to another repository, or pins another etcd tag,
+// keeps kubeadm's pull, and with it the ImagePull check.
+func TestRerenderPullsOnlyForNewImages(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		cc        string
+		pullFails bool
+	}{
+		{"same images", `{"apiServer":{"extraArgs":[{"name":"audit-log-maxage","value":"30"}]}}`, false},
+		{"the running repository named", `{"imageRepository":"registry.k8s.io"}`, false},
+		{"another repository", `{"imageRepository":"mirror.example.com/k8s"}`, true},
+		{"another etcd tag", `{"etcd":{"local":{"imageTag":"3.6.99-0"}}}`, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			ctx := context.Background()
+			h := New(t.TempDir(), "n1", nil, logr.Discard())
+			g.Expect(h.Init(ctx, Options{KubernetesVersion: "v1.35.4", ControlPlane: true,
+				PreflightFailures: []string{CheckImagePull}})).To(Succeed())
+			k := &kube.Host{Root: h.Root, Runner: h.Runner(), Binaries: h}
+			plan := &protocol.NodePlan{Kubernetes: protocol.KubernetesPlan{Role: protocol.RoleControlPlane, Version: "v1.35.4"},
+				ClusterConfiguration: []byte(tc.cc)}
+			err := k.ControlPlaneConfig(ctx, plan)
+			if !tc.pullFails {
+				g.Expect(err).NotTo(HaveOccurred())
+				return
+			}
+			g.Expect(err).To(MatchError(ContainSubstring("[ERROR ImagePull]")))
 		})
 	}
 }
