@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/capi-inplace/capi-inplace/internal/cachedread"
 	"github.com/capi-inplace/capi-inplace/internal/cli"
 	"github.com/capi-inplace/capi-inplace/internal/coordinator"
 	"github.com/capi-inplace/capi-inplace/internal/extension"
@@ -374,18 +375,13 @@ func setupGuard(mgr ctrl.Manager, registry guard.WebhookRegistry, pol *policy.Po
 			return fmt.Errorf("guard: register types: %w", err)
 		}
 	}
-	cached, err := client.New(mgr.GetConfig(), client.Options{
-		Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
-		Cache: &client.CacheOptions{Reader: mgr.GetCache(), Unstructured: true},
-	})
-	if err != nil {
-		return fmt.Errorf("guard: client: %w", err)
-	}
-	// Refusals for an object not found are checked again without the cache.
+	// Refusals for an object not found are checked again without the cache, and a
+	// kind whose informer has not synced yet is read live.
 	direct, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
 	if err != nil {
 		return fmt.Errorf("guard: client: %w", err)
 	}
+	cached := cachedread.OrLive{Cache: mgr.GetCache(), Live: direct}
 	pl, err := planner.New(pol)
 	if err != nil {
 		return fmt.Errorf("guard: planner: %w", err)

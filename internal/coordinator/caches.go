@@ -3,8 +3,6 @@ package coordinator
 import (
 	"context"
 	"errors"
-	"fmt"
-	"reflect"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/cachedread"
 	"github.com/capi-inplace/capi-inplace/internal/coordinator/nodeplan"
 )
 
@@ -74,11 +73,7 @@ type SyncedReader struct{ Cache cache.Cache }
 
 // Get implements client.Reader.
 func (r SyncedReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	inf, err := r.Cache.GetInformer(ctx, obj, cache.BlockUntilSynced(false))
-	if err != nil {
-		return err
-	}
-	if !inf.HasSynced() {
+	if !cachedread.Synced(ctx, r.Cache, obj) {
 		return errNotSynced
 	}
 	return r.Cache.Get(ctx, key, obj, opts...)
@@ -88,35 +83,10 @@ func (r SyncedReader) Get(ctx context.Context, key client.ObjectKey, obj client.
 // the informer of the list's item kind has synced (the coordinator lists only
 // MachineHealthChecks this way, remediation.go).
 func (r SyncedReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
-	item, err := listItem(list)
-	if err != nil {
-		return errNotSynced
-	}
-	inf, err := r.Cache.GetInformer(ctx, item, cache.BlockUntilSynced(false))
-	if err != nil {
-		return err
-	}
-	if !inf.HasSynced() {
+	if !cachedread.ListSynced(ctx, r.Cache, list) {
 		return errNotSynced
 	}
 	return r.Cache.List(ctx, list, opts...)
-}
-
-// listItem is a new object of the kind a typed list holds (*T for Items []T).
-func listItem(list client.ObjectList) (client.Object, error) {
-	items, err := meta.GetItemsPtr(list)
-	if err != nil {
-		return nil, err
-	}
-	t := reflect.TypeOf(items).Elem()
-	if t.Kind() != reflect.Slice {
-		return nil, fmt.Errorf("%T: items are not a slice", list)
-	}
-	obj, ok := reflect.New(t.Elem()).Interface().(client.Object)
-	if !ok {
-		return nil, fmt.Errorf("%T: items of %s are not objects", list, t.Elem())
-	}
-	return obj, nil
 }
 
 // cacheReads is the management client of a call served from caches: reads from

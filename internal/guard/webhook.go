@@ -136,7 +136,9 @@ type Options struct {
 	// Reader reads the Cluster's objects, as preview.Gatherer does; its scheme must know
 	// Cluster API's core, KCP and runtime (ExtensionConfig) v1beta2 types and
 	// apiextensions v1 (for the served version of references). A cached reader keeps the guard well inside its latency
-	// budget. Required.
+	// budget, provided it never waits for an informer's first list (cachedread.OrLive
+	// reads live until then: under load the wait outlasted the API server's 10 s
+	// timeout and the write failed closed). Required.
 	Reader client.Reader
 	// LiveReader, when set, reads without a cache: a refusal because an object was not
 	// found is checked again through it before it stands, since a cache may not hold
