@@ -174,6 +174,23 @@ func writePolicy(path string, mirrors *realcapi.Mirrors) error {
   # Ten seconds of gates at least, so the scenario's power cut finds them running.
   - name: settle
     command: ["/bin/sleep", "10"]
-%s`, failNamespace, failCluster, failing, restoreNamespace, restoreCluster, failing, haNamespace, haCluster, failing)
+%s- cluster: %s/%s
+  machineSelector:
+    matchLabels: {%s: "true"}
+  gates:
+  # Long enough for the watchdog scenario to silence the agent while it runs.
+  - name: settle
+    command: ["/bin/sleep", "10"]
+    passWithinSeconds: 15
+`, failNamespace, failCluster, failing, restoreNamespace, restoreCluster, failing, haNamespace, haCluster, failing,
+		pairNamespace, pairCluster, watchdogPoolLabel)
+	// The watchdog scenario's pool: a verifying deadline it can wait out.
+	policy += fmt.Sprintf(`deadlines:
+  pools:
+  - cluster: %s/%s
+    machineSelector:
+      matchLabels: {%s: "true"}
+    verifyingSeconds: %d
+`, pairNamespace, pairCluster, watchdogPoolLabel, int(watchdogVerifying/time.Second))
 	return os.WriteFile(path, []byte(policy), 0o600)
 }

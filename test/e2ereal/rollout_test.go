@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,7 +37,7 @@ func TestControlPlaneAndWorker(t *testing.T) {
 	t.Parallel()
 	g := newG(t)
 	ctx := suite.ctx
-	const ns, name = "real-pair", "pair"
+	const ns, name = pairNamespace, pairCluster
 	createCluster(t, clusterSpec{Namespace: ns, Name: name, Version: from, ControlPlanes: 1, Workers: 1, SingleNode: true})
 	created := time.Now()
 	ms := waitMachinesRunning(t, ns, name, 2)
@@ -154,7 +155,176 @@ func TestControlPlaneAndWorker(t *testing.T) {
 		}
 		return n.Status.Capacity.Pods().Value(), nil
 	}, 2*time.Minute).Should(Equal(int64(111)), "the running kubelet applies --max-pods")
+
+	silentAgentPastDeadline(t, wc, ns, name, worker, workerNode)
 }
+
+// silentAgentPastDeadline: the watchdog on a real node. The worker's Machine joins
+// the lane policy's watchdog pool (a label on the MachineDeployment's template,
+// which Cluster API carries to the Machine in place), whose verifying deadline is
+// watchdogVerifying (deadlines.pools); then one more change (a file). While the
+// agent runs that pool's gates, the node's kubelet stops and the agent dies, as
+// after a reboot into a kubelet that cannot run pods: no report comes again. Past
+// the pool's deadline the Machine says InPlaceUpdateDeadlineExceeded, the node
+// stays cordoned with the cause on it, and the remediation hold is released.
+// Once the kubelet is back, the agent resumes from its journal and commits: the
+// node's own verdict wins, the node is back in service with the file, and the
+// Machine is the same.
+func silentAgentPastDeadline(t *testing.T, wc kubernetes.Interface, ns, name string, worker clusterv1.Machine, node string) {
+	g := newG(t)
+	machine := worker.Name
+	ctx := suite.ctx
+	md := &clusterv1.MachineDeployment{}
+	g.Expect(suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-md"}, md)).To(Succeed())
+	base := md.DeepCopy()
+	if md.Spec.Template.Labels == nil {
+		md.Spec.Template.Labels = map[string]string{}
+	}
+	md.Spec.Template.Labels[watchdogPoolLabel] = "true"
+	g.Expect(suite.stack.Client.Patch(ctx, md, client.MergeFrom(base))).To(Succeed())
+	g.Eventually(func() (map[string]string, error) {
+		m := &clusterv1.Machine{}
+		err := suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: machine}, m)
+		return m.Labels, err
+	}, 2*time.Minute).Should(HaveKeyWithValue(watchdogPoolLabel, "true"), "the label reaches the Machine in place")
+
+	config, err := realcapi.Render(watchdogConfigTemplate, struct{ Name string }{name})
+	g.Expect(err).NotTo(HaveOccurred())
+	config[0].SetNamespace(ns)
+	g.Expect(suite.stack.Client.Create(ctx, config[0])).To(Succeed())
+	silenced := silenceDuringGates(ctx, node)
+	g.Expect(suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-md"}, md)).To(Succeed())
+	base = md.DeepCopy()
+	md.Spec.Template.Spec.Bootstrap.ConfigRef.Name = config[0].GetName()
+	start := time.Now()
+	g.Expect(suite.stack.Client.Patch(ctx, md, client.MergeFrom(base))).To(Succeed())
+	var silentAt time.Time
+	select {
+	case r := <-silenced:
+		g.Expect(r.err).NotTo(HaveOccurred(), "silencing the node")
+		silentAt = r.at
+	case <-time.After(10 * time.Minute):
+		t.Fatal("the worker's agent was never seen running the watchdog pool's gates")
+	}
+	suite.figures.Add("watchdog: worker change -> kubelet stopped and agent killed during the gates", silentAt.Sub(start))
+
+	g.Eventually(func() (string, error) {
+		c, err := inPlaceCondition(ctx, ns, machine)
+		if err != nil || c == nil {
+			return "", err
+		}
+		return c.Reason, nil
+	}, 5*time.Minute, 2*time.Second).Should(Equal(inplacev1.ReasonDeadlineExceeded))
+	failed := time.Since(silentAt)
+	suite.figures.Add(fmt.Sprintf("watchdog: agent silent -> Machine InPlaceUpdateDeadlineExceeded (the pool's verifying deadline %s)", watchdogVerifying), failed)
+	g.Expect(failed).To(BeNumerically(">=", watchdogVerifying-10*time.Second), "the deadline fired before it was due")
+	n, err := wc.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(n.Spec.Unschedulable).To(BeTrue(), "a node the agent may be changing is never put back in service")
+	g.Expect(n.Annotations).To(HaveKeyWithValue(inplacev1.DeadlineExceededAnnotation, ContainSubstring("phase Verifying")))
+	g.Eventually(func() (map[string]string, error) {
+		m := &clusterv1.Machine{}
+		err := suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: machine}, m)
+		return m.Annotations, err
+	}, time.Minute).ShouldNot(HaveKey(clusterv1.MachineSkipRemediationAnnotation), "released to MachineHealthCheck")
+
+	// The kubelet comes back; the agent resumes and commits.
+	mustNodeExec(t, node, "systemctl", "start", "kubelet")
+	back := time.Now()
+	g.Eventually(func() (string, error) {
+		c, err := inPlaceCondition(ctx, ns, machine)
+		if err != nil || c == nil {
+			return "", err
+		}
+		return c.Reason, nil
+	}, 10*time.Minute, 2*time.Second).Should(Equal(inplacev1.ReasonSucceeded))
+	g.Eventually(func() (bool, error) {
+		n, err := wc.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return true, err
+		}
+		_, marked := n.Annotations[inplacev1.DeadlineExceededAnnotation]
+		return n.Spec.Unschedulable || marked, nil
+	}, 2*time.Minute).Should(BeFalse(), "uncordoned, the deadline's cause removed")
+	suite.figures.Add("watchdog: kubelet back -> the agent's commit wins, node back in service", time.Since(back))
+	g.Expect(mustNodeExec(t, node, "cat", "/etc/capi-real/watchdog.conf")).To(Equal("watched\n"))
+	m := &clusterv1.Machine{}
+	g.Expect(suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: machine}, m)).To(Succeed())
+	g.Expect(m.UID).To(Equal(worker.UID), "the same Machine")
+}
+
+// silenced is when silenceDuringGates stopped the node's kubelet and agent.
+type silenced struct {
+	at  time.Time
+	err error
+}
+
+// silenceDuringGates reads the node's journal every second and, the first time
+// the agent runs its gates, stops the node's kubelet (so that nothing restarts
+// the agent) and kills the agent.
+func silenceDuringGates(ctx context.Context, node string) <-chan silenced {
+	done := make(chan silenced, 1)
+	go func() {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			e, err := readJournal(rctx, node)
+			cancel()
+			if err != nil || e.InFlight != "gates" {
+				continue
+			}
+			for _, args := range [][]string{{"systemctl", "stop", "kubelet"}, {"pkill", "-KILL", "-f", "^/capi-inplace-agent "}} {
+				if out, err := nodeExec(ctx, node, args...); err != nil {
+					done <- silenced{err: fmt.Errorf("%s: %w: %s", strings.Join(args, " "), err, out)}
+					return
+				}
+			}
+			done <- silenced{at: time.Now()}
+			return
+		}
+	}()
+	return done
+}
+
+// The pair scenario's cluster.
+const pairNamespace, pairCluster = "real-pair", "pair"
+
+// The lane policy's watchdog pool (writePolicy): Machines with the label, a gate
+// that takes a few seconds (so the silence finds the agent in its gates) and a
+// short verifying deadline.
+const (
+	watchdogPoolLabel = "e2ereal.capi-inplace.dev/watchdog"
+	watchdogVerifying = 60 * time.Second
+)
+
+// watchdogConfigTemplate is workerConfigTemplate with one file more.
+const watchdogConfigTemplate = `
+apiVersion: bootstrap.cluster.x-k8s.io/v1beta2
+kind: KubeadmConfigTemplate
+metadata:
+  name: {{.Name}}-worker-3
+spec:
+  template:
+    spec:
+      joinConfiguration:
+        nodeRegistration:
+          kubeletExtraArgs:
+          - name: max-pods
+            value: "111"
+      files:
+      - path: /etc/capi-real/cluster.conf
+        content: "generation 1\n"
+      - path: /etc/capi-real/site.conf
+        content: "site=lane\n"
+      - path: /etc/capi-real/watchdog.conf
+        content: "watched\n"
+`
 
 // workerConfigTemplate is the worker's bootstrap template with a kubelet argument
 // and a file more than the cluster's.
