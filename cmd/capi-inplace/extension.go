@@ -381,7 +381,15 @@ func setupGuard(mgr ctrl.Manager, registry guard.WebhookRegistry, pol *policy.Po
 	if err != nil {
 		return fmt.Errorf("guard: client: %w", err)
 	}
-	cached := cachedread.OrLive{Cache: mgr.GetCache(), Live: direct}
+	// A client.Client, typed and unstructured reads through OrLive: Cluster API's
+	// desired-state generator, which the guard runs for topology writes, takes one.
+	cached, err := client.New(mgr.GetConfig(), client.Options{
+		Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
+		Cache: &client.CacheOptions{Reader: cachedread.OrLive{Cache: mgr.GetCache(), Live: direct}, Unstructured: true},
+	})
+	if err != nil {
+		return fmt.Errorf("guard: client: %w", err)
+	}
 	pl, err := planner.New(pol)
 	if err != nil {
 		return fmt.Errorf("guard: planner: %w", err)
