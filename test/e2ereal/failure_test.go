@@ -314,13 +314,25 @@ func readJournal(ctx context.Context, node string) (lanekit.Journal, error) {
 	return j, nil
 }
 
-// powerCutDuring reads the node's journal every second and, the first time the
-// agent has action in flight (any action when empty; and when, if not nil, holds),
-// kills the node
-// container (SIGKILL to every process: no shutdown, as a power cut) and starts it
-// again. The channel gets the outcome once it happened; nothing if it never did
-// before ctx ends.
+// powerCutDuring kills the node container (SIGKILL to every process: no
+// shutdown, as a power cut) and starts it again the first time the agent has
+// action in flight (duringAction).
 func powerCutDuring(ctx context.Context, node, action string, when func(context.Context) bool) <-chan error {
+	return duringAction(ctx, node, action, when, func(ctx context.Context) error {
+		for _, args := range [][]string{{"kill", "--signal", "KILL", node}, {"start", node}} {
+			if out, err := exec.CommandContext(ctx, dockerCLI, args...).CombinedOutput(); err != nil {
+				return fmt.Errorf("docker %s: %w: %s", strings.Join(args, " "), err, out)
+			}
+		}
+		return nil
+	})
+}
+
+// duringAction reads the node's journal every second and runs do the first time
+// the agent has action in flight (any action when empty; and when, if not nil,
+// holds). The channel gets do's outcome once it ran; nothing if it never did
+// before ctx ends.
+func duringAction(ctx context.Context, node, action string, when func(context.Context) bool, do func(context.Context) error) <-chan error {
 	done := make(chan error, 1)
 	go func() {
 		tick := time.NewTicker(time.Second)
@@ -345,13 +357,7 @@ func powerCutDuring(ctx context.Context, node, action string, when func(context.
 					continue
 				}
 			}
-			for _, args := range [][]string{{"kill", "--signal", "KILL", node}, {"start", node}} {
-				if out, err := exec.CommandContext(ctx, dockerCLI, args...).CombinedOutput(); err != nil {
-					done <- fmt.Errorf("docker %s: %w: %s", strings.Join(args, " "), err, out)
-					return
-				}
-			}
-			done <- nil
+			done <- do(ctx)
 			return
 		}
 	}()

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
+	"github.com/capi-inplace/capi-inplace/internal/coordinator/agentinstall"
 	"github.com/capi-inplace/capi-inplace/test/lanekit"
 	"github.com/capi-inplace/capi-inplace/test/realcapi"
 )
@@ -104,7 +107,7 @@ func TestControlPlaneAndWorker(t *testing.T) {
 	cordon := lanekit.WatchCordon(wc, worker.Status.NodeRef.Name)
 	// One write: the next minor, and a bootstrap template with a kubelet argument
 	// and a file more.
-	workerConfig, err := realcapi.Render(workerConfigTemplate, struct{ Name string }{name})
+	workerConfig, err := realcapi.Render(workerConfigTemplate, workerConfig{Name: name, Generation: 2})
 	g.Expect(err).NotTo(HaveOccurred())
 	workerConfig[0].SetNamespace(ns)
 	g.Expect(suite.stack.Client.Create(ctx, workerConfig[0])).To(Succeed())
@@ -156,7 +159,62 @@ func TestControlPlaneAndWorker(t *testing.T) {
 		return n.Status.Capacity.Pods().Value(), nil
 	}, 2*time.Minute).Should(Equal(int64(111)), "the running kubelet applies --max-pods")
 
+	// The managed agent serves its metrics on the node's address, as Prometheus
+	// scrapes it: the worker's agent has journaled and reported this update.
+	workerIP, err := nodeIP(ctx, workerNode)
+	g.Expect(err).NotTo(HaveOccurred())
+	metrics, err := scrapeAgent(ctx, workerIP)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(metrics).To(HaveKeyWithValue(`capi_inplace_agent_journal_writes_total{result="ok"}`, BeNumerically(">", 0)))
+	g.Expect(metrics).To(HaveKeyWithValue(`capi_inplace_agent_journal_writes_total{result="error"}`, BeZero()))
+	g.Expect(metrics).To(HaveKeyWithValue("capi_inplace_agent_last_report_timestamp_seconds", BeNumerically(">=", float64(workerStart.Unix()))))
+
 	silentAgentPastDeadline(t, wc, ns, name, worker, workerNode)
+}
+
+// scrapeAgent reads the metrics the agent on the node at ip serves on its port
+// (agentinstall.MetricsPort), each sample keyed by its name and labels as
+// Prometheus prints them.
+func scrapeAgent(ctx context.Context, ip string) (map[string]float64, error) {
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, fmt.Sprintf("http://%s:%d/metrics", ip, agentinstall.MetricsPort), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("agent metrics on %s: %s", ip, resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("agent metrics on %s: %w", ip, err)
+	}
+	out := map[string]float64{}
+	for name, f := range families {
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			key := name
+			if len(labels) > 0 {
+				key += "{" + strings.Join(labels, ",") + "}"
+			}
+			switch {
+			case m.GetCounter() != nil:
+				out[key] = m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				out[key] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	return out, nil
 }
 
 // silentAgentPastDeadline: the watchdog on a real node. The worker's Machine joins
@@ -188,11 +246,11 @@ func silentAgentPastDeadline(t *testing.T, wc kubernetes.Interface, ns, name str
 		return m.Labels, err
 	}, 2*time.Minute).Should(HaveKeyWithValue(watchdogPoolLabel, "true"), "the label reaches the Machine in place")
 
-	config, err := realcapi.Render(watchdogConfigTemplate, struct{ Name string }{name})
+	config, err := realcapi.Render(workerConfigTemplate, workerConfig{Name: name, Generation: 3, Watched: true})
 	g.Expect(err).NotTo(HaveOccurred())
 	config[0].SetNamespace(ns)
 	g.Expect(suite.stack.Client.Create(ctx, config[0])).To(Succeed())
-	silenced := silenceDuringGates(ctx, node)
+	silenced := duringAction(ctx, node, "gates", nil, func(ctx context.Context) error { return silenceNode(ctx, node) })
 	g.Expect(suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-md"}, md)).To(Succeed())
 	base = md.DeepCopy()
 	md.Spec.Template.Spec.Bootstrap.ConfigRef.Name = config[0].GetName()
@@ -200,9 +258,9 @@ func silentAgentPastDeadline(t *testing.T, wc kubernetes.Interface, ns, name str
 	g.Expect(suite.stack.Client.Patch(ctx, md, client.MergeFrom(base))).To(Succeed())
 	var silentAt time.Time
 	select {
-	case r := <-silenced:
-		g.Expect(r.err).NotTo(HaveOccurred(), "silencing the node")
-		silentAt = r.at
+	case err := <-silenced:
+		g.Expect(err).NotTo(HaveOccurred(), "silencing the node")
+		silentAt = time.Now()
 	case <-time.After(10 * time.Minute):
 		t.Fatal("the worker's agent was never seen running the watchdog pool's gates")
 	}
@@ -253,43 +311,15 @@ func silentAgentPastDeadline(t *testing.T, wc kubernetes.Interface, ns, name str
 	g.Expect(m.UID).To(Equal(worker.UID), "the same Machine")
 }
 
-// silenced is when silenceDuringGates stopped the node's kubelet and agent.
-type silenced struct {
-	at  time.Time
-	err error
-}
-
-// silenceDuringGates reads the node's journal every second and, the first time
-// the agent runs its gates, stops the node's kubelet (so that nothing restarts
-// the agent) and kills the agent.
-func silenceDuringGates(ctx context.Context, node string) <-chan silenced {
-	done := make(chan silenced, 1)
-	go func() {
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			e, err := readJournal(rctx, node)
-			cancel()
-			if err != nil || e.InFlight != "gates" {
-				continue
-			}
-			for _, args := range [][]string{{"systemctl", "stop", "kubelet"}, {"pkill", "-KILL", "-f", "^/capi-inplace-agent "}} {
-				if out, err := nodeExec(ctx, node, args...); err != nil {
-					done <- silenced{err: fmt.Errorf("%s: %w: %s", strings.Join(args, " "), err, out)}
-					return
-				}
-			}
-			done <- silenced{at: time.Now()}
-			return
+// silenceNode stops the node's kubelet (so that nothing restarts the agent) and
+// kills the agent.
+func silenceNode(ctx context.Context, node string) error {
+	for _, args := range [][]string{{"systemctl", "stop", "kubelet"}, {"pkill", "-KILL", "-f", "^/capi-inplace-agent "}} {
+		if out, err := nodeExec(ctx, node, args...); err != nil {
+			return fmt.Errorf("%s: %w: %s", strings.Join(args, " "), err, out)
 		}
-	}()
-	return done
+	}
+	return nil
 }
 
 // The pair scenario's cluster.
@@ -303,36 +333,14 @@ const (
 	watchdogVerifying = 60 * time.Second
 )
 
-// watchdogConfigTemplate is workerConfigTemplate with one file more.
-const watchdogConfigTemplate = `
-apiVersion: bootstrap.cluster.x-k8s.io/v1beta2
-kind: KubeadmConfigTemplate
-metadata:
-  name: {{.Name}}-worker-3
-spec:
-  template:
-    spec:
-      joinConfiguration:
-        nodeRegistration:
-          kubeletExtraArgs:
-          - name: max-pods
-            value: "111"
-      files:
-      - path: /etc/capi-real/cluster.conf
-        content: "generation 1\n"
-      - path: /etc/capi-real/site.conf
-        content: "site=lane\n"
-      - path: /etc/capi-real/watchdog.conf
-        content: "watched\n"
-`
-
 // workerConfigTemplate is the worker's bootstrap template with a kubelet argument
-// and a file more than the cluster's.
+// and a file more than the cluster's (workerConfig names it; Watched adds one
+// more file, the watchdog phase's change).
 const workerConfigTemplate = `
 apiVersion: bootstrap.cluster.x-k8s.io/v1beta2
 kind: KubeadmConfigTemplate
 metadata:
-  name: {{.Name}}-worker-2
+  name: {{.Name}}-worker-{{.Generation}}
 spec:
   template:
     spec:
@@ -346,7 +354,18 @@ spec:
         content: "generation 1\n"
       - path: /etc/capi-real/site.conf
         content: "site=lane\n"
+{{- if .Watched}}
+      - path: /etc/capi-real/watchdog.conf
+        content: "watched\n"
+{{- end}}
 `
+
+// workerConfig fills workerConfigTemplate.
+type workerConfig struct {
+	Name       string
+	Generation int
+	Watched    bool
+}
 
 // otherTemplate is an infrastructure template with another node image.
 const otherTemplate = `

@@ -12,6 +12,7 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -107,6 +108,62 @@ func TestSingleNodeControlPlane(t *testing.T) {
 	g.Expect(apiserver.Spec.Containers[0].Command).To(ContainElement("--event-ttl=2h0m0s"))
 	g.Expect(apiserver.Spec.Containers[0].Image).To(HaveSuffix(":" + to))
 	g.Expect(mustNodeExec(t, node, "kubelet", "--version")).To(ContainSubstring(to))
+
+	userSymlinkRefused(t, ns, name, node, machine)
+}
+
+// userSymlinkRefused: host paths on a real node (review item 6). A local user,
+// alice, swaps her ~/.ssh for a link to root's; then one KCP write gives alice an
+// SSH key. The agent resolves every host path inside the host root and follows no
+// symlink a user could have made, so it writes nothing through the link (it would
+// have replaced root's authorized_keys): the update fails before it changes
+// anything, the KCP is held with the failure, root's keys are as they were with
+// nothing beside them, and the Machine is the same.
+func userSymlinkRefused(t *testing.T, ns, name, node string, machine clusterv1.Machine) {
+	g := newG(t)
+	ctx := suite.ctx
+	for _, args := range [][]string{
+		{"useradd", "-m", "alice"},
+		{"mkdir", "-p", "-m", "0700", "/root/.ssh"},
+		{"sh", "-c", "echo 'ssh-ed25519 AAAA root-only' >> /root/.ssh/authorized_keys && chmod 600 /root/.ssh/authorized_keys"},
+		{"rm", "-rf", "/home/alice/.ssh"},
+		{"ln", "-s", "/root/.ssh", "/home/alice/.ssh"},
+		{"chown", "-h", "alice:alice", "/home/alice/.ssh"},
+	} {
+		mustNodeExec(t, node, args...)
+	}
+	// Names, modes, owners and sizes (no times), and the keys' digest.
+	rootKeys := []string{"sh", "-c", "ls -la --time-style=+ /root/.ssh && sha256sum /root/.ssh/authorized_keys"}
+	before := mustNodeExec(t, node, rootKeys...)
+	// The guard refuses a change while KCP reports the control plane's pods
+	// unhealthy (KCP would replace the Machine): they restarted with the update.
+	waitControlPlaneHealthy(t, ns, name)
+
+	kcp := &controlplanev1.KubeadmControlPlane{}
+	g.Expect(suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, kcp)).To(Succeed())
+	base := kcp.DeepCopy()
+	kcp.Spec.KubeadmConfigSpec.Users = append(kcp.Spec.KubeadmConfigSpec.Users,
+		bootstrapv1.User{Name: "alice", SSHAuthorizedKeys: []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAlice alice@lane"}})
+	start := time.Now()
+	g.Expect(suite.stack.Client.Patch(ctx, kcp, client.MergeFrom(base))).To(Succeed())
+	// The agent refuses while it backs the user's files up, before it changes
+	// anything: the update fails (no rollback needed) and KCP is held with it.
+	g.Eventually(func() (string, error) {
+		kcp := &controlplanev1.KubeadmControlPlane{}
+		if err := suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, kcp); err != nil {
+			return "", err
+		}
+		c := meta.FindStatusCondition(kcp.Status.Conditions, inplacev1.InPlaceUpdateCondition)
+		if kcp.Annotations[inplacev1.HoldFailedAnnotation] == "" || c == nil {
+			return "", nil
+		}
+		return c.Reason, nil
+	}, 15*time.Minute, 2*time.Second).Should(Equal(inplacev1.ReasonFailed))
+	suite.figures.Add("single node: write (a key for a user whose ~/.ssh links to root's) -> refused before any change, failure on the KCP", time.Since(start))
+	g.Expect(mustNodeExec(t, node, rootKeys...)).To(Equal(before), "root's keys as they were, nothing written beside them")
+	g.Expect(mustNodeExec(t, node, "readlink", "/home/alice/.ssh")).To(Equal("/root/.ssh\n"), "the link left alone")
+	now := waitMachinesRunning(t, ns, name, 1)[0]
+	g.Expect(now.UID).To(Equal(machine.UID), "the same Machine")
 }
 
 // nodeAt checks the Node reports version, is Ready and schedulable, and its agent
