@@ -78,6 +78,14 @@ const (
 	// the per-phase deadlines are judged from it, never from a time the node can
 	// write. Written only by the coordinator; the retry annotation clears it.
 	UpdatePhaseAnnotation = GroupName + "/update-phase"
+
+	// RetriedPlanAnnotation names the plan an operator's retry withdrew (its hash).
+	// While the node's published plan is that one, the coordinator publishes its own
+	// build instead of keeping it, so that a retry takes what was fixed since (the
+	// policy's binaries, gates, preflight checks, a registry credential); the build
+	// keeps the withdrawn plan's kubeadm choices. Removed once the build is published.
+	// Written only by the coordinator.
+	RetriedPlanAnnotation = GroupName + "/retried-plan"
 )
 
 // DeadlineExceededAnnotation on a Node holds why the coordinator keeps it cordoned

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -169,4 +170,83 @@ func withResourceVersion(f *fixture, obj client.Object) client.Object {
 	}
 	obj.SetResourceVersion(stored.GetResourceVersion())
 	return obj
+}
+
+// TestRetryTakesThePolicyFix: an update fails on a wrong kubelet digest in the
+// policy; the extension restarts with the digest fixed and the operator retries.
+// The retry publishes a plan built from the fixed policy, not the plan it withdrew,
+// and that plan keeps the withdrawn plan's kubeadm step although the Node, read
+// right after the rollback, still reports the new kubelet (as real nodes do for
+// a while). Once published, the new plan is kept: a replica still on the old
+// policy does not publish its own build.
+func TestRetryTakesThePolicyFix(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t, nil)
+	platform := runtime.GOOS + "/" + runtime.GOARCH
+	wrong, fixed := "sha256:"+fmt.Sprintf("%064x", 1), "sha256:"+fmt.Sprintf("%064x", 2)
+	withKubelet := func(digest string) *policy.Policy {
+		pol, err := policy.Parse(fmt.Appendf(nil, `
+kubernetesBinaries:
+  v1.36.3:
+    %s:
+      kubeadm: {url: "https://artifacts.example.com/kubeadm", digest: "sha256:%064x"}
+      kubelet: {url: "https://artifacts.example.com/kubelet", digest: "%s"}
+`, platform, 3, digest))
+		g.Expect(err).NotTo(HaveOccurred())
+		return pol
+	}
+	for _, n := range []string{"rf-w1", "rf-peer"} {
+		f.node(n, "v1.35.0", false)
+		node := f.getNode(n)
+		node.Status.NodeInfo.OperatingSystem, node.Status.NodeInfo.Architecture = runtime.GOOS, runtime.GOARCH
+		g.Expect(f.wl.Status().Update(f.ctx, node)).To(Succeed())
+	}
+	m := f.machine("m-rf-w1", "rf-w1", "v1.36.3", false)
+	req := f.request(m, nil)
+	stageAndPublish := func(c *Coordinator) (string, *protocol.NodePlan) {
+		t.Helper()
+		callUntil(t, c, req, "to stage plan", 3)
+		staged := f.getNode("rf-w1").Annotations[inplacev1.StagePlanAnnotation]
+		v, err := protocol.EncodeStagingStatus(protocol.StagingStatus{PlanHash: staged, Phase: protocol.StagePhaseStaged, Items: 2, Done: 2})
+		g.Expect(err).NotTo(HaveOccurred())
+		f.annotate(f.getNode("rf-w1"), inplacev1.StagingStatusAnnotation, v)
+		callUntil(t, c, req, "pick up plan", 5)
+		hash := f.getNode("rf-w1").Annotations[inplacev1.DesiredPlanAnnotation]
+		g.Expect(hash).To(Equal(staged))
+		sealed, err := protocol.DecodeSealedPlan(f.planSecret("rf-w1").Data[inplacev1.PlanSecretDataKey])
+		g.Expect(err).NotTo(HaveOccurred())
+		plan, err := sealed.Open(testAgentKey)
+		g.Expect(err).NotTo(HaveOccurred())
+		return hash, plan
+	}
+	storedMachine := func() *clusterv1.Machine {
+		stored := &clusterv1.Machine{}
+		g.Expect(f.mgmt.Get(f.ctx, client.ObjectKeyFromObject(m), stored)).To(Succeed())
+		return stored
+	}
+
+	before := f.coordinator(func(o *Options) { o.Binaries = withKubelet(wrong) })
+	withdrawn, plan := stageAndPublish(before)
+	g.Expect(plan.Kubernetes.Binaries.Kubelet.Digest).To(Equal(wrong))
+	g.Expect(plan.Kubernetes.Action).To(Equal(protocol.KubeadmUpgradeNode))
+	f.agentReports("rf-w1", protocol.NodeStatus{PlanHash: withdrawn, Phase: protocol.PhaseRolledBack, Steps: 6, Step: 2,
+		Reason: "StagingFailed", Message: "kubelet: digest mismatch"}, false)
+	f.setKubelet("rf-w1", "v1.36.3")
+	g.Expect(call(before, req).Status).To(Equal(runtimehooksv1.ResponseStatusFailure))
+
+	after := f.coordinator(func(o *Options) { o.Binaries = withKubelet(fixed) })
+	f.annotate(m, inplacev1.RetryAnnotation, "true")
+	resp := call(after, req)
+	g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusSuccess), resp.Message)
+	g.Expect(storedMachine().Annotations).To(HaveKeyWithValue(inplacev1.RetriedPlanAnnotation, withdrawn))
+
+	retried, plan := stageAndPublish(after)
+	g.Expect(retried).NotTo(Equal(withdrawn), "the withdrawn plan was published again")
+	g.Expect(plan.Kubernetes.Binaries.Kubelet.Digest).To(Equal(fixed))
+	g.Expect(plan.Kubernetes.Action).To(Equal(protocol.KubeadmUpgradeNode), "the kubeadm step was chosen again from the stale Node")
+	g.Expect(storedMachine().Annotations).NotTo(HaveKey(inplacev1.RetriedPlanAnnotation))
+
+	s, out, ok := before.loadScope(f.ctx, desiredFor(t, before, req))
+	g.Expect(ok).To(BeTrue(), out.Message)
+	g.Expect(s.planHash).To(Equal(retried), "a replica on the old policy keeps the published plan")
 }

@@ -243,8 +243,16 @@ func (c *Coordinator) retry(ctx context.Context, s *scope, d Decision) (Outcome,
 	if err := c.patchClusterState(ctx, s, func(st *fleet.State, _ map[string]string) { st.Forget(s.stored.Name) }); err != nil {
 		return c.fleetWriteFailure(s, err), true
 	}
-	// The update's clock restarts with the retry (watchdog.go).
-	if err := c.removeMachineAnnotation(ctx, s, inplacev1.RetryAnnotation, inplacev1.UpdatePhaseAnnotation); err != nil {
+	// The update's clock restarts with the retry (watchdog.go), and the next call
+	// builds the plan again rather than keeping the one withdrawn here
+	// (RetriedPlanAnnotation): one write, so the retry is seen done only with both.
+	err = c.patchMachineAnnotations(ctx, s.stored, "retry the update of", func(ann map[string]string) bool {
+		delete(ann, inplacev1.RetryAnnotation)
+		delete(ann, inplacev1.UpdatePhaseAnnotation)
+		ann[inplacev1.RetriedPlanAnnotation] = s.planHash
+		return true
+	})
+	if err != nil {
 		return retryable(CauseManagementAPI, err.Error()), true
 	}
 	msg := fmt.Sprintf("retrying node %s: the failed plan %s was withdrawn and its verdict cleared (%s)", s.node.Name, short(s.planHash), d.Message)

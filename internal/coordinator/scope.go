@@ -86,7 +86,14 @@ func (c *Coordinator) loadScope(ctx context.Context, desired desiredObjects) (*s
 	if err := c.addRegistryCredentials(ctx, built, s.machine.Namespace); err != nil {
 		return nil, retryable(CauseInvalidInput, fmt.Sprintf("build plan for node %s: %v", nodeName, err)), false
 	}
-	s.plan = nodeplan.PinPublished(built, published)
+	// A retry builds the plan again (RetriedPlanAnnotation) instead of keeping the
+	// one it withdrew.
+	s.retried = published != nil && published.PlanHash != "" && desired.stored.Annotations[inplacev1.RetriedPlanAnnotation] == published.PlanHash
+	if s.retried {
+		s.plan = nodeplan.PinRetried(built, published)
+	} else {
+		s.plan = nodeplan.PinPublished(built, published)
+	}
 	if s.planJSON, err = protocol.EncodePlan(s.plan); err != nil {
 		return nil, retryable(CauseInvalidInput, fmt.Sprintf("encode plan for node %s: %v", nodeName, err)), false
 	}
@@ -96,7 +103,7 @@ func (c *Coordinator) loadScope(ctx context.Context, desired desiredObjects) (*s
 	if s.desiredState, err = s.plan.DesiredState(); err != nil {
 		return nil, retryable(CauseInvalidInput, fmt.Sprintf("hash plan for node %s: %v", nodeName, err)), false
 	}
-	if key, err := nodeplan.AgentKey(s.node.Annotations); err == nil && nodeplan.KeepPublished(published, nodeName, s.desiredState, key) {
+	if key, err := nodeplan.AgentKey(s.node.Annotations); err == nil && !s.retried && nodeplan.KeepPublished(published, nodeName, s.desiredState, key) {
 		s.planHash = published.PlanHash
 	}
 	return s, Outcome{}, true

@@ -38,8 +38,11 @@ type scope struct {
 	// that plan carries out the same desired state (nodeplan.KeepPublished).
 	desiredState string
 	planJSON     []byte
-	planSecret   *corev1.Secret  // as found in the workload cluster; nil when absent
-	agentKey     *ecdh.PublicKey // the node's key, which the plan is sealed to (awaitAgentKey)
+	planSecret   *corev1.Secret // as found in the workload cluster; nil when absent
+	// retried: the published plan is the one an operator's retry withdrew
+	// (RetriedPlanAnnotation), so plan is built again, not kept.
+	retried  bool
+	agentKey *ecdh.PublicKey // the node's key, which the plan is sealed to (awaitAgentKey)
 
 	drainBlocker string // the PDB that refused an eviction in this call (metrics.go)
 	// pastDeadline is the phase whose deadline the update passed (watchdog.go).

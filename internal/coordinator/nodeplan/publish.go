@@ -84,6 +84,31 @@ func PinPublished(built *protocol.NodePlan, published *protocol.SealedPlan) *pro
 	return &pinned
 }
 
+// PinRetried gives a plan built again on an operator's retry the kubeadm choices of
+// the plan the retry withdrew, when both carry out the same desired state on the
+// same node. Those choices were made from the node before the update, which the
+// rollback restored; the Node as read right after a rollback can still report the
+// new kubelet (seen on real nodes), and choosing again from it would drop the
+// upgrade. Everything else is the new build's: that is what the retry is for.
+// withdrawn may be nil.
+func PinRetried(built *protocol.NodePlan, withdrawn *protocol.SealedPlan) *protocol.NodePlan {
+	if built == nil || withdrawn == nil || withdrawn.DesiredState == "" || withdrawn.NodeName != built.NodeName {
+		return built
+	}
+	if desired, err := built.DesiredState(); err != nil || desired != withdrawn.DesiredState {
+		return built
+	}
+	pinned := *built
+	pinned.Kubernetes.Action = withdrawn.Pin.Action
+	pinned.Kubernetes.EtcdSnapshot = withdrawn.Pin.EtcdSnapshot
+	// The pin is read from the Secret's clear header: a choice this node's plan
+	// cannot carry is the new build's to make.
+	if pinned.Validate() != nil {
+		return built
+	}
+	return &pinned
+}
+
 // KeepPublished reports whether the coordinator keeps the published plan instead
 // of its own build: the published plan is for this node, sealed to the node's
 // current key, and carries out the same desired state (protocol.NodePlan.DesiredState).

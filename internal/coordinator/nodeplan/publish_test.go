@@ -116,6 +116,50 @@ func TestPinPublished(t *testing.T) {
 	}
 }
 
+func TestPinRetried(t *testing.T) {
+	key := testKey(t)
+	seal := func(p *protocol.NodePlan, mutate func(*protocol.SealedPlan)) *protocol.SealedPlan {
+		data, err := Seal(p, key.PublicKey())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sp := Published(data)
+		if mutate != nil {
+			mutate(sp)
+		}
+		return sp
+	}
+	fixed := func(p *protocol.NodePlan) *protocol.NodePlan {
+		p.Gates = []protocol.Gate{{Name: "fixed", Command: []string{"/bin/true"}}}
+		return p
+	}
+	withdrawn := seal(cpPlan(protocol.KubeadmUpgradeApply, "a"), nil)
+	tests := []struct {
+		name       string
+		built      *protocol.NodePlan
+		withdrawn  *protocol.SealedPlan
+		wantAction protocol.KubeadmAction
+	}{
+		{"nothing withdrawn", fixed(cpPlan(protocol.KubeadmNone, "a")), nil, protocol.KubeadmNone},
+		{"policy fixed since, same desired state: the withdrawn kubeadm step", fixed(cpPlan(protocol.KubeadmNone, "a")), withdrawn, protocol.KubeadmUpgradeApply},
+		{"another desired state: newly decided", fixed(cpPlan(protocol.KubeadmNone, "b")), withdrawn, protocol.KubeadmNone},
+		{"withdrawn from another node", fixed(cpPlan(protocol.KubeadmNone, "a")),
+			seal(cpPlan(protocol.KubeadmUpgradeApply, "a"), func(sp *protocol.SealedPlan) { sp.NodeName = "cp-2" }), protocol.KubeadmNone},
+		{"sealed before desired states", fixed(cpPlan(protocol.KubeadmNone, "a")),
+			seal(cpPlan(protocol.KubeadmUpgradeApply, "a"), func(sp *protocol.SealedPlan) { sp.DesiredState = "" }), protocol.KubeadmNone},
+		{"a pin no plan can carry", fixed(cpPlan(protocol.KubeadmNone, "a")),
+			seal(cpPlan(protocol.KubeadmUpgradeApply, "a"), func(sp *protocol.SealedPlan) { sp.Pin.Action = "reset" }), protocol.KubeadmNone},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			got := PinRetried(tt.built, tt.withdrawn)
+			g.Expect(got.Kubernetes.Action).To(Equal(tt.wantAction))
+			g.Expect(got.Gates).To(Equal(tt.built.Gates), "the rest is the new build's")
+		})
+	}
+}
+
 func TestPublishedIgnoresWhatIsNotSealed(t *testing.T) {
 	g := NewWithT(t)
 	g.Expect(Published(nil)).To(BeNil())
