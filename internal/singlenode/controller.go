@@ -53,6 +53,8 @@ const (
 const (
 	waitRequeue    = 15 * time.Second
 	updaterTimeout = 30 * time.Second
+	// recheckRequeue paces the questions about an update that passed a deadline.
+	recheckRequeue = 30 * time.Second
 )
 
 // Reconciler drives held KubeadmControlPlanes: node updates through the Updater,
@@ -77,6 +79,8 @@ type Reconciler struct {
 	Workloads WorkloadClients
 	// Now is the clock (rollout.before/after evaluation); time.Now when nil.
 	Now func() time.Time
+	// RecheckAfter paces ActionRecheck; recheckRequeue when zero.
+	RecheckAfter time.Duration
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -152,13 +156,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	case ActionWait:
 		return ctrl.Result{RequeueAfter: waitRequeue}, r.setCondition(ctx, obs, metav1.ConditionFalse, inplacev1.ReasonWaiting, d.Message)
 	case ActionUpdate:
-		return r.update(ctx, obs, d.Machine)
+		return r.update(ctx, obs, d.Machine, false)
+	case ActionRecheck:
+		return r.update(ctx, obs, d.Machine, true)
 	}
 	return ctrl.Result{}, nil
 }
 
 // update drives the node update of one Machine one step and aligns it once done.
-func (r *Reconciler) update(ctx context.Context, obs *observed, machineName string) (ctrl.Result, error) {
+// recheck: the update failed on a deadline (ActionRecheck); only its end as done
+// changes anything, and the same failure again is not recorded again.
+func (r *Reconciler) update(ctx context.Context, obs *observed, machineName string, recheck bool) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx).WithValues("Machine", klog.KRef(obs.kcp.Namespace, machineName))
 	machine := obs.machine(machineName)
 	objs, err := desiredFrom(obs.results[machineName])
@@ -199,7 +207,7 @@ func (r *Reconciler) update(ctx context.Context, obs *observed, machineName stri
 		return r.refuse(ctx, obs, machine, refusalMessage(refused))
 	}
 
-	if obs.kcp.Annotations[inplacev1.HoldUpdatingAnnotation] != machineName {
+	if obs.kcp.Annotations[inplacev1.HoldUpdatingAnnotation] != machineName && !recheck {
 		if err := r.patchKCPAnnotations(ctx, obs.kcp, map[string]*string{inplacev1.HoldUpdatingAnnotation: &machineName}); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -221,6 +229,13 @@ func (r *Reconciler) update(ctx context.Context, obs *observed, machineName stri
 	cancel()
 	log.V(1).Info("Node update answered", "step", out.Step, "retryAfter", out.RetryAfter, "reason", out.Reason, "message", out.Message)
 
+	if recheck && out.Step != StepDone {
+		if out.Step == StepFail && out.Reason != inplacev1.ReasonDeadlineExceeded {
+			// The agent's verdict came after the deadline: a failure for good.
+			return r.fail(ctx, obs, machine, out.Reason, out.Message)
+		}
+		return ctrl.Result{RequeueAfter: r.recheckAfter()}, nil
+	}
 	switch out.Step {
 	case StepWait:
 		msg := fmt.Sprintf("Machine %s: %s", machineName, out.Message)
@@ -237,7 +252,8 @@ func (r *Reconciler) update(ctx context.Context, obs *observed, machineName stri
 			eventNote(fmt.Sprintf("Machine %s was updated in place but its objects could not be aligned yet (will retry; KCP stays held): %v", machineName, err)))
 		return ctrl.Result{}, fmt.Errorf("align Machine %s: %w", machineName, err)
 	}
-	if err := r.patchKCPAnnotations(ctx, obs.kcp, map[string]*string{inplacev1.HoldUpdatingAnnotation: nil}); err != nil {
+	// A commit after a deadline ends the failure recorded for it.
+	if err := r.patchKCPAnnotations(ctx, obs.kcp, map[string]*string{inplacev1.HoldUpdatingAnnotation: nil, inplacev1.HoldFailedAnnotation: nil}); err != nil {
 		return ctrl.Result{}, err
 	}
 	log.Info("Control-plane Machine updated in place and aligned")
@@ -316,6 +332,13 @@ func (r *Reconciler) retry(ctx context.Context, obs *observed, d Decision) (ctrl
 	}
 	ctrl.LoggerFrom(ctx).Info("Retrying a failed in-place update of a control-plane Machine", "Machine", klog.KRef(obs.kcp.Namespace, d.Machine))
 	return ctrl.Result{RequeueAfter: time.Millisecond}, r.setCondition(ctx, obs, metav1.ConditionFalse, inplacev1.ReasonInProgress, d.Message)
+}
+
+func (r *Reconciler) recheckAfter() time.Duration {
+	if r.RecheckAfter > 0 {
+		return r.RecheckAfter
+	}
+	return recheckRequeue
 }
 
 // maxEventNote is below the 1024 characters events.k8s.io/v1 accepts; the full text

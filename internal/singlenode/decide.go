@@ -49,6 +49,10 @@ type State struct {
 	FailedTarget string
 	// Updating is the value of HoldUpdatingAnnotation ("" when absent).
 	Updating string
+	// FailedMayEnd: the failed target's update failed on a deadline (the KCP's
+	// InPlaceUpdate condition says DeadlineExceeded), so the agent may still
+	// commit it, as it may on the hook path, where Cluster API keeps asking.
+	FailedMayEnd bool
 	// Machines are the KCP's control-plane Machines.
 	Machines []MachineState
 }
@@ -69,6 +73,11 @@ const (
 	// ActionKeepFailed: the current target already failed; keep the hold and the
 	// failure condition until the operator changes, reverts or retries the spec.
 	ActionKeepFailed Action = "KeepFailed"
+	// ActionRecheck: the current target failed on a deadline; ask the coordinator
+	// about Decision.Machine again, as Cluster API keeps asking on the hook path:
+	// a commit that came late ends the update as done, anything else keeps the
+	// failure as recorded.
+	ActionRecheck Action = "Recheck"
 	// ActionRetry: the current target failed and the operator asked for a retry on
 	// Decision.Machine: forget the failed target (HoldFailedAnnotation), keeping
 	// the hold, so that the update runs again; the coordinator withdraws the
@@ -123,6 +132,13 @@ func Decide(s State) Decision {
 		for _, m := range machines {
 			if m.RetryRequested && !m.UpToDate && !m.Deleting {
 				return Decision{Action: ActionRetry, Machine: m.Name, Message: fmt.Sprintf("retrying the failed in-place update of Machine %s, as its retry annotation asks", m.Name)}
+			}
+		}
+		if s.FailedMayEnd {
+			for _, m := range machines {
+				if !m.UpToDate && !m.Deleting && m.Complete && m.HasNode {
+					return Decision{Action: ActionRecheck, Machine: m.Name, Message: fmt.Sprintf("the in-place update of Machine %s passed a deadline; asking whether its node committed since", m.Name)}
+				}
 			}
 		}
 		return Decision{Action: ActionKeepFailed, Message: "the in-place update to this spec failed and was rolled back; revert or change the spec, or annotate the Machine with the retry annotation"}

@@ -66,6 +66,37 @@ func TestDecide(t *testing.T) {
 			wantAction: ActionKeepFailed,
 		},
 		{
+			name: "failed on a deadline: the outdated Machine's update is asked about again",
+			state: func() State {
+				s := held(upToDate("m0"), ready("m1"))
+				s.FailedTarget, s.FailedMayEnd = "t2", true
+				return s
+			}(),
+			wantAction: ActionRecheck, wantMachine: "m1",
+		},
+		{
+			name: "failed on a deadline, the Machine without a node: nothing to ask",
+			state: func() State {
+				m := ready("m1")
+				m.HasNode = false
+				s := held(m)
+				s.FailedTarget, s.FailedMayEnd = "t2", true
+				return s
+			}(),
+			wantAction: ActionKeepFailed,
+		},
+		{
+			name: "failed on a deadline, a retry asked for: retried",
+			state: func() State {
+				m := ready("m1")
+				m.RetryRequested = true
+				s := held(m)
+				s.FailedTarget, s.FailedMayEnd = "t2", true
+				return s
+			}(),
+			wantAction: ActionRetry, wantMachine: "m1",
+		},
+		{
 			name: "failed target with the Machine's retry annotation is retried",
 			state: func() State {
 				m := ready("m1")

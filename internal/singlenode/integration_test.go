@@ -637,6 +637,64 @@ func TestIntegrationFailureAlignsNothingAndKeepsHold(t *testing.T) {
 	g.Expect(f.machineCount(ctx, g)).To(Equal(1))
 }
 
+// TestIntegrationLateCommitAfterDeadlineWins: a single control plane's update
+// that passed a deadline is recorded as failed (hold-failed, the KCP paused, not
+// aligned), then asked about again, quietly, as Cluster API keeps calling on the
+// hook path: when the agent commits after all, the Machine is aligned and the
+// hold released, done without a retry. A verdict other than the deadline's, once
+// it comes, is a failure for good.
+func TestIntegrationLateCommitAfterDeadlineWins(t *testing.T) {
+	env.require(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(ctx, t, true)
+	const late = "node n: passed the Verifying deadline of 10m0s; last seen: the agent runs its gates"
+	env.updater.script(f.machine,
+		failedFinal(coordinator.CauseDeadlineExceeded, late),
+		failedFinal(coordinator.CauseDeadlineExceeded, late),
+		failedFinal(coordinator.CauseDeadlineExceeded, late),
+		done("node n runs plan abc"))
+	rvBefore := f.versions(ctx, g)
+	f.setVersion(ctx, g, toVersion)
+
+	g.Eventually(func(g Gomega) {
+		kcp := f.getKCP(ctx, g)
+		g.Expect(kcp.Annotations).To(HaveKeyWithValue(inplacev1.HoldFailedAnnotation, TargetHash(kcp)))
+		cond := meta.FindStatusCondition(kcp.Status.Conditions, inplacev1.InPlaceUpdateCondition)
+		g.Expect(cond).NotTo(BeNil())
+		g.Expect(cond.Reason).To(Equal(inplacev1.ReasonDeadlineExceeded))
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+	g.Expect(f.versions(ctx, g)).To(Equal(rvBefore), "nothing aligned while failed")
+
+	f.expectReleasedUpToDate(ctx, g)
+	g.Expect(env.updater.calls(f.machine)).To(HaveLen(4))
+	g.Expect(f.machineCount(ctx, g)).To(Equal(1))
+	list := &corev1.EventList{}
+	g.Expect(env.admin.List(ctx, list, client.InNamespace(f.ns))).To(Succeed())
+	deadlineEvents := 0
+	for _, e := range list.Items {
+		if e.Reason == inplacev1.EventDeadlineExceeded && e.InvolvedObject.Kind == "KubeadmControlPlane" {
+			deadlineEvents++
+		}
+	}
+	g.Expect(deadlineEvents).To(Equal(1), "the same failure asked about again is not recorded again")
+
+	// Another target passes its deadline, then the agent rolls back: failed for good.
+	g2 := newFixture(ctx, t, true)
+	env.updater.script(g2.machine,
+		failedFinal(coordinator.CauseDeadlineExceeded, late),
+		failedFinal(coordinator.CauseRolledBack, "node n: the agent rolled back plan abc: GateFailed"),
+		done("never asked"))
+	g2.setVersion(ctx, g, toVersion)
+	g.Eventually(func(g Gomega) {
+		cond := meta.FindStatusCondition(g2.getKCP(ctx, g).Status.Conditions, inplacev1.InPlaceUpdateCondition)
+		g.Expect(cond).NotTo(BeNil())
+		g.Expect(cond.Reason).To(Equal(inplacev1.ReasonRolledBack))
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+	g.Consistently(func() int { return len(env.updater.calls(g2.machine)) }, 2*time.Second, 100*time.Millisecond).Should(Equal(2))
+	g.Expect(held(g2.getKCP(ctx, g))).To(BeTrue())
+}
+
 // annotateMachine sets (value non-nil) or removes (nil) one annotation of the
 // fixture's Machine, as an operator does.
 func (f *fixture) annotateMachine(ctx context.Context, g Gomega, key string, value *string) {

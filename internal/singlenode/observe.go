@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -106,6 +107,9 @@ func (o *observed) state() State {
 		Target:         TargetHash(o.kcp),
 		FailedTarget:   o.kcp.Annotations[inplacev1.HoldFailedAnnotation],
 		Updating:       o.kcp.Annotations[inplacev1.HoldUpdatingAnnotation],
+	}
+	if c := meta.FindStatusCondition(o.kcp.Status.Conditions, inplacev1.InPlaceUpdateCondition); c != nil {
+		s.FailedMayEnd = c.Reason == inplacev1.ReasonDeadlineExceeded
 	}
 	for _, m := range o.machines {
 		res := o.results[m.Name]

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -55,6 +56,9 @@ type Options struct {
 	// runtime hook server (CAPI's exp/runtime/server.Server embeds a controller-runtime
 	// webhook.Server) to serve it on the hooks' port and certificate.
 	WebhookServer WebhookRegistry
+	// RecheckAfter is how often an update that failed on a deadline is asked
+	// about again (a late commit ends it as done); 30 s when zero.
+	RecheckAfter time.Duration
 }
 
 // WebhookRegistry is the part of controller-runtime's webhook.Server we use.
@@ -103,6 +107,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		Settings:  opts.Settings,
 
 		ExtensionConfigName: opts.ExtensionConfigName,
+		RecheckAfter:        opts.RecheckAfter,
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).

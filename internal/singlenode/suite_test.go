@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr/funcr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -134,7 +135,8 @@ func runSuite(m *testing.M) int {
 		return 1
 	}
 	if err := SetupWithManager(mgr, Options{Updater: env.updater, Planner: plans, Workloads: sameClusterWorkloads{direct},
-		Settings: map[string]string{"k": "v"}, ExtensionConfigName: testExtensionConfig, ControllerUsername: env.controllerUser}); err != nil {
+		Settings: map[string]string{"k": "v"}, ExtensionConfigName: testExtensionConfig, ControllerUsername: env.controllerUser,
+		RecheckAfter: 300 * time.Millisecond}); err != nil {
 		fmt.Fprintf(os.Stderr, "SetupWithManager: %v\n", err)
 		return 1
 	}
