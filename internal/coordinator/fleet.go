@@ -249,7 +249,13 @@ func (c *Coordinator) retry(ctx context.Context, s *scope, d Decision) (Outcome,
 	err = c.patchMachineAnnotations(ctx, s.stored, "retry the update of", func(ann map[string]string) bool {
 		delete(ann, inplacev1.RetryAnnotation)
 		delete(ann, inplacev1.UpdatePhaseAnnotation)
-		ann[inplacev1.RetriedPlanAnnotation] = s.planHash
+		// The plan the node holds: a build not published yet is not what the
+		// next call must stop keeping.
+		withdrawn := s.published
+		if withdrawn == "" {
+			withdrawn = s.planHash
+		}
+		ann[inplacev1.RetriedPlanAnnotation] = withdrawn
 		return true
 	})
 	if err != nil {

@@ -88,7 +88,10 @@ func (c *Coordinator) loadScope(ctx context.Context, desired desiredObjects) (*s
 	}
 	// A retry builds the plan again (RetriedPlanAnnotation) instead of keeping the
 	// one it withdrew.
-	s.retried = published != nil && published.PlanHash != "" && desired.stored.Annotations[inplacev1.RetriedPlanAnnotation] == published.PlanHash
+	if published != nil {
+		s.published = published.PlanHash
+	}
+	s.retried = s.published != "" && desired.stored.Annotations[inplacev1.RetriedPlanAnnotation] == s.published
 	if s.retried {
 		s.plan = nodeplan.PinRetried(built, published)
 	} else {

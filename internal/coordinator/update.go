@@ -39,6 +39,8 @@ type scope struct {
 	desiredState string
 	planJSON     []byte
 	planSecret   *corev1.Secret // as found in the workload cluster; nil when absent
+	// published is the hash of the plan the node's plan Secret holds ("" when none).
+	published string
 	// retried: the published plan is the one an operator's retry withdrew
 	// (RetriedPlanAnnotation), so plan is built again, not kept.
 	retried  bool
