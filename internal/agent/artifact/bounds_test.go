@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"log"
 	"math/big"
@@ -213,6 +214,38 @@ func TestFetchRedirects(t *testing.T) {
 	_, err = (&Store{Root: t.TempDir(), Client: reg.Client()}).Fetch(context.Background(), it, nil)
 	g.Expect(err).To(MatchError(ErrRedirectRefused))
 	g.Expect(err.Error()).To(ContainSubstring("never followed to plain http"))
+
+	// A registry whose blob GET goes round n redirects on its own host before the
+	// blob: MaxRedirects are followed, one more is refused.
+	for _, n := range []int{MaxRedirects, MaxRedirects + 1} {
+		var chain *httptest.Server
+		chain = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") {
+				hop, _ := strconv.Atoi(r.URL.Query().Get("hop"))
+				if hop < n {
+					http.Redirect(w, r, fmt.Sprintf("%s%s?hop=%d", chain.URL, r.URL.Path, hop+1), http.StatusTemporaryRedirect)
+					return
+				}
+			}
+			regHandler.ServeHTTP(w, r)
+		}))
+		host := strings.TrimPrefix(chain.URL, "https://")
+		repo, err := name.NewRepository(host + "/os/bundle")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(remote.WriteLayer(repo, static.NewLayer(bundle, types.MediaType("application/vnd.rauc.bundle")), remote.WithTransport(chain.Client().Transport))).To(Succeed())
+		it := protocol.StageItem{Name: protocol.StageOSImage, Artifact: protocol.BinaryArtifact{URL: "oci://" + host + "/os/bundle", Digest: digestOf(bundle)}}
+		s := &Store{Root: t.TempDir(), Client: chain.Client()}
+		_, err = s.Fetch(context.Background(), it, nil)
+		if n <= MaxRedirects {
+			g.Expect(err).NotTo(HaveOccurred(), "%d redirects", n)
+			g.Expect(s.Has(digestOf(bundle))).To(BeTrue())
+		} else {
+			g.Expect(err).To(MatchError(ErrRedirectRefused), "%d redirects", n)
+			g.Expect(err.Error()).To(ContainSubstring(fmt.Sprintf("more than %d redirects", MaxRedirects)))
+			g.Expect(storeDirEntries(t, s)).To(BeEmpty())
+		}
+		chain.Close()
+	}
 }
 
 // testCA returns a new self-signed CA certificate in PEM.

@@ -29,9 +29,10 @@ const MaxRedirects = 5
 //     attacker could then feed the body, and the policy cannot opt in.
 //   - To plain http: only the source's own host, or one its SourceHost lists in
 //     RedirectHosts (a plain-http mirror whose storage is elsewhere).
-//   - At most MaxRedirects hops for an http(s) source; a registry's client
-//     follows go-containerregistry's own bound (10), every request it makes
-//     (token service and blob storage too) judged by the same rule.
+//   - At most MaxRedirects hops per request, for an http(s) source and for every
+//     request a registry's client makes (token service and blob storage too),
+//     each judged by the same rule: go-containerregistry's client would follow
+//     ten.
 
 // checkHop refuses a request a fetch from src may not make after prev (the
 // request before it; src itself for a registry's requests, whose chain the
@@ -106,7 +107,10 @@ func (s *Store) clientFor(src *url.URL, host protocol.SourceHost) (*http.Client,
 
 // hopGuard judges every request of a registry fetch by checkHop before it is
 // sent: go-containerregistry builds its own client around the transport, so
-// the transport is where its redirects and token requests can be seen.
+// the transport is where its redirects and token requests can be seen. A
+// request the client made to follow a redirect carries the response that
+// caused it (http.Request.Response), which gives the hop it follows and how
+// many came before.
 type hopGuard struct {
 	next          http.RoundTripper
 	src           *url.URL
@@ -114,7 +118,18 @@ type hopGuard struct {
 }
 
 func (g hopGuard) RoundTrip(req *http.Request) (*http.Response, error) {
-	if err := checkHop(g.src, g.src, req.URL, g.redirectHosts); err != nil {
+	prev, hops := g.src, 0
+	for r := req.Response; r != nil && r.Request != nil; r = r.Request.Response {
+		if hops == 0 {
+			prev = r.Request.URL
+		}
+		hops++
+	}
+	err := checkHop(g.src, prev, req.URL, g.redirectHosts)
+	if hops > MaxRedirects {
+		err = fmt.Errorf("%w: more than %d redirects from %s", ErrRedirectRefused, MaxRedirects, redactURL(g.src.String()))
+	}
+	if err != nil {
 		if req.Body != nil {
 			_ = req.Body.Close()
 		}
