@@ -174,23 +174,26 @@ func writePolicy(path string, mirrors *realcapi.Mirrors) error {
   # Ten seconds of gates at least, so the scenario's power cut finds them running.
   - name: settle
     command: ["/bin/sleep", "10"]
-%s- cluster: %s/%s
+%s`, failNamespace, failCluster, failing, restoreNamespace, restoreCluster, failing, haNamespace, haCluster, failing)
+	// The watchdog phases' pool (a worker of the pair, the single control plane):
+	// gates that take a few seconds, so that the silence finds the agent in them,
+	// and a verifying deadline the phase can wait out.
+	deadlines := "deadlines:\n  pools:\n"
+	for _, c := range []string{pairNamespace + "/" + pairCluster, singleNamespace + "/" + singleCluster} {
+		policy += fmt.Sprintf(`- cluster: %s
   machineSelector:
     matchLabels: {%s: "true"}
   gates:
-  # Long enough for the watchdog scenario to silence the agent while it runs.
   - name: settle
     command: ["/bin/sleep", "10"]
     passWithinSeconds: 15
-`, failNamespace, failCluster, failing, restoreNamespace, restoreCluster, failing, haNamespace, haCluster, failing,
-		pairNamespace, pairCluster, watchdogPoolLabel)
-	// The watchdog scenario's pool: a verifying deadline it can wait out.
-	policy += fmt.Sprintf(`deadlines:
-  pools:
-  - cluster: %s/%s
+`, c, watchdogPoolLabel)
+		deadlines += fmt.Sprintf(`  - cluster: %s
     machineSelector:
       matchLabels: {%s: "true"}
     verifyingSeconds: %d
-`, pairNamespace, pairCluster, watchdogPoolLabel, int(watchdogVerifying/time.Second))
+`, c, watchdogPoolLabel, int(watchdogVerifying/time.Second))
+	}
+	policy += deadlines
 	return os.WriteFile(path, []byte(policy), 0o600)
 }

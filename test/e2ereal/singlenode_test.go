@@ -4,6 +4,7 @@ package e2ereal
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -37,7 +38,7 @@ func TestSingleNodeControlPlane(t *testing.T) {
 	t.Parallel()
 	g := newG(t)
 	ctx := suite.ctx
-	const ns, name = "real-single", "single"
+	const ns, name = singleNamespace, singleCluster
 	createCluster(t, clusterSpec{Namespace: ns, Name: name, Version: from, ControlPlanes: 1, SingleNode: true})
 	created := time.Now()
 
@@ -109,7 +110,106 @@ func TestSingleNodeControlPlane(t *testing.T) {
 	g.Expect(apiserver.Spec.Containers[0].Image).To(HaveSuffix(":" + to))
 	g.Expect(mustNodeExec(t, node, "kubelet", "--version")).To(ContainSubstring(to))
 
+	silentControlPlanePastDeadline(t, wc, ns, name, node, machine)
 	userSymlinkRefused(t, ns, name, node, machine)
+}
+
+// The single-node scenario's cluster.
+const singleNamespace, singleCluster = "real-single", "single"
+
+// silentControlPlanePastDeadline: the watchdog on the only control plane. The
+// Machine joins the lane policy's watchdog pool (a label on the KCP's machine
+// template, set in place), then a KCP write adds a file; while the agent runs the
+// pool's gates the test stops the kubelet and kills the agent. Past the pool's
+// verifying deadline the update fails honestly: the KCP and Cluster say
+// DeadlineExceeded, the node stays cordoned with the cause on it, and the KCP
+// stays held (no replacement of the only control plane). The kubelet comes back,
+// the agent resumes and commits, and the single-node controller, which asks again
+// about an update that failed on a deadline, aligns the Machine and releases the
+// KCP: done without a retry, the same Machine.
+func silentControlPlanePastDeadline(t *testing.T, wc kubernetes.Interface, ns, name, node string, machine clusterv1.Machine) {
+	g := newG(t)
+	ctx := suite.ctx
+	waitControlPlaneHealthy(t, ns, name)
+	kcpKey := client.ObjectKey{Namespace: ns, Name: name}
+	kcp := &controlplanev1.KubeadmControlPlane{}
+	g.Expect(suite.stack.Client.Get(ctx, kcpKey, kcp)).To(Succeed())
+	base := kcp.DeepCopy()
+	if kcp.Spec.MachineTemplate.ObjectMeta.Labels == nil {
+		kcp.Spec.MachineTemplate.ObjectMeta.Labels = map[string]string{}
+	}
+	kcp.Spec.MachineTemplate.ObjectMeta.Labels[watchdogPoolLabel] = "true"
+	g.Expect(suite.stack.Client.Patch(ctx, kcp, client.MergeFrom(base))).To(Succeed())
+	g.Eventually(func() (map[string]string, error) {
+		m := &clusterv1.Machine{}
+		err := suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: machine.Name}, m)
+		return m.Labels, err
+	}, 2*time.Minute).Should(HaveKeyWithValue(watchdogPoolLabel, "true"), "the label reaches the Machine in place")
+
+	silenced := duringAction(ctx, node, "gates", nil, func(ctx context.Context) error { return silenceNode(ctx, node) })
+	g.Expect(suite.stack.Client.Get(ctx, kcpKey, kcp)).To(Succeed())
+	base = kcp.DeepCopy()
+	kcp.Spec.KubeadmConfigSpec.Files = append(kcp.Spec.KubeadmConfigSpec.Files,
+		bootstrapv1.File{Path: "/etc/capi-real/watchdog.conf", Content: "watched\n"})
+	start := time.Now()
+	g.Expect(suite.stack.Client.Patch(ctx, kcp, client.MergeFrom(base))).To(Succeed())
+	var silentAt time.Time
+	select {
+	case err := <-silenced:
+		g.Expect(err).NotTo(HaveOccurred(), "silencing the node")
+		silentAt = time.Now()
+	case <-time.After(10 * time.Minute):
+		t.Fatal("the control plane's agent was never seen running the watchdog pool's gates")
+	}
+	suite.figures.Add("single node watchdog: KCP write -> kubelet stopped and agent killed during the gates", silentAt.Sub(start))
+
+	g.Eventually(func() (string, error) {
+		kcp := &controlplanev1.KubeadmControlPlane{}
+		if err := suite.stack.Client.Get(ctx, kcpKey, kcp); err != nil {
+			return "", err
+		}
+		c := meta.FindStatusCondition(kcp.Status.Conditions, inplacev1.InPlaceUpdateCondition)
+		if kcp.Annotations[inplacev1.HoldFailedAnnotation] == "" || c == nil {
+			return "", nil
+		}
+		return c.Reason, nil
+	}, 5*time.Minute, 2*time.Second).Should(Equal(inplacev1.ReasonDeadlineExceeded))
+	failed := time.Since(silentAt)
+	suite.figures.Add(fmt.Sprintf("single node watchdog: agent silent -> KCP InPlaceUpdateDeadlineExceeded (the pool's verifying deadline %s)", watchdogVerifying), failed)
+	g.Expect(failed).To(BeNumerically(">=", watchdogVerifying-10*time.Second), "the deadline fired before it was due")
+	n, err := wc.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(n.Spec.Unschedulable).To(BeTrue(), "a node the agent may be changing is never put back in service")
+	g.Expect(n.Annotations).To(HaveKeyWithValue(inplacev1.DeadlineExceededAnnotation, ContainSubstring("phase Verifying")))
+	g.Expect(suite.stack.Client.Get(ctx, kcpKey, kcp)).To(Succeed())
+	g.Expect(kcp.Annotations).To(HaveKey(inplacev1.HoldAnnotation), "held: released, KCP would replace the only control plane")
+	g.Expect(kcp.Annotations).To(HaveKey(clusterv1.PausedAnnotation))
+
+	// The kubelet comes back; the agent resumes and commits, and that ends it.
+	mustNodeExec(t, node, "systemctl", "start", "kubelet")
+	back := time.Now()
+	g.Eventually(func() error {
+		kcp := &controlplanev1.KubeadmControlPlane{}
+		if err := suite.stack.Client.Get(ctx, kcpKey, kcp); err != nil {
+			return err
+		}
+		if _, failed := kcp.Annotations[inplacev1.HoldFailedAnnotation]; failed {
+			return errors.New("KCP still records the failure")
+		}
+		return kcpReleased(ctx, ns, name, to)
+	}, 10*time.Minute, 2*time.Second).Should(Succeed())
+	g.Eventually(func() (bool, error) {
+		n, err := wc.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return true, err
+		}
+		_, marked := n.Annotations[inplacev1.DeadlineExceededAnnotation]
+		return n.Spec.Unschedulable || marked, nil
+	}, 2*time.Minute).Should(BeFalse(), "uncordoned, the deadline's cause removed")
+	suite.figures.Add("single node watchdog: kubelet back -> the late commit wins, KCP released", time.Since(back))
+	g.Expect(mustNodeExec(t, node, "cat", "/etc/capi-real/watchdog.conf")).To(Equal("watched\n"))
+	now := waitMachinesRunning(t, ns, name, 1)[0]
+	g.Expect(now.UID).To(Equal(machine.UID), "the same Machine")
 }
 
 // userSymlinkRefused: host paths on a real node (review item 6). A local user,
