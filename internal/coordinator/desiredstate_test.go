@@ -112,19 +112,8 @@ gates:
 	replicaTwo := f.coordinator(func(o *Options) { o.Binaries, o.RegistryCredentials, o.Gates = two, two, two })
 	req := f.request(f.machine("m-ds1", "ds1", "v1.36.3", false), nil)
 
-	callUntil(t, replicaOne, req, "to stage plan", 3)
-	staged := f.getNode("ds1").Annotations[inplacev1.StagePlanAnnotation]
-	v, err := protocol.EncodeStagingStatus(protocol.StagingStatus{PlanHash: staged, Phase: protocol.StagePhaseStaged, Items: 2, Done: 2})
-	g.Expect(err).NotTo(HaveOccurred())
-	f.annotate(f.getNode("ds1"), inplacev1.StagingStatusAnnotation, v)
-	callUntil(t, replicaOne, req, "pick up plan", 5)
-	published := f.getNode("ds1").Annotations[inplacev1.DesiredPlanAnnotation]
-	g.Expect(published).To(Equal(staged))
+	published, sealed, plan := stageAndPublish(t, f, replicaOne, req, "ds1")
 	secret := f.planSecret("ds1")
-	sealed, err := protocol.DecodeSealedPlan(secret.Data[inplacev1.PlanSecretDataKey])
-	g.Expect(err).NotTo(HaveOccurred())
-	plan, err := sealed.Open(testAgentKey)
-	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(plan.RegistryCredentials[0].Password).To(Equal("first-password"))
 
 	// The credential rotates; the other replica's policy orders the gates the other way.
@@ -149,6 +138,27 @@ gates:
 	resp = call(replicaTwo, req)
 	g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusSuccess), resp.Message)
 	g.Expect(resp.RetryAfterSeconds).To(BeZero(), resp.Message)
+}
+
+// stageAndPublish calls c until node's plan is staged (the agent's report
+// written by the test) and published, and returns the published hash, the
+// sealed plan and the plan it opens to.
+func stageAndPublish(t *testing.T, f *fixture, c *Coordinator, req *runtimehooksv1.UpdateMachineRequest, node string) (string, *protocol.SealedPlan, *protocol.NodePlan) {
+	t.Helper()
+	g := NewWithT(t)
+	callUntil(t, c, req, "to stage plan", 3)
+	staged := f.getNode(node).Annotations[inplacev1.StagePlanAnnotation]
+	v, err := protocol.EncodeStagingStatus(protocol.StagingStatus{PlanHash: staged, Phase: protocol.StagePhaseStaged, Items: 2, Done: 2})
+	g.Expect(err).NotTo(HaveOccurred())
+	f.annotate(f.getNode(node), inplacev1.StagingStatusAnnotation, v)
+	callUntil(t, c, req, "pick up plan", 5)
+	hash := f.getNode(node).Annotations[inplacev1.DesiredPlanAnnotation]
+	g.Expect(hash).To(Equal(staged))
+	sealed, err := protocol.DecodeSealedPlan(f.planSecret(node).Data[inplacev1.PlanSecretDataKey])
+	g.Expect(err).NotTo(HaveOccurred())
+	plan, err := sealed.Open(testAgentKey)
+	g.Expect(err).NotTo(HaveOccurred())
+	return hash, sealed, plan
 }
 
 // desiredFor reads the request's objects as a call does.
@@ -203,22 +213,6 @@ kubernetesBinaries:
 	}
 	m := f.machine("m-rf-w1", "rf-w1", "v1.36.3", false)
 	req := f.request(m, nil)
-	stageAndPublish := func(c *Coordinator) (string, *protocol.NodePlan) {
-		t.Helper()
-		callUntil(t, c, req, "to stage plan", 3)
-		staged := f.getNode("rf-w1").Annotations[inplacev1.StagePlanAnnotation]
-		v, err := protocol.EncodeStagingStatus(protocol.StagingStatus{PlanHash: staged, Phase: protocol.StagePhaseStaged, Items: 2, Done: 2})
-		g.Expect(err).NotTo(HaveOccurred())
-		f.annotate(f.getNode("rf-w1"), inplacev1.StagingStatusAnnotation, v)
-		callUntil(t, c, req, "pick up plan", 5)
-		hash := f.getNode("rf-w1").Annotations[inplacev1.DesiredPlanAnnotation]
-		g.Expect(hash).To(Equal(staged))
-		sealed, err := protocol.DecodeSealedPlan(f.planSecret("rf-w1").Data[inplacev1.PlanSecretDataKey])
-		g.Expect(err).NotTo(HaveOccurred())
-		plan, err := sealed.Open(testAgentKey)
-		g.Expect(err).NotTo(HaveOccurred())
-		return hash, plan
-	}
 	storedMachine := func() *clusterv1.Machine {
 		stored := &clusterv1.Machine{}
 		g.Expect(f.mgmt.Get(f.ctx, client.ObjectKeyFromObject(m), stored)).To(Succeed())
@@ -226,7 +220,7 @@ kubernetesBinaries:
 	}
 
 	before := f.coordinator(func(o *Options) { o.Binaries = withKubelet(wrong) })
-	withdrawn, plan := stageAndPublish(before)
+	withdrawn, _, plan := stageAndPublish(t, f, before, req, "rf-w1")
 	g.Expect(plan.Kubernetes.Binaries.Kubelet.Digest).To(Equal(wrong))
 	g.Expect(plan.Kubernetes.Action).To(Equal(protocol.KubeadmUpgradeNode))
 	f.agentReports("rf-w1", protocol.NodeStatus{PlanHash: withdrawn, Phase: protocol.PhaseRolledBack, Steps: 6, Step: 2,
@@ -240,7 +234,7 @@ kubernetesBinaries:
 	g.Expect(resp.Status).To(Equal(runtimehooksv1.ResponseStatusSuccess), resp.Message)
 	g.Expect(storedMachine().Annotations).To(HaveKeyWithValue(inplacev1.RetriedPlanAnnotation, withdrawn))
 
-	retried, plan := stageAndPublish(after)
+	retried, _, plan := stageAndPublish(t, f, after, req, "rf-w1")
 	g.Expect(retried).NotTo(Equal(withdrawn), "the withdrawn plan was published again")
 	g.Expect(plan.Kubernetes.Binaries.Kubelet.Digest).To(Equal(fixed))
 	g.Expect(plan.Kubernetes.Action).To(Equal(protocol.KubeadmUpgradeNode), "the kubeadm step was chosen again from the stale Node")

@@ -256,15 +256,7 @@ func silentAgentPastDeadline(t *testing.T, wc kubernetes.Interface, ns, name str
 	md.Spec.Template.Spec.Bootstrap.ConfigRef.Name = config[0].GetName()
 	start := time.Now()
 	g.Expect(suite.stack.Client.Patch(ctx, md, client.MergeFrom(base))).To(Succeed())
-	var silentAt time.Time
-	select {
-	case err := <-silenced:
-		g.Expect(err).NotTo(HaveOccurred(), "silencing the node")
-		silentAt = time.Now()
-	case <-time.After(10 * time.Minute):
-		t.Fatal("the worker's agent was never seen running the watchdog pool's gates")
-	}
-	suite.figures.Add("watchdog: worker change -> kubelet stopped and agent killed during the gates", silentAt.Sub(start))
+	silentAt := awaitSilence(t, silenced, start, "watchdog: worker change -> kubelet stopped and agent killed during the gates")
 
 	g.Eventually(func() (string, error) {
 		c, err := inPlaceCondition(ctx, ns, machine)
@@ -296,19 +288,46 @@ func silentAgentPastDeadline(t *testing.T, wc kubernetes.Interface, ns, name str
 		}
 		return c.Reason, nil
 	}, 10*time.Minute, 2*time.Second).Should(Equal(inplacev1.ReasonSucceeded))
-	g.Eventually(func() (bool, error) {
-		n, err := wc.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			return true, err
-		}
-		_, marked := n.Annotations[inplacev1.DeadlineExceededAnnotation]
-		return n.Spec.Unschedulable || marked, nil
-	}, 2*time.Minute).Should(BeFalse(), "uncordoned, the deadline's cause removed")
+	g.Eventually(func() error { return inServiceAgain(ctx, wc, node) }, 2*time.Minute).Should(Succeed())
 	suite.figures.Add("watchdog: kubelet back -> the agent's commit wins, node back in service", time.Since(back))
 	g.Expect(mustNodeExec(t, node, "cat", "/etc/capi-real/watchdog.conf")).To(Equal("watched\n"))
 	m := &clusterv1.Machine{}
 	g.Expect(suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: machine}, m)).To(Succeed())
 	g.Expect(m.UID).To(Equal(worker.UID), "the same Machine")
+}
+
+// awaitSilence waits until silenced says the node was silenced (silenceNode
+// during the watchdog pool's gates) and adds how long after start to the
+// figures under figure; it returns when.
+func awaitSilence(t *testing.T, silenced <-chan error, start time.Time, figure string) time.Time {
+	t.Helper()
+	select {
+	case err := <-silenced:
+		if err != nil {
+			t.Fatalf("silencing the node: %v", err)
+		}
+	case <-time.After(10 * time.Minute):
+		t.Fatal("the agent was never seen running the watchdog pool's gates")
+	}
+	silentAt := time.Now()
+	suite.figures.Add(figure, silentAt.Sub(start))
+	return silentAt
+}
+
+// inServiceAgain checks a node past a deadline is back in service: uncordoned,
+// the deadline's cause removed.
+func inServiceAgain(ctx context.Context, wc kubernetes.Interface, node string) error {
+	n, err := wc.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if n.Spec.Unschedulable {
+		return fmt.Errorf("node %s still cordoned", node)
+	}
+	if v, marked := n.Annotations[inplacev1.DeadlineExceededAnnotation]; marked {
+		return fmt.Errorf("node %s still marked past a deadline: %s", node, v)
+	}
+	return nil
 }
 
 // silenceNode stops the node's kubelet (so that nothing restarts the agent) and

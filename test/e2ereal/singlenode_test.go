@@ -153,15 +153,7 @@ func silentControlPlanePastDeadline(t *testing.T, wc kubernetes.Interface, ns, n
 		bootstrapv1.File{Path: "/etc/capi-real/watchdog.conf", Content: "watched\n"})
 	start := time.Now()
 	g.Expect(suite.stack.Client.Patch(ctx, kcp, client.MergeFrom(base))).To(Succeed())
-	var silentAt time.Time
-	select {
-	case err := <-silenced:
-		g.Expect(err).NotTo(HaveOccurred(), "silencing the node")
-		silentAt = time.Now()
-	case <-time.After(10 * time.Minute):
-		t.Fatal("the control plane's agent was never seen running the watchdog pool's gates")
-	}
-	suite.figures.Add("single node watchdog: KCP write -> kubelet stopped and agent killed during the gates", silentAt.Sub(start))
+	silentAt := awaitSilence(t, silenced, start, "single node watchdog: KCP write -> kubelet stopped and agent killed during the gates")
 
 	g.Eventually(func() (string, error) {
 		kcp := &controlplanev1.KubeadmControlPlane{}
@@ -198,14 +190,7 @@ func silentControlPlanePastDeadline(t *testing.T, wc kubernetes.Interface, ns, n
 		}
 		return kcpReleased(ctx, ns, name, to)
 	}, 10*time.Minute, 2*time.Second).Should(Succeed())
-	g.Eventually(func() (bool, error) {
-		n, err := wc.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			return true, err
-		}
-		_, marked := n.Annotations[inplacev1.DeadlineExceededAnnotation]
-		return n.Spec.Unschedulable || marked, nil
-	}, 2*time.Minute).Should(BeFalse(), "uncordoned, the deadline's cause removed")
+	g.Eventually(func() error { return inServiceAgain(ctx, wc, node) }, 2*time.Minute).Should(Succeed())
 	suite.figures.Add("single node watchdog: kubelet back -> the late commit wins, KCP released", time.Since(back))
 	g.Expect(mustNodeExec(t, node, "cat", "/etc/capi-real/watchdog.conf")).To(Equal("watched\n"))
 	now := waitMachinesRunning(t, ns, name, 1)[0]
