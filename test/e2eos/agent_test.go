@@ -18,6 +18,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -109,10 +110,17 @@ type agentLane struct {
 	client kubernetes.Interface
 }
 
-// startAgentLane powers a VM on into slot A, registers its Node and gives its
-// agent a kubeconfig with a token bound to that Node; it returns once the agent
-// has published its key.
+// startAgentLane powers a VM of the RAUC image on into slot A, registers its Node
+// and gives its agent a kubeconfig with a token bound to that Node; it returns
+// once the agent has published its key.
 func startAgentLane(t *testing.T, node string) *agentLane {
+	t.Helper()
+	return startAgentLaneOn(t, node, "disk.raw", func(f vmapi.Facts) { expectBooted(t, f, "A", "v1") }, nil)
+}
+
+// startAgentLaneOn is startAgentLane on the disk image named disk: first checks
+// the first boot, remote (OSTree) is the bootstrap's remote.
+func startAgentLaneOn(t *testing.T, node, disk string, first func(vmapi.Facts), remote *vmapi.OSTreeRemote) *agentLane {
 	t.Helper()
 	t.Parallel()
 	cfg := apiServer(t)
@@ -120,7 +128,7 @@ func startAgentLane(t *testing.T, node string) *agentLane {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &agentLane{lane: newLane(t), node: node, client: client}
+	l := &agentLane{lane: newLane(t, disk), node: node, client: client}
 	// Before the VM powers off (cleanups run last first): the agent's log of the
 	// boot that failed, for the reader.
 	t.Cleanup(func() {
@@ -133,9 +141,9 @@ func startAgentLane(t *testing.T, node string) *agentLane {
 	})
 	n := l.registerNode()
 	kubeconfig := l.agentKubeconfig(cfg, n)
-	expectBooted(t, l.powerOn(), "A", "v1")
+	first(l.powerOn())
 	l.figure("power on to helper", time.Since(l.start))
-	if err := l.vm.ConfigureAgent(l.ctx, vmapi.AgentConfig{Kubeconfig: kubeconfig, NodeName: node}); err != nil {
+	if err := l.vm.ConfigureAgent(l.ctx, vmapi.AgentConfig{Kubeconfig: kubeconfig, NodeName: node, OSTreeRemote: remote}); err != nil {
 		t.Fatal(err)
 	}
 	t0 := time.Now()
@@ -258,11 +266,18 @@ func (l *agentLane) askToStage(p *protocol.NodePlan) string {
 	if err != nil {
 		l.t.Fatal(err)
 	}
-	if _, err := l.client.CoreV1().Secrets(inplacev1.AgentNamespace).Create(l.ctx, &corev1.Secret{
+	secrets := l.client.CoreV1().Secrets(inplacev1.AgentNamespace)
+	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: inplacev1.AgentNamespace, Name: inplacev1.PlanSecretName(l.node),
 			Labels: map[string]string{inplacev1.PlanNodeLabel: l.node}},
 		Data: map[string][]byte{inplacev1.PlanSecretDataKey: sealed},
-	}, metav1.CreateOptions{}); err != nil {
+	}
+	// A node's next plan replaces its previous one in the same Secret.
+	_, err = secrets.Create(l.ctx, secret, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		_, err = secrets.Update(l.ctx, secret, metav1.UpdateOptions{})
+	}
+	if err != nil {
 		l.t.Fatal(err)
 	}
 	l.annotate(map[string]any{inplacev1.StagePlanAnnotation: hash})

@@ -27,7 +27,7 @@ const (
 var (
 	imageDir string
 	server   *lanekit.ArtifactServer
-	figures  = &lanekit.Figures{Title: "OS image lane: RAUC A/B slots, GRUB boot counting, QEMU TCG"}
+	figures  = &lanekit.Figures{Title: "OS image lane: RAUC A/B slots and OSTree deployments, GRUB boot counting, QEMU TCG"}
 )
 
 func TestMain(m *testing.M) {
@@ -40,6 +40,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	buildFigures()
 	code := m.Run()
 	server.Close()
 	if err := stopAPIServer(); err != nil {
@@ -49,6 +50,20 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 	}
 	os.Exit(code)
+}
+
+// buildFigures adds the image build's figures (build.sh's build.txt: sizes and
+// the time of the build that made these images, which a cached run reuses).
+func buildFigures() {
+	data, err := os.ReadFile(filepath.Join(imageDir, "build.txt"))
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		if k, v, ok := strings.Cut(line, "\t"); ok {
+			figures.Add("image build: "+k, v)
+		}
+	}
 }
 
 // bundles are the lane's bundles as the VM fetches them, by name; TestMain
@@ -64,7 +79,16 @@ func bundle(t *testing.T, name string) protocol.BinaryArtifact {
 	return a
 }
 
-// serveBundles serves the image directory to the VMs and hashes its bundles.
+// ostreeCommits are the OSTree repository's commits by version (build.sh names
+// each in ostree-<version>.commit); ostreeRemoteURL is the repository as the VMs
+// reach it.
+var (
+	ostreeCommits   = map[string]string{}
+	ostreeRemoteURL string
+)
+
+// serveBundles serves the image directory to the VMs, hashes its bundles and
+// reads the OSTree commits.
 func serveBundles() error {
 	var err error
 	// QEMU's user-mode network reaches the host's loopback as 10.0.2.2.
@@ -82,6 +106,14 @@ func serveBundles() error {
 		}
 		bundles[name] = protocol.BinaryArtifact{URL: "http://10.0.2.2:" + u.Port() + "/" + name + ".raucb", Digest: digest}
 	}
+	for _, name := range []string{"v1", "v2-good", "v3-broken"} {
+		c, err := os.ReadFile(filepath.Join(imageDir, "ostree-"+name+".commit"))
+		if err != nil {
+			return err
+		}
+		ostreeCommits[name] = strings.TrimSpace(string(c))
+	}
+	ostreeRemoteURL = "http://10.0.2.2:" + u.Port() + "/ostree-repo"
 	return nil
 }
 
@@ -94,11 +126,12 @@ type lane struct {
 	boot  vmapi.Facts
 }
 
-func newLane(t *testing.T) *lane {
+// newLane prepares a VM from the image directory's disk image named disk.
+func newLane(t *testing.T, disk string) *lane {
 	t.Helper()
 	dir := filepath.Join(artifactsDir, t.Name())
 	_ = os.RemoveAll(dir)
-	vm, err := NewVM(t.Name(), dir, imageDir)
+	vm, err := NewVM(t.Name(), dir, imageDir, disk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +158,7 @@ func (l *lane) powerOn() vmapi.Facts {
 	if err != nil {
 		l.t.Fatal(err)
 	}
-	l.t.Logf("powered on: slot %s, image %s, in %s (%s; modules %s)", f.Slot, f.ImageVersion, time.Since(t0).Round(time.Second),
+	l.t.Logf("powered on: slot %s, deployment %s, image %s, in %s (%s; modules %s)", f.Slot, f.Deployment, f.ImageVersion, time.Since(t0).Round(time.Second),
 		f.BootTime, strings.Join(f.Modules, " "))
 	l.boot = f
 	return f
@@ -143,7 +176,7 @@ func (l *lane) reboot() (vmapi.Facts, time.Duration) {
 		l.t.Fatal(err)
 	}
 	d := time.Since(t0)
-	l.t.Logf("rebooted in %s: slot %s, image %s", d.Round(time.Second), f.Slot, f.ImageVersion)
+	l.t.Logf("rebooted in %s: slot %s, deployment %s, image %s", d.Round(time.Second), f.Slot, f.Deployment, f.ImageVersion)
 	l.boot = f
 	return f, d
 }

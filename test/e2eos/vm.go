@@ -49,17 +49,17 @@ type VM struct {
 	stop, done chan struct{}
 }
 
-// NewVM prepares a VM in dir from the lane's image directory: its own copy of the
-// disk (sparse) and of the firmware's variables.
-func NewVM(name, dir, image string) (*VM, error) {
+// NewVM prepares a VM in dir from the lane's image directory: its own copy of
+// the disk image named disk (sparse), as disk.raw, and of the firmware's variables.
+func NewVM(name, dir, image, disk string) (*VM, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	// A raw copy, not a qcow2 overlay: a killed QEMU (a power cut) leaves a raw
 	// disk with every write the guest issued, as a disk without a volatile cache.
-	for _, f := range []string{"disk.raw", "OVMF_VARS.fd"} {
-		if out, err := exec.Command("cp", "--sparse=always", filepath.Join(image, f), filepath.Join(dir, f)).CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("copy %s: %w: %s", f, err, out)
+	for from, to := range map[string]string{disk: "disk.raw", "OVMF_VARS.fd": "OVMF_VARS.fd"} {
+		if out, err := exec.Command("cp", "--sparse=always", filepath.Join(image, from), filepath.Join(dir, to)).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("copy %s: %w: %s", from, err, out)
 		}
 	}
 	return &VM{Name: name, dir: dir}, nil
@@ -156,19 +156,27 @@ func (v *VM) WaitConsole(ctx context.Context, text string, timeout time.Duration
 // EverShowed reports whether the serial console of any power-on so far, each
 // reset included, showed text.
 func (v *VM) EverShowed(text string) (bool, error) {
+	n, err := v.Showings(text)
+	return n > 0, err
+}
+
+// Showings counts the power-ons so far, each reset included, whose serial
+// console showed text.
+func (v *VM) Showings(text string) (int, error) {
 	v.mu.Lock()
 	n := v.powerOns
 	v.mu.Unlock()
+	shown := 0
 	for i := range n {
 		data, err := os.ReadFile(v.consolePath(i))
 		if err != nil {
-			return false, err
+			return shown, err
 		}
 		if bytes.Contains(data, []byte(text)) {
-			return true, nil
+			shown++
 		}
 	}
-	return false, nil
+	return shown, nil
 }
 
 // PowerCut kills QEMU: no shutdown, no flush by the guest, no power-on after it.

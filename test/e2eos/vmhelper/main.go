@@ -1,7 +1,8 @@
 // Command capi-inplace-vmhelper runs inside the OS image lane's VM (hack/osimage,
 // test/e2eos). It reports what the VM booted as the VM itself sees it:
-// /proc/cmdline, os-release, GRUB's environment, RAUC's slot status (through the
-// product's RAUC backend) and every boot that reached userspace; it plays the
+// /proc/cmdline, os-release, GRUB's environment, RAUC's slot status or the OSTree
+// deployments (through the product's RAUC or OSTree backend, and `ostree admin
+// status`) and every boot that reached userspace; it plays the
 // node's bootstrap (the agent's credentials and node name, then the agent's unit
 // starts), serves the agent's journal and log, and reboots the VM on request.
 //
@@ -10,6 +11,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -23,31 +25,51 @@ import (
 	"time"
 
 	"github.com/capi-inplace/capi-inplace/internal/backend"
+	"github.com/capi-inplace/capi-inplace/internal/backend/ostree"
 	"github.com/capi-inplace/capi-inplace/internal/backend/rauc"
 	"github.com/capi-inplace/capi-inplace/test/e2eos/vmapi"
 )
 
+// statusBackend is what the helper asks of the image's backend.
+type statusBackend interface {
+	Status(ctx context.Context) (backend.Status, error)
+}
+
+// osName is the OSTree image's stateroot (hack/osimage/build.sh).
+const osName = "capi"
+
 func main() {
 	addr := flag.String("addr", ":8080", "Listen address.")
+	kind := flag.String("backend", "rauc", "The image's mechanism: rauc or ostree.")
 	stateDir := flag.String("state-dir", "/data/capi-inplace", "The backend's state directory (on the data partition).")
+	boots := flag.String("boots", vmapi.BootsFile, "Where every boot that reached userspace is recorded (shared by every slot or deployment).")
+	agentDir := flag.String("agent-config-dir", vmapi.AgentConfigDir, "Where the node's bootstrap writes the agent's kubeconfig and env.")
 	flag.Parse()
-	if err := run(*addr, *stateDir); err != nil {
+	h := &helper{kind: *kind, boots: *boots, agentDir: *agentDir}
+	if err := run(*addr, *stateDir, h); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(addr, stateDir string) error {
+func run(addr, stateDir string, h *helper) error {
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return err
 	}
-	if err := recordBoot(); err != nil {
-		return err
+	var err error
+	switch h.kind {
+	case "rauc":
+		h.backend, err = rauc.New(rauc.Options{Runner: backend.ExecRunner{}, StateDir: filepath.Join(stateDir, "rauc-backend")})
+	case "ostree":
+		h.backend, err = ostree.New(ostree.Options{Runner: backend.ExecRunner{}, OSName: osName})
+	default:
+		err = fmt.Errorf("unknown backend %q", h.kind)
 	}
-	b, err := rauc.New(rauc.Options{Runner: backend.ExecRunner{}, StateDir: filepath.Join(stateDir, "rauc-backend")})
 	if err != nil {
 		return err
 	}
-	h := &helper{backend: b}
+	if err := h.recordBoot(); err != nil {
+		return err
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /facts", h.facts)
 	mux.HandleFunc("POST /reboot", h.reboot)
@@ -60,16 +82,24 @@ func run(addr, stateDir string) error {
 
 // recordBoot appends this boot to the boots file on the data partition: a boot is
 // recorded only when its userspace came up far enough to start this service.
-func recordBoot() error {
+func (h *helper) recordBoot() error {
 	f, err := bootFacts()
 	if err != nil {
 		return err
 	}
-	line, err := json.Marshal(vmapi.Boot{ID: f.BootID, Slot: f.Slot, ImageVersion: f.ImageVersion})
+	if h.kind == "ostree" {
+		if f.Deployment, f.Deployments, err = ostreeDeployments(context.Background()); err != nil {
+			return err
+		}
+	}
+	line, err := json.Marshal(vmapi.Boot{ID: f.BootID, Slot: f.Slot, ImageVersion: f.ImageVersion, Deployment: f.Deployment})
 	if err != nil {
 		return err
 	}
-	out, err := os.OpenFile(vmapi.BootsFile, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err := os.MkdirAll(filepath.Dir(h.boots), 0o700); err != nil {
+		return err
+	}
+	out, err := os.OpenFile(h.boots, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}
@@ -85,7 +115,41 @@ func recordBoot() error {
 }
 
 type helper struct {
-	backend *rauc.Backend
+	kind     string
+	boots    string
+	agentDir string
+	backend  statusBackend
+}
+
+// ostreeDeployments reads `ostree admin status`: the booted deployment's commit
+// and every deployment's commit, the default first. Its deployment lines are
+// "* <stateroot> <commit>.<serial>" for the booted one and "  <stateroot> ..."
+// for the others; their details are indented further.
+func ostreeDeployments(ctx context.Context) (string, []string, error) {
+	out, err := exec.CommandContext(ctx, "ostree", "admin", "status").Output()
+	if err != nil {
+		return "", nil, fmt.Errorf("ostree admin status: %w", err)
+	}
+	var booted string
+	var all []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if len(line) < 2 || (line[0] != '*' && line[0] != ' ') || line[1] != ' ' || strings.HasPrefix(line[2:], " ") {
+			continue
+		}
+		fields := strings.Fields(line[2:])
+		if len(fields) < 2 {
+			continue
+		}
+		commit, _, _ := strings.Cut(fields[1], ".")
+		all = append(all, commit)
+		if line[0] == '*' {
+			booted = commit
+		}
+	}
+	if len(all) == 0 {
+		return "", nil, fmt.Errorf("no deployment in `ostree admin status`: %s", out)
+	}
+	return booted, all, nil
 }
 
 func bootFacts() (vmapi.Facts, error) {
@@ -123,6 +187,12 @@ func (h *helper) facts(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
+	if h.kind == "ostree" {
+		if f.Deployment, f.Deployments, err = ostreeDeployments(r.Context()); err != nil {
+			fail(w, err)
+			return
+		}
+	}
 	env, err := exec.CommandContext(r.Context(), "grub-editenv", "/efi/EFI/BOOT/grubenv", "list").Output()
 	if err != nil {
 		fail(w, fmt.Errorf("grub-editenv: %w", err))
@@ -144,7 +214,7 @@ func (h *helper) facts(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	boots, err := os.ReadFile(vmapi.BootsFile)
+	boots, err := os.ReadFile(h.boots)
 	if err != nil {
 		fail(w, err)
 		return
@@ -175,8 +245,9 @@ func (h *helper) reboot(w http.ResponseWriter, _ *http.Request) {
 	}()
 }
 
-// configureAgent writes the agent's configuration to the data partition and
-// starts its unit, which from then on starts at every boot of either slot.
+// configureAgent writes the agent's configuration where every slot or deployment
+// reads it, adds the OSTree remote when given, and starts the agent's unit, which
+// from then on starts at every boot.
 func (h *helper) configureAgent(w http.ResponseWriter, r *http.Request) {
 	var c vmapi.AgentConfig
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&c); err != nil {
@@ -187,7 +258,20 @@ func (h *helper) configureAgent(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "a kubeconfig and a plain node name are required", http.StatusBadRequest)
 		return
 	}
-	if err := os.MkdirAll(vmapi.AgentConfigDir, 0o700); err != nil {
+	if rm := c.OSTreeRemote; rm != nil {
+		if h.kind != "ostree" || rm.Name == "" || strings.HasPrefix(rm.Name, "-") || !strings.HasPrefix(rm.URL, "http") {
+			http.Error(w, "an OSTree remote needs the OSTree image, a name and an http(s) URL", http.StatusBadRequest)
+			return
+		}
+		// --force replaces the remote of an earlier bootstrap; no GPG: the
+		// plan's commit checksum is what pins the content.
+		if out, err := exec.CommandContext(r.Context(), "ostree", "remote", "add", "--repo=/ostree/repo", "--force", "--no-gpg-verify",
+			rm.Name, rm.URL).CombinedOutput(); err != nil {
+			fail(w, fmt.Errorf("ostree remote add: %w: %s", err, out))
+			return
+		}
+	}
+	if err := os.MkdirAll(h.agentDir, 0o700); err != nil {
 		fail(w, err)
 		return
 	}
@@ -195,7 +279,7 @@ func (h *helper) configureAgent(w http.ResponseWriter, r *http.Request) {
 	for _, f := range []struct {
 		path string
 		data []byte
-	}{{vmapi.AgentEnv, []byte("NODE_NAME=" + c.NodeName + "\n")}, {vmapi.AgentKubeconfig, c.Kubeconfig}} {
+	}{{filepath.Join(h.agentDir, "env"), []byte("NODE_NAME=" + c.NodeName + "\n")}, {filepath.Join(h.agentDir, "kubeconfig"), c.Kubeconfig}} {
 		if err := writeSynced(f.path, f.data); err != nil {
 			fail(w, err)
 			return
