@@ -161,14 +161,15 @@ e2e-real: tools-capi build ## Real Cluster API lane: upstream CAPI and its Docke
 	rc=$$?; $(ROOT)/hack/realcapi/dockerd.sh down; exit $$rc
 
 # The OS image lane (hack/osimage, test/e2eos, docs/backends.md): Debian images with
-# RAUC A/B slots and GRUB boot counting, booted in QEMU under software emulation.
+# RAUC A/B slots or an OSTree sysroot and GRUB boot counting, booted in QEMU under
+# software emulation.
 # One vCPU per VM and two scenarios at a time, one per core: QEMU's TCG slows far
 # more than in proportion when VMs outnumber cores (a power-on took 3 min with four
 # VMs on two cores, 45 s with two; the lane 18 min against 9).
 E2EOS_FLAGS ?= -v -timeout 60m -parallel 2
 
 .PHONY: e2e-os
-e2e-os: tools ## OS image lane: RAUC A/B slots, GRUB boot counting, real reboots and power cuts in QEMU VMs (root; docs/backends.md).
+e2e-os: tools ## OS image lane: RAUC A/B slots and OSTree deployments, GRUB boot counting, real reboots and power cuts in QEMU VMs (root; docs/backends.md).
 	hack/install-deps.sh
 	@img=$$(hack/osimage/build.sh) && echo "==> OS images $$img" && \
 	E2EOS_IMAGE=$$img $(GO) test $(E2EOS_FLAGS) -tags e2eos ./test/e2eos/

@@ -68,6 +68,7 @@ var upstreamFlags = map[string]string{
 	"type":                    "kubectl patch",
 	"secure-port":             "kube-apiserver",
 	"override-boot-slot":      "rauc service",
+	"retain":                  "ostree admin deploy",
 	"cap-drop":                "docker run",
 }
 
