@@ -265,13 +265,7 @@ func silentAgentPastDeadline(t *testing.T, wc kubernetes.Interface, ns, name str
 		}
 		return c.Reason, nil
 	}, 5*time.Minute, 2*time.Second).Should(Equal(inplacev1.ReasonDeadlineExceeded))
-	failed := time.Since(silentAt)
-	suite.figures.Add(fmt.Sprintf("watchdog: agent silent -> Machine InPlaceUpdateDeadlineExceeded (the pool's verifying deadline %s)", watchdogVerifying), failed)
-	g.Expect(failed).To(BeNumerically(">=", watchdogVerifying-10*time.Second), "the deadline fired before it was due")
-	n, err := wc.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(n.Spec.Unschedulable).To(BeTrue(), "a node the agent may be changing is never put back in service")
-	g.Expect(n.Annotations).To(HaveKeyWithValue(inplacev1.DeadlineExceededAnnotation, ContainSubstring("phase Verifying")))
+	expectPastDeadline(t, wc, node, silentAt, "watchdog: agent silent -> Machine InPlaceUpdateDeadlineExceeded")
 	g.Eventually(func() (map[string]string, error) {
 		m := &clusterv1.Machine{}
 		err := suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: machine}, m)
@@ -312,6 +306,21 @@ func awaitSilence(t *testing.T, silenced <-chan error, start time.Time, figure s
 	silentAt := time.Now()
 	suite.figures.Add(figure, silentAt.Sub(start))
 	return silentAt
+}
+
+// expectPastDeadline checks a watchdog phase's failure, seen now: it came no
+// earlier than the pool's verifying deadline after silentAt (the figure, under
+// what), and the node stays cordoned with the deadline's cause on it.
+func expectPastDeadline(t *testing.T, wc kubernetes.Interface, node string, silentAt time.Time, what string) {
+	t.Helper()
+	g := newG(t)
+	failed := time.Since(silentAt)
+	suite.figures.Add(fmt.Sprintf("%s (the pool's verifying deadline %s)", what, watchdogVerifying), failed)
+	g.Expect(failed).To(BeNumerically(">=", watchdogVerifying-10*time.Second), "the deadline fired before it was due")
+	n, err := wc.CoreV1().Nodes().Get(suite.ctx, node, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(n.Spec.Unschedulable).To(BeTrue(), "a node the agent may be changing is never put back in service")
+	g.Expect(n.Annotations).To(HaveKeyWithValue(inplacev1.DeadlineExceededAnnotation, ContainSubstring("phase Verifying")))
 }
 
 // inServiceAgain checks a node past a deadline is back in service: uncordoned,

@@ -166,13 +166,7 @@ func silentControlPlanePastDeadline(t *testing.T, wc kubernetes.Interface, ns, n
 		}
 		return c.Reason, nil
 	}, 5*time.Minute, 2*time.Second).Should(Equal(inplacev1.ReasonDeadlineExceeded))
-	failed := time.Since(silentAt)
-	suite.figures.Add(fmt.Sprintf("single node watchdog: agent silent -> KCP InPlaceUpdateDeadlineExceeded (the pool's verifying deadline %s)", watchdogVerifying), failed)
-	g.Expect(failed).To(BeNumerically(">=", watchdogVerifying-10*time.Second), "the deadline fired before it was due")
-	n, err := wc.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(n.Spec.Unschedulable).To(BeTrue(), "a node the agent may be changing is never put back in service")
-	g.Expect(n.Annotations).To(HaveKeyWithValue(inplacev1.DeadlineExceededAnnotation, ContainSubstring("phase Verifying")))
+	expectPastDeadline(t, wc, node, silentAt, "single node watchdog: agent silent -> KCP InPlaceUpdateDeadlineExceeded")
 	g.Expect(suite.stack.Client.Get(ctx, kcpKey, kcp)).To(Succeed())
 	g.Expect(kcp.Annotations).To(HaveKey(inplacev1.HoldAnnotation), "held: released, KCP would replace the only control plane")
 	g.Expect(kcp.Annotations).To(HaveKey(clusterv1.PausedAnnotation))
