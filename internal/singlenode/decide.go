@@ -57,6 +57,12 @@ type State struct {
 	Machines []MachineState
 }
 
+// updatable reports whether the Machine's node can be updated to the KCP's spec:
+// outdated, not being deleted, its desired objects known and a node to update.
+func (m MachineState) updatable() bool {
+	return !m.UpToDate && !m.Deleting && m.Complete && m.HasNode
+}
+
 // Action is what the controller does next for a held KubeadmControlPlane.
 type Action string
 
@@ -119,7 +125,7 @@ func Decide(s State) Decision {
 		byName[m.Name] = m
 	}
 
-	if m, ok := byName[s.Updating]; ok && s.Updating != "" && !m.UpToDate && !m.Deleting && m.Complete && m.HasNode {
+	if m, ok := byName[s.Updating]; ok && s.Updating != "" && m.updatable() {
 		return Decision{Action: ActionUpdate, Machine: m.Name, Message: fmt.Sprintf("continuing the in-place update of Machine %s", m.Name)}
 	}
 	if !s.OptedIn {
@@ -136,7 +142,7 @@ func Decide(s State) Decision {
 		}
 		if s.FailedMayEnd {
 			for _, m := range machines {
-				if !m.UpToDate && !m.Deleting && m.Complete && m.HasNode {
+				if m.updatable() {
 					return Decision{Action: ActionRecheck, Machine: m.Name, Message: fmt.Sprintf("the in-place update of Machine %s passed a deadline; asking whether its node committed since", m.Name)}
 				}
 			}
