@@ -78,9 +78,14 @@ func PinPublished(built *protocol.NodePlan, published *protocol.SealedPlan) *pro
 	if err != nil || pin.BaseHash != published.Pin.BaseHash {
 		return built
 	}
+	return withPin(built, published.Pin)
+}
+
+// withPin is built with the kubeadm choices of pin.
+func withPin(built *protocol.NodePlan, pin protocol.PlanPin) *protocol.NodePlan {
 	pinned := *built
-	pinned.Kubernetes.Action = published.Pin.Action
-	pinned.Kubernetes.EtcdSnapshot = published.Pin.EtcdSnapshot
+	pinned.Kubernetes.Action = pin.Action
+	pinned.Kubernetes.EtcdSnapshot = pin.EtcdSnapshot
 	return &pinned
 }
 
@@ -98,15 +103,13 @@ func PinRetried(built *protocol.NodePlan, withdrawn *protocol.SealedPlan) *proto
 	if desired, err := built.DesiredState(); err != nil || desired != withdrawn.DesiredState {
 		return built
 	}
-	pinned := *built
-	pinned.Kubernetes.Action = withdrawn.Pin.Action
-	pinned.Kubernetes.EtcdSnapshot = withdrawn.Pin.EtcdSnapshot
+	pinned := withPin(built, withdrawn.Pin)
 	// The pin is read from the Secret's clear header: a choice this node's plan
 	// cannot carry is the new build's to make.
 	if pinned.Validate() != nil {
 		return built
 	}
-	return &pinned
+	return pinned
 }
 
 // KeepPublished reports whether the coordinator keeps the published plan instead
