@@ -249,13 +249,12 @@ func (c *Coordinator) retry(ctx context.Context, s *scope, d Decision) (Outcome,
 	err = c.patchMachineAnnotations(ctx, s.stored, "retry the update of", func(ann map[string]string) bool {
 		delete(ann, inplacev1.RetryAnnotation)
 		delete(ann, inplacev1.UpdatePhaseAnnotation)
-		// The plan the node holds: a build not published yet is not what the
-		// next call must stop keeping.
-		withdrawn := s.published
-		if withdrawn == "" {
-			withdrawn = s.planHash
+		// The plan the node holds, not this call's build: that is the one the
+		// next call must stop keeping. With none held, nothing is kept anyway.
+		delete(ann, inplacev1.RetriedPlanAnnotation)
+		if s.published != "" {
+			ann[inplacev1.RetriedPlanAnnotation] = s.published
 		}
-		ann[inplacev1.RetriedPlanAnnotation] = withdrawn
 		return true
 	})
 	if err != nil {

@@ -159,21 +159,26 @@ func (c *Coordinator) writePlanSecret(ctx context.Context, s *scope) (bool, erro
 		s.planSecret, written = sec, true
 	}
 	if s.retried {
-		// The plan built again for a retry is published: from now on it is kept.
-		// Best effort: until the mark goes, each call builds the same plan again,
-		// and a plan other than the withdrawn one is kept whatever the mark says.
-		err := c.patchMachineAnnotations(ctx, s.stored, "end the retry of", func(ann map[string]string) bool {
-			_, ok := ann[inplacev1.RetriedPlanAnnotation]
-			delete(ann, inplacev1.RetriedPlanAnnotation)
-			return ok
-		})
-		if err != nil {
-			ctrl.LoggerFrom(ctx).Info("Could not remove the retry's mark; the next call does", "error", err.Error())
-		} else {
-			s.retried = false
-		}
+		c.endRetry(ctx, s)
 	}
 	return written, nil
+}
+
+// endRetry removes the retry's mark (RetriedPlanAnnotation) once the plan built
+// again is in the plan Secret: from then on it is kept as any published plan.
+// Best effort: until the mark goes, each call builds the same plan again, and a
+// plan other than the withdrawn one is kept whatever the mark says.
+func (c *Coordinator) endRetry(ctx context.Context, s *scope) {
+	err := c.patchMachineAnnotations(ctx, s.stored, "end the retry of", func(ann map[string]string) bool {
+		_, ok := ann[inplacev1.RetriedPlanAnnotation]
+		delete(ann, inplacev1.RetriedPlanAnnotation)
+		return ok
+	})
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Info("Could not remove the retry's mark; the next call does", "error", err.Error())
+		return
+	}
+	s.retried = false
 }
 
 // finish uncordons a node we cordoned and clears our markers. Later calls find
