@@ -403,6 +403,20 @@ func kcpRolledBack(ctx context.Context, ns, name string) error {
 	return rolledBack("KCP "+name, kcp.Status.Conditions)
 }
 
+// kcpFailureReason is the reason of the KubeadmControlPlane's InPlaceUpdate
+// condition once the single-node path recorded a failure (hold-failed); "" before.
+func kcpFailureReason(ctx context.Context, ns, name string) (string, error) {
+	kcp := &controlplanev1.KubeadmControlPlane{}
+	if err := suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, kcp); err != nil {
+		return "", err
+	}
+	c := meta.FindStatusCondition(kcp.Status.Conditions, inplacev1.InPlaceUpdateCondition)
+	if kcp.Annotations[inplacev1.HoldFailedAnnotation] == "" || c == nil {
+		return "", nil
+	}
+	return c.Reason, nil
+}
+
 // rolledBack checks conds carry our InPlaceUpdate=False condition with the
 // rolled-back reason; what names the object in the error.
 func rolledBack(what string, conds []metav1.Condition) error {

@@ -13,7 +13,6 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -155,17 +154,8 @@ func silentControlPlanePastDeadline(t *testing.T, wc kubernetes.Interface, ns, n
 	g.Expect(suite.stack.Client.Patch(ctx, kcp, client.MergeFrom(base))).To(Succeed())
 	silentAt := awaitSilence(t, silenced, start, "single node watchdog: KCP write -> kubelet stopped and agent killed during the gates")
 
-	g.Eventually(func() (string, error) {
-		kcp := &controlplanev1.KubeadmControlPlane{}
-		if err := suite.stack.Client.Get(ctx, kcpKey, kcp); err != nil {
-			return "", err
-		}
-		c := meta.FindStatusCondition(kcp.Status.Conditions, inplacev1.InPlaceUpdateCondition)
-		if kcp.Annotations[inplacev1.HoldFailedAnnotation] == "" || c == nil {
-			return "", nil
-		}
-		return c.Reason, nil
-	}, 5*time.Minute, 2*time.Second).Should(Equal(inplacev1.ReasonDeadlineExceeded))
+	g.Eventually(func() (string, error) { return kcpFailureReason(ctx, ns, name) }, 5*time.Minute, 2*time.Second).
+		Should(Equal(inplacev1.ReasonDeadlineExceeded))
 	expectPastDeadline(t, wc, node, silentAt, "single node watchdog: agent silent -> KCP InPlaceUpdateDeadlineExceeded")
 	g.Expect(suite.stack.Client.Get(ctx, kcpKey, kcp)).To(Succeed())
 	g.Expect(kcp.Annotations).To(HaveKey(inplacev1.HoldAnnotation), "held: released, KCP would replace the only control plane")
@@ -227,17 +217,8 @@ func userSymlinkRefused(t *testing.T, ns, name, node string, machine clusterv1.M
 	g.Expect(suite.stack.Client.Patch(ctx, kcp, client.MergeFrom(base))).To(Succeed())
 	// The agent refuses while it backs the user's files up, before it changes
 	// anything: the update fails (no rollback needed) and KCP is held with it.
-	g.Eventually(func() (string, error) {
-		kcp := &controlplanev1.KubeadmControlPlane{}
-		if err := suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, kcp); err != nil {
-			return "", err
-		}
-		c := meta.FindStatusCondition(kcp.Status.Conditions, inplacev1.InPlaceUpdateCondition)
-		if kcp.Annotations[inplacev1.HoldFailedAnnotation] == "" || c == nil {
-			return "", nil
-		}
-		return c.Reason, nil
-	}, 15*time.Minute, 2*time.Second).Should(Equal(inplacev1.ReasonFailed))
+	g.Eventually(func() (string, error) { return kcpFailureReason(ctx, ns, name) }, 15*time.Minute, 2*time.Second).
+		Should(Equal(inplacev1.ReasonFailed))
 	suite.figures.Add("single node: write (a key for a user whose ~/.ssh links to root's) -> refused before any change, failure on the KCP", time.Since(start))
 	g.Expect(mustNodeExec(t, node, rootKeys...)).To(Equal(before), "root's keys as they were, nothing written beside them")
 	g.Expect(mustNodeExec(t, node, "readlink", "/home/alice/.ssh")).To(Equal("/root/.ssh\n"), "the link left alone")
