@@ -22,10 +22,10 @@ const (
 	// after the Machine is aligned or its update failed.
 	HoldUpdatingAnnotation = GroupName + "/hold-updating"
 
-	// HoldFailedAnnotation holds the target hash whose node update failed (rolled back).
-	// While it equals the current target, the controller does not retry and the hold
-	// stays. Operators retry the same target by removing it; changing or reverting the
-	// KCP spec (or spec.topology.version) moves the target and lifts it too.
+	// HoldFailedAnnotation is where versions before FailedUpdateAnnotation recorded a
+	// failed target on the KubeadmControlPlane. No longer written: the controller reads
+	// one it finds as a failure of that target, moves it onto the failed Machine
+	// (FailedUpdateAnnotation) and removes it from the KubeadmControlPlane.
 	HoldFailedAnnotation = GroupName + "/hold-failed"
 
 	// HoldReleaseAnnotation is how capi-inplace's controller releases a hold: the write
@@ -34,6 +34,17 @@ const (
 	// (every other write gets the hold back) and never stores the annotation itself.
 	HoldReleaseAnnotation = GroupName + "/hold-release"
 )
+
+// FailedUpdateAnnotation on a control-plane Machine of the single-node path is the
+// one record that the Machine's node update to a KubeadmControlPlane target failed,
+// kept in the management cluster: JSON {"target": the HoldAnnotation value the update
+// was for, "reason": the InPlaceUpdate condition reason of the failure}. While its
+// target is the KubeadmControlPlane's current one, the controller does not update the
+// Machine again (except to ask whether an update past a deadline committed after all)
+// and the hold stays; the Machine's RetryAnnotation, or a spec change that moves the
+// target, ends it. Written and removed only by the single-node controller; a cancelled
+// update is not recorded.
+const FailedUpdateAnnotation = GroupName + "/failed-update"
 
 // Condition reasons of the single-node control-plane path (InPlaceUpdateCondition on
 // the KubeadmControlPlane and the Cluster), in addition to the Reason* above.

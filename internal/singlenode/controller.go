@@ -59,7 +59,8 @@ const (
 
 // Reconciler drives held KubeadmControlPlanes: node updates through the Updater,
 // alignment of the Machine, KubeadmConfig and InfraMachine, release. All its state is
-// in the KCP's annotations and conditions; every step is idempotent.
+// in the KCP's annotations and conditions and the Machines' failure records; every
+// step is idempotent.
 type Reconciler struct {
 	// Client reads without a cache (decisions must not act on stale Machines) and
 	// writes; its user is the one the hold webhook lets release.
@@ -151,6 +152,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	case ActionRetry:
 		return r.retry(ctx, obs, d)
+	case ActionMigrateFailure:
+		return r.migrateLegacyFailure(ctx, obs, d)
 	case ActionCancel:
 		return ctrl.Result{}, r.cancel(ctx, obs, d.Machine, d.Message, false)
 	case ActionWait:
@@ -252,9 +255,15 @@ func (r *Reconciler) update(ctx context.Context, obs *observed, machineName stri
 			eventNote(fmt.Sprintf("Machine %s was updated in place but its objects could not be aligned yet (will retry; KCP stays held): %v", machineName, err)))
 		return ctrl.Result{}, fmt.Errorf("align Machine %s: %w", machineName, err)
 	}
-	// A commit after a deadline ends the failure recorded for it.
-	if err := r.patchKCPAnnotations(ctx, obs.kcp, map[string]*string{inplacev1.HoldUpdatingAnnotation: nil, inplacev1.HoldFailedAnnotation: nil}); err != nil {
+	// A commit after a deadline ends the failure recorded for it. Once aligned, the
+	// Machine is up to date and a record left by a crash here counts for nothing.
+	if err := r.forgetFailures(ctx, machine); err != nil {
 		return ctrl.Result{}, err
+	}
+	if _, ok := obs.kcp.Annotations[inplacev1.HoldUpdatingAnnotation]; ok {
+		if err := r.patchKCPAnnotations(ctx, obs.kcp, map[string]*string{inplacev1.HoldUpdatingAnnotation: nil}); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	log.Info("Control-plane Machine updated in place and aligned")
 	r.Recorder.Eventf(machine, obs.kcp, corev1.EventTypeNormal, inplacev1.EventUpdateSucceeded, "Update",
@@ -262,25 +271,45 @@ func (r *Reconciler) update(ctx context.Context, obs *observed, machineName stri
 	return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 }
 
-// fail records a failed node update: the target is marked failed so it is not
-// retried, the in-flight marker goes, conditions and Events carry the cause. Nothing is
+// fail records a failed node update: the condition and Events carry the cause, the
+// Machine's failure record (FailedUpdateAnnotation) marks its update to the current
+// target failed so it is not retried, and the in-flight marker goes. Nothing is
 // aligned: the Machine, KubeadmConfig and InfraMachine keep the spec the node still
 // runs. The hold stays, because releasing KCP with an outdated Machine would make it
 // create a surge Machine.
+//
+// The order makes each write safe to repeat after a crash: until the record is
+// written the in-flight marker (or nothing) leads the next reconcile to ask again,
+// and the coordinator answers a failed update the same until a retry or a new spec
+// (a failure found before it is asked is found again); the condition goes first, so
+// a record never stands beside a condition that does not say why. Events go out with
+// the condition's change only, so asking again records nothing twice.
 func (r *Reconciler) fail(ctx context.Context, obs *observed, machine *clusterv1.Machine, reason, cause string) (ctrl.Result, error) {
-	target := TargetHash(obs.kcp)
-	if err := r.patchKCPAnnotations(ctx, obs.kcp, map[string]*string{
-		inplacev1.HoldFailedAnnotation:   &target,
-		inplacev1.HoldUpdatingAnnotation: nil,
-	}); err != nil {
-		return ctrl.Result{}, err
-	}
 	msg := fmt.Sprintf("Machine %s was not updated: %s. KubeadmControlPlane %s stays paused at its new spec (no Machine is created); revert or change the spec, or retry: annotate Machine %s with %s",
 		machine.Name, cause, obs.kcp.Name, machine.Name, inplacev1.RetryAnnotation)
-	ctrl.LoggerFrom(ctx).Info("In-place update of a control-plane Machine failed", "Machine", klog.KObj(machine), "reason", reason, "cause", cause)
-	r.Recorder.Eventf(obs.kcp, machine, corev1.EventTypeWarning, eventFor(reason), "Update", "%s", eventNote(msg))
-	r.Recorder.Eventf(machine, obs.kcp, corev1.EventTypeWarning, eventFor(reason), "Update", "%s", eventNote(cause))
-	return ctrl.Result{}, r.setCondition(ctx, obs, metav1.ConditionFalse, reason, msg)
+	changed, err := r.writeCondition(ctx, obs, metav1.ConditionFalse, reason, msg)
+	if changed {
+		ctrl.LoggerFrom(ctx).Info("In-place update of a control-plane Machine failed", "Machine", klog.KObj(machine), "reason", reason, "cause", cause)
+		r.Recorder.Eventf(obs.kcp, machine, corev1.EventTypeWarning, eventFor(reason), "Update", "%s", eventNote(msg))
+		r.Recorder.Eventf(machine, obs.kcp, corev1.EventTypeWarning, eventFor(reason), "Update", "%s", eventNote(cause))
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.recordFailure(ctx, obs, machine, reason); err != nil {
+		return ctrl.Result{}, err
+	}
+	if _, ok := obs.kcp.Annotations[inplacev1.HoldUpdatingAnnotation]; ok {
+		if err := r.patchKCPAnnotations(ctx, obs.kcp, map[string]*string{inplacev1.HoldUpdatingAnnotation: nil}); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if reason == inplacev1.ReasonDeadlineExceeded {
+		// Decide asks about it again (ActionRecheck); the Machine watch does not wake
+		// the controller for its own record.
+		return ctrl.Result{RequeueAfter: r.recheckAfter()}, nil
+	}
+	return ctrl.Result{}, nil
 }
 
 // cancel records an update the operator cancelled with the Machine's cancel
@@ -288,7 +317,7 @@ func (r *Reconciler) fail(ctx context.Context, obs *observed, machine *clusterv1
 // coordinator before the agent's first destructive action (withdrawn, the
 // coordinator's StepCancelled, whose detail says so). The hold and the pause stay:
 // releasing KCP with an outdated Machine would make it replace the only control
-// plane. Unlike fail, no failed target is recorded and nothing counts as a failure:
+// plane. Unlike fail, no failure record is written and nothing counts as a failure:
 // the in-flight marker goes, and once the annotation is gone the next reconcile
 // updates the Machine to the KCP's spec of that time. The condition and the Event
 // are written when the update becomes cancelled; a cancel already recorded keeps
@@ -321,13 +350,12 @@ func (r *Reconciler) cancel(ctx context.Context, obs *observed, machineName, det
 	return nil
 }
 
-// retry forgets the failed target so that the next reconcile updates the
-// Machine again. The hold and the pause stay (the Machine is still outdated);
+// retry forgets the Machine's failure record so that the next reconcile updates
+// the Machine again. The hold and the pause stay (the Machine is still outdated);
 // the Machine's retry annotation stays too, for the coordinator, which withdraws
 // the failed plan and the node's verdict on it, then removes the annotation.
-// Removed by hand instead, hold-failed alone brings the failed verdict back.
 func (r *Reconciler) retry(ctx context.Context, obs *observed, d Decision) (ctrl.Result, error) {
-	if err := r.patchKCPAnnotations(ctx, obs.kcp, map[string]*string{inplacev1.HoldFailedAnnotation: nil}); err != nil {
+	if err := r.forgetFailures(ctx, obs.machine(d.Machine)); err != nil {
 		return ctrl.Result{}, err
 	}
 	ctrl.LoggerFrom(ctx).Info("Retrying a failed in-place update of a control-plane Machine", "Machine", klog.KRef(obs.kcp.Namespace, d.Machine))
@@ -373,7 +401,6 @@ func (r *Reconciler) release(ctx context.Context, obs *observed, d Decision) err
 		inplacev1.HoldAnnotation:               nil,
 		inplacev1.HoldOperatorPausedAnnotation: nil,
 		inplacev1.HoldUpdatingAnnotation:       nil,
-		inplacev1.HoldFailedAnnotation:         nil,
 	}
 	if _, operatorPaused := obs.kcp.Annotations[inplacev1.HoldOperatorPausedAnnotation]; !operatorPaused {
 		remove[clusterv1.PausedAnnotation] = nil
@@ -382,8 +409,13 @@ func (r *Reconciler) release(ctx context.Context, obs *observed, d Decision) err
 	if !obs.state().OptedIn || !obs.state().BelowThreshold {
 		status, reason = metav1.ConditionFalse, inplacev1.ReasonReleased
 	}
-	// The condition first: once released, KCP owns the object again.
+	// The condition and the Machines' failure records first: once released, KCP owns
+	// the object again and this controller no longer looks at it, and a record left
+	// behind would fail the next hold to the same target at once.
 	if err := r.setCondition(ctx, obs, status, reason, d.Message); err != nil {
+		return err
+	}
+	if err := r.forgetFailures(ctx, obs.machines...); err != nil {
 		return err
 	}
 	if err := r.patchKCPAnnotations(ctx, obs.kcp, remove); err != nil {
@@ -417,31 +449,42 @@ func (r *Reconciler) patchKCPAnnotations(ctx context.Context, kcp *controlplanev
 // setCondition mirrors the InPlaceUpdate condition on the KubeadmControlPlane and the
 // Cluster, patching status only when the condition changes.
 func (r *Reconciler) setCondition(ctx context.Context, obs *observed, status metav1.ConditionStatus, reason, message string) error {
-	cond := metav1.Condition{Type: inplacev1.InPlaceUpdateCondition, Status: status, Reason: reason, Message: message}
-	if err := r.setStatusCondition(ctx, obs.kcp, &obs.kcp.Status.Conditions, cond); err != nil {
-		return fmt.Errorf("set condition on KubeadmControlPlane %s: %w", obs.kcp.Name, err)
-	}
-	if obs.cluster.UID == "" {
-		return nil
-	}
-	if err := r.setStatusCondition(ctx, obs.cluster, &obs.cluster.Status.Conditions, cond); err != nil {
-		return fmt.Errorf("set condition on Cluster %s: %w", obs.cluster.Name, err)
-	}
-	return nil
+	_, err := r.writeCondition(ctx, obs, status, reason, message)
+	return err
 }
 
-func (r *Reconciler) setStatusCondition(ctx context.Context, obj client.Object, conditions *[]metav1.Condition, cond metav1.Condition) error {
+// writeCondition is setCondition, reporting whether the KubeadmControlPlane's
+// condition changed, also when the Cluster's write then failed.
+func (r *Reconciler) writeCondition(ctx context.Context, obs *observed, status metav1.ConditionStatus, reason, message string) (bool, error) {
+	cond := metav1.Condition{Type: inplacev1.InPlaceUpdateCondition, Status: status, Reason: reason, Message: message}
+	changed, err := r.setStatusCondition(ctx, obs.kcp, &obs.kcp.Status.Conditions, cond)
+	if err != nil {
+		return false, fmt.Errorf("set condition on KubeadmControlPlane %s: %w", obs.kcp.Name, err)
+	}
+	if obs.cluster.UID == "" {
+		return changed, nil
+	}
+	if _, err := r.setStatusCondition(ctx, obs.cluster, &obs.cluster.Status.Conditions, cond); err != nil {
+		return changed, fmt.Errorf("set condition on Cluster %s: %w", obs.cluster.Name, err)
+	}
+	return changed, nil
+}
+
+func (r *Reconciler) setStatusCondition(ctx context.Context, obj client.Object, conditions *[]metav1.Condition, cond metav1.Condition) (bool, error) {
 	if cur := meta.FindStatusCondition(*conditions, cond.Type); cur != nil &&
 		cur.Status == cond.Status && cur.Reason == cond.Reason && cur.Message == cond.Message {
-		return nil
+		return false, nil
 	}
 	orig, ok := obj.DeepCopyObject().(client.Object)
 	if !ok {
-		return fmt.Errorf("copy %T", obj)
+		return false, fmt.Errorf("copy %T", obj)
 	}
 	cond.ObservedGeneration = obj.GetGeneration()
 	meta.SetStatusCondition(conditions, cond)
 	// The optimistic lock keeps conditions written concurrently by KCP or the Cluster
 	// controller: a merge patch replaces the whole list.
-	return r.Client.Status().Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	if err := r.Client.Status().Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return false, err
+	}
+	return true, nil
 }

@@ -33,6 +33,12 @@ type MachineState struct {
 	// CancelRequested: the Machine carries inplacev1.CancelAnnotation, the one
 	// cancel request of both paths (docs/operations.md).
 	CancelRequested bool
+	// FailedTarget is the target of the Machine's failure record
+	// (inplacev1.FailedUpdateAnnotation): its node update to that target failed.
+	// "" when it has none.
+	FailedTarget string
+	// FailedReason is the record's condition reason (inplacev1.Reason*).
+	FailedReason string
 }
 
 // State is what the controller observed about one held KubeadmControlPlane.
@@ -45,16 +51,27 @@ type State struct {
 	BelowThreshold bool
 	// Target is TargetHash of the KCP's current spec.
 	Target string
-	// FailedTarget is the value of HoldFailedAnnotation ("" when absent).
-	FailedTarget string
+	// LegacyFailedTarget is the value of the KCP's HoldFailedAnnotation, the failure
+	// record of versions before the Machine's ("" when absent).
+	LegacyFailedTarget string
 	// Updating is the value of HoldUpdatingAnnotation ("" when absent).
 	Updating string
-	// FailedMayEnd: the failed target's update failed on a deadline (the KCP's
-	// InPlaceUpdate condition says DeadlineExceeded), so the agent may still
-	// commit it, as it may on the hook path, where Cluster API keeps asking.
-	FailedMayEnd bool
 	// Machines are the KCP's control-plane Machines.
 	Machines []MachineState
+}
+
+// failed reports whether the Machine's update to the target failed: its record is
+// for that target and the Machine is still outdated (a record a crash left on an
+// aligned Machine is about an update that ended as done).
+func (m MachineState) failed(target string) bool {
+	return m.FailedTarget != "" && m.FailedTarget == target && !m.UpToDate
+}
+
+// mayStillCommit reports whether the Machine's failed update ended on a deadline:
+// its agent may still commit, as it may on the hook path, where Cluster API keeps
+// asking.
+func (m MachineState) mayStillCommit() bool {
+	return m.FailedReason == inplacev1.ReasonDeadlineExceeded && m.updatable()
 }
 
 // updatable reports whether the Machine's node can be updated to the KCP's spec:
@@ -76,19 +93,27 @@ const (
 	ActionUpdate Action = "Update"
 	// ActionWait: keep the hold, report why, look again later.
 	ActionWait Action = "Wait"
-	// ActionKeepFailed: the current target already failed; keep the hold and the
-	// failure condition until the operator changes, reverts or retries the spec.
+	// ActionKeepFailed: a Machine's update to the current target failed (its
+	// record, Decision.Machine); keep the hold and the failure condition until the
+	// operator changes, reverts or retries the spec.
 	ActionKeepFailed Action = "KeepFailed"
 	// ActionRecheck: the current target failed on a deadline; ask the coordinator
 	// about Decision.Machine again, as Cluster API keeps asking on the hook path:
 	// a commit that came late ends the update as done, anything else keeps the
 	// failure as recorded.
 	ActionRecheck Action = "Recheck"
-	// ActionRetry: the current target failed and the operator asked for a retry on
-	// Decision.Machine: forget the failed target (HoldFailedAnnotation), keeping
-	// the hold, so that the update runs again; the coordinator withdraws the
-	// failed plan and its verdict when it sees the Machine's retry annotation.
+	// ActionRetry: the update of Decision.Machine to the current target failed and
+	// the operator asked for a retry on it: forget its failure record
+	// (FailedUpdateAnnotation), keeping the hold, so that the update runs again; the
+	// coordinator withdraws the failed plan and its verdict when it sees the
+	// Machine's retry annotation.
 	ActionRetry Action = "Retry"
+	// ActionMigrateFailure: the KCP carries the failure record of an earlier
+	// version (HoldFailedAnnotation): move it onto Decision.Machine, the Machine
+	// whose update to the current target it records (none when it is about another
+	// target or no Machine is outdated), and remove it from the KCP. Decided before
+	// anything else, so that every later decision reads the Machine's record only.
+	ActionMigrateFailure Action = "MigrateFailure"
 	// ActionCancel: the operator cancelled the update of Decision.Machine (the
 	// Machine's cancel annotation) before it started: keep the hold and the pause
 	// (releasing would make KCP replace the Machine), start nothing, say so. Not a
@@ -113,7 +138,10 @@ type Decision struct {
 // opt-out in the middle never leaves a node half-updated (a cancel too: only the
 // coordinator can tell whether it came before the agent's first destructive action).
 // A Machine whose update the operator cancelled is skipped, as on the hook path, and
-// keeps the hold once nothing else is left to do.
+// keeps the hold once nothing else is left to do. A failed update is recorded on its
+// Machine only (MachineState.FailedTarget): while a Machine's update to the current
+// target stands failed, no Machine is updated and the hold stays, until the
+// operator retries that Machine or moves the target.
 func Decide(s State) Decision {
 	if !s.Held {
 		return Decision{Action: ActionNone, Message: "not held"}
@@ -125,6 +153,10 @@ func Decide(s State) Decision {
 		byName[m.Name] = m
 	}
 
+	if s.LegacyFailedTarget != "" {
+		return Decision{Action: ActionMigrateFailure, Machine: legacyFailedMachine(s, machines),
+			Message: "moving the failure recorded on the KubeadmControlPlane to its Machine"}
+	}
 	if m, ok := byName[s.Updating]; ok && s.Updating != "" && m.updatable() {
 		return Decision{Action: ActionUpdate, Machine: m.Name, Message: fmt.Sprintf("continuing the in-place update of Machine %s", m.Name)}
 	}
@@ -134,20 +166,26 @@ func Decide(s State) Decision {
 	if !s.BelowThreshold {
 		return Decision{Action: ActionRelease, Message: "three or more replicas: KubeadmControlPlane takes over"}
 	}
-	if s.FailedTarget != "" && s.FailedTarget == s.Target {
-		for _, m := range machines {
-			if m.RetryRequested && !m.UpToDate && !m.Deleting {
-				return Decision{Action: ActionRetry, Machine: m.Name, Message: fmt.Sprintf("retrying the failed in-place update of Machine %s, as its retry annotation asks", m.Name)}
-			}
+	var failed []MachineState
+	for _, m := range machines {
+		if m.failed(s.Target) {
+			failed = append(failed, m)
 		}
-		if s.FailedMayEnd {
-			for _, m := range machines {
-				if m.updatable() {
-					return Decision{Action: ActionRecheck, Machine: m.Name, Message: fmt.Sprintf("the in-place update of Machine %s passed a deadline; asking whether its node committed since", m.Name)}
-				}
-			}
+	}
+	for _, m := range failed {
+		if m.RetryRequested && !m.Deleting {
+			return Decision{Action: ActionRetry, Machine: m.Name, Message: fmt.Sprintf("retrying the failed in-place update of Machine %s, as its retry annotation asks", m.Name)}
 		}
-		return Decision{Action: ActionKeepFailed, Message: "the in-place update to this spec failed and was rolled back; revert or change the spec, or annotate the Machine with the retry annotation"}
+	}
+	for _, m := range failed {
+		if m.mayStillCommit() {
+			return Decision{Action: ActionRecheck, Machine: m.Name, Message: fmt.Sprintf("the in-place update of Machine %s passed a deadline; asking whether its node committed since", m.Name)}
+		}
+	}
+	if len(failed) > 0 {
+		m := failed[0]
+		return Decision{Action: ActionKeepFailed, Machine: m.Name, Message: fmt.Sprintf("the in-place update of Machine %s to this spec failed (%s); revert or change the spec, or annotate Machine %s with %s",
+			m.Name, m.FailedReason, m.Name, inplacev1.RetryAnnotation)}
 	}
 
 	var waiting, cancelled []string
@@ -181,4 +219,25 @@ func Decide(s State) Decision {
 		return Decision{Action: ActionWait, Message: strings.Join(waiting, "; ")}
 	}
 	return Decision{Action: ActionRelease, Message: "every control-plane Machine is up to date"}
+}
+
+// legacyFailedMachine is the Machine a legacy HoldFailedAnnotation records a
+// failure of: for the current target, the Machine Decide would have updated (the
+// first in name order that can be updated and was not cancelled), else the first
+// outdated one; "" when the record is about another target or nothing is outdated.
+func legacyFailedMachine(s State, sorted []MachineState) string {
+	if s.LegacyFailedTarget != s.Target {
+		return ""
+	}
+	for _, m := range sorted {
+		if m.updatable() && !m.CancelRequested {
+			return m.Name
+		}
+	}
+	for _, m := range sorted {
+		if !m.UpToDate && !m.Deleting {
+			return m.Name
+		}
+	}
+	return ""
 }

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 )
 
 func ready(name string) MachineState {
@@ -17,6 +19,23 @@ func upToDate(name string) MachineState {
 // cancelled is m with the Machine's cancel annotation.
 func cancelled(m MachineState) MachineState {
 	m.CancelRequested = true
+	return m
+}
+
+// failedOn is m with a failure record (FailedUpdateAnnotation) for target.
+func failedOn(m MachineState, target, reason string) MachineState {
+	m.FailedTarget, m.FailedReason = target, reason
+	return m
+}
+
+// retried is m with the Machine's retry annotation.
+func retried(m MachineState) MachineState {
+	m.RetryRequested = true
+	return m
+}
+
+func withoutNode(m MachineState) MachineState {
+	m.HasNode = false
 	return m
 }
 
@@ -61,72 +80,107 @@ func TestDecide(t *testing.T) {
 			wantAction: ActionWait, wantMessage: "being deleted",
 		},
 		{
-			name:       "failed target keeps the hold",
-			state:      func() State { s := held(ready("m1")); s.FailedTarget = "t2"; return s }(),
-			wantAction: ActionKeepFailed,
+			name:       "the Machine's failure record of the target keeps the hold",
+			state:      held(failedOn(ready("m1"), "t2", inplacev1.ReasonRolledBack)),
+			wantAction: ActionKeepFailed, wantMachine: "m1",
 		},
 		{
-			name: "failed on a deadline: the outdated Machine's update is asked about again",
-			state: func() State {
-				s := held(upToDate("m0"), ready("m1"))
-				s.FailedTarget, s.FailedMayEnd = "t2", true
-				return s
-			}(),
+			name:       "failed on a deadline: the Machine's update is asked about again",
+			state:      held(upToDate("m0"), failedOn(ready("m1"), "t2", inplacev1.ReasonDeadlineExceeded)),
 			wantAction: ActionRecheck, wantMachine: "m1",
 		},
 		{
-			name: "failed on a deadline, the Machine without a node: nothing to ask",
-			state: func() State {
-				m := ready("m1")
-				m.HasNode = false
-				s := held(m)
-				s.FailedTarget, s.FailedMayEnd = "t2", true
-				return s
-			}(),
-			wantAction: ActionKeepFailed,
+			name:       "failed on a deadline, the Machine without a node: nothing to ask",
+			state:      held(failedOn(withoutNode(ready("m1")), "t2", inplacev1.ReasonDeadlineExceeded)),
+			wantAction: ActionKeepFailed, wantMachine: "m1",
 		},
 		{
-			name: "failed on a deadline, a retry asked for: retried",
-			state: func() State {
-				m := ready("m1")
-				m.RetryRequested = true
-				s := held(m)
-				s.FailedTarget, s.FailedMayEnd = "t2", true
-				return s
-			}(),
+			name:       "failed on a deadline, a retry asked for: retried",
+			state:      held(retried(failedOn(ready("m1"), "t2", inplacev1.ReasonDeadlineExceeded))),
 			wantAction: ActionRetry, wantMachine: "m1",
 		},
 		{
-			name: "failed target with the Machine's retry annotation is retried",
-			state: func() State {
-				m := ready("m1")
-				m.RetryRequested = true
-				s := held(upToDate("m0"), m)
-				s.FailedTarget = "t2"
-				return s
-			}(),
+			name:       "failed with the Machine's retry annotation is retried",
+			state:      held(upToDate("m0"), retried(failedOn(ready("m1"), "t2", inplacev1.ReasonRolledBack))),
 			wantAction: ActionRetry, wantMachine: "m1",
 		},
 		{
-			name: "a retry annotation on an up-to-date Machine retries nothing",
-			state: func() State {
-				m := upToDate("m0")
-				m.RetryRequested = true
-				s := held(m, ready("m1"))
-				s.FailedTarget = "t2"
-				return s
-			}(),
-			wantAction: ActionKeepFailed,
+			name:       "a retry annotation on an up-to-date Machine retries nothing",
+			state:      held(retried(upToDate("m0")), failedOn(ready("m1"), "t2", inplacev1.ReasonRolledBack)),
+			wantAction: ActionKeepFailed, wantMachine: "m1",
+		},
+		{
+			name:       "two replicas: a retry annotation on the Machine that did not fail retries nothing",
+			state:      held(failedOn(ready("m1"), "t2", inplacev1.ReasonRolledBack), retried(ready("m2"))),
+			wantAction: ActionKeepFailed, wantMachine: "m1",
+		},
+		{
+			name:       "two replicas: a failed Machine holds the other back",
+			state:      held(ready("m1"), failedOn(ready("m2"), "t2", inplacev1.ReasonFailed)),
+			wantAction: ActionKeepFailed, wantMachine: "m2",
 		},
 		{
 			name:       "a failure of an older target does not block the new one",
-			state:      func() State { s := held(ready("m1")); s.FailedTarget = "t1"; return s }(),
+			state:      held(failedOn(ready("m1"), "t1", inplacev1.ReasonRolledBack)),
 			wantAction: ActionUpdate, wantMachine: "m1",
 		},
 		{
 			name:       "reverted spec after a failure: everything up to date is released",
-			state:      func() State { s := held(upToDate("m1")); s.FailedTarget = "t1"; return s }(),
+			state:      held(failedOn(upToDate("m1"), "t1", inplacev1.ReasonRolledBack)),
 			wantAction: ActionRelease,
+		},
+		{
+			name:       "a record of the target on an aligned Machine (a crash after the late commit) counts for nothing",
+			state:      held(failedOn(upToDate("m1"), "t2", inplacev1.ReasonDeadlineExceeded)),
+			wantAction: ActionRelease,
+		},
+		{
+			name: "a record beside the in-flight marker (a crash while recording): the update is asked about again",
+			state: func() State {
+				s := held(failedOn(ready("m1"), "t2", inplacev1.ReasonRolledBack))
+				s.Updating = "m1"
+				return s
+			}(),
+			wantAction: ActionUpdate, wantMachine: "m1",
+		},
+		{
+			name:       "legacy: the KCP's failed target moves to the Machine that was updated",
+			state:      func() State { s := held(upToDate("m0"), ready("m1")); s.LegacyFailedTarget = "t2"; return s }(),
+			wantAction: ActionMigrateFailure, wantMachine: "m1",
+		},
+		{
+			name:       "legacy, two replicas: not to a cancelled Machine, which was never started",
+			state:      func() State { s := held(cancelled(ready("m1")), ready("m2")); s.LegacyFailedTarget = "t2"; return s }(),
+			wantAction: ActionMigrateFailure, wantMachine: "m2",
+		},
+		{
+			name:       "legacy, the Machine lost its node since: the first outdated one",
+			state:      func() State { s := held(withoutNode(ready("m1"))); s.LegacyFailedTarget = "t2"; return s }(),
+			wantAction: ActionMigrateFailure, wantMachine: "m1",
+		},
+		{
+			name:       "legacy of an older target is only removed",
+			state:      func() State { s := held(ready("m1")); s.LegacyFailedTarget = "t1"; return s }(),
+			wantAction: ActionMigrateFailure,
+		},
+		{
+			name:       "legacy with nothing outdated is only removed",
+			state:      func() State { s := held(upToDate("m1")); s.LegacyFailedTarget = "t2"; return s }(),
+			wantAction: ActionMigrateFailure,
+		},
+		{
+			name: "legacy goes before an update in flight and an opt-out",
+			state: func() State {
+				s := held(ready("m1"))
+				s.LegacyFailedTarget, s.Updating, s.OptedIn = "t1", "m1", false
+				return s
+			}(),
+			wantAction: ActionMigrateFailure,
+		},
+		{
+			name:       "legacy on a KCP no longer held: nothing",
+			state:      State{LegacyFailedTarget: "t2", Target: "t2", Machines: []MachineState{ready("m1")}},
+			wantAction: ActionNone,
 		},
 		{
 			name:       "opt-out releases to upstream",
@@ -185,18 +239,12 @@ func TestDecide(t *testing.T) {
 		},
 		{
 			name:       "a cancel does not hide a failed target",
-			state:      func() State { s := held(cancelled(ready("m1"))); s.FailedTarget = "t2"; return s }(),
-			wantAction: ActionKeepFailed,
+			state:      held(cancelled(failedOn(ready("m1"), "t2", inplacev1.ReasonRolledBack))),
+			wantAction: ActionKeepFailed, wantMachine: "m1",
 		},
 		{
-			name: "retry and cancel on a failed target: the retry forgets the failure, the cancel then holds",
-			state: func() State {
-				m := cancelled(ready("m1"))
-				m.RetryRequested = true
-				s := held(m)
-				s.FailedTarget = "t2"
-				return s
-			}(),
+			name:       "retry and cancel on a failed target: the retry forgets the failure, the cancel then holds",
+			state:      held(retried(cancelled(failedOn(ready("m1"), "t2", inplacev1.ReasonRolledBack)))),
 			wantAction: ActionRetry, wantMachine: "m1",
 		},
 		{

@@ -36,14 +36,19 @@
 //  4. Release. With every Machine up to date it removes the hold and the pause; KCP
 //     then finds nothing to roll out and creates nothing.
 //  5. Failure. A final failure (the agent rolled the node back, the node is degraded,
-//     the plan was never picked up) aligns nothing, records
-//     the target in inplacev1.HoldFailedAnnotation, sets InPlaceUpdate=False with the
-//     cause on the KCP and the Cluster, records Events, and keeps KCP paused: releasing it
-//     with an outdated Machine would make KCP create a surge Machine. Reverting or
-//     changing the spec moves on; so does a retry: the Machine's
-//     inplacev1.RetryAnnotation, the hook path's retry, makes the controller drop
-//     hold-failed (ActionRetry) and update the node again; the coordinator withdraws
-//     the failed plan and its verdict, as for the hooks.
+//     the plan was never picked up, the API refuses the aligned objects) aligns
+//     nothing, sets InPlaceUpdate=False with the cause on the KCP and the Cluster,
+//     records Events, records the failure on the Machine (inplacev1.FailedUpdateAnnotation:
+//     the KCP's target and the reason; the path's one failure record, the KCP carries
+//     none), and keeps KCP paused: releasing it with an outdated Machine would make KCP
+//     create a surge Machine. Reverting or changing the spec moves the target and
+//     moves on; so does a retry: the Machine's inplacev1.RetryAnnotation, the hook
+//     path's retry, makes the controller drop the Machine's record (ActionRetry) and
+//     update the node again; the coordinator withdraws the failed plan and its verdict,
+//     as for the hooks. A failure past a deadline is asked about again (ActionRecheck):
+//     a late commit wins. A KCP that carries a failed target from an earlier version
+//     (inplacev1.HoldFailedAnnotation) has it moved onto the Machine first
+//     (ActionMigrateFailure).
 //  6. Cancel. The Machine's inplacev1.CancelAnnotation, the hook path's cancel, keeps
 //     an update from starting (ActionCancel); one in flight goes on to the coordinator,
 //     which withdraws it before the agent's first destructive action (StepCancelled)
@@ -51,10 +56,11 @@
 //     InPlaceUpdate=False, reason Cancelled, and nothing is recorded as failed: removing
 //     the annotation lets the update start, reverting the spec releases the hold.
 //
-// Invariants: all state lives in annotations and conditions of the KCP (and the
-// objects themselves); every reconcile is idempotent and may be repeated after a
-// restart at any point; alignment happens only after the node update succeeded and
-// only while KCP is paused, so KCP never sees a half-aligned Machine.
+// Invariants: all state lives in annotations and conditions of the KCP, the
+// Machines' failure records and the objects themselves; every reconcile is
+// idempotent and may be repeated after a restart at any point; alignment happens
+// only after the node update succeeded and only while KCP is paused, so KCP never
+// sees a half-aligned Machine.
 //
 // Pure parts: TargetHash, DecideHold, Decide, Classify, CopyOptIn, planRequest. Imperative shell: the webhook
 // handler, observe, applier, Reconciler.

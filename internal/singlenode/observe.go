@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -105,11 +104,9 @@ func (o *observed) state() State {
 		OptedIn:        Enrolled(o.namespace, o.cluster, o.kcp),
 		BelowThreshold: replicasBelowThreshold(o.kcp),
 		Target:         TargetHash(o.kcp),
-		FailedTarget:   o.kcp.Annotations[inplacev1.HoldFailedAnnotation],
 		Updating:       o.kcp.Annotations[inplacev1.HoldUpdatingAnnotation],
-	}
-	if c := meta.FindStatusCondition(o.kcp.Status.Conditions, inplacev1.InPlaceUpdateCondition); c != nil {
-		s.FailedMayEnd = c.Reason == inplacev1.ReasonDeadlineExceeded
+
+		LegacyFailedTarget: o.kcp.Annotations[inplacev1.HoldFailedAnnotation],
 	}
 	for _, m := range o.machines {
 		res := o.results[m.Name]
@@ -121,6 +118,9 @@ func (o *observed) state() State {
 		}
 		_, ms.RetryRequested = m.Annotations[inplacev1.RetryAnnotation]
 		_, ms.CancelRequested = m.Annotations[inplacev1.CancelAnnotation]
+		if f, ok := MachineFailedUpdate(m); ok {
+			ms.FailedTarget, ms.FailedReason = f.Target, f.Reason
+		}
 		if res != nil {
 			ms.Eligible = res.EligibleForInPlaceUpdate
 			ms.Complete = res.DesiredMachine != nil && res.DesiredKubeadmConfig != nil && res.DesiredInfraMachine != nil

@@ -692,8 +692,16 @@ func TestSingleNodeHealthGateFailure(t *testing.T) {
 	var cause string
 	s.eventually(rolloutTimeout, "the failure reported on the KCP", func() error {
 		kcp := s.kcp(kcpName)
-		if kcp.Annotations[inplacev1.HoldFailedAnnotation] == "" {
-			return fmt.Errorf("no %s yet", inplacev1.HoldFailedAnnotation)
+		// The one failure record is the Machine's, for the KCP's current target.
+		ms := s.machines(cluster)
+		if len(ms) != 1 {
+			return fmt.Errorf("%d Machines, want 1", len(ms))
+		}
+		if rec, ok := singlenode.MachineFailedUpdate(&ms[0]); !ok || rec.Target != singlenode.TargetHash(kcp) {
+			return fmt.Errorf("no %s for the KCP's target on Machine %s yet", inplacev1.FailedUpdateAnnotation, ms[0].Name)
+		}
+		if _, ok := kcp.Annotations[inplacev1.HoldFailedAnnotation]; ok {
+			return fmt.Errorf("KCP %s carries %s: a second failure record", kcpName, inplacev1.HoldFailedAnnotation)
 		}
 		for _, c := range kcp.Status.Conditions {
 			if c.Type == inplacev1.InPlaceUpdateCondition && c.Status == metav1.ConditionFalse && c.Reason == inplacev1.ReasonRolledBack {
@@ -726,8 +734,9 @@ func TestSingleNodeHealthGateFailure(t *testing.T) {
 
 	// Cluster API refuses to lower spec.topology.version, so the way on is a retry: the
 	// operator fixes the cause and annotates the Machine, the one retry of both paths
-	// (docs/operations.md). The controller drops hold-failed, the coordinator withdraws
-	// the failed plan and its verdict, the retry succeeds and KCP is released.
+	// (docs/operations.md). The controller drops the Machine's failure record, the
+	// coordinator withdraws the failed plan and its verdict, the retry succeeds and KCP
+	// is released.
 	if err := os.Remove(filepath.Join(agents.HostRoot(node), ".sim", "fail-gate")); err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 
 	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/protocol"
+	"github.com/capi-inplace/capi-inplace/internal/singlenode"
 	"github.com/capi-inplace/capi-inplace/test/lanekit"
 )
 
@@ -390,31 +391,60 @@ func agentPhase(ctx context.Context, wc kubernetes.Interface, node string) proto
 	return st.Phase
 }
 
-// kcpRolledBack checks the single-node path reports a rolled-back update on the KCP:
-// the hold-failed marker and InPlaceUpdate=False with the RolledBack reason.
+// kcpRolledBack checks the single-node path reports a rolled-back update: the
+// failure recorded on the KCP's Machine for its current target, and InPlaceUpdate=False
+// with the RolledBack reason on the KCP.
 func kcpRolledBack(ctx context.Context, ns, name string) error {
 	kcp := &controlplanev1.KubeadmControlPlane{}
 	if err := suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, kcp); err != nil {
 		return err
 	}
-	if kcp.Annotations[inplacev1.HoldFailedAnnotation] == "" {
-		return fmt.Errorf("KCP %s: no %s yet", name, inplacev1.HoldFailedAnnotation)
+	failed, err := failureRecorded(ctx, kcp)
+	if err != nil {
+		return err
+	}
+	if !failed {
+		return fmt.Errorf("KCP %s: no Machine records the failure of its target yet (%s)", name, inplacev1.FailedUpdateAnnotation)
 	}
 	return rolledBack("KCP "+name, kcp.Status.Conditions)
 }
 
 // kcpFailureReason is the reason of the KubeadmControlPlane's InPlaceUpdate
-// condition once the single-node path recorded a failure (hold-failed); "" before.
+// condition once the single-node path recorded a failure on its Machine; "" before.
 func kcpFailureReason(ctx context.Context, ns, name string) (string, error) {
 	kcp := &controlplanev1.KubeadmControlPlane{}
 	if err := suite.stack.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, kcp); err != nil {
 		return "", err
 	}
+	failed, err := failureRecorded(ctx, kcp)
+	if err != nil {
+		return "", err
+	}
 	c := meta.FindStatusCondition(kcp.Status.Conditions, inplacev1.InPlaceUpdateCondition)
-	if kcp.Annotations[inplacev1.HoldFailedAnnotation] == "" || c == nil {
+	if !failed || c == nil {
 		return "", nil
 	}
 	return c.Reason, nil
+}
+
+// failureRecorded reports whether a Machine of the KCP carries the single-node
+// path's failure record (inplacev1.FailedUpdateAnnotation) for the KCP's current
+// target, the one failure record of that path.
+func failureRecorded(ctx context.Context, kcp *controlplanev1.KubeadmControlPlane) (bool, error) {
+	list := &clusterv1.MachineList{}
+	if err := suite.stack.Client.List(ctx, list, client.InNamespace(kcp.Namespace)); err != nil {
+		return false, err
+	}
+	for i := range list.Items {
+		m := &list.Items[i]
+		if !metav1.IsControlledBy(m, kcp) {
+			continue
+		}
+		if rec, ok := singlenode.MachineFailedUpdate(m); ok && rec.Target == singlenode.TargetHash(kcp) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // rolledBack checks conds carry our InPlaceUpdate=False condition with the

@@ -169,8 +169,10 @@ func silentControlPlanePastDeadline(t *testing.T, wc kubernetes.Interface, ns, n
 		if err := suite.stack.Client.Get(ctx, kcpKey, kcp); err != nil {
 			return err
 		}
-		if _, failed := kcp.Annotations[inplacev1.HoldFailedAnnotation]; failed {
-			return errors.New("KCP still records the failure")
+		if failed, err := failureRecorded(ctx, kcp); err != nil {
+			return err
+		} else if failed {
+			return errors.New("the KCP's Machine still records the failure")
 		}
 		return kcpReleased(ctx, ns, name, to)
 	}, 10*time.Minute, 2*time.Second).Should(Succeed())
