@@ -110,4 +110,11 @@ func (p *Policy) KubernetesBinaries(version, platform string) (*protocol.Kuberne
 	return &b, nil
 }
 
+// ListsKubernetesBinaries reports whether the policy lists kubeadm and the
+// kubelet of a version, for any platform.
+func (p *Policy) ListsKubernetesBinaries(version string) bool {
+	_, ok := p.binaries[version]
+	return ok
+}
+
 func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }

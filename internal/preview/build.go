@@ -227,6 +227,9 @@ func buildMachine(in Input, m *clusterv1.Machine, nodes int) (MachinePlan, error
 	mp.Drain = inPlaceDrain(in.Policy.Drain(), nodes)
 	mp.Backend = backendFor(in, c.ownerKind, c.ownerAnnotations, img)
 	mp.Reboot = reboot(in.Backends, img.backend)
+	if img.backend != "" && mp.Reboot.Needed && mp.Version != mp.DesiredVersion {
+		mp.ImageOrder = protocol.OrderImageAndKubernetes(mp.Role == RoleControlPlane, in.Policy.ListsKubernetesBinaries(mp.DesiredVersion))
+	}
 	if c.etcd != nil {
 		restore, why := protocol.RestoreEtcdOnRollback(in.Policy.EtcdRestore(), *c.etcd)
 		mp.EtcdOnRollback = &EtcdOnRollback{Restore: restore, Reason: why}

@@ -108,6 +108,45 @@ metadata: {name: demo-md-0}
 spec: {template: {spec: {infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: DevMachineTemplate, name: demo-md-0-v2}}}}
 `
 
+// cpImageAndVersion moves a plain cluster's control plane to the OS image mapped
+// and to Kubernetes v1.36.0 in one change.
+const cpImageAndVersion = `apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+kind: DevMachineTemplate
+metadata: {name: demo-cp-v2}
+spec: {template: {spec: {backend: {docker: {customImage: "registry.example/node-os:2.0"}}}}}
+---
+apiVersion: controlplane.cluster.x-k8s.io/v1beta2
+kind: KubeadmControlPlane
+metadata: {name: demo-cp}
+spec:
+  machineTemplate: {spec: {infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: DevMachineTemplate, name: demo-cp-v2}}}
+  version: v1.36.0
+`
+
+// workerImageAndVersion moves a plain cluster's workers to the OS image mapped and
+// to Kubernetes v1.36.0 in one change.
+const workerImageAndVersion = `apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+kind: DevMachineTemplate
+metadata: {name: demo-md-0-v2}
+spec: {template: {spec: {backend: {docker: {customImage: "registry.example/node-os:2.0"}}}}}
+---
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: MachineDeployment
+metadata: {name: demo-md-0}
+spec:
+  template:
+    spec:
+      infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: DevMachineTemplate, name: demo-md-0-v2}
+      version: v1.36.0
+`
+
+// binariesFor is a policy's kubernetesBinaries entry for version on linux/amd64.
+func binariesFor(version string) string {
+	return "kubernetesBinaries:\n  " + version + ":\n    linux/amd64:\n" +
+		"      kubeadm: {url: \"https://dl.k8s.io/" + version + "/kubeadm\", digest: \"" + digest + "\"}\n" +
+		"      kubelet: {url: \"https://dl.k8s.io/" + version + "/kubelet\", digest: \"" + digest + "\"}\n"
+}
+
 func verdicts(r preview.Report) map[string]preview.Verdict {
 	out := map[string]preview.Verdict{}
 	for _, m := range r.Machines {
@@ -134,6 +173,11 @@ func TestBuild(t *testing.T) {
 		f(&o)
 		return o
 	}
+	// singleCPImage is a plain single-node cluster whose node runs an OS image.
+	singleCPImage := with(func(o *previewtest.Options) {
+		o.Topology, o.CPReplicas, o.Workers, o.CPImage = false, 1, 0, "registry.example/node-os:1.0"
+		o.ClusterAnnotations = map[string]string{inplacev1.SingleNodeControlPlaneAnnotation: "true"}
+	})
 	cp := []string{"demo-cp-0", "demo-cp-1", "demo-cp-2"}
 	workers := []string{"demo-md-0-v1-0", "demo-md-0-v1-1"}
 	all := append(append([]string{}, cp...), workers...)
@@ -402,6 +446,38 @@ func TestBuild(t *testing.T) {
 				w := machine(t, r, workers[0])
 				g.Expect(w.Reboot.Needed).To(BeFalse())
 				g.Expect(w.Backend).To(Equal(preview.Backend{Name: "packages", Source: "policy artifact", Runs: true}))
+			},
+		},
+		{
+			name: "a control plane's image and version, kubeadm only in the image: image first, the kubelet ahead",
+			opts: singleCPImage, policy: mapped, change: cpImageAndVersion,
+			verdicts: map[string]preview.Verdict{"demo-cp-0": preview.VerdictInPlace},
+			check: func(g *WithT, r preview.Report) {
+				g.Expect(machine(t, r, "demo-cp-0").ImageOrder).To(Equal(protocol.ImageOrderImageFirstKubeletAhead))
+			},
+		},
+		{
+			name: "a control plane's image and version, kubeadm and kubelet in the policy: Kubernetes first",
+			opts: singleCPImage, policy: mapped + binariesFor("v1.36.0"), change: cpImageAndVersion,
+			verdicts: map[string]preview.Verdict{"demo-cp-0": preview.VerdictInPlace},
+			check: func(g *WithT, r preview.Report) {
+				g.Expect(machine(t, r, "demo-cp-0").ImageOrder).To(Equal(protocol.ImageOrderKubernetesFirst))
+			},
+		},
+		{
+			name: "a worker's image and version: image first, after the control plane",
+			opts: with(func(o *previewtest.Options) { o.Topology = false }), policy: mapped, change: workerImageAndVersion,
+			verdicts: want(preview.VerdictInPlace, workers...),
+			check: func(g *WithT, r preview.Report) {
+				g.Expect(machine(t, r, workers[0]).ImageOrder).To(Equal(protocol.ImageOrderImageFirstWorker))
+			},
+		},
+		{
+			name: "a control plane's image alone: no order to report",
+			opts: singleCPImage, policy: mapped, change: cpImageAndVersion[:strings.Index(cpImageAndVersion, "  version:")],
+			verdicts: map[string]preview.Verdict{"demo-cp-0": preview.VerdictInPlace},
+			check: func(g *WithT, r preview.Report) {
+				g.Expect(machine(t, r, "demo-cp-0").ImageOrder).To(BeEmpty())
 			},
 		},
 		{

@@ -7,6 +7,8 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/capi-inplace/capi-inplace/internal/protocol"
 )
 
 // RenderJSON writes the Report as one indented JSON document.
@@ -110,6 +112,14 @@ func why(m MachinePlan) string {
 		fmt.Fprintf(&b, "in place (%s)\n", m.Path)
 		for _, d := range m.Changes {
 			fmt.Fprintf(&b, "  + %s %s: %s\n", d.Object, d.Field, d.Reason)
+		}
+		switch m.ImageOrder {
+		case protocol.ImageOrderKubernetesFirst:
+			b.WriteString("  = kubeadm upgrades the static pods before the node boots the new image (kubeadm and kubelet from the policy's kubernetesBinaries)\n")
+		case protocol.ImageOrderImageFirstKubeletAhead:
+			fmt.Fprintf(&b, "  ! the node boots the new image before kubeadm upgrades its static pods (kubeadm %s comes only with the image): until then its kubelet runs one version ahead of the API server; list %s in the policy's kubernetesBinaries to upgrade first\n", m.DesiredVersion, m.DesiredVersion)
+		case protocol.ImageOrderImageFirstWorker:
+			b.WriteString("  = the node boots the new image, then kubeadm upgrades it (workers follow the control plane)\n")
 		}
 		if e := m.EtcdOnRollback; e != nil && e.Restore {
 			fmt.Fprintf(&b, "  ! a rollback restores etcd from its snapshot taken when the update starts (%s): every write to the cluster after that is lost\n", e.Reason)

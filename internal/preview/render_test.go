@@ -10,6 +10,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	inplacev1 "github.com/capi-inplace/capi-inplace/api/v1alpha1"
 	"github.com/capi-inplace/capi-inplace/internal/preview"
 	"github.com/capi-inplace/capi-inplace/internal/preview/previewtest"
 )
@@ -51,6 +52,12 @@ func TestRenderGolden(t *testing.T) {
 		}},
 		{name: "table-os-image-and-surge", report: func(t *testing.T) preview.Report { return plan(t, maxUnavailable0, mapped, imageChange) }},
 		{name: "table-os-image", report: func(t *testing.T) preview.Report { return plan(t, previewtest.Default(), mapped, imageChange) }},
+		{name: "table-control-plane-image-and-version", report: func(t *testing.T) preview.Report {
+			o := previewtest.Default()
+			o.Topology, o.CPReplicas, o.Workers, o.CPImage = false, 1, 0, "registry.example/node-os:1.0"
+			o.ClusterAnnotations = map[string]string{inplacev1.SingleNodeControlPlaneAnnotation: "true"}
+			return plan(t, o, mapped, cpImageAndVersion)
+		}},
 		{name: "table-unchanged", report: func(t *testing.T) preview.Report { return plan(t, previewtest.Default(), "", "") }},
 		{name: "table-no-machines", report: func(*testing.T) preview.Report {
 			return preview.Report{APIVersion: preview.ReportAPIVersion, Kind: preview.ReportKind, Namespace: "fleet", Cluster: "empty", Machines: []preview.MachinePlan{}}

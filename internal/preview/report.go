@@ -100,6 +100,9 @@ type MachinePlan struct {
 	OSImage *OSImageChange `json:"osImage,omitempty"`
 	// Backend is the OS backend that would run on the node.
 	Backend Backend `json:"backend"`
+	// ImageOrder is which of the OS image and the Kubernetes upgrade the node runs
+	// first, set when an in-place update boots a new image and upgrades Kubernetes.
+	ImageOrder protocol.ImageOrder `json:"imageOrder,omitempty"`
 	// EtcdOnRollback says what a rollback of this update does to the cluster's
 	// etcd data; set for the control-plane node of a single-member local etcd,
 	// the only case where a rollback can restore it.

@@ -163,15 +163,11 @@ func SpecFor(p *protocol.NodePlan, caps backend.Capabilities) Spec {
 func (s Spec) kubeadm() bool { return s.Kubeadm != "" && s.Kubeadm != protocol.KubeadmNone }
 
 // kubernetesBeforeImage reports whether the Kubernetes change runs before the new
-// OS image boots. A kubelet must never be newer than its API server, and the new
-// image may carry the new kubelet: so a control plane that reboots into a new
-// image upgrades its static pods first, with the kubeadm the plan delivers, and
-// boots the image last. Without delivered binaries the new kubeadm exists only in
-// the image, so the image boots first and, until kubeadm has upgraded the static
-// pods, its kubelet runs ahead of the API server (docs/backends.md). Workers keep
-// the image first: Cluster API updates them after the control plane.
+// OS image boots: for an update that does both, protocol.OrderImageAndKubernetes
+// decides (docs/backends.md).
 func (s Spec) kubernetesBeforeImage() bool {
-	return s.ControlPlane && s.OS && s.Caps.NeedsReboot && s.kubeadm() && s.BinariesDelivered
+	return s.OS && s.Caps.NeedsReboot && s.kubeadm() &&
+		protocol.OrderImageAndKubernetes(s.ControlPlane, s.BinariesDelivered) == protocol.ImageOrderKubernetesFirst
 }
 
 // Derive returns the forward actions for a spec. The OS image is switched first

@@ -45,6 +45,9 @@ type Options struct {
 	// WorkerImage is the workers' DevMachine docker customImage (the OS image field
 	// of the DevMachine kind).
 	WorkerImage string
+	// CPImage, when set, makes the control-plane DevMachines docker ones with this
+	// customImage (in-memory ones otherwise).
+	CPImage string
 	// Topology makes the Cluster a ClusterClass cluster at Version, and the
 	// MachineDeployment topology-owned.
 	Topology bool
@@ -133,7 +136,11 @@ func (o Options) Objects() ([]client.Object, error) {
 		},
 	}
 	out = append(out, kcp)
-	out = append(out, devMachineTemplate(o, o.CPTemplate(), inMemoryBackend()))
+	cpBackend := inMemoryBackend()
+	if o.CPImage != "" {
+		cpBackend = dockerBackend(o.CPImage)
+	}
+	out = append(out, devMachineTemplate(o, o.CPTemplate(), cpBackend))
 	for i := range int(o.CPReplicas) {
 		name := o.CPMachine(i)
 		m := machine(o, name, kcp.Name, "KubeadmControlPlane", controlplanev1.GroupVersion.String(), "KubeadmConfig", "DevMachine")
@@ -150,7 +157,7 @@ func (o Options) Objects() ([]client.Object, error) {
 		// CABPK adds the endpoint; KCP ignores it when it compares.
 		kc.Spec.ClusterConfiguration.ControlPlaneEndpoint = "10.0.0.1:6443"
 		out = append(out, kc)
-		out = append(out, devMachine(o, name, o.CPTemplate(), inMemoryBackend()))
+		out = append(out, devMachine(o, name, o.CPTemplate(), cpBackend))
 	}
 
 	md := &clusterv1.MachineDeployment{
