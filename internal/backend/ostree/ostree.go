@@ -143,13 +143,19 @@ func (b *Backend) rpmOSTree(ctx context.Context, args ...string) (backend.Result
 // commit does not exist or its objects do not match their checksums) rather than
 // because of the network or the host. An HTTP remote answers a commit it does
 // not have with 404 (the same answer a wrong remote URL gets: neither passes on
-// a retry).
+// a retry). A remote the sysroot repository does not have (ostree: `Remote "<name>"
+// not found`) is the host's configuration, not the artifact: the node's
+// bootstrap may add it, or add it again when a power cut lost its file, and
+// staging again then passes.
 func refusal(err error) bool {
 	var ce *backend.CommandError
 	if !errors.As(err, &ce) {
 		return false
 	}
 	msg := string(ce.Result.Stderr)
+	if strings.Contains(msg, "Remote \"") && strings.Contains(msg, "\" not found") {
+		return false
+	}
 	for _, s := range []string{"Corrupted", "checksum", "No such metadata object", "not found", "Server returned HTTP 404"} {
 		if strings.Contains(msg, s) {
 			return true

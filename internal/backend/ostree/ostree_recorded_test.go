@@ -146,6 +146,12 @@ func TestRecordedOSTreeRemotePullRefused(t *testing.T) {
 	err := b.Stage(context.Background(), newArtifact)
 	g.Expect(err).To(HaveOccurred())
 	g.Expect(err).NotTo(MatchError(backend.ErrArtifactRefused), "a network error is retried, not terminal")
+
+	// ostree 2022.7's answer when the sysroot repository has no such remote.
+	r.On("ostree --repo=/ostree/repo pull", "", errors.New(`error: Remote "lane" not found`))
+	err = b.Stage(context.Background(), newArtifact)
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(err).NotTo(MatchError(backend.ErrArtifactRefused), "a missing remote is the host's configuration, retried, not terminal")
 }
 
 // rpm-ostree flavor: recorded `rpm-ostree status --json` of a booted host.
