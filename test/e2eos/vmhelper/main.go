@@ -22,6 +22,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/capi-inplace/capi-inplace/internal/backend"
@@ -285,6 +286,9 @@ func (h *helper) configureAgent(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// The renames and the remote's file (ostree syncs no new file's data) reach
+	// the disk now: the test may cut the power in the seconds after.
+	syscall.Sync()
 	if out, err := exec.CommandContext(r.Context(), "systemctl", "start", vmapi.AgentUnit).CombinedOutput(); err != nil {
 		fail(w, fmt.Errorf("systemctl start %s: %w: %s", vmapi.AgentUnit, err, out))
 		return
