@@ -97,12 +97,13 @@ spec:
         configRef: {apiGroup: bootstrap.cluster.x-k8s.io, kind: KubeadmConfigTemplate, name: demo-md-0-v2}
 `
 
-const imageChange = `apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
-kind: DevMachineTemplate
-metadata: {name: demo-md-0-v2}
-spec: {template: {spec: {backend: {docker: {customImage: "registry.example/node-os:2.0"}}}}}
----
-apiVersion: cluster.x-k8s.io/v1beta2
+// imageTemplate is a DevMachineTemplate of the OS image the policy mapped maps.
+func imageTemplate(name string) string {
+	return "apiVersion: infrastructure.cluster.x-k8s.io/v1beta2\nkind: DevMachineTemplate\nmetadata: {name: " + name + "}\n" +
+		`spec: {template: {spec: {backend: {docker: {customImage: "registry.example/node-os:2.0"}}}}}` + "\n---\n"
+}
+
+var imageChange = imageTemplate("demo-md-0-v2") + `apiVersion: cluster.x-k8s.io/v1beta2
 kind: MachineDeployment
 metadata: {name: demo-md-0}
 spec: {template: {spec: {infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: DevMachineTemplate, name: demo-md-0-v2}}}}
@@ -110,12 +111,7 @@ spec: {template: {spec: {infrastructureRef: {apiGroup: infrastructure.cluster.x-
 
 // cpImageAndVersion moves a plain cluster's control plane to the OS image mapped
 // and to Kubernetes v1.36.0 in one change.
-const cpImageAndVersion = `apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
-kind: DevMachineTemplate
-metadata: {name: demo-cp-v2}
-spec: {template: {spec: {backend: {docker: {customImage: "registry.example/node-os:2.0"}}}}}
----
-apiVersion: controlplane.cluster.x-k8s.io/v1beta2
+var cpImageAndVersion = imageTemplate("demo-cp-v2") + `apiVersion: controlplane.cluster.x-k8s.io/v1beta2
 kind: KubeadmControlPlane
 metadata: {name: demo-cp}
 spec:
@@ -125,12 +121,7 @@ spec:
 
 // workerImageAndVersion moves a plain cluster's workers to the OS image mapped and
 // to Kubernetes v1.36.0 in one change.
-const workerImageAndVersion = `apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
-kind: DevMachineTemplate
-metadata: {name: demo-md-0-v2}
-spec: {template: {spec: {backend: {docker: {customImage: "registry.example/node-os:2.0"}}}}}
----
-apiVersion: cluster.x-k8s.io/v1beta2
+var workerImageAndVersion = imageTemplate("demo-md-0-v2") + `apiVersion: cluster.x-k8s.io/v1beta2
 kind: MachineDeployment
 metadata: {name: demo-md-0}
 spec:
