@@ -76,7 +76,7 @@ func TestSingleNodeFailureAndRetry(t *testing.T) {
 	g.Expect(suite.stack.Client.Patch(ctx, kcp, client.MergeFrom(base))).To(Succeed())
 
 	g.Eventually(func() error { return kcpRolledBack(ctx, ns, name) }, 20*time.Minute).Should(Succeed())
-	suite.figures.Add("failure: write -> gate failed, node rolled back, failure on the KCP", time.Since(start))
+	suite.figures.Add("failure: write -> gate failed, node rolled back, failure recorded on the Machine", time.Since(start))
 	acked, refused := writes.Stop()
 
 	// Some acknowledged write landed after the change was applied (the agent was
@@ -237,7 +237,7 @@ func TestSingleNodeMinorUpgradeRollbackRestoresEtcd(t *testing.T) {
 	g.Expect(suite.stack.Client.Patch(ctx, kcp, client.MergeFrom(base))).To(Succeed())
 
 	g.Eventually(func() error { return kcpRolledBack(ctx, ns, name) }, 25*time.Minute).Should(Succeed())
-	suite.figures.Add("restore: write ("+from+" -> "+to+" + the file the gate refuses) -> rolled back with etcd restored (power cut during the restore), failure on the KCP", time.Since(start))
+	suite.figures.Add("restore: write ("+from+" -> "+to+" + the file the gate refuses) -> rolled back with etcd restored (power cut during the restore), failure recorded on the Machine", time.Since(start))
 	g.Eventually(func() error { return nodeRolledBack(ctx, wc, node) }, 5*time.Minute).Should(Succeed())
 	select {
 	case err := <-powerCut:

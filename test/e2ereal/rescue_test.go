@@ -77,7 +77,7 @@ func TestSingleNodeAPIServerNotBackAfterPowerCut(t *testing.T) {
 
 	g.Eventually(func() error { return nodeRolledBack(ctx, wc, node) }, 25*time.Minute).Should(Succeed())
 	g.Eventually(func() error { return kcpRolledBack(ctx, ns, name) }, 2*time.Minute).Should(Succeed())
-	suite.figures.Add("rescue: power cut -> rolled back by the rescue pod (its API server deadline included), failure on the KCP", time.Since(cutAt))
+	suite.figures.Add("rescue: power cut -> rolled back by the rescue pod (its API server deadline included), failure recorded on the Machine", time.Since(cutAt))
 
 	// Rolled back by the rescue: the reason says the API server did not come back.
 	n, err := wc.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})

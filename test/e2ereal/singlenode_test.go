@@ -221,7 +221,7 @@ func userSymlinkRefused(t *testing.T, ns, name, node string, machine clusterv1.M
 	// anything: the update fails (no rollback needed) and KCP is held with it.
 	g.Eventually(func() (string, error) { return kcpFailureReason(ctx, ns, name) }, 15*time.Minute, 2*time.Second).
 		Should(Equal(inplacev1.ReasonFailed))
-	suite.figures.Add("single node: write (a key for a user whose ~/.ssh links to root's) -> refused before any change, failure on the KCP", time.Since(start))
+	suite.figures.Add("single node: write (a key for a user whose ~/.ssh links to root's) -> refused before any change, failure recorded on the Machine", time.Since(start))
 	g.Expect(mustNodeExec(t, node, rootKeys...)).To(Equal(before), "root's keys as they were, nothing written beside them")
 	g.Expect(mustNodeExec(t, node, "readlink", "/home/alice/.ssh")).To(Equal("/root/.ssh\n"), "the link left alone")
 	now := waitMachinesRunning(t, ns, name, 1)[0]
