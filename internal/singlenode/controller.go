@@ -260,10 +260,8 @@ func (r *Reconciler) update(ctx context.Context, obs *observed, machineName stri
 	if err := r.forgetFailures(ctx, machine); err != nil {
 		return ctrl.Result{}, err
 	}
-	if _, ok := obs.kcp.Annotations[inplacev1.HoldUpdatingAnnotation]; ok {
-		if err := r.patchKCPAnnotations(ctx, obs.kcp, map[string]*string{inplacev1.HoldUpdatingAnnotation: nil}); err != nil {
-			return ctrl.Result{}, err
-		}
+	if err := r.endUpdating(ctx, obs.kcp); err != nil {
+		return ctrl.Result{}, err
 	}
 	log.Info("Control-plane Machine updated in place and aligned")
 	r.Recorder.Eventf(machine, obs.kcp, corev1.EventTypeNormal, inplacev1.EventUpdateSucceeded, "Update",
@@ -299,10 +297,8 @@ func (r *Reconciler) fail(ctx context.Context, obs *observed, machine *clusterv1
 	if err := r.recordFailure(ctx, obs, machine, reason); err != nil {
 		return ctrl.Result{}, err
 	}
-	if _, ok := obs.kcp.Annotations[inplacev1.HoldUpdatingAnnotation]; ok {
-		if err := r.patchKCPAnnotations(ctx, obs.kcp, map[string]*string{inplacev1.HoldUpdatingAnnotation: nil}); err != nil {
-			return ctrl.Result{}, err
-		}
+	if err := r.endUpdating(ctx, obs.kcp); err != nil {
+		return ctrl.Result{}, err
 	}
 	if reason == inplacev1.ReasonDeadlineExceeded {
 		// Decide asks about it again (ActionRecheck); the Machine watch does not wake
@@ -323,10 +319,8 @@ func (r *Reconciler) fail(ctx context.Context, obs *observed, machine *clusterv1
 // are written when the update becomes cancelled; a cancel already recorded keeps
 // its message (the coordinator's detail of a withdrawal).
 func (r *Reconciler) cancel(ctx context.Context, obs *observed, machineName, detail string, withdrawn bool) error {
-	if _, ok := obs.kcp.Annotations[inplacev1.HoldUpdatingAnnotation]; ok {
-		if err := r.patchKCPAnnotations(ctx, obs.kcp, map[string]*string{inplacev1.HoldUpdatingAnnotation: nil}); err != nil {
-			return err
-		}
+	if err := r.endUpdating(ctx, obs.kcp); err != nil {
+		return err
 	}
 	cur := meta.FindStatusCondition(obs.kcp.Status.Conditions, inplacev1.InPlaceUpdateCondition)
 	recorded := cur != nil && cur.Reason == inplacev1.ReasonCancelled
@@ -424,6 +418,15 @@ func (r *Reconciler) release(ctx context.Context, obs *observed, d Decision) err
 	ctrl.LoggerFrom(ctx).Info("Released KubeadmControlPlane", "reason", d.Message)
 	r.Recorder.Eventf(obs.kcp, nil, corev1.EventTypeNormal, eventHoldReleased, "Release", "%s", d.Message)
 	return nil
+}
+
+// endUpdating removes the in-flight marker (HoldUpdatingAnnotation), if the KCP
+// carries it.
+func (r *Reconciler) endUpdating(ctx context.Context, kcp *controlplanev1.KubeadmControlPlane) error {
+	if _, ok := kcp.Annotations[inplacev1.HoldUpdatingAnnotation]; !ok {
+		return nil
+	}
+	return r.patchKCPAnnotations(ctx, kcp, map[string]*string{inplacev1.HoldUpdatingAnnotation: nil})
 }
 
 // patchKCPAnnotations sets (non-nil) or removes (nil) annotations with a merge patch
