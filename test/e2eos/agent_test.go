@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -55,7 +56,7 @@ const (
 	// kubeletVersion is what the Node reports; the plan keeps it (OS image only).
 	kubeletVersion = "v1.35.0"
 	// serverName is in the serving certificate envtest makes (localhost and the
-	// listen address); the VM reaches the host's loopback as 10.0.2.2.
+	// listen address); the VM reaches the host's loopback as hostFromVM.
 	serverName = "localhost"
 )
 
@@ -207,7 +208,7 @@ func (l *agentLane) agentKubeconfig(cfg *rest.Config, n *corev1.Node) []byte {
 		l.t.Fatal(err)
 	}
 	kc := clientcmdapi.NewConfig()
-	kc.Clusters["lane"] = &clientcmdapi.Cluster{Server: "https://10.0.2.2:" + host.Port(), CertificateAuthorityData: cfg.CAData, TLSServerName: serverName}
+	kc.Clusters["lane"] = &clientcmdapi.Cluster{Server: "https://" + net.JoinHostPort(hostFromVM, host.Port()), CertificateAuthorityData: cfg.CAData, TLSServerName: serverName}
 	kc.AuthInfos["agent"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
 	kc.Contexts["lane"] = &clientcmdapi.Context{Cluster: "lane", AuthInfo: "agent"}
 	kc.CurrentContext = "lane"
@@ -341,6 +342,17 @@ func (l *agentLane) retry(hash string) {
 	l.annotate(map[string]any{inplacev1.StagePlanAnnotation: hash})
 	l.waitStaging(hash, "the plan staged again", staged)
 	l.makeDesired(hash)
+}
+
+// retryToCommitted retries the plan (retry), waits until the agent commits it,
+// records how long that took and returns the VM's facts after.
+func (l *agentLane) retryToCommitted(hash string) vmapi.Facts {
+	l.t.Helper()
+	t0 := time.Now()
+	l.retry(hash)
+	l.expectEnd(hash, 20*time.Minute, protocol.PhaseCommitted, "")
+	l.figure("retry to Committed", time.Since(t0))
+	return l.facts()
 }
 
 // annotate merges ann into the Node's annotations; a nil value removes one.
@@ -495,11 +507,7 @@ func TestAgentSurvivesPowerCuts(t *testing.T) {
 	l.expectRollback("backend-rollback", "reboot (skipped)", "verify-rollback")
 
 	// Retried to done.
-	t0 = time.Now()
-	l.retry(hash)
-	l.expectEnd(hash, 20*time.Minute, protocol.PhaseCommitted, "")
-	l.figure("retry to Committed", time.Since(t0))
-	f = l.facts()
+	f = l.retryToCommitted(hash)
 	expectBooted(t, f, "B", "v2-good")
 	expectEnv(t, f, map[string]string{"ORDER": "B A", "B_OK": "1", "B_TRY": "0"})
 	// Three boots of slot A (the power-on and one after each cut), the cut trial

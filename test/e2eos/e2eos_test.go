@@ -5,6 +5,7 @@ package e2eos
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -91,7 +92,6 @@ var (
 // reads the OSTree commits.
 func serveBundles() error {
 	var err error
-	// QEMU's user-mode network reaches the host's loopback as 10.0.2.2.
 	if server, err = lanekit.ServeArtifacts("127.0.0.1:0", imageDir); err != nil {
 		return err
 	}
@@ -104,7 +104,7 @@ func serveBundles() error {
 		if err != nil {
 			return err
 		}
-		bundles[name] = protocol.BinaryArtifact{URL: "http://10.0.2.2:" + u.Port() + "/" + name + ".raucb", Digest: digest}
+		bundles[name] = protocol.BinaryArtifact{URL: "http://" + net.JoinHostPort(hostFromVM, u.Port()) + "/" + name + ".raucb", Digest: digest}
 	}
 	for _, name := range []string{"v1", "v2-good", "v3-broken"} {
 		c, err := os.ReadFile(filepath.Join(imageDir, "ostree-"+name+".commit"))
@@ -113,7 +113,7 @@ func serveBundles() error {
 		}
 		ostreeCommits[name] = strings.TrimSpace(string(c))
 	}
-	ostreeRemoteURL = "http://10.0.2.2:" + u.Port() + "/ostree-repo"
+	ostreeRemoteURL = "http://" + net.JoinHostPort(hostFromVM, u.Port()) + "/ostree-repo"
 	return nil
 }
 

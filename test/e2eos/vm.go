@@ -25,9 +25,13 @@ import (
 // OVMF's code is shared and read-only; each VM gets its own copy of the variables.
 const ovmfCode = "/usr/share/OVMF/OVMF_CODE_4M.fd"
 
+// hostFromVM is the host's loopback as a VM reaches it through QEMU's user-mode
+// network.
+const hostFromVM = "10.0.2.2"
+
 // VM is one QEMU virtual machine under software emulation (TCG), booting the lane's
 // disk through OVMF and GRUB. Its helper answers on a host port forwarded by
-// QEMU's user-mode network; the host is 10.0.2.2 from inside.
+// QEMU's user-mode network; the host is hostFromVM from inside.
 //
 // A reset by the guest (systemctl reboot, a kernel panic with panic=N) ends QEMU
 // (-no-reboot) and the VM powers on again at once, as a machine whose reset line
